@@ -1,0 +1,27 @@
+"""kgate configuration: model dataclasses, YAML loading and validation (no I/O besides reading files)."""
+
+from .errors import ConfigError
+from .loader import load_config, parse_config, quick_config
+from .model import (
+    FilterConfig,
+    HostPort,
+    KgateConfig,
+    MetricsConfig,
+    NodePorts,
+    ProxySettings,
+    VirtualClusterConfig,
+)
+
+__all__ = [
+    "ConfigError",
+    "FilterConfig",
+    "HostPort",
+    "KgateConfig",
+    "MetricsConfig",
+    "NodePorts",
+    "ProxySettings",
+    "VirtualClusterConfig",
+    "load_config",
+    "parse_config",
+    "quick_config",
+]

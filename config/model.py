@@ -1,0 +1,122 @@
+"""Immutable configuration model for kgate.
+
+These dataclasses are what the proxy consumes; they are built and validated by
+:mod:`config.loader`. Constructing them directly performs no validation beyond
+what the type annotations document.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+
+
+@dataclass(frozen=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        if ":" in self.host:  # IPv6 literal
+            return f"[{self.host}]:{self.port}"
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str) -> HostPort:
+        """Parse ``host:port`` or ``[ipv6]:port``.
+
+        Raises :class:`ValueError` with a short description of the problem. The
+        port must be in 1-65535.
+        """
+        if not isinstance(text, str):
+            raise ValueError(f'expected "host:port", got {text!r}')
+        s = text.strip()
+        if s.startswith("["):
+            end = s.find("]")
+            if end < 0 or not s[end + 1 :].startswith(":"):
+                raise ValueError(f'expected "[ipv6]:port", got "{text}"')
+            host, port_s = s[1:end], s[end + 2 :]
+            if not host:
+                raise ValueError(f'empty host in "{text}"')
+        else:
+            if ":" not in s:
+                raise ValueError(f'expected "host:port", got "{text}"')
+            host, port_s = s.rsplit(":", 1)
+            if ":" in host:
+                raise ValueError(f'IPv6 addresses must be bracketed, e.g. "[::1]:9092", got "{text}"')
+            if not host:
+                raise ValueError(f'expected "host:port" with a non-empty host, got "{text}"')
+        if not port_s.isdigit() or not port_s.isascii():
+            raise ValueError(f'expected "host:port" with a numeric port, got "{text}"')
+        port = int(port_s)
+        if not 1 <= port <= 65535:
+            raise ValueError(f'port {port} out of range 1-65535 in "{text}"')
+        return cls(host, port)
+
+
+@dataclass(frozen=True)
+class NodePorts:
+    base: int
+    """Listener port for node id ``first_node_id``."""
+    count: int = 256
+    """How many node ports are in the range."""
+    first_node_id: int = 0
+
+    def port_for(self, node_id: int) -> int | None:
+        """The proxy port for broker ``node_id``, or None if it is outside the range."""
+        offset = node_id - self.first_node_id
+        if 0 <= offset < self.count:
+            return self.base + offset
+        return None
+
+    @property
+    def last_port(self) -> int:
+        return self.base + self.count - 1
+
+
+@dataclass(frozen=True)
+class VirtualClusterConfig:
+    name: str
+    listen: HostPort
+    """Bootstrap listener bind address."""
+    advertised_host: str
+    """Host put in rewritten broker addresses."""
+    upstream: tuple[HostPort, ...]
+    """Upstream bootstrap servers (at least one)."""
+    node_ports: NodePorts
+    bootstrap_serves_node: bool = True
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    max_frame_bytes: int = 100 * 1024 * 1024
+    drain_timeout_s: float = 10.0
+    connect_timeout_s: float = 10.0
+    high_water_bytes: int = 4 * 1024 * 1024
+    low_water_bytes: int = 1 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class MetricsConfig:
+    listen: HostPort | None = None
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    name: str
+    """Plugin name (entry point in group ``kgate.filters``)."""
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """The filter's own configuration, opaque to the loader."""
+
+
+@dataclass(frozen=True)
+class KgateConfig:
+    virtual_clusters: tuple[VirtualClusterConfig, ...]
+    proxy: ProxySettings = ProxySettings()
+    metrics: MetricsConfig = MetricsConfig()
+    log_level: str = "INFO"
+    filters: tuple[FilterConfig, ...] = ()
