@@ -1,0 +1,218 @@
+"""kgate command line: ``kgate run`` and ``kgate check-config``.
+
+``main()`` is the ``kgate`` console script and what ``python -m proxy`` calls.
+Configuration is loaded and validated before anything is bound; a config
+error prints ``kgate: config error: <message>`` to stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from config import ConfigError, KgateConfig, load_config, quick_config
+from config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+
+_COMMANDS = ("run", "check-config")
+_TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
+
+log = logging.getLogger("kgate.cli")
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("kgate")
+    except Exception:  # not installed as a distribution (e.g. running from a bare checkout)
+        return "unknown"
+
+
+def _log_level(value: str) -> str:
+    level = value.strip().upper()
+    if level not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(
+            f"invalid level {value!r} (choose from {', '.join(lv.lower() for lv in LOG_LEVELS)})"
+        )
+    return level
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kgate",
+        description="kgate: a Kafka-protocol proxy. With no command, 'run' is assumed.",
+    )
+    parser.add_argument("--version", action="version", version=f"kgate {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="run the proxy",
+        description=(
+            "Run the proxy. Without -c and without --listen/--upstream the embedded default "
+            "configuration is used (proxy 127.0.0.1:9092 on 127.0.0.1:9192)."
+        ),
+    )
+    run.set_defaults(subparser=run)
+    run.add_argument("-c", "--config", metavar="FILE", help="YAML configuration file")
+    run.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="quick mode: bootstrap listener address (node ports start at PORT+1); needs --upstream",
+    )
+    run.add_argument(
+        "--upstream",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="quick mode: upstream bootstrap server(s); needs --listen",
+    )
+    run.add_argument(
+        "--log-level",
+        type=_log_level,
+        metavar="LEVEL",
+        help="override the configured log level (debug, info, warning, error, critical)",
+    )
+
+    check = sub.add_parser(
+        "check-config",
+        help="validate a configuration file and print a summary",
+        description="Validate a configuration file and print a summary. Exit 0 if valid, 2 if not.",
+    )
+    check.set_defaults(subparser=check)
+    check.add_argument("file", metavar="FILE", help="YAML configuration file")
+    return parser
+
+
+def _with_default_command(argv: list[str]) -> list[str]:
+    """Insert ``run`` when no sub-command is given (``kgate --listen X --upstream Y``)."""
+    if not argv:
+        return ["run"]
+    first = argv[0]
+    if first in _COMMANDS or first in _TOP_LEVEL_FLAGS:
+        return argv
+    if first.startswith("-"):
+        return ["run", *argv]
+    return argv  # an unknown command: let argparse report it
+
+
+def _config_error(exc: ConfigError) -> int:
+    print(f"kgate: config error: {exc}", file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+
+
+def _load_for_run(args: argparse.Namespace) -> KgateConfig:
+    parser: argparse.ArgumentParser = args.subparser
+    quick = args.listen is not None or args.upstream is not None
+    if quick:
+        if args.config is not None:
+            parser.error("-c/--config cannot be combined with --listen/--upstream")
+        if args.listen is None or args.upstream is None:
+            parser.error("--listen and --upstream must be given together")
+        return quick_config(args.listen, args.upstream)
+    return load_config(args.config)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config = _load_for_run(args)
+    except ConfigError as exc:
+        return _config_error(exc)
+    if args.log_level:
+        import dataclasses
+
+        config = dataclasses.replace(config, log_level=args.log_level)
+    setup_logging(config.log_level)
+    source = args.config or ("command line" if args.listen else DEFAULT_CONFIG_SOURCE)
+    log.info("kgate %s starting (config: %s)", _version(), source)
+    for vc in config.virtual_clusters:
+        log.info(
+            "cluster %s: bootstrap %s -> upstream %s; node ports %d-%d advertised as %s",
+            vc.name,
+            vc.listen,
+            ",".join(map(str, vc.upstream)),
+            vc.node_ports.base,
+            vc.node_ports.last_port,
+            vc.advertised_host,
+        )
+
+    # Imported lazily: check-config and config errors must not need (or start) the server.
+    try:
+        server = importlib.import_module("proxy.server")
+    except ModuleNotFoundError as exc:
+        if exc.name != "proxy.server":
+            raise
+        print("kgate: error: the proxy server module (proxy.server) is not available", file=sys.stderr)
+        return 1
+
+    try:
+        return int(server.run(config))
+    except KeyboardInterrupt:
+        return 130
+
+
+def summarize(config: KgateConfig, source: str) -> str:
+    lines = [f"{source}: OK", f"log_level: {config.log_level}"]
+    p = config.proxy
+    lines.append(
+        f"proxy: max_frame_bytes={p.max_frame_bytes} drain_timeout_s={p.drain_timeout_s:g} "
+        f"connect_timeout_s={p.connect_timeout_s:g} high_water_bytes={p.high_water_bytes} "
+        f"low_water_bytes={p.low_water_bytes}"
+    )
+    lines.append(f"metrics: {config.metrics.listen or 'disabled'}")
+    lines.append(f"virtual clusters: {len(config.virtual_clusters)}")
+    for vc in config.virtual_clusters:
+        np = vc.node_ports
+        lines.append(f"  - {vc.name}")
+        lines.append(f"      bootstrap: {vc.listen} (advertised host {vc.advertised_host})")
+        lines.append(f"      upstream: {', '.join(map(str, vc.upstream))}")
+        lines.append(
+            f"      node ports: {np.base}-{np.last_port} for node ids "
+            f"{np.first_node_id}-{np.first_node_id + np.count - 1}"
+        )
+        lines.append(f"      bootstrap_serves_node: {str(vc.bootstrap_serves_node).lower()}")
+    if config.filters:
+        lines.append(f"filters: {', '.join(f.name for f in config.filters)}")
+    else:
+        lines.append("filters: none")
+    return "\n".join(lines)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.file)
+    except ConfigError as exc:
+        return _config_error(exc)
+    print(summarize(config, args.file))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(_with_default_command(argv))
+        if args.command == "check-config":
+            return cmd_check_config(args)
+        return cmd_run(args)
+    except SystemExit as exc:  # argparse errors (2) and --help/--version (0)
+        code = exc.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
