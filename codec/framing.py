@@ -1,0 +1,109 @@
+"""Incremental Kafka framing: bytes in, complete size-prefixed frames out.
+
+Sans-IO in the h11 sense: the reader never touches a socket. The proxy feeds it whatever
+``data_received`` delivered and gets back the frames that are now complete. Each frame is
+returned *with* its 4-byte size prefix, so that forwarding an unchanged frame is a plain
+write of the slice it came in.
+
+Frames that arrive whole inside one chunk are returned as ``memoryview`` slices of that
+chunk (no copy). Only a frame that straddles chunks is assembled, once, when its last
+byte arrives.
+"""
+
+from __future__ import annotations
+
+from struct import Struct
+
+_SIZE = Struct(">i")
+
+DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+
+class FramingError(ValueError):
+    """The peer sent a size prefix kgate refuses; the connection cannot be resynchronised."""
+
+
+class FrameReader:
+    """Splits a byte stream into frames; keeps the partial tail between calls.
+
+    After a size error the reader is poisoned: ``error`` is set, the frames completed before
+    the bad prefix are still returned, and every later ``feed`` returns nothing. The caller
+    is expected to forward what it got and close the connection.
+    """
+
+    __slots__ = ("_chunks", "_have", "_need", "error", "max_frame_bytes")
+
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._chunks: list[bytes] = []  # partial frame (or partial size prefix) so far
+        self._have = 0  # bytes held in _chunks
+        self._need = 0  # total bytes of the frame being assembled, 0 while its size is unknown
+        self.error: FramingError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes of an incomplete frame held back (for metrics and leak checks)."""
+        return self._have
+
+    def feed(self, data: bytes) -> list[memoryview]:
+        """Return every frame completed by ``data``, in order."""
+        if self.error is not None:
+            return []
+        if self._have:
+            return self._feed_pending(data)
+        return self._split(data)
+
+    def _check(self, size: int) -> bool:
+        if size < 0:
+            self.error = FramingError(f"negative frame size {size}")
+        elif size > self.max_frame_bytes:
+            self.error = FramingError(
+                f"frame size {size} exceeds the limit of {self.max_frame_bytes} bytes"
+            )
+        else:
+            return True
+        return False
+
+    def _split(self, data: bytes) -> list[memoryview]:
+        frames: list[memoryview] = []
+        view = memoryview(data)
+        end = len(data)
+        pos = 0
+        unpack = _SIZE.unpack_from
+        while end - pos >= 4:
+            size = unpack(data, pos)[0]
+            if not self._check(size):
+                return frames
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            frames.append(view[pos:stop])
+            pos = stop
+        if pos < end:
+            tail = bytes(view[pos:])
+            self._chunks.append(tail)
+            self._have = len(tail)
+            self._need = 4 + unpack(tail, 0)[0] if len(tail) >= 4 else 0
+        return frames
+
+    def _feed_pending(self, data: bytes) -> list[memoryview]:
+        self._chunks.append(data)
+        self._have += len(data)
+        if self._need == 0:
+            if self._have < 4:
+                return []
+            head = b"".join(self._chunks)
+            self._chunks = [head]
+            size = _SIZE.unpack_from(head, 0)[0]
+            if not self._check(size):
+                self._chunks.clear()
+                self._have = 0
+                return []
+            self._need = 4 + size
+        if self._have < self._need:
+            return []
+        joined = b"".join(self._chunks)
+        self._chunks = []
+        self._have = 0
+        self._need = 0
+        return self._split(joined)

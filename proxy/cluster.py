@@ -1,0 +1,155 @@
+"""One virtual cluster at runtime: its listeners, the node map and its client connections.
+
+Port-per-broker: clients reach every upstream node through a kgate listener of its own.
+The port for node N is ``node_ports.base + N - node_ports.first_node_id``: a pure function
+of the config, so every instance of an HA fleet hands clients the same address for the
+same node, whichever instance served their Metadata. One exception keeps single-broker
+setups to one port: with ``bootstrap_serves_node`` and exactly one upstream bootstrap
+server that is itself an advertised broker, that broker's node is served on the bootstrap
+port (the bootstrap connection goes to that very broker, so it is the same route).
+
+A node's listener is bound synchronously the moment a response first names the node,
+before the rewritten response reaches the client, so the client's next connect never races
+the bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import TYPE_CHECKING
+
+from config import ProxySettings, VirtualClusterConfig
+from proxy.metrics import ClusterMetrics
+
+if TYPE_CHECKING:
+    from proxy.connection import ClientConnection
+
+log = logging.getLogger("kgate.cluster")
+
+LISTEN_BACKLOG = 1024
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class VirtualCluster:
+    """Runtime state of one configured virtual cluster."""
+
+    def __init__(self, cfg: VirtualClusterConfig, settings: ProxySettings) -> None:
+        self.cfg = cfg
+        self.settings = settings
+        self.name = cfg.name
+        self.metrics = ClusterMetrics(cfg.name)
+        self.connections: set[ClientConnection] = set()
+        self.upstream_nodes: dict[int, tuple[str, int]] = {}  # node id -> broker's own address
+        self._servers: list[asyncio.base_events.Server] = []
+        self._node_ports: dict[int, int] = {}  # node id -> kgate port, once bound
+        self._refused: set[int] = set()  # node ids already logged as unservable
+        self._bootstrap_node: int | None = None
+        self._rr = 0
+        single = cfg.upstream[0] if len(cfg.upstream) == 1 else None
+        self._bootstrap_addr = (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
+
+    # -- listeners -------------------------------------------------------------------------
+    async def start(self) -> None:
+        sock = _bind(self.cfg.listen.host, self.cfg.listen.port)
+        await self._serve(sock, None)
+        log.info("cluster %s: bootstrap listener %s -> upstream %s", self.name, self.cfg.listen,
+                 ", ".join(str(u) for u in self.cfg.upstream))
+
+    async def _serve(self, sock: socket.socket, node_id: int | None) -> None:
+        from proxy.connection import ClientConnection
+
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: ClientConnection(self, node_id), sock=sock)
+        self._servers.append(server)
+
+    def stop_accepting(self) -> None:
+        for server in self._servers:
+            server.close()
+
+    @property
+    def listening_ports(self) -> dict[int | None, int]:
+        """kgate port per node id (None = bootstrap); for tests and the startup log."""
+        ports: dict[int | None, int] = {None: self.cfg.listen.port}
+        ports.update(self._node_ports)
+        return ports
+
+    # -- node map --------------------------------------------------------------------------
+    def client_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
+        """Learn a node's broker address and return the address clients must use for it."""
+        self.upstream_nodes[node_id] = (host, port)
+        advertised = self.cfg.advertised_host
+        if node_id == self._bootstrap_node:
+            return advertised, self.cfg.listen.port
+        if self._bootstrap_addr is not None and self._bootstrap_node is None \
+                and (host.lower(), port) == self._bootstrap_addr:
+            self._bootstrap_node = node_id
+            log.info("cluster %s: node %d is the bootstrap server; served on the bootstrap port %d",
+                     self.name, node_id, self.cfg.listen.port)
+            return advertised, self.cfg.listen.port
+        kport = self._node_ports.get(node_id)
+        if kport is not None:
+            return advertised, kport
+        return self._open_node_listener(node_id)
+
+    def _open_node_listener(self, node_id: int) -> tuple[str, int] | None:
+        kport = self.cfg.node_ports.port_for(node_id)
+        if kport is None:
+            if node_id not in self._refused:
+                self._refused.add(node_id)
+                np = self.cfg.node_ports
+                log.error("cluster %s: node id %d is outside node_ports (first_node_id %d, count %d); "
+                          "clients cannot be routed to it and it is left out of responses",
+                          self.name, node_id, np.first_node_id, np.count)
+            return None
+        try:
+            sock = _bind(self.cfg.listen.host, kport)
+        except OSError as exc:
+            if node_id not in self._refused:
+                self._refused.add(node_id)
+                log.error("cluster %s: cannot listen on %s:%d for node %d: %s",
+                          self.name, self.cfg.listen.host, kport, node_id, exc)
+            return None
+        self._node_ports[node_id] = kport
+        self._refused.discard(node_id)
+        asyncio.get_running_loop().create_task(self._serve(sock, node_id))
+        self.metrics.node_listeners.set(len(self._node_ports))
+        log.info("cluster %s: node %d served on port %d -> %s:%d", self.name, node_id, kport,
+                 *self.upstream_nodes[node_id])
+        return self.cfg.advertised_host, kport
+
+    def upstream_targets(self, node_id: int | None) -> list[tuple[str, int]]:
+        """Where a client connection of this listener goes, in the order to try."""
+        if node_id is not None:
+            addr = self.upstream_nodes.get(node_id)
+            if addr is not None:
+                return [addr]
+        boot = [(u.host, u.port) for u in self.cfg.upstream]
+        self._rr = (self._rr + 1) % len(boot)
+        return boot[self._rr:] + boot[: self._rr]
+
+    # -- shutdown --------------------------------------------------------------------------
+    def inflight(self) -> int:
+        return sum(c.inflight_count for c in self.connections)
+
+    def close_connections(self) -> None:
+        for conn in list(self.connections):
+            conn.close("kgate is shutting down")
+
+    async def wait_closed(self) -> None:
+        for server in self._servers:
+            await server.wait_closed()

@@ -1,0 +1,156 @@
+"""Broker-address rewriting of responses, so that no client ever learns a broker's address.
+
+Every response that can carry a broker address is decoded and each (node id, host, port) is
+replaced by the kgate listener that serves that node. A response kgate cannot decode is not
+forwarded (fail closed: forwarding it could hand the client a broker address). Responses
+with no address in them this time (Produce/Fetch without ``NodeEndpoints``) keep their
+original bytes.
+
+ApiVersions is handled here too: for the api keys kgate must decode, it advertises only the
+versions its codec knows, so that clients never send what kgate cannot read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from codec import api
+from codec.headers import response_body_offset
+
+PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 3, 10, 18
+DESCRIBE_CLUSTER, SHARE_FETCH, SHARE_ACKNOWLEDGE = 60, 78, 79
+UNSUPPORTED_VERSION = 35
+
+
+class NodeMapper(Protocol):
+    def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
+        """The client-facing address for a node, or None if kgate cannot serve it."""
+
+
+class RewriteError(Exception):
+    """A response that must be rewritten could not be decoded."""
+
+
+def _map_nodes(nodes: list[Any], mapper: NodeMapper, id_attr: str = "node_id") -> list[Any]:
+    """Rewrite each node's host/port in place; drop nodes kgate cannot serve."""
+    kept = []
+    for node in nodes:
+        addr = mapper(getattr(node, id_attr), node.host, node.port)
+        if addr is not None:
+            node.host, node.port = addr
+            kept.append(node)
+    return kept
+
+
+def _metadata(msg: Any, version: int, mapper: NodeMapper) -> bool:
+    msg.brokers = _map_nodes(msg.brokers, mapper)
+    return True
+
+
+def _describe_cluster(msg: Any, version: int, mapper: NodeMapper) -> bool:
+    msg.brokers = _map_nodes(msg.brokers, mapper, "broker_id")
+    return True
+
+
+def _find_coordinator(msg: Any, version: int, mapper: NodeMapper) -> bool:
+    if version >= 4:
+        targets = msg.coordinators
+    else:
+        targets = [msg]
+    changed = False
+    for c in targets:
+        if c.error_code != 0 or c.node_id < 0:
+            continue
+        addr = mapper(c.node_id, c.host, c.port)
+        if addr is None:
+            # Not servable: turn the answer into COORDINATOR_NOT_AVAILABLE (15) so the client
+            # retries instead of connecting to the broker behind kgate's back.
+            c.error_code, c.node_id, c.host, c.port = 15, -1, "", -1
+        else:
+            c.host, c.port = addr
+        changed = True
+    return changed
+
+
+def _node_endpoints(msg: Any, version: int, mapper: NodeMapper) -> bool:
+    endpoints = getattr(msg, "node_endpoints", None)
+    if not endpoints:
+        return False
+    msg.node_endpoints = _map_nodes(endpoints, mapper)
+    return True
+
+
+# api key -> (lowest version that can carry addresses, rewriter)
+_REWRITERS: dict[int, tuple[int, Callable[[Any, int, NodeMapper], bool]]] = {
+    METADATA: (0, _metadata),
+    FIND_COORDINATOR: (0, _find_coordinator),
+    DESCRIBE_CLUSTER: (0, _describe_cluster),
+    PRODUCE: (10, _node_endpoints),
+    FETCH: (16, _node_endpoints),
+    SHARE_FETCH: (0, _node_endpoints),
+    SHARE_ACKNOWLEDGE: (0, _node_endpoints),
+}
+
+#: api keys whose responses kgate must be able to decode (so ApiVersions is capped for them)
+DECODED_RESPONSE_KEYS = frozenset(_REWRITERS) | {API_VERSIONS}
+
+
+def needs_rewrite(api_key: int, api_version: int) -> bool:
+    entry = _REWRITERS.get(api_key)
+    return entry is not None and api_version >= entry[0] or api_key == API_VERSIONS
+
+
+def _decode(frame: memoryview, api_key: int, version: int) -> tuple[int, Any]:
+    hv = api.response_header_version(api_key, version)
+    offset = response_body_offset(frame, hv)
+    return offset, api.decode_response(api_key, version, frame[offset:])
+
+
+def _reframe(frame: memoryview, offset: int, body: bytes | bytearray) -> bytes:
+    header = frame[4:offset]
+    return b"".join(((len(header) + len(body)).to_bytes(4, "big", signed=True), header, body))
+
+
+def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: NodeMapper) -> bytes | None:
+    """New frame with rewritten addresses, or None when the original bytes can go as they are."""
+    _min, rewriter = _REWRITERS[api_key]
+    try:
+        offset, msg = _decode(frame, api_key, version)
+    except (api.CodecError, ValueError) as exc:
+        raise RewriteError(f"cannot decode {api.API_INFO[api_key].name} v{version} response: {exc}") from exc
+    if not rewriter(msg, version, mapper):
+        return None
+    return _reframe(frame, offset, msg.encode(version))
+
+
+def cap_api_versions(frame: memoryview, version: int, keys: frozenset[int] = DECODED_RESPONSE_KEYS) -> bytes | None:
+    """Advertise for ``keys`` only the versions kgate's codec handles (intersection with the broker).
+
+    A broker that does not support the client's ApiVersions version answers in v0 layout
+    with UNSUPPORTED_VERSION; that answer is decoded as v0 and passed on as is.
+    """
+    try:
+        offset, msg = _decode(frame, API_VERSIONS, version)
+    except (api.CodecError, ValueError):
+        msg = None
+    if msg is None or msg.error_code == UNSUPPORTED_VERSION:
+        return None  # v0 error layout: the client retries with a lower version, nothing to cap
+    changed = False
+    kept = []
+    for entry in msg.api_keys:
+        info = api.API_INFO.get(entry.api_key)
+        if entry.api_key in keys and info is not None:
+            hi = min(entry.max_version, info.max_version)
+            lo = max(entry.min_version, info.min_version)
+            if lo > hi:
+                changed = True
+                continue  # no version both sides can read: hide the api rather than mangle it
+            if (lo, hi) != (entry.min_version, entry.max_version):
+                entry.min_version, entry.max_version = lo, hi
+                changed = True
+        kept.append(entry)
+    if not changed:
+        return None
+    msg.api_keys = kept
+    return _reframe(frame, offset, msg.encode(version))
