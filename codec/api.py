@@ -1,0 +1,126 @@
+"""Public codec API: api table, body decode/encode and header-version helpers.
+
+Bodies only: ``buf`` passed to ``decode_*`` holds the message body (after the request/response
+header). Trailing bytes after the body are tolerated; use the ``*_ex`` variants to learn how many
+bytes the body consumed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from codec.errors import CodecError
+from codec.generated.index import APIS
+from codec.schema import Message
+
+__all__ = [
+    "API_INFO",
+    "ApiInfo",
+    "CodecError",
+    "Message",
+    "decode_request",
+    "decode_request_ex",
+    "decode_response",
+    "decode_response_ex",
+    "encode_request",
+    "encode_response",
+    "request_header_version",
+    "response_header_version",
+]
+
+API_VERSIONS_KEY = 18
+CONTROLLED_SHUTDOWN_KEY = 7
+
+
+@dataclass(frozen=True)
+class ApiInfo:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    request_flexible_min: int | None
+    response_flexible_min: int | None
+    request_class: type
+    response_class: type
+
+
+def _build() -> dict[int, ApiInfo]:
+    info = {}
+    for key, (name, module, req_name, resp_name) in APIS.items():
+        mod = importlib.import_module(f"codec.generated.{module}")
+        req, resp = getattr(mod, req_name), getattr(mod, resp_name)
+        info[key] = ApiInfo(
+            key=key,
+            name=name,
+            min_version=max(req.MIN_VERSION, resp.MIN_VERSION),
+            max_version=min(req.MAX_VERSION, resp.MAX_VERSION),
+            request_flexible_min=req.FLEXIBLE_MIN,
+            response_flexible_min=resp.FLEXIBLE_MIN,
+            request_class=req,
+            response_class=resp,
+        )
+    return info
+
+
+API_INFO: dict[int, ApiInfo] = _build()
+
+
+def _info(api_key: int, version: int) -> ApiInfo:
+    info = API_INFO.get(api_key)
+    if info is None:
+        raise CodecError(f"unknown api key {api_key}")
+    if not (info.min_version <= version <= info.max_version):
+        raise CodecError(
+            f"{info.name} version {version} unsupported (valid {info.min_version}-{info.max_version})")
+    return info
+
+
+def decode_request_ex(api_key: int, version: int, buf) -> tuple[Message, int]:
+    """Decode a request body; return ``(message, consumed_bytes)``. Raises CodecError."""
+    return _info(api_key, version).request_class.decode_ex(buf, version)
+
+
+def decode_response_ex(api_key: int, version: int, buf) -> tuple[Message, int]:
+    """Decode a response body; return ``(message, consumed_bytes)``. Raises CodecError."""
+    return _info(api_key, version).response_class.decode_ex(buf, version)
+
+
+def decode_request(api_key: int, version: int, buf) -> Message:
+    """Decode a request body (trailing bytes tolerated). Raises CodecError."""
+    return _info(api_key, version).request_class.decode_ex(buf, version)[0]
+
+
+def decode_response(api_key: int, version: int, buf) -> Message:
+    """Decode a response body (trailing bytes tolerated). Raises CodecError."""
+    return _info(api_key, version).response_class.decode_ex(buf, version)[0]
+
+
+def encode_request(msg: Message, version: int) -> bytearray:
+    if msg.KIND != "request":
+        raise CodecError(f"{type(msg).__name__} is not a request")
+    return msg.encode(version)
+
+
+def encode_response(msg: Message, version: int) -> bytearray:
+    if msg.KIND != "response":
+        raise CodecError(f"{type(msg).__name__} is not a response")
+    return msg.encode(version)
+
+
+def request_header_version(api_key: int, version: int) -> int:
+    """2 for flexible request versions, else 1; ControlledShutdown v0 uses 0."""
+    info = _info(api_key, version)
+    if api_key == CONTROLLED_SHUTDOWN_KEY and version == 0:
+        return 0
+    fmin = info.request_flexible_min
+    return 2 if fmin is not None and version >= fmin else 1
+
+
+def response_header_version(api_key: int, version: int) -> int:
+    """1 for flexible response versions, else 0; ApiVersions responses always use 0."""
+    info = _info(api_key, version)
+    if api_key == API_VERSIONS_KEY:
+        return 0
+    fmin = info.response_flexible_min
+    return 1 if fmin is not None and version >= fmin else 0

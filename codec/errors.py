@@ -1,0 +1,5 @@
+"""Codec exception type (re-exported by :mod:`codec.api`)."""
+
+
+class CodecError(ValueError):
+    """Raised on malformed/truncated input, unknown api keys, unsupported versions or unencodable values."""

@@ -1,0 +1,588 @@
+"""Runtime for the generated Kafka message classes.
+
+Generated modules (``codec/generated/*.py``) declare classes deriving from :class:`Struct` /
+:class:`Message` with a ``_FIELDS`` table of :class:`Field`. This module turns a field table into
+specialised straight-line decode and encode functions per (class, version, flexible) using ``exec``;
+they are compiled lazily on first use and cached.
+
+Value types on decode:
+
+* int8/16/32/64, uint16/32 -> ``int``; float64 -> ``float``; bool -> ``bool``
+* string -> ``str`` (or ``None`` when nullable)
+* bytes -> ``bytes`` (a copy; small payloads such as SASL tokens or member metadata)
+* records -> ``memoryview`` slice of the input buffer (zero copy, never parsed) or ``None``
+* uuid -> ``uuid.UUID`` (all zeros decodes to ``UUID(int=0)``)
+* arrays -> ``list`` (or ``None`` when nullable); structs -> instances of the generated class
+
+Version semantics: a field outside its ``versions`` range is not on the wire; decode leaves its
+default value, and encode silently skips it (whatever its value). Tagged fields are emitted on
+encode only when their value differs from the default. Unknown tagged fields seen on decode are
+kept per struct in ``_unknown_tagged`` (list of ``(tag, bytes)``) and re-emitted on encode,
+merged with known tagged fields in tag order.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from operator import itemgetter
+
+from codec import primitives as P
+from codec.errors import CodecError
+
+MAX_VERSION = 0x7FFF
+_UNSET = object()
+_ZERO_UUID = uuid.UUID(int=0)
+
+
+class Field:
+    """One entry of a generated ``_FIELDS`` table."""
+
+    __slots__ = ("array", "default", "flexible", "name", "nullable", "struct", "tag", "tagged", "type", "versions")
+
+    def __init__(self, name, type, versions, *, array=False, struct=None, nullable=None, tag=None,
+                 tagged=None, flexible=_UNSET, default=_UNSET):
+        self.name = name
+        self.type = type
+        self.versions = versions
+        self.array = array
+        self.struct = struct
+        self.nullable = nullable
+        self.tag = tag
+        self.tagged = tagged
+        self.flexible = flexible
+        self.default = default
+
+    def present(self, v: int) -> bool:
+        return self.versions[0] <= v <= self.versions[1]
+
+    def is_nullable(self, v: int) -> bool:
+        return self.nullable is not None and self.nullable[0] <= v <= self.nullable[1]
+
+    def is_tagged(self, v: int) -> bool:
+        return self.tagged is not None and self.tagged[0] <= v <= self.tagged[1]
+
+    def is_flexible(self, v: int, msg_flexible: bool) -> bool:
+        if self.flexible is _UNSET:
+            return msg_flexible
+        return self.flexible is not None and self.flexible[0] <= v <= self.flexible[1]
+
+    def default_value(self):
+        """A fresh default value (new list / struct instance where mutable)."""
+        if self.default is not _UNSET:
+            return self.default
+        if self.array:
+            return []
+        t = self.type
+        if t == "struct":
+            return self.struct()
+        if t in ("string",):
+            return ""
+        if t == "bytes":
+            return b""
+        if t == "records":
+            return None
+        if t == "uuid":
+            return _ZERO_UUID
+        if t == "float64":
+            return 0.0
+        if t == "bool":
+            return False
+        return 0
+
+    def default_is_mutable(self) -> bool:
+        return self.default is _UNSET and (self.array or self.type == "struct")
+
+    def __repr__(self):
+        return f"Field({self.name!r}, {self.type!r}, {self.versions!r})"
+
+
+def _fmt_value(v):
+    if isinstance(v, memoryview):
+        return f"<memoryview {v.nbytes} bytes>"
+    if isinstance(v, (bytes, bytearray)) and len(v) > 64:
+        return f"<{type(v).__name__} {len(v)} bytes>"
+    return repr(v)
+
+
+class Struct:
+    """Base of all generated structs: mutable, ``__slots__``, keyword construction, value equality."""
+
+    __slots__ = ("_unknown_tagged",)
+    _FIELDS: tuple[Field, ...] = ()
+
+    def __init__(self, **kwargs):
+        # First construction of this class: compile a specialised __init__ and install it.
+        cls = type(self)
+        if "__init__" not in cls.__dict__:
+            cls.__init__ = _compile_init(cls)
+        cls.__init__(self, **kwargs)
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        for f in self._FIELDS:
+            if getattr(self, f.name) != getattr(other, f.name):
+                return False
+        return (self._unknown_tagged or None) == (other._unknown_tagged or None)
+
+    __hash__ = None  # mutable
+
+    def __repr__(self):
+        parts = [f"{f.name}={_fmt_value(getattr(self, f.name, None))}" for f in self._FIELDS]
+        if getattr(self, "_unknown_tagged", None):
+            parts.append(f"_unknown_tagged={self._unknown_tagged!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
+    def to_dict(self) -> dict:
+        """Plain-python view (nested structs become dicts); handy for tests and logging."""
+        return {f.name: _to_plain(getattr(self, f.name)) for f in self._FIELDS}
+
+
+def _to_plain(v):
+    if isinstance(v, Struct):
+        return v.to_dict()
+    if isinstance(v, list):
+        return [_to_plain(x) for x in v]
+    if isinstance(v, memoryview):
+        return bytes(v)
+    return v
+
+
+class Message(Struct):
+    """Base of top-level request/response classes."""
+
+    __slots__ = ()
+    API_KEY: int = -1
+    API_NAME: str = ""
+    KIND: str = ""
+    MIN_VERSION: int = 0
+    MAX_VERSION: int = 0
+    FLEXIBLE_MIN: int | None = None
+
+    @classmethod
+    def is_flexible(cls, version: int) -> bool:
+        return cls.FLEXIBLE_MIN is not None and version >= cls.FLEXIBLE_MIN
+
+    @classmethod
+    def check_version(cls, version: int) -> None:
+        if not (cls.MIN_VERSION <= version <= cls.MAX_VERSION):
+            raise CodecError(
+                f"{cls.__name__} version {version} unsupported (valid {cls.MIN_VERSION}-{cls.MAX_VERSION})")
+
+    @classmethod
+    def decode_ex(cls, buf, version: int):
+        """Decode a body from ``buf`` (bytes-like); return ``(message, consumed_bytes)``.
+
+        Trailing bytes after the body are allowed (and not consumed).
+        """
+        cls.check_version(version)
+        dec = get_decoder(cls, version, cls.is_flexible(version))
+        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+        if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
+            mv = mv.cast("B")
+        try:
+            return dec(mv, 0, len(mv))
+        except CodecError:
+            raise
+        except (IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError,
+                OverflowError, MemoryError, RecursionError) as e:
+            raise CodecError(f"malformed {cls.__name__} v{version}: {type(e).__name__}: {e}") from e
+
+    @classmethod
+    def decode(cls, buf, version: int):
+        return cls.decode_ex(buf, version)[0]
+
+    def encode(self, version: int) -> bytearray:
+        """Encode this message's body at ``version`` (fields absent in that version are skipped)."""
+        cls = type(self)
+        cls.check_version(version)
+        enc = get_encoder(cls, version, cls.is_flexible(version))
+        out = bytearray()
+        try:
+            enc(self, out)
+        except CodecError:
+            raise
+        except (struct.error, AttributeError, TypeError, ValueError, OverflowError) as e:
+            raise CodecError(f"cannot encode {cls.__name__} v{version}: {type(e).__name__}: {e}") from e
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# compilation
+
+_DEC_CACHE: dict = {}
+_ENC_CACHE: dict = {}
+
+
+def get_decoder(cls, version: int, flexible: bool):
+    key = (cls, version, flexible)
+    fn = _DEC_CACHE.get(key)
+    if fn is None:
+        fn = _DEC_CACHE[key] = _compile(cls, version, flexible, decode=True)
+    return fn
+
+
+def get_encoder(cls, version: int, flexible: bool):
+    key = (cls, version, flexible)
+    fn = _ENC_CACHE.get(key)
+    if fn is None:
+        fn = _ENC_CACHE[key] = _compile(cls, version, flexible, decode=False)
+    return fn
+
+
+def _compile_init(cls):
+    ns: dict = {"_M": _UNSET}
+    params, body = [], []
+    for f in cls._FIELDS:
+        n = f.name
+        if f.default_is_mutable():
+            params.append(f"{n}=_M")
+            if f.array:
+                body.append(f"    self.{n} = [] if {n} is _M else {n}")
+            else:
+                ns[f"_S_{n}"] = f.struct
+                body.append(f"    self.{n} = _S_{n}() if {n} is _M else {n}")
+        else:
+            ns[f"_D_{n}"] = f.default_value()
+            params.append(f"{n}=_D_{n}")
+            body.append(f"    self.{n} = {n}")
+    params.append("_unknown_tagged=None")
+    body.append("    self._unknown_tagged = _unknown_tagged")
+    src = f"def __init__(self, *, {', '.join(params)}):\n" + "\n".join(body) + "\n"
+    exec(compile(src, f"<codec init {cls.__name__}>", "exec"), ns)
+    fn = ns["__init__"]
+    fn.__qualname__ = f"{cls.__name__}.__init__"
+    return fn
+
+
+class _Gen:
+    def __init__(self, cls, version: int, flexible: bool):
+        self.cls = cls
+        self.v = version
+        self.flex = flexible
+        self.lines: list[str] = []
+        self.ns: dict = {
+            "_C": cls, "_new": object.__new__, "_uvd": P.read_uvarint, "_uve": P.uvarint_bytes,
+            "_trunc": P.truncated, "CodecError": CodecError, "_h": P.S_INT16, "_i": P.S_INT32,
+            "_QQ": P.S_UUID, "_UUID": uuid.UUID, "_unpack_from": P.unpack_from, "_pack": P.pack,
+            "_wtag": P.write_tagged, "_first": itemgetter(0),
+        }
+        self.counter = 0
+
+    def tmp(self, prefix="_t"):
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def const(self, value, prefix="_k"):
+        name = self.tmp(prefix)
+        self.ns[name] = value
+        return name
+
+    def emit(self, ind: int, line: str):
+        self.lines.append("    " * ind + line)
+
+    # ---------------------------------------------------------------- decode helpers
+    def uv(self, ind, target):
+        self.emit(ind, f"{target} = buf[pos]")
+        self.emit(ind, f"if {target} < 128: pos += 1")
+        self.emit(ind, f"else: {target}, pos = _uvd(buf, pos)")
+
+    def read_len(self, ind, target, compact, wide):
+        """Read a length prefix into target; -1 means null."""
+        if compact:
+            self.uv(ind, target)
+            self.emit(ind, f"{target} -= 1")
+        elif wide:
+            self.emit(ind, f"{target}, = _i.unpack_from(buf, pos)")
+            self.emit(ind, "pos += 4")
+        else:
+            self.emit(ind, f"{target}, = _h.unpack_from(buf, pos)")
+            self.emit(ind, "pos += 2")
+
+    def null_or_raise(self, ind, nullable, target, what):
+        if nullable:
+            self.emit(ind + 1, f"{target} = None")
+        else:
+            self.emit(ind + 1, f"raise CodecError({what!r} + ' is null but not nullable')")
+
+    def read_scalar(self, ind, t, target, f, nullable, compact, end, what):
+        """Read one non-array value of primitive/struct type t into target."""
+        if t in P.FIXED:
+            ch, size = P.FIXED[t]
+            s = self.const(struct.Struct(">" + ch), "_s")
+            self.emit(ind, f"{target}, = {s}.unpack_from(buf, pos)")
+            self.emit(ind, f"pos += {size}")
+        elif t == "uuid":
+            hi, lo = self.tmp(), self.tmp()
+            self.emit(ind, f"{hi}, {lo} = _QQ.unpack_from(buf, pos)")
+            self.emit(ind, "pos += 16")
+            self.emit(ind, f"{target} = _UUID(int=({hi} << 64) | {lo})")
+        elif t in ("string", "bytes", "records"):
+            n, e = self.tmp(), self.tmp()
+            self.read_len(ind, n, compact, wide=(t != "string"))
+            self.emit(ind, f"if {n} < 0:")
+            self.null_or_raise(ind, nullable, target, what)
+            self.emit(ind, "else:")
+            self.emit(ind + 1, f"{e} = pos + {n}")
+            self.emit(ind + 1, f"if {e} > {end}: raise _trunc()")
+            if t == "string":
+                self.emit(ind + 1, f"{target} = str(buf[pos:{e}], 'utf-8')")
+            elif t == "bytes":
+                self.emit(ind + 1, f"{target} = bytes(buf[pos:{e}])")
+            else:
+                self.emit(ind + 1, f"{target} = buf[pos:{e}]")
+            self.emit(ind + 1, f"pos = {e}")
+        elif t == "struct":
+            d = self.const(get_decoder(f.struct, self.v, self.flex), "_d")
+            if nullable:
+                self.emit(ind, "if buf[pos] & 0x80:")
+                self.emit(ind + 1, "pos += 1")
+                self.emit(ind + 1, f"{target} = None")
+                self.emit(ind, "else:")
+                self.emit(ind + 1, f"{target}, pos = {d}(buf, pos + 1, {end})")
+            else:
+                self.emit(ind, f"{target}, pos = {d}(buf, pos, {end})")
+        else:
+            raise TypeError(f"unknown field type {t}")
+
+    def read_field(self, ind, f, target, end):
+        v = self.v
+        compact = f.is_flexible(v, self.flex)
+        nullable = f.is_nullable(v)
+        what = f"{self.cls.__name__}.{f.name}"
+        if not f.array:
+            self.read_scalar(ind, f.type, target, f, nullable, compact, end, what)
+            return
+        n = self.tmp()
+        self.read_len(ind, n, compact, wide=True)
+        self.emit(ind, f"if {n} < 0:")
+        self.null_or_raise(ind, nullable, target, what)
+        self.emit(ind, "else:")
+        ind += 1
+        t = f.type
+        if t in P.FIXED:
+            ch, size = P.FIXED[t]
+            self.emit(ind, f"if {n} * {size} > {end} - pos: raise _trunc()")
+            self.emit(ind, f"{target} = list(_unpack_from('>%d{ch}' % {n}, buf, pos))")
+            self.emit(ind, f"pos += {n} * {size}")
+            return
+        min_size = 1
+        if t == "struct" and not self.flex and not any(x.present(v) for x in f.struct._FIELDS):
+            min_size = 0
+        if min_size:
+            self.emit(ind, f"if {n} > {end} - pos: raise _trunc()")
+        else:
+            self.emit(ind, f"if {n} > 1000000: raise CodecError('absurd array length')")
+        lst, x = self.tmp("_l"), self.tmp("_x")
+        self.emit(ind, f"{lst} = []")
+        self.emit(ind, f"for _ in range({n}):")
+        self.read_scalar(ind + 1, t, x, f, False, compact, end, what + "[]")
+        self.emit(ind + 1, f"{lst}.append({x})")
+        self.emit(ind, f"{target} = {lst}")
+
+    def default_expr(self, f):
+        if f.default_is_mutable():
+            if f.array:
+                return "[]"
+            return self.const(f.struct, "_S") + "()"
+        return self.const(f.default_value(), "_D")
+
+    def gen_decoder(self):
+        cls, v = self.cls, self.v
+        fields = cls._FIELDS
+        regular = [f for f in fields if f.present(v) and not (self.flex and f.is_tagged(v))]
+        tagged = [f for f in fields if f.present(v) and self.flex and f.is_tagged(v)]
+        self.emit(0, "def decode(buf, pos, end):")
+        self.emit(1, "o = _new(_C)")
+        for f in fields:
+            if f not in regular:
+                self.emit(1, f"o.{f.name} = {self.default_expr(f)}")
+        i = 0
+        while i < len(regular):
+            f = regular[i]
+            if not f.array and f.type in P.FIXED:
+                run = [f]
+                while (i + len(run) < len(regular) and not regular[i + len(run)].array
+                       and regular[i + len(run)].type in P.FIXED):
+                    run.append(regular[i + len(run)])
+                fmt = ">" + "".join(P.FIXED[x.type][0] for x in run)
+                s = self.const(struct.Struct(fmt), "_s")
+                targets = ", ".join(f"o.{x.name}" for x in run)
+                self.emit(1, f"{targets}, = {s}.unpack_from(buf, pos)")
+                self.emit(1, f"pos += {struct.calcsize(fmt)}")
+                i += len(run)
+                continue
+            self.read_field(1, f, f"o.{f.name}", "end")
+            i += 1
+        if self.flex:
+            self.emit(1, "o._unknown_tagged = None")
+            nt = self.tmp()
+            self.uv(1, nt)
+            self.emit(1, f"for _ in range({nt}):")
+            self.uv(2, "_tag")
+            self.uv(2, "_sz")
+            self.emit(2, "_e = pos + _sz")
+            self.emit(2, "if _e > end: raise _trunc()")
+            kw = "if"
+            for f in sorted(tagged, key=lambda x: x.tag):
+                self.emit(2, f"{kw} _tag == {f.tag}:")
+                self.read_field(3, f, f"o.{f.name}", "_e")
+                self.emit(3, f"if pos != _e: raise CodecError('tagged field {f.name}: bad size')")
+                kw = "elif"
+            if tagged:
+                self.emit(2, "else:")
+                ind = 3
+            else:
+                ind = 2
+            self.emit(ind, "if o._unknown_tagged is None: o._unknown_tagged = []")
+            self.emit(ind, "o._unknown_tagged.append((_tag, bytes(buf[pos:_e])))")
+            self.emit(ind, "pos = _e")
+        else:
+            self.emit(1, "o._unknown_tagged = None")
+        self.emit(1, "return o, pos")
+
+    # ---------------------------------------------------------------- encode helpers
+    def write_uv(self, ind, expr, out):
+        self.emit(ind, f"if {expr} < 128: {out}.append({expr})")
+        self.emit(ind, f"else: {out} += _uve({expr})")
+
+    def write_len(self, ind, n_expr, compact, wide, out):
+        if compact:
+            t = self.tmp()
+            self.emit(ind, f"{t} = {n_expr} + 1")
+            self.write_uv(ind, t, out)
+        elif wide:
+            self.emit(ind, f"{out} += _i.pack({n_expr})")
+        else:
+            self.emit(ind, f"{out} += _h.pack({n_expr})")
+
+    def write_null(self, ind, compact, wide, out, nullable, what):
+        if not nullable:
+            self.emit(ind, f"raise CodecError({what!r} + ' is None but not nullable in this version')")
+        elif compact:
+            self.emit(ind, f"{out}.append(0)")
+        elif wide:
+            self.emit(ind, f"{out} += b'\\xff\\xff\\xff\\xff'")
+        else:
+            self.emit(ind, f"{out} += b'\\xff\\xff'")
+
+    def write_scalar(self, ind, t, val, f, nullable, compact, out, what):
+        if t in P.FIXED:
+            s = self.const(struct.Struct(">" + P.FIXED[t][0]), "_s")
+            self.emit(ind, f"{out} += {s}.pack({val})")
+        elif t == "uuid":
+            self.emit(ind, f"{out} += {val}.bytes")
+        elif t in ("string", "bytes", "records"):
+            wide = t != "string"
+            self.emit(ind, f"if {val} is None:")
+            self.write_null(ind + 1, compact, wide, out, nullable, what)
+            self.emit(ind, "else:")
+            b = self.tmp()
+            if t == "string":
+                self.emit(ind + 1, f"{b} = {val}.encode('utf-8')")
+            else:
+                self.emit(ind + 1, f"{b} = {val}")
+            self.write_len(ind + 1, f"len({b})", compact, wide, out)
+            self.emit(ind + 1, f"{out} += {b}")
+        elif t == "struct":
+            e = self.const(get_encoder(f.struct, self.v, self.flex), "_e")
+            if nullable:
+                self.emit(ind, f"if {val} is None: {out}.append(0xff)")
+                self.emit(ind, "else:")
+                self.emit(ind + 1, f"{out}.append(1)")
+                self.emit(ind + 1, f"{e}({val}, {out})")
+            else:
+                self.emit(ind, f"{e}({val}, {out})")
+        else:
+            raise TypeError(f"unknown field type {t}")
+
+    def write_field(self, ind, f, expr, out):
+        v = self.v
+        compact = f.is_flexible(v, self.flex)
+        nullable = f.is_nullable(v)
+        what = f"{self.cls.__name__}.{f.name}"
+        val = self.tmp("_v")
+        self.emit(ind, f"{val} = {expr}")
+        if not f.array:
+            self.write_scalar(ind, f.type, val, f, nullable, compact, out, what)
+            return
+        self.emit(ind, f"if {val} is None:")
+        self.write_null(ind + 1, compact, True, out, nullable, what)
+        self.emit(ind, "else:")
+        ind += 1
+        self.write_len(ind, f"len({val})", compact, True, out)
+        t = f.type
+        if t in P.FIXED:
+            ch = P.FIXED[t][0]
+            self.emit(ind, f"{out} += _pack('>%d{ch}' % len({val}), *{val})")
+            return
+        x = self.tmp("_x")
+        self.emit(ind, f"for {x} in {val}:")
+        self.write_scalar(ind + 1, t, x, f, False, compact, out, what + "[]")
+
+    def gen_encoder(self):
+        cls, v = self.cls, self.v
+        fields = cls._FIELDS
+        regular = [f for f in fields if f.present(v) and not (self.flex and f.is_tagged(v))]
+        tagged = [f for f in fields if f.present(v) and self.flex and f.is_tagged(v)]
+        self.emit(0, "def encode(o, out):")
+        i = 0
+        while i < len(regular):
+            f = regular[i]
+            if not f.array and f.type in P.FIXED:
+                run = [f]
+                while (i + len(run) < len(regular) and not regular[i + len(run)].array
+                       and regular[i + len(run)].type in P.FIXED):
+                    run.append(regular[i + len(run)])
+                fmt = ">" + "".join(P.FIXED[x.type][0] for x in run)
+                s = self.const(struct.Struct(fmt), "_s")
+                self.emit(1, f"out += {s}.pack({', '.join(f'o.{x.name}' for x in run)})")
+                i += len(run)
+                continue
+            self.write_field(1, f, f"o.{f.name}", "out")
+            i += 1
+        if self.flex:
+            if not tagged:
+                self.emit(1, "_u = o._unknown_tagged")
+                self.emit(1, "if _u: _wtag(out, sorted(_u, key=_first))")
+                self.emit(1, "else: out.append(0)")
+            else:
+                self.emit(1, "_tg = []")
+                for f in sorted(tagged, key=lambda x: x.tag):
+                    d = self.const(f.default_value(), "_D")
+                    val = self.tmp("_v")
+                    self.emit(1, f"{val} = o.{f.name}")
+                    self.emit(1, f"if {val} != {d}:")
+                    self.emit(2, "_tb = bytearray()")
+                    self.write_field(2, f, val, "_tb")
+                    self.emit(2, f"_tg.append(({f.tag}, _tb))")
+                self.emit(1, "_u = o._unknown_tagged")
+                self.emit(1, "if _u:")
+                self.emit(2, "_tg.extend(_u)")
+                self.emit(2, "_tg.sort(key=_first)")
+                self.emit(1, "_wtag(out, _tg)")
+        self.emit(1, "return out")
+
+
+def _compile(cls, version: int, flexible: bool, decode: bool):
+    g = _Gen(cls, version, flexible)
+    if decode:
+        g.gen_decoder()
+    else:
+        g.gen_encoder()
+    src = "\n".join(g.lines) + "\n"
+    kind = "decode" if decode else "encode"
+    code = compile(src, f"<codec {kind} {cls.__name__} v{version}{' flex' if flexible else ''}>", "exec")
+    exec(code, g.ns)
+    fn = g.ns[kind]
+    fn.__qualname__ = f"{cls.__name__}.{kind}_v{version}"
+    fn._source = src
+    return fn
+
+
+def generated_source(cls, version: int, decode: bool = True) -> str:
+    """Source text of the compiled decoder/encoder (debugging aid)."""
+    flexible = getattr(cls, "is_flexible", lambda v: False)(version)
+    fn = get_decoder(cls, version, flexible) if decode else get_encoder(cls, version, flexible)
+    return fn._source
