@@ -38,7 +38,8 @@ _ZERO_UUID = uuid.UUID(int=0)
 class Field:
     """One entry of a generated ``_FIELDS`` table."""
 
-    __slots__ = ("array", "default", "flexible", "name", "nullable", "struct", "tag", "tagged", "type", "versions")
+    __slots__ = ("array", "default", "flexible", "name", "nullable", "struct", "tag", "tagged", "type",
+                 "versions")
 
     def __init__(self, name, type, versions, *, array=False, struct=None, nullable=None, tag=None,
                  tagged=None, flexible=_UNSET, default=_UNSET):

@@ -135,7 +135,8 @@ class ModuleBuilder:
             ensure_common(cs["name"])
         return self.emit_struct(msg_name, spec["fields"], msg_name, resolve, top=spec)
 
-    def emit_struct(self, cls_name: str, fields: list[dict], owner: str, resolve, top: dict | None = None) -> str:
+    def emit_struct(self, cls_name: str, fields: list[dict], owner: str, resolve,
+                    top: dict | None = None) -> str:
         field_src: list[str] = []
         slots: list[str] = []
         for f in fields:
