@@ -1,0 +1,129 @@
+"""Shared fixtures for kgate's tests: Tansu broker, kgate process, process logs on failure."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
+
+from support import procs  # noqa: E402
+
+_ALL_PROCS: list[procs.ManagedProcess] = []
+
+
+def _track(p):
+    _ALL_PROCS.append(p)
+    return p
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+@pytest.fixture(autouse=True)
+def _process_logs_on_failure(request):
+    """When a test fails, print the logs of the processes it created or used (tail)."""
+    start = len(_ALL_PROCS)
+    yield
+    rep = getattr(request.node, "rep_call", None)
+    if rep is None or not rep.failed:
+        return
+    shown = set()
+    for p in _ALL_PROCS[start:] + [p for p in _ALL_PROCS[:start] if p.alive()]:
+        if id(p) in shown:
+            continue
+        shown.add(id(p))
+        print(f"\n===== {p.name} log ({p.log_path}, pid {p.proc and p.proc.pid}) =====")
+        print(p.log_text(tail=20_000))
+
+
+def _start_tansu(dirpath, **kw) -> procs.Tansu:
+    t = _track(procs.Tansu(dirpath / "tansu.log", **kw))
+    t.start()
+    return t
+
+
+@pytest.fixture(scope="module")
+def tansu(tmp_path_factory):
+    """One in-memory Tansu per test module (tests use unique topic and group names)."""
+    t = _start_tansu(tmp_path_factory.mktemp("tansu"))
+    yield t
+    t.kill()
+
+
+@pytest.fixture
+def fresh_tansu(tmp_path):
+    """A Tansu of the test's own, for tests that may disturb the broker."""
+    t = _start_tansu(tmp_path)
+    yield t
+    t.kill()
+
+
+@pytest.fixture
+def tansu_factory(tmp_path):
+    started = []
+
+    def make(name="tansu", **kw):
+        d = tmp_path / name
+        d.mkdir()
+        t = _start_tansu(d, **kw)
+        started.append(t)
+        return t
+
+    yield make
+    for t in started:
+        t.kill()
+
+
+@pytest.fixture
+def kgate_factory(tmp_path):
+    """Start kgate processes; at teardown each still running is stopped with SIGTERM and must
+    exit 0 within drain_timeout + 10 s."""
+    started: list[procs.Kgate] = []
+
+    def make(upstream, name="kgate", **kw) -> procs.Kgate:
+        if isinstance(upstream, str):
+            upstream = [upstream]
+        k = _track(procs.Kgate(tmp_path / "%s%d" % (name, len(started)), upstream, **kw))
+        k.start()
+        started.append(k)
+        return k
+
+    yield make
+    bad = []
+    for k in started:
+        was_alive = k.alive()
+        rc = k.stop_and_check()
+        if was_alive and rc != 0:
+            bad.append((k.log_path, rc))
+        elif not was_alive and rc not in (0,):
+            bad.append((k.log_path, f"died before teardown with {rc}"))
+    if bad:
+        for k in started:
+            print(f"\n===== kgate log {k.log_path} =====\n{k.log_text(tail=20_000)}")
+    assert not bad, f"kgate did not exit 0 on SIGTERM: {bad}"
+
+
+@pytest.fixture
+def kgate(tansu, kgate_factory) -> procs.Kgate:
+    """kgate in front of the module's Tansu, node 111 served on the bootstrap port."""
+    return kgate_factory(tansu.bootstrap, bootstrap_serves_node=True)
+
+
+@pytest.fixture(params=["bootstrap_serves_node", "node_port"])
+def kgate_mode(request, tansu, kgate_factory) -> procs.Kgate:
+    """kgate in both node placements: Tansu's node on the bootstrap port, or on base+111."""
+    return kgate_factory(tansu.bootstrap, bootstrap_serves_node=request.param == "bootstrap_serves_node")
+
+
+def client_port(k: procs.Kgate) -> int:
+    """The kgate port where Tansu's node 111 is served."""
+    return k.listen_port if k.bootstrap_serves_node else k.node_port(procs.TANSU_NODE_ID)

@@ -1,0 +1,159 @@
+"""TCP connections of a process, read from /proc (no psutil).
+
+``/proc/<pid>/net/tcp`` lists every socket of the network namespace; the ones that
+belong to the process are those whose inode appears as ``socket:[inode]`` among
+``/proc/<pid>/fd/*`` (threads share the fd table, so librdkafka's sockets count).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+_STATES = {
+    "01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
+    "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+    "0B": "CLOSING",
+}
+
+
+@dataclass(frozen=True)
+class Conn:
+    local: tuple[str, int]
+    remote: tuple[str, int]
+    state: str
+    inode: int
+
+
+def _addr4(hexaddr: str) -> tuple[str, int]:
+    ip, port = hexaddr.split(":")
+    return socket.inet_ntoa(struct.pack("<I", int(ip, 16))), int(port, 16)
+
+
+def _addr6(hexaddr: str) -> tuple[str, int]:
+    ip, port = hexaddr.split(":")
+    raw = bytes.fromhex(ip)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    if raw[:12] == b"\0" * 10 + b"\xff\xff":
+        return socket.inet_ntoa(raw[12:]), int(port, 16)
+    return socket.inet_ntop(socket.AF_INET6, raw), int(port, 16)
+
+
+def socket_inodes(pid: int) -> set[int]:
+    out = set()
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return out
+    for fd in names:
+        try:
+            target = os.readlink(os.path.join(fd_dir, fd))
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(int(target[8:-1]))
+    return out
+
+
+def all_tcp(pid: int | str = "self") -> list[Conn]:
+    conns = []
+    for name, conv in (("tcp", _addr4), ("tcp6", _addr6)):
+        try:
+            with open(f"/proc/{pid}/net/{name}") as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            conns.append(Conn(conv(parts[1]), conv(parts[2]), _STATES.get(parts[3], parts[3]), int(parts[9])))
+    return conns
+
+
+def tcp_connections(pid: int | None = None) -> list[Conn]:
+    """Non-listening TCP sockets owned by ``pid`` (default: this process)."""
+    pid = os.getpid() if pid is None else pid
+    mine = socket_inodes(pid)
+    return [c for c in all_tcp(pid) if c.inode in mine and c.state != "LISTEN"]
+
+
+def remote_ports(pid: int | None = None) -> set[int]:
+    return {c.remote[1] for c in tcp_connections(pid) if c.state in ("ESTABLISHED", "SYN_SENT")}
+
+
+def owner_pid_of(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
+    """PID owning the socket with this (local, remote) address pair, or None."""
+    inode = None
+    for c in all_tcp():
+        if c.local == local and c.remote == remote:
+            inode = c.inode
+            break
+    if not inode:
+        return None
+    needle = f"socket:[{inode}]"
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fd_dir = f"/proc/{name}/fd"
+        try:
+            for fd in os.listdir(fd_dir):
+                try:
+                    if os.readlink(os.path.join(fd_dir, fd)) == needle:
+                        return int(name)
+                except OSError:
+                    continue
+        except OSError:
+            continue
+    return None
+
+
+class ConnectionWatcher:
+    """Samples this process's TCP connections in a thread while a workload runs.
+
+    ``seen`` collects every remote port an established/connecting socket had.
+    ``forbidden`` hits are recorded with a timestamp so a failure can say when.
+    """
+
+    def __init__(self, forbidden_ports, interval: float = 0.02, pid: int | None = None):
+        self.forbidden = set(forbidden_ports)
+        self.interval = interval
+        self.pid = os.getpid() if pid is None else pid
+        self.seen: set[int] = set()
+        self.violations: list[Conn] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conn-watcher", daemon=True)
+
+    def _sample(self):
+        for c in tcp_connections(self.pid):
+            if c.state in ("ESTABLISHED", "SYN_SENT", "SYN_RECV"):
+                self.seen.add(c.remote[1])
+                if c.remote[1] in self.forbidden:
+                    self.violations.append(c)
+        self.samples += 1
+
+    def _run(self):
+        while not self._stop.is_set():
+            self._sample()
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        return False
+
+    def assert_clean(self, must_use=()):
+        assert not self.violations, (
+            f"client sockets connected directly to {sorted(self.forbidden)}: {self.violations[:5]}")
+        missing = set(must_use) - self.seen
+        assert not missing, f"expected client connections to {sorted(missing)}; saw only {sorted(self.seen)}"
