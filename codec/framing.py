@@ -57,9 +57,7 @@ class FrameReader:
         if size < 0:
             self.error = FramingError(f"negative frame size {size}")
         elif size > self.max_frame_bytes:
-            self.error = FramingError(
-                f"frame size {size} exceeds the limit of {self.max_frame_bytes} bytes"
-            )
+            self.error = FramingError(f"frame size {size} exceeds the limit of {self.max_frame_bytes} bytes")
         else:
             return True
         return False

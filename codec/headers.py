@@ -158,9 +158,7 @@ def request_frame(
     return frame(encode_request_header(api_key, api_version, correlation_id, client_id, header_version), body)
 
 
-def response_frame(
-    correlation_id: int, header_version: int, body: bytes | bytearray | memoryview
-) -> bytes:
+def response_frame(correlation_id: int, header_version: int, body: bytes | bytearray | memoryview) -> bytes:
     """A whole response frame, e.g. for a short-circuit answer to the client."""
     header = _INT32.pack(correlation_id) + (b"\x00" if header_version >= 1 else b"")
     return frame(header, body)

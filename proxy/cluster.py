@@ -20,8 +20,10 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
+from codec import api
 from config import ProxySettings, VirtualClusterConfig
 from proxy.metrics import ClusterMetrics
+from proxy.upstream_client import UpstreamClient, UpstreamError
 
 if TYPE_CHECKING:
     from proxy.connection import ClientConnection
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgate.cluster")
 
 LISTEN_BACKLOG = 1024
+METADATA = 3
+DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -61,14 +65,50 @@ class VirtualCluster:
         self._bootstrap_node: int | None = None
         self._rr = 0
         single = cfg.upstream[0] if len(cfg.upstream) == 1 else None
-        self._bootstrap_addr = (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
+        self._bootstrap_addr = (
+            (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
+        )
+        self.own_client = UpstreamClient(
+            lambda: self.upstream_targets(None),
+            connect_timeout_s=settings.connect_timeout_s,
+            max_frame_bytes=settings.max_frame_bytes,
+        )
+        self._discovery: asyncio.Task[None] | None = None
 
     # -- listeners -------------------------------------------------------------------------
     async def start(self) -> None:
         sock = _bind(self.cfg.listen.host, self.cfg.listen.port)
         await self._serve(sock, None)
-        log.info("cluster %s: bootstrap listener %s -> upstream %s", self.name, self.cfg.listen,
-                 ", ".join(str(u) for u in self.cfg.upstream))
+        log.info(
+            "cluster %s: bootstrap listener %s -> upstream %s",
+            self.name,
+            self.cfg.listen,
+            ", ".join(str(u) for u in self.cfg.upstream),
+        )
+        self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
+
+    async def _discover_nodes(self) -> None:
+        """Learn every node and open its listener before any client asks (HA fleets).
+
+        A client may hold Metadata that another kgate instance served and connect straight to
+        a node port of this one; without discovery that port would not be open yet. Retried
+        with backoff until the cluster answers once; clients' own Metadata keeps it fresh after.
+        """
+        request = api.API_INFO[METADATA].request_class(topics=[], allow_auto_topic_creation=False)
+        for delay in (0, *DISCOVERY_RETRY_S):
+            await asyncio.sleep(delay)
+            try:
+                _version, resp = await self.own_client.request(METADATA, request, lo=1)
+            except UpstreamError as exc:
+                log.warning("cluster %s: node discovery failed (%s); retrying", self.name, exc)
+                continue
+            for broker in resp.brokers:
+                self.client_address(broker.node_id, broker.host, broker.port)
+            log.info("cluster %s: discovered nodes %s", self.name, sorted(b.node_id for b in resp.brokers))
+            return
+        log.error(
+            "cluster %s: node discovery gave up; node ports open as clients' Metadata names them", self.name
+        )
 
     async def _serve(self, sock: socket.socket, node_id: int | None) -> None:
         from proxy.connection import ClientConnection
@@ -78,6 +118,9 @@ class VirtualCluster:
         self._servers.append(server)
 
     def stop_accepting(self) -> None:
+        if self._discovery is not None:
+            self._discovery.cancel()
+        self.own_client.close()
         for server in self._servers:
             server.close()
 
@@ -95,11 +138,18 @@ class VirtualCluster:
         advertised = self.cfg.advertised_host
         if node_id == self._bootstrap_node:
             return advertised, self.cfg.listen.port
-        if self._bootstrap_addr is not None and self._bootstrap_node is None \
-                and (host.lower(), port) == self._bootstrap_addr:
+        if (
+            self._bootstrap_addr is not None
+            and self._bootstrap_node is None
+            and (host.lower(), port) == self._bootstrap_addr
+        ):
             self._bootstrap_node = node_id
-            log.info("cluster %s: node %d is the bootstrap server; served on the bootstrap port %d",
-                     self.name, node_id, self.cfg.listen.port)
+            log.info(
+                "cluster %s: node %d is the bootstrap server; served on the bootstrap port %d",
+                self.name,
+                node_id,
+                self.cfg.listen.port,
+            )
             return advertised, self.cfg.listen.port
         kport = self._node_ports.get(node_id)
         if kport is not None:
@@ -112,24 +162,40 @@ class VirtualCluster:
             if node_id not in self._refused:
                 self._refused.add(node_id)
                 np = self.cfg.node_ports
-                log.error("cluster %s: node id %d is outside node_ports (first_node_id %d, count %d); "
-                          "clients cannot be routed to it and it is left out of responses",
-                          self.name, node_id, np.first_node_id, np.count)
+                log.error(
+                    "cluster %s: node id %d is outside node_ports (first_node_id %d, count %d); "
+                    "clients cannot be routed to it and it is left out of responses",
+                    self.name,
+                    node_id,
+                    np.first_node_id,
+                    np.count,
+                )
             return None
         try:
             sock = _bind(self.cfg.listen.host, kport)
         except OSError as exc:
             if node_id not in self._refused:
                 self._refused.add(node_id)
-                log.error("cluster %s: cannot listen on %s:%d for node %d: %s",
-                          self.name, self.cfg.listen.host, kport, node_id, exc)
+                log.error(
+                    "cluster %s: cannot listen on %s:%d for node %d: %s",
+                    self.name,
+                    self.cfg.listen.host,
+                    kport,
+                    node_id,
+                    exc,
+                )
             return None
         self._node_ports[node_id] = kport
         self._refused.discard(node_id)
         asyncio.get_running_loop().create_task(self._serve(sock, node_id))
         self.metrics.node_listeners.set(len(self._node_ports))
-        log.info("cluster %s: node %d served on port %d -> %s:%d", self.name, node_id, kport,
-                 *self.upstream_nodes[node_id])
+        log.info(
+            "cluster %s: node %d served on port %d -> %s:%d",
+            self.name,
+            node_id,
+            kport,
+            *self.upstream_nodes[node_id],
+        )
         return self.cfg.advertised_host, kport
 
     def upstream_targets(self, node_id: int | None) -> list[tuple[str, int]]:
@@ -140,7 +206,7 @@ class VirtualCluster:
                 return [addr]
         boot = [(u.host, u.port) for u in self.cfg.upstream]
         self._rr = (self._rr + 1) % len(boot)
-        return boot[self._rr:] + boot[: self._rr]
+        return boot[self._rr :] + boot[: self._rr]
 
     # -- shutdown --------------------------------------------------------------------------
     def inflight(self) -> int:

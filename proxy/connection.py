@@ -103,6 +103,7 @@ class ClientConnection(asyncio.Protocol):
         self._sasl_requested = ""  # mechanism of the last SaslHandshake v0 request
         self._sasl_tokens = 0
         self._connect_task: asyncio.Task[None] | None = None
+        self._early: list[bytes] = []  # client bytes received before the upstream connected
 
     @property
     def inflight_count(self) -> int:
@@ -110,8 +111,7 @@ class ClientConnection(asyncio.Protocol):
 
     # -- client side -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         s = self.cluster.settings
@@ -140,10 +140,12 @@ class ClientConnection(asyncio.Protocol):
             if self.closed:
                 transport.close()
                 return
-            assert isinstance(transport, asyncio.Transport)
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
-            self.upstream = transport
-            self.upstream_gate.attach(transport)
+            self.upstream = transport  # type: ignore[assignment]
+            self.upstream_gate.attach(transport)  # type: ignore[arg-type]
+            if self._early:
+                transport.writelines(self._early)
+                self._early.clear()
             self.gate.resume("connecting")
             return
         self.close(f"no upstream reachable ({'; '.join(errors)})", error="upstream-unreachable")
@@ -161,8 +163,12 @@ class ClientConnection(asyncio.Protocol):
             return
         # No filter changes requests yet: the chunk goes out exactly as it came, partial tail
         # included (the reader keeps its own copy of the tail for bookkeeping).
-        assert self.upstream is not None
-        self.upstream.write(data)
+        if self.upstream is not None:
+            self.upstream.write(data)
+        else:
+            # Reading is paused until the upstream connects, but a transport may still deliver
+            # what it had already read; hold it (bounded by one read) until then.
+            self._early.append(data)
 
     def _track_request(self, frame: memoryview) -> None:
         if self._sasl_raw is not None and self._is_sasl_token(frame):

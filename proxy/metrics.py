@@ -9,13 +9,16 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge
 
 CONNECTIONS = Gauge("kgate_client_connections", "Open client connections", ["cluster"])
-CONNECTIONS_TOTAL = Counter("kgate_client_connections_total", "Accepted client connections", ["cluster"])
+CONNECTIONS_TOTAL = Counter("kgate_accepted_connections_total", "Accepted client connections", ["cluster"])
 REQUESTS = Counter("kgate_requests_total", "Requests forwarded upstream", ["cluster", "api_key"])
 CLOSED_ERRORS = Counter(
-    "kgate_connections_closed_on_error_total", "Connections kgate closed because of bad input", ["cluster", "reason"]
+    "kgate_connections_closed_on_error_total",
+    "Connections kgate closed because of bad input",
+    ["cluster", "reason"],
 )
-REWRITES = Counter("kgate_address_rewrites_total", "Responses whose broker addresses were rewritten",
-                   ["cluster", "api_key"])
+REWRITES = Counter(
+    "kgate_address_rewrites_total", "Responses whose broker addresses were rewritten", ["cluster", "api_key"]
+)
 NODE_LISTENERS = Gauge("kgate_node_listeners", "Per-node listeners open", ["cluster"])
 UPSTREAM_CONNECT_FAILURES = Counter(
     "kgate_upstream_connect_failures_total", "Failed upstream connection attempts", ["cluster"]

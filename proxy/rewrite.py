@@ -98,7 +98,7 @@ DECODED_RESPONSE_KEYS = frozenset(_REWRITERS) | {API_VERSIONS}
 
 def needs_rewrite(api_key: int, api_version: int) -> bool:
     entry = _REWRITERS.get(api_key)
-    return entry is not None and api_version >= entry[0] or api_key == API_VERSIONS
+    return (entry is not None and api_version >= entry[0]) or api_key == API_VERSIONS
 
 
 def _decode(frame: memoryview, api_key: int, version: int) -> tuple[int, Any]:
@@ -124,7 +124,9 @@ def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: Nod
     return _reframe(frame, offset, msg.encode(version))
 
 
-def cap_api_versions(frame: memoryview, version: int, keys: frozenset[int] = DECODED_RESPONSE_KEYS) -> bytes | None:
+def cap_api_versions(
+    frame: memoryview, version: int, keys: frozenset[int] = DECODED_RESPONSE_KEYS
+) -> bytes | None:
     """Advertise for ``keys`` only the versions kgate's codec handles (intersection with the broker).
 
     A broker that does not support the client's ApiVersions version answers in v0 layout

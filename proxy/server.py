@@ -46,8 +46,10 @@ class Proxy:
                 break
             await asyncio.sleep(0.02)
         else:
-            log.warning("drain timeout: closing with %d request(s) still in flight",
-                        sum(c.inflight() for c in self.clusters))
+            log.warning(
+                "drain timeout: closing with %d request(s) still in flight",
+                sum(c.inflight() for c in self.clusters),
+            )
         for cluster in self.clusters:
             cluster.close_connections()
         for cluster in self.clusters:

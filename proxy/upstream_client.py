@@ -1,0 +1,175 @@
+"""kgate's own connection to a cluster, for requests kgate makes itself.
+
+kgate asks the cluster things on its own behalf: node discovery at start-up (so that an
+instance of an HA fleet serves every node's port before any client showed it Metadata) and,
+with the filter framework, topic-id lookups. These requests go over a connection kgate owns
+rather than a client's, so they never queue behind a client's long-poll Fetch and never
+disturb a client's correlation ids.
+
+The client negotiates versions with ApiVersions once per connection and picks, for each
+request, the highest version both the broker and kgate's codec know within the caller's range.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from codec import api
+from codec.framing import FrameReader
+from codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
+
+log = logging.getLogger("kgate.upstream")
+
+API_VERSIONS = 18
+
+
+class UpstreamError(Exception):
+    """kgate's own request could not be answered (no broker reachable, closed, timed out)."""
+
+
+class _Protocol(asyncio.Protocol):
+    def __init__(self, owner: UpstreamClient) -> None:
+        self.owner = owner
+        self.reader = FrameReader(owner.max_frame_bytes)
+
+    def data_received(self, data: bytes) -> None:
+        for frame in self.reader.feed(data):
+            self.owner._on_frame(frame)
+        if self.reader.error is not None:
+            self.owner._fail(UpstreamError(f"bad frame from broker: {self.reader.error}"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._fail(UpstreamError(f"connection to broker lost: {exc or 'closed'}"))
+
+
+class UpstreamClient:
+    """One lazily (re)connected connection; requests are pipelined and matched by correlation id."""
+
+    def __init__(
+        self,
+        targets: Callable[[], list[tuple[str, int]]],
+        *,
+        client_id: str = "kgate",
+        connect_timeout_s: float = 10.0,
+        max_frame_bytes: int = 100 * 1024 * 1024,
+    ) -> None:
+        self._targets = targets
+        self.client_id = client_id
+        self.connect_timeout_s = connect_timeout_s
+        self.max_frame_bytes = max_frame_bytes
+        self._transport: asyncio.Transport | None = None
+        self._connecting: asyncio.Task[None] | None = None
+        self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
+        self._cids = itertools.count(1)
+        self.versions: dict[int, tuple[int, int]] = {}  # api key -> broker's (min, max)
+
+    async def _ensure_connected(self) -> asyncio.Transport:
+        if self._transport is not None and not self._transport.is_closing():
+            return self._transport
+        if self._connecting is None or self._connecting.done():
+            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        await asyncio.shield(self._connecting)
+        assert self._transport is not None
+        return self._transport
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        errors = []
+        for host, port in self._targets():
+            try:
+                transport, _ = await asyncio.wait_for(
+                    loop.create_connection(lambda: _Protocol(self), host, port), self.connect_timeout_s
+                )
+            except (OSError, TimeoutError) as exc:
+                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            self._transport = transport  # type: ignore[assignment]
+            try:
+                resp = await self._send(
+                    transport, API_VERSIONS, 0, api.API_INFO[API_VERSIONS].request_class()
+                )
+            except UpstreamError as exc:
+                errors.append(f"{host}:{port}: ApiVersions failed: {exc}")
+                transport.close()
+                self._transport = None
+                continue
+            self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            return
+        raise UpstreamError("no broker reachable: " + "; ".join(errors))
+
+    def pick_version(self, api_key: int, lo: int = 0, hi: int | None = None) -> int | None:
+        """Highest version within [lo, hi] that the broker and kgate's codec both know."""
+        info = api.API_INFO[api_key]
+        broker = self.versions.get(api_key)
+        if broker is None:
+            return None
+        top = min(broker[1], info.max_version, hi if hi is not None else info.max_version)
+        bottom = max(broker[0], info.min_version, lo)
+        return top if top >= bottom else None
+
+    async def request(
+        self,
+        api_key: int,
+        message: Any,
+        version: int | None = None,
+        *,
+        lo: int = 0,
+        hi: int | None = None,
+        timeout_s: float = 10.0,
+    ) -> tuple[int, Any]:
+        """Send ``message`` and return (version used, decoded response)."""
+        transport = await self._ensure_connected()
+        if version is None:
+            version = self.pick_version(api_key, lo, hi)
+            if version is None:
+                raise UpstreamError(f"broker supports no version of api {api_key} in [{lo}, {hi}]")
+        try:
+            resp = await asyncio.wait_for(self._send(transport, api_key, version, message), timeout_s)
+        except TimeoutError as exc:
+            raise UpstreamError(f"api {api_key} v{version}: no answer within {timeout_s}s") from exc
+        return version, resp
+
+    def _send(
+        self, transport: asyncio.Transport, api_key: int, version: int, message: Any
+    ) -> asyncio.Future[Any]:
+        cid = next(self._cids) & 0x7FFFFFFF
+        body = message.encode(version)
+        hv = api.request_header_version(api_key, version)
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[cid] = (fut, api_key, version)
+        transport.write(request_frame(api_key, version, cid, self.client_id, hv, body))
+        return fut
+
+    def _on_frame(self, frame: memoryview) -> None:
+        try:
+            cid = peek_correlation_id(frame)
+        except HeaderError as exc:
+            self._fail(UpstreamError(str(exc)))
+            return
+        entry = self._pending.pop(cid, None)
+        if entry is None:
+            return  # answer to a request that timed out
+        fut, api_key, version = entry
+        if fut.done():
+            return
+        try:
+            offset = response_body_offset(frame, api.response_header_version(api_key, version))
+            fut.set_result(api.decode_response(api_key, version, frame[offset:]))
+        except (api.CodecError, HeaderError, ValueError) as exc:
+            fut.set_exception(UpstreamError(f"undecodable response to api {api_key} v{version}: {exc}"))
+
+    def _fail(self, exc: UpstreamError) -> None:
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+        pending, self._pending = self._pending, {}
+        for fut, _k, _v in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+
+    def close(self) -> None:
+        self._fail(UpstreamError("closed by kgate"))
