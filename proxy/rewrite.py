@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from codec import api
+from codec.generated.api_versions import ApiVersion
 from codec.headers import response_body_offset
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 3, 10, 18
@@ -124,14 +125,29 @@ def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: Nod
     return _reframe(frame, offset, msg.encode(version))
 
 
+def _unsupported_api_versions(frame: memoryview) -> bytes:
+    """A v0-layout UNSUPPORTED_VERSION answer naming the ApiVersions versions kgate reads.
+
+    This is what a broker does for an ApiVersions version it does not know; the client then
+    retries with a version from the advertised range, which kgate can decode and cap.
+    """
+    info = api.API_INFO[API_VERSIONS]
+    resp = info.response_class(error_code=UNSUPPORTED_VERSION)
+    resp.api_keys = [ApiVersion(api_key=API_VERSIONS, min_version=0, max_version=info.max_version)]
+    return _reframe(frame, 8, resp.encode(0))
+
+
 def cap_api_versions(
     frame: memoryview, version: int, keys: frozenset[int] = DECODED_RESPONSE_KEYS
 ) -> bytes | None:
     """Advertise for ``keys`` only the versions kgate's codec handles (intersection with the broker).
 
     A broker that does not support the client's ApiVersions version answers in v0 layout
-    with UNSUPPORTED_VERSION; that answer is decoded as v0 and passed on as is.
+    with UNSUPPORTED_VERSION; that answer is passed on as is. A version newer than kgate's
+    codec is refused the same way, so a client never learns ranges kgate did not cap.
     """
+    if version > api.API_INFO[API_VERSIONS].max_version:
+        return _unsupported_api_versions(frame)
     try:
         offset, msg = _decode(frame, API_VERSIONS, version)
     except (api.CodecError, ValueError):
@@ -143,8 +159,11 @@ def cap_api_versions(
     for entry in msg.api_keys:
         info = api.API_INFO.get(entry.api_key)
         if entry.api_key in keys and info is not None:
+            decode_from = _REWRITERS[entry.api_key][0] if entry.api_key in _REWRITERS else 0
             hi = min(entry.max_version, info.max_version)
-            lo = max(entry.min_version, info.min_version)
+            lo = entry.min_version
+            if lo < info.min_version and decode_from < info.min_version:
+                lo = info.min_version  # versions kgate would decode but its codec lacks
             if lo > hi:
                 changed = True
                 continue  # no version both sides can read: hide the api rather than mangle it
