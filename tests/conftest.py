@@ -92,7 +92,7 @@ def kgate_factory(tmp_path):
     def make(upstream, name="kgate", **kw) -> procs.Kgate:
         if isinstance(upstream, str):
             upstream = [upstream]
-        k = _track(procs.Kgate(tmp_path / "%s%d" % (name, len(started)), upstream, **kw))
+        k = _track(procs.Kgate(tmp_path / f"{name}{len(started)}", upstream, **kw))
         k.start()
         started.append(k)
         return k
