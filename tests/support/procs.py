@@ -241,9 +241,16 @@ class Relay(ManagedProcess):
         super().__init__(argv, log_path, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
     def start(self):
+        # Wait for READY in the log rather than probing the ports: a probe would be an
+        # accepted connection from the test process, which the forbid-pid check must not see.
         super().start()
-        for p in self.ports:
-            wait_port(p, 15, self.proc, "relay")
+        deadline = time.monotonic() + 15
+        while "READY" not in self.log_text():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"relay exited with {self.proc.returncode}: {self.log_text()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"relay not ready: {self.log_text()}")
+            time.sleep(0.02)
         return self
 
     def events(self) -> list[dict]:

@@ -99,6 +99,20 @@ class Relay:
             loop = asyncio.get_running_loop()
             owner = await loop.run_in_executor(
                 None, netconn.owner_pid_of, (peer[0], peer[1]), (HOST, listen_port))
+        first = b""
+        if self.forbid_pid and owner is None:
+            # The peer's socket was gone before the lookup: a connect-and-close probe (kgate checks
+            # its upstream). Those carry no bytes; anything that does send is looked up again.
+            try:
+                first = await asyncio.wait_for(reader.read(1), 5)
+            except (TimeoutError, OSError):
+                first = b""
+            if not first:
+                self.event(event="probe", port=listen_port, peer=list(peer))
+                writer.close()
+                return
+            owner = await loop.run_in_executor(
+                None, netconn.owner_pid_of, (peer[0], peer[1]), (HOST, listen_port))
         self.event(event="accept", port=listen_port, peer=list(peer), pid=owner)
         if self.forbid_pid and owner == self.forbid_pid:
             self.event(event="forbidden", port=listen_port, peer=list(peer), pid=owner)
@@ -112,7 +126,7 @@ class Relay:
             return
         pending: dict[int, tuple[int, int]] = {}
         tasks = [
-            asyncio.create_task(self.client_to_broker(reader, up_writer, pending)),
+            asyncio.create_task(self.client_to_broker(reader, up_writer, pending, first)),
             asyncio.create_task(self.broker_to_client(up_reader, writer, pending)),
         ]
         try:
@@ -123,8 +137,10 @@ class Relay:
             for w in (writer, up_writer):
                 w.close()
 
-    async def client_to_broker(self, reader, up_writer, pending):
+    async def client_to_broker(self, reader, up_writer, pending, prefix=b""):
         rewriting = self.node_ids is not None
+        if prefix and not rewriting:
+            up_writer.write(prefix)
         while True:
             if not rewriting:
                 data = await reader.read(1 << 16)
@@ -133,7 +149,8 @@ class Relay:
                 up_writer.write(data)
                 await up_writer.drain()
                 continue
-            head = await reader.readexactly(4)
+            head = prefix + await reader.readexactly(4 - len(prefix))
+            prefix = b""
             (size,) = struct.unpack(">i", head)
             payload = await reader.readexactly(size)
             if size >= 8:
