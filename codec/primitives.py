@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import uuid
 
 from codec.errors import CodecError
 
@@ -64,3 +65,59 @@ def write_tagged(out: bytearray, entries) -> None:
 
 def truncated() -> CodecError:
     return CodecError("truncated input")
+
+
+# --------------------------------------------------------------------------------------------
+# Small bounded caches for values that repeat across messages (topic ids, topic/host names).
+# Cached values are immutable (UUID objects, bytes), so sharing them between messages is safe.
+
+_CACHE_MAX = 4096
+_CACHE_STR_MAX = 255  # only strings whose UTF-8 form is at most this long are cached
+
+_ZERO_UUID = uuid.UUID(int=0)
+UUID_BY_BYTES: dict = {bytes(16): _ZERO_UUID}
+UUID_BYTES_BY_INT: dict = {0: bytes(16)}
+STR_COMPACT: dict = {}
+STR_INT16: dict = {}
+
+
+def uuid_from_bytes(raw: bytes) -> uuid.UUID:
+    """Slow path of the decode-side UUID cache: build (and remember) the UUID for 16 raw bytes."""
+    u = uuid.UUID(bytes=raw)
+    if len(UUID_BY_BYTES) >= _CACHE_MAX:
+        UUID_BY_BYTES.clear()
+        UUID_BY_BYTES[bytes(16)] = _ZERO_UUID
+    UUID_BY_BYTES[raw] = u
+    return u
+
+
+def uuid_to_bytes(value: int) -> bytes:
+    """Slow path of the encode-side UUID cache: 16 big-endian bytes of ``UUID.int``."""
+    raw = value.to_bytes(16, "big")
+    if len(UUID_BYTES_BY_INT) >= _CACHE_MAX:
+        UUID_BYTES_BY_INT.clear()
+    UUID_BYTES_BY_INT[value] = raw
+    return raw
+
+
+def str_compact(value: str) -> bytes:
+    """Compact (uvarint length + 1) encoding of a non-null string, cached when short."""
+    b = value.encode("utf-8")
+    n = len(b) + 1
+    r = (bytes((n,)) if n < 128 else uvarint_bytes(n)) + b
+    if n <= _CACHE_STR_MAX and type(value) is str:
+        if len(STR_COMPACT) >= _CACHE_MAX:
+            STR_COMPACT.clear()
+        STR_COMPACT[value] = r
+    return r
+
+
+def str_int16(value: str) -> bytes:
+    """Classic (int16 length) encoding of a non-null string, cached when short."""
+    b = value.encode("utf-8")
+    r = S_INT16.pack(len(b)) + b
+    if len(b) < _CACHE_STR_MAX and type(value) is str:
+        if len(STR_INT16) >= _CACHE_MAX:
+            STR_INT16.clear()
+        STR_INT16[value] = r
+    return r

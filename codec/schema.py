@@ -258,20 +258,34 @@ def _compile_init(cls):
     return fn
 
 
+_MAX_INLINE = 8  # nested structs deeper than this are decoded/encoded by a separate function
+_STR_TYPES = ("string", "bytes", "records")
+
+
 class _Gen:
+    """Source generator for one (class, version, flexible) decoder or encoder.
+
+    Nested structs are inlined into the parent's function (up to ``_MAX_INLINE`` levels), so a
+    whole message is decoded/encoded by one straight-line function without per-struct calls.
+    """
+
     def __init__(self, cls, version: int, flexible: bool):
         self.cls = cls
         self.v = version
         self.flex = flexible
         self.lines: list[str] = []
         self.ns: dict = {
-            "_C": cls, "_new": object.__new__, "_uvd": P.read_uvarint, "_uve": P.uvarint_bytes,
+            "_new": object.__new__, "_uvd": P.read_uvarint, "_uve": P.uvarint_bytes,
             "_trunc": P.truncated, "CodecError": CodecError, "_h": P.S_INT16, "_i": P.S_INT32,
-            "_QQ": P.S_UUID, "_UUID": uuid.UUID, "_unpack_from": P.unpack_from, "_pack": P.pack,
-            "_wtag": P.write_tagged, "_first": itemgetter(0), "_setattr": object.__setattr__,
-            "_SAFE_UNKNOWN": uuid.SafeUUID.unknown, "_ZERO_UUID": _ZERO_UUID,
+            "_unpack_from": P.unpack_from, "_pack": P.pack,
+            "_wtag": P.write_tagged, "_first": itemgetter(0),
+            "_ug": P.UUID_BY_BYTES.get, "_uslow": P.uuid_from_bytes,
+            "_ubg": P.UUID_BYTES_BY_INT.get, "_ubslow": P.uuid_to_bytes,
+            "_scg": P.STR_COMPACT.get, "_scslow": P.str_compact,
+            "_s16g": P.STR_INT16.get, "_s16slow": P.str_int16,
         }
         self.counter = 0
+        self._consts: dict = {}
 
     def tmp(self, prefix="_t"):
         self.counter += 1
@@ -282,8 +296,31 @@ class _Gen:
         self.ns[name] = value
         return name
 
+    def struct_const(self, fmt):
+        """A shared precompiled struct.Struct for ``fmt``."""
+        key = ("S", fmt)
+        name = self._consts.get(key)
+        if name is None:
+            name = self._consts[key] = self.const(struct.Struct(fmt), "_s")
+        return name
+
     def emit(self, ind: int, line: str):
         self.lines.append("    " * ind + line)
+
+    def split(self, cls):
+        v, flex = self.v, self.flex
+        present = [f for f in cls._FIELDS if f.present(v)]
+        regular = [f for f in present if not (flex and f.is_tagged(v))]
+        tagged = [f for f in present if flex and f.is_tagged(v)]
+        return regular, tagged
+
+    @staticmethod
+    def in_run(f):
+        return not f.array and (f.type in P.FIXED or f.type == "uuid")
+
+    def starts_with_uvarint(self, f):
+        """True when the field's wire form begins with a compact (uvarint) length."""
+        return f.is_flexible(self.v, self.flex) and (f.array or f.type in _STR_TYPES)
 
     # ---------------------------------------------------------------- decode helpers
     def uv(self, ind, target):
@@ -291,17 +328,25 @@ class _Gen:
         self.emit(ind, f"if {target} < 128: pos += 1")
         self.emit(ind, f"else: {target}, pos = _uvd(buf, pos)")
 
-    def read_len(self, ind, target, compact, wide):
-        """Read a length prefix into target; -1 means null."""
+    def read_len(self, ind, compact, wide, pre):
+        """Read a length prefix (-1 means null) and return the variable holding it.
+
+        ``pre`` names a variable already holding the raw uvarint (read ahead with a fixed run).
+        """
+        target = self.tmp()
         if compact:
-            self.uv(ind, target)
-            self.emit(ind, f"{target} -= 1")
+            if pre is None:
+                self.uv(ind, target)
+                self.emit(ind, f"{target} -= 1")
+            else:
+                self.emit(ind, f"{target} = {pre} - 1")
         elif wide:
             self.emit(ind, f"{target}, = _i.unpack_from(buf, pos)")
             self.emit(ind, "pos += 4")
         else:
             self.emit(ind, f"{target}, = _h.unpack_from(buf, pos)")
             self.emit(ind, "pos += 2")
+        return target
 
     def null_or_raise(self, ind, nullable, target, what):
         if nullable:
@@ -309,26 +354,31 @@ class _Gen:
         else:
             self.emit(ind + 1, f"raise CodecError({what!r} + ' is null but not nullable')")
 
-    def read_scalar(self, ind, t, target, f, nullable, compact, end, what):
+    def read_struct(self, ind, scls, target, end, depth):
+        """Decode a (non-null) struct of class scls at pos into target."""
+        if depth >= _MAX_INLINE:
+            d = self.const(get_decoder(scls, self.v, self.flex), "_d")
+            self.emit(ind, f"{target}, pos = {d}(buf, pos, {end})")
+            return
+        obj = self.tmp("_o")
+        self.dec_struct(ind, scls, obj, end, depth + 1)
+        self.emit(ind, f"{target} = {obj}")
+
+    def read_scalar(self, ind, t, target, f, nullable, compact, end, what, depth, pre=None):
         """Read one non-array value of primitive/struct type t into target."""
         if t in P.FIXED:
-            ch, size = P.FIXED[t]
-            s = self.const(struct.Struct(">" + ch), "_s")
+            s = self.struct_const(">" + P.FIXED[t][0])
             self.emit(ind, f"{target}, = {s}.unpack_from(buf, pos)")
-            self.emit(ind, f"pos += {size}")
+            self.emit(ind, f"pos += {P.FIXED[t][1]}")
         elif t == "uuid":
-            hi, lo = self.tmp(), self.tmp()
-            self.emit(ind, f"{hi}, {lo} = _QQ.unpack_from(buf, pos)")
+            u = self.tmp()
+            s = self.struct_const(">16s")
+            self.emit(ind, f"{u}, = {s}.unpack_from(buf, pos)")
             self.emit(ind, "pos += 16")
-            # uuid.UUID(int=...) costs ~1.3us; build the (slotted) object directly instead.
-            self.emit(ind, f"if {hi} | {lo}:")
-            self.emit(ind + 1, f"{target} = _new(_UUID)")
-            self.emit(ind + 1, f"_setattr({target}, 'int', ({hi} << 64) | {lo})")
-            self.emit(ind + 1, f"_setattr({target}, 'is_safe', _SAFE_UNKNOWN)")
-            self.emit(ind, f"else: {target} = _ZERO_UUID")
-        elif t in ("string", "bytes", "records"):
-            n, e = self.tmp(), self.tmp()
-            self.read_len(ind, n, compact, wide=(t != "string"))
+            self.emit(ind, f"{target} = _ug({u}) or _uslow({u})")
+        elif t in _STR_TYPES:
+            e = self.tmp()
+            n = self.read_len(ind, compact, t != "string", pre)
             self.emit(ind, f"if {n} < 0:")
             self.null_or_raise(ind, nullable, target, what)
             self.emit(ind, "else:")
@@ -342,41 +392,43 @@ class _Gen:
                 self.emit(ind + 1, f"{target} = buf[pos:{e}]")
             self.emit(ind + 1, f"pos = {e}")
         elif t == "struct":
-            d = self.const(get_decoder(f.struct, self.v, self.flex), "_d")
             if nullable:
                 self.emit(ind, "if buf[pos] & 0x80:")
                 self.emit(ind + 1, "pos += 1")
                 self.emit(ind + 1, f"{target} = None")
                 self.emit(ind, "else:")
-                self.emit(ind + 1, f"{target}, pos = {d}(buf, pos + 1, {end})")
+                self.emit(ind + 1, "pos += 1")
+                self.read_struct(ind + 1, f.struct, target, end, depth)
             else:
-                self.emit(ind, f"{target}, pos = {d}(buf, pos, {end})")
+                self.read_struct(ind, f.struct, target, end, depth)
         else:
             raise TypeError(f"unknown field type {t}")
 
-    def read_field(self, ind, f, target, end):
+    def read_field(self, ind, f, target, end, depth, pre=None):
         v = self.v
         compact = f.is_flexible(v, self.flex)
         nullable = f.is_nullable(v)
         what = f"{self.cls.__name__}.{f.name}"
         if not f.array:
-            self.read_scalar(ind, f.type, target, f, nullable, compact, end, what)
+            self.read_scalar(ind, f.type, target, f, nullable, compact, end, what, depth, pre)
             return
-        n = self.tmp()
-        self.read_len(ind, n, compact, wide=True)
+        n = self.read_len(ind, compact, True, pre)
         self.emit(ind, f"if {n} < 0:")
         self.null_or_raise(ind, nullable, target, what)
-        self.emit(ind, "else:")
-        ind += 1
         t = f.type
         if t in P.FIXED:
             ch, size = P.FIXED[t]
+            self.emit(ind, f"elif {n} == 0: {target} = []")
+            self.emit(ind, "else:")
+            ind += 1
             self.emit(ind, f"if {n} * {size} > {end} - pos: raise _trunc()")
             arr = self.const(tuple(struct.Struct(f">{k}{ch}") for k in range(_SMALL_ARRAY)), "_a")
-            self.emit(ind, f"if {n} < {_SMALL_ARRAY}: {target} = list({arr}[{n}].unpack_from(buf, pos))")
+            self.emit(ind, f"if {n} < {_SMALL_ARRAY}: {target} = [*{arr}[{n}].unpack_from(buf, pos)]")
             self.emit(ind, f"else: {target} = list(_unpack_from('>%d{ch}' % {n}, buf, pos))")
             self.emit(ind, f"pos += {n} * {size}")
             return
+        self.emit(ind, "else:")
+        ind += 1
         min_size = 1
         if t == "struct" and not self.flex and not any(x.present(v) for x in f.struct._FIELDS):
             min_size = 0
@@ -387,7 +439,7 @@ class _Gen:
         lst, x = self.tmp("_l"), self.tmp("_x")
         self.emit(ind, f"{lst} = []")
         self.emit(ind, f"for _ in range({n}):")
-        self.read_scalar(ind + 1, t, x, f, False, compact, end, what + "[]")
+        self.read_scalar(ind + 1, t, x, f, False, compact, end, what + "[]", depth)
         self.emit(ind + 1, f"{lst}.append({x})")
         self.emit(ind, f"{target} = {lst}")
 
@@ -398,58 +450,84 @@ class _Gen:
             return self.const(f.struct, "_S") + "()"
         return self.const(f.default_value(), "_D")
 
-    def gen_decoder(self):
-        cls, v = self.cls, self.v
-        fields = cls._FIELDS
-        regular = [f for f in fields if f.present(v) and not (self.flex and f.is_tagged(v))]
-        tagged = [f for f in fields if f.present(v) and self.flex and f.is_tagged(v)]
-        self.emit(0, "def decode(buf, pos, end):")
-        self.emit(1, "o = _new(_C)")
-        for f in fields:
+    def dec_struct(self, ind, cls, obj, end, depth):
+        """Emit code decoding an instance of cls at pos into the local variable obj."""
+        regular, tagged = self.split(cls)
+        saved, self.cls = self.cls, cls
+        self.emit(ind, f"{obj} = _new({self.const(cls, '_C')})")
+        for f in cls._FIELDS:
             if f not in regular:
-                self.emit(1, f"o.{f.name} = {self.default_expr(f)}")
+                self.emit(ind, f"{obj}.{f.name} = {self.default_expr(f)}")
         i = 0
+        pre = None
         while i < len(regular):
             f = regular[i]
-            if not f.array and f.type in P.FIXED:
-                run = [f]
-                while (i + len(run) < len(regular) and not regular[i + len(run)].array
-                       and regular[i + len(run)].type in P.FIXED):
-                    run.append(regular[i + len(run)])
-                fmt = ">" + "".join(P.FIXED[x.type][0] for x in run)
-                s = self.const(struct.Struct(fmt), "_s")
-                targets = ", ".join(f"o.{x.name}" for x in run)
-                self.emit(1, f"{targets}, = {s}.unpack_from(buf, pos)")
-                self.emit(1, f"pos += {struct.calcsize(fmt)}")
-                i += len(run)
+            if not self.in_run(f):
+                self.read_field(ind, f, f"{obj}.{f.name}", end, depth, pre)
+                pre = None
+                i += 1
                 continue
-            self.read_field(1, f, f"o.{f.name}", "end")
-            i += 1
+            run = [f]
+            while i + len(run) < len(regular) and self.in_run(regular[i + len(run)]):
+                run.append(regular[i + len(run)])
+            i += len(run)
+            fmt = ">" + "".join("16s" if x.type == "uuid" else P.FIXED[x.type][0] for x in run)
+            size = struct.calcsize(fmt)
+            targets, uuids = [], []
+            for x in run:
+                if x.type == "uuid":
+                    u = self.tmp()
+                    uuids.append((x, u))
+                    targets.append(u)
+                else:
+                    targets.append(f"{obj}.{x.name}")
+            # Read the following uvarint (a compact length or the tag count) in the same call.
+            ahead = (self.starts_with_uvarint(regular[i]) if i < len(regular) else self.flex)
+            if ahead:
+                fmt += "B"
+                pre = self.tmp()
+                targets.append(pre)
+            self.emit(ind, f"{', '.join(targets)}, = {self.struct_const(fmt)}.unpack_from(buf, pos)")
+            if ahead:
+                self.emit(ind, f"if {pre} < 128: pos += {size + 1}")
+                self.emit(ind, f"else: {pre}, pos = _uvd(buf, pos + {size})")
+            else:
+                self.emit(ind, f"pos += {size}")
+            for x, u in uuids:
+                self.emit(ind, f"{obj}.{x.name} = _ug({u}) or _uslow({u})")
+        self.emit(ind, f"{obj}._unknown_tagged = None")
         if self.flex:
-            self.emit(1, "o._unknown_tagged = None")
-            nt = self.tmp()
-            self.uv(1, nt)
-            self.emit(1, f"for _ in range({nt}):")
-            self.uv(2, "_tag")
-            self.uv(2, "_sz")
-            self.emit(2, "_e = pos + _sz")
-            self.emit(2, "if _e > end: raise _trunc()")
+            nt = pre
+            if nt is None:
+                nt = self.tmp()
+                self.uv(ind, nt)
+            tag, sz, e = self.tmp("_tag"), self.tmp("_sz"), self.tmp("_e")
+            self.emit(ind, f"if {nt}:")
+            ind += 1
+            self.emit(ind, f"for _ in range({nt}):")
+            self.uv(ind + 1, tag)
+            self.uv(ind + 1, sz)
+            self.emit(ind + 1, f"{e} = pos + {sz}")
+            self.emit(ind + 1, f"if {e} > {end}: raise _trunc()")
             kw = "if"
             for f in sorted(tagged, key=lambda x: x.tag):
-                self.emit(2, f"{kw} _tag == {f.tag}:")
-                self.read_field(3, f, f"o.{f.name}", "_e")
-                self.emit(3, f"if pos != _e: raise CodecError('tagged field {f.name}: bad size')")
+                self.emit(ind + 1, f"{kw} {tag} == {f.tag}:")
+                self.read_field(ind + 2, f, f"{obj}.{f.name}", e, depth)
+                self.emit(ind + 2, f"if pos != {e}: raise CodecError('tagged field {f.name}: bad size')")
                 kw = "elif"
             if tagged:
-                self.emit(2, "else:")
-                ind = 3
+                self.emit(ind + 1, "else:")
+                ind2 = ind + 2
             else:
-                ind = 2
-            self.emit(ind, "if o._unknown_tagged is None: o._unknown_tagged = []")
-            self.emit(ind, "o._unknown_tagged.append((_tag, bytes(buf[pos:_e])))")
-            self.emit(ind, "pos = _e")
-        else:
-            self.emit(1, "o._unknown_tagged = None")
+                ind2 = ind + 1
+            self.emit(ind2, f"if {obj}._unknown_tagged is None: {obj}._unknown_tagged = []")
+            self.emit(ind2, f"{obj}._unknown_tagged.append(({tag}, bytes(buf[pos:{e}])))")
+            self.emit(ind2, f"pos = {e}")
+        self.cls = saved
+
+    def gen_decoder(self):
+        self.emit(0, "def decode(buf, pos, end):")
+        self.dec_struct(1, self.cls, "o", "end", 0)
         self.emit(1, "return o, pos")
 
     # ---------------------------------------------------------------- encode helpers
@@ -477,37 +555,48 @@ class _Gen:
         else:
             self.emit(ind, f"{out} += b'\\xff\\xff'")
 
-    def write_scalar(self, ind, t, val, f, nullable, compact, out, what):
+    def write_struct(self, ind, scls, val, out, depth):
+        if depth >= _MAX_INLINE:
+            e = self.const(get_encoder(scls, self.v, self.flex), "_e")
+            self.emit(ind, f"{e}({val}, {out})")
+        else:
+            self.enc_struct(ind, scls, val, out, depth + 1)
+
+    def write_scalar(self, ind, t, val, f, nullable, compact, out, what, depth):
         if t in P.FIXED:
-            s = self.const(struct.Struct(">" + P.FIXED[t][0]), "_s")
+            s = self.struct_const(">" + P.FIXED[t][0])
             self.emit(ind, f"{out} += {s}.pack({val})")
         elif t == "uuid":
-            self.emit(ind, f"{out} += {val}.bytes")
-        elif t in ("string", "bytes", "records"):
-            wide = t != "string"
-            self.emit(ind, f"if {val} is None:")
-            self.write_null(ind + 1, compact, wide, out, nullable, what)
-            self.emit(ind, "else:")
+            u = self.tmp()
+            self.emit(ind, f"{u} = {val}.int")
+            self.emit(ind, f"{out} += _ubg({u}) or _ubslow({u})")
+        elif t == "string":
             b = self.tmp()
-            if t == "string":
-                self.emit(ind + 1, f"{b} = {val}.encode('utf-8')")
-            else:
-                self.emit(ind + 1, f"{b} = {val}")
-            self.write_len(ind + 1, f"len({b})", compact, wide, out)
-            self.emit(ind + 1, f"{out} += {b}")
+            get, slow = ("_scg", "_scslow") if compact else ("_s16g", "_s16slow")
+            self.emit(ind, f"{b} = {get}({val})")
+            self.emit(ind, f"if {b} is None:")
+            self.emit(ind + 1, f"if {val} is None:")
+            self.write_null(ind + 2, compact, False, out, nullable, what)
+            self.emit(ind + 1, f"else: {out} += {slow}({val})")
+            self.emit(ind, f"else: {out} += {b}")
+        elif t in ("bytes", "records"):
+            self.emit(ind, f"if {val} is None:")
+            self.write_null(ind + 1, compact, True, out, nullable, what)
+            self.emit(ind, "else:")
+            self.write_len(ind + 1, f"len({val})", compact, True, out)
+            self.emit(ind + 1, f"{out} += {val}")
         elif t == "struct":
-            e = self.const(get_encoder(f.struct, self.v, self.flex), "_e")
             if nullable:
                 self.emit(ind, f"if {val} is None: {out}.append(0xff)")
                 self.emit(ind, "else:")
                 self.emit(ind + 1, f"{out}.append(1)")
-                self.emit(ind + 1, f"{e}({val}, {out})")
+                self.write_struct(ind + 1, f.struct, val, out, depth)
             else:
-                self.emit(ind, f"{e}({val}, {out})")
+                self.write_struct(ind, f.struct, val, out, depth)
         else:
             raise TypeError(f"unknown field type {t}")
 
-    def write_field(self, ind, f, expr, out):
+    def write_field(self, ind, f, expr, out, depth):
         v = self.v
         compact = f.is_flexible(v, self.flex)
         nullable = f.is_nullable(v)
@@ -515,63 +604,85 @@ class _Gen:
         val = self.tmp("_v")
         self.emit(ind, f"{val} = {expr}")
         if not f.array:
-            self.write_scalar(ind, f.type, val, f, nullable, compact, out, what)
+            self.write_scalar(ind, f.type, val, f, nullable, compact, out, what, depth)
             return
         self.emit(ind, f"if {val} is None:")
         self.write_null(ind + 1, compact, True, out, nullable, what)
         self.emit(ind, "else:")
         ind += 1
-        self.write_len(ind, f"len({val})", compact, True, out)
         t = f.type
         if t in P.FIXED:
             ch = P.FIXED[t][0]
-            self.emit(ind, f"{out} += _pack('>%d{ch}' % len({val}), *{val})")
+            n = self.tmp()
+            self.emit(ind, f"{n} = len({val})")
+            pfx = "B" if compact else "i"
+            arr = self.const(tuple(struct.Struct(f">{pfx}{k}{ch}") for k in range(_SMALL_ARRAY)), "_a")
+            self.emit(ind, f"if {n} < {_SMALL_ARRAY}: {out} += {arr}[{n}].pack({n}{' + 1' if compact else ''}, *{val})")
+            self.emit(ind, "else:")
+            self.write_len(ind + 1, n, compact, True, out)
+            self.emit(ind + 1, f"{out} += _pack('>%d{ch}' % {n}, *{val})")
             return
+        self.write_len(ind, f"len({val})", compact, True, out)
         x = self.tmp("_x")
         self.emit(ind, f"for {x} in {val}:")
-        self.write_scalar(ind + 1, t, x, f, False, compact, out, what + "[]")
+        self.write_scalar(ind + 1, t, x, f, False, compact, out, what + "[]", depth)
 
-    def gen_encoder(self):
-        cls, v = self.cls, self.v
-        fields = cls._FIELDS
-        regular = [f for f in fields if f.present(v) and not (self.flex and f.is_tagged(v))]
-        tagged = [f for f in fields if f.present(v) and self.flex and f.is_tagged(v)]
-        self.emit(0, "def encode(o, out):")
+    def enc_struct(self, ind, cls, obj, out, depth):
+        """Emit code encoding the struct held in local variable obj of class cls."""
+        regular, tagged = self.split(cls)
+        saved, self.cls = self.cls, cls
         i = 0
         while i < len(regular):
             f = regular[i]
-            if not f.array and f.type in P.FIXED:
-                run = [f]
-                while (i + len(run) < len(regular) and not regular[i + len(run)].array
-                       and regular[i + len(run)].type in P.FIXED):
-                    run.append(regular[i + len(run)])
-                fmt = ">" + "".join(P.FIXED[x.type][0] for x in run)
-                s = self.const(struct.Struct(fmt), "_s")
-                self.emit(1, f"out += {s}.pack({', '.join(f'o.{x.name}' for x in run)})")
-                i += len(run)
+            if not self.in_run(f):
+                self.write_field(ind, f, f"{obj}.{f.name}", out, depth)
+                i += 1
                 continue
-            self.write_field(1, f, f"o.{f.name}", "out")
-            i += 1
+            run = [f]
+            while i + len(run) < len(regular) and self.in_run(regular[i + len(run)]):
+                run.append(regular[i + len(run)])
+            i += len(run)
+            fmt = ">" + "".join("16s" if x.type == "uuid" else P.FIXED[x.type][0] for x in run)
+            args = []
+            for x in run:
+                if x.type == "uuid":
+                    u = self.tmp()
+                    self.emit(ind, f"{u} = {obj}.{x.name}.int")
+                    b = self.tmp()
+                    self.emit(ind, f"{b} = _ubg({u}) or _ubslow({u})")
+                    args.append(b)
+                else:
+                    args.append(f"{obj}.{x.name}")
+            self.emit(ind, f"{out} += {self.struct_const(fmt)}.pack({', '.join(args)})")
         if self.flex:
             if not tagged:
-                self.emit(1, "_u = o._unknown_tagged")
-                self.emit(1, "if _u: _wtag(out, sorted(_u, key=_first))")
-                self.emit(1, "else: out.append(0)")
+                u = self.tmp("_u")
+                self.emit(ind, f"{u} = {obj}._unknown_tagged")
+                self.emit(ind, f"if {u}: _wtag({out}, sorted({u}, key=_first))")
+                self.emit(ind, f"else: {out}.append(0)")
             else:
-                self.emit(1, "_tg = []")
+                tg = self.tmp("_tg")
+                self.emit(ind, f"{tg} = []")
                 for f in sorted(tagged, key=lambda x: x.tag):
                     d = self.const(f.default_value(), "_D")
                     val = self.tmp("_v")
-                    self.emit(1, f"{val} = o.{f.name}")
-                    self.emit(1, f"if {val} != {d}:")
-                    self.emit(2, "_tb = bytearray()")
-                    self.write_field(2, f, val, "_tb")
-                    self.emit(2, f"_tg.append(({f.tag}, _tb))")
-                self.emit(1, "_u = o._unknown_tagged")
-                self.emit(1, "if _u:")
-                self.emit(2, "_tg.extend(_u)")
-                self.emit(2, "_tg.sort(key=_first)")
-                self.emit(1, "_wtag(out, _tg)")
+                    tb = self.tmp("_tb")
+                    self.emit(ind, f"{val} = {obj}.{f.name}")
+                    self.emit(ind, f"if {val} != {d}:")
+                    self.emit(ind + 1, f"{tb} = bytearray()")
+                    self.write_field(ind + 1, f, val, tb, depth)
+                    self.emit(ind + 1, f"{tg}.append(({f.tag}, {tb}))")
+                u = self.tmp("_u")
+                self.emit(ind, f"{u} = {obj}._unknown_tagged")
+                self.emit(ind, f"if {u}:")
+                self.emit(ind + 1, f"{tg}.extend({u})")
+                self.emit(ind + 1, f"{tg}.sort(key=_first)")
+                self.emit(ind, f"_wtag({out}, {tg})")
+        self.cls = saved
+
+    def gen_encoder(self):
+        self.emit(0, "def encode(o, out):")
+        self.enc_struct(1, self.cls, "o", "out", 0)
         self.emit(1, "return out")
 
 
