@@ -9,6 +9,7 @@ from .model import (
     MetricsConfig,
     NodePorts,
     ProxySettings,
+    TopicNamesConfig,
     VirtualClusterConfig,
 )
 
@@ -20,6 +21,7 @@ __all__ = [
     "MetricsConfig",
     "NodePorts",
     "ProxySettings",
+    "TopicNamesConfig",
     "VirtualClusterConfig",
     "load_config",
     "parse_config",

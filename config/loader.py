@@ -25,6 +25,7 @@ from .model import (
     MetricsConfig,
     NodePorts,
     ProxySettings,
+    TopicNamesConfig,
     VirtualClusterConfig,
 )
 
@@ -34,13 +35,23 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_CONFIG_SOURCE = "<embedded default.yaml>"
 QUICK_SOURCE = "command line"
 
-_TOP_KEYS = ("log_level", "proxy", "metrics", "virtual_clusters", "filters")
+_TOP_KEYS = ("log_level", "proxy", "metrics", "virtual_clusters", "filters", "topic_names")
 _PROXY_KEYS = (
     "max_frame_bytes",
     "drain_timeout_s",
     "connect_timeout_s",
     "high_water_bytes",
     "low_water_bytes",
+    "filter_timeout_s",
+    "max_queued_requests",
+)
+_TOPIC_NAMES_KEYS = (
+    "batch_window_ms",
+    "negative_ttl_s",
+    "max_entries",
+    "idle_revalidate_s",
+    "sweep_interval_s",
+    "lookup_timeout_s",
 )
 _METRICS_KEYS = ("listen",)
 _CLUSTER_KEYS = ("name", "listen", "advertised_host", "upstream", "node_ports", "bootstrap_serves_node")
@@ -158,10 +169,10 @@ def _freeze(value: Any) -> Any:
 def _parse_proxy(ctx: _Ctx, value: Any, path: str) -> ProxySettings:
     m = ctx.mapping(value, path, _PROXY_KEYS)
     kw: dict[str, Any] = {}
-    for key in ("max_frame_bytes", "high_water_bytes", "low_water_bytes"):
+    for key in ("max_frame_bytes", "high_water_bytes", "low_water_bytes", "max_queued_requests"):
         if key in m:
             kw[key] = ctx.integer(m[key], _join(path, key), minimum=1)
-    for key in ("drain_timeout_s", "connect_timeout_s"):
+    for key in ("drain_timeout_s", "connect_timeout_s", "filter_timeout_s"):
         if key in m:
             kw[key] = ctx.positive_number(m[key], _join(path, key))
     settings = ProxySettings(**kw)
@@ -175,6 +186,20 @@ def _parse_proxy(ctx: _Ctx, value: Any, path: str) -> ProxySettings:
             f"high_water_bytes ({settings.high_water_bytes})",
         )
     return settings
+
+
+def _parse_topic_names(ctx: _Ctx, value: Any, path: str) -> TopicNamesConfig:
+    if value is None:
+        return TopicNamesConfig()
+    m = ctx.mapping(value, path, _TOPIC_NAMES_KEYS)
+    kw: dict[str, Any] = {}
+    for key in _TOPIC_NAMES_KEYS:
+        if key == "max_entries":
+            if key in m:
+                kw[key] = ctx.integer(m[key], _join(path, key), minimum=1)
+        elif key in m:
+            kw[key] = ctx.positive_number(m[key], _join(path, key))
+    return TopicNamesConfig(**kw)
 
 
 def _parse_metrics(ctx: _Ctx, value: Any, path: str) -> MetricsConfig:
@@ -267,7 +292,16 @@ def _parse_filter(ctx: _Ctx, value: Any, path: str) -> FilterConfig:
         conf = {}
     if not isinstance(conf, Mapping):
         raise ctx.error(_join(path, "config"), f"expected a mapping, got {_show(conf)}")
-    return FilterConfig(name=name, config=_freeze(conf))
+    from filters.api import FilterConfigError
+    from filters.registry import FilterLookupError, validate_filter_config
+
+    try:
+        validated = validate_filter_config(name, conf)
+    except FilterLookupError as exc:
+        raise ctx.error(_join(path, "name"), str(exc)) from None
+    except FilterConfigError as exc:
+        raise ctx.error(_join(path, "config"), str(exc)) from None
+    return FilterConfig(name=name, config=_freeze(validated))
 
 
 def _cluster_ports(vc: VirtualClusterConfig) -> tuple[tuple[int, int], ...]:
@@ -352,7 +386,10 @@ def parse_config(data: Mapping[str, Any], source: str) -> KgateConfig:
         else ctx.list_of(raw_filters, "filters", lambda v, p: _parse_filter(ctx, v, p))
     )
 
+    topic_names = _parse_topic_names(ctx, m.get("topic_names"), "topic_names")
+
     return KgateConfig(
+        topic_names=topic_names,
         virtual_clusters=clusters,
         proxy=proxy,
         metrics=metrics,

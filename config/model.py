@@ -98,6 +98,22 @@ class ProxySettings:
     connect_timeout_s: float = 10.0
     high_water_bytes: int = 4 * 1024 * 1024
     low_water_bytes: int = 1 * 1024 * 1024
+    filter_timeout_s: float = 30.0
+    """A suspended filter hook that takes longer gets a defined outcome (error answer or close)."""
+    max_queued_requests: int = 1000
+    """Requests waiting behind a suspended one before kgate stops reading from that client."""
+
+
+@dataclass(frozen=True)
+class TopicNamesConfig:
+    """Tuning of the topic-id -> name service (one per virtual cluster)."""
+
+    batch_window_ms: float = 2.0
+    negative_ttl_s: float = 5.0
+    max_entries: int = 100_000
+    idle_revalidate_s: float = 300.0
+    sweep_interval_s: float = 60.0
+    lookup_timeout_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -120,3 +136,4 @@ class KgateConfig:
     metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
     filters: tuple[FilterConfig, ...] = ()
+    topic_names: TopicNamesConfig = TopicNamesConfig()

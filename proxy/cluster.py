@@ -18,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from codec import api
-from config import ProxySettings, VirtualClusterConfig
+from config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
+from filters.chain import FilterChain
+from proxy import rewrite
 from proxy.metrics import ClusterMetrics
+from proxy.topic_names import TopicNameResolver
 from proxy.upstream_client import UpstreamClient, UpstreamError
 
 if TYPE_CHECKING:
@@ -52,8 +55,17 @@ def _bind(host: str, port: int) -> socket.socket:
 class VirtualCluster:
     """Runtime state of one configured virtual cluster."""
 
-    def __init__(self, cfg: VirtualClusterConfig, settings: ProxySettings) -> None:
+    def __init__(
+        self,
+        cfg: VirtualClusterConfig,
+        settings: ProxySettings,
+        chain: FilterChain | None = None,
+        topic_names: TopicNamesConfig | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.chain = chain if chain is not None else FilterChain([])
+        #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
+        self.version_limits = rewrite.version_limits(self.chain.version_limits())
         self.settings = settings
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)
@@ -74,6 +86,17 @@ class VirtualCluster:
             max_frame_bytes=settings.max_frame_bytes,
         )
         self._discovery: asyncio.Task[None] | None = None
+        tn = topic_names or TopicNamesConfig()
+        self.topic_names = TopicNameResolver(
+            self.own_client,
+            cluster=cfg.name,
+            batch_window_s=tn.batch_window_ms / 1000,
+            negative_ttl_s=tn.negative_ttl_s,
+            max_entries=tn.max_entries,
+            idle_revalidate_s=tn.idle_revalidate_s,
+            sweep_interval_s=tn.sweep_interval_s,
+            lookup_timeout_s=tn.lookup_timeout_s,
+        )
 
     # -- listeners -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -86,6 +109,7 @@ class VirtualCluster:
             ", ".join(str(u) for u in self.cfg.upstream),
         )
         self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
+        self.topic_names.start()
 
     async def _discover_nodes(self) -> None:
         """Learn every node and open its listener before any client asks (HA fleets).
@@ -198,6 +222,23 @@ class VirtualCluster:
         )
         return self.cfg.advertised_host, kport
 
+    def observe_response(self, api_key: int, version: int, msg: Any) -> None:
+        """Let the topic-name service learn from a decoded response passing by."""
+        if api_key == 3:
+            if version >= 10:
+                self.topic_names.observe_metadata_response(version, msg)
+        elif api_key == 19:
+            if version >= 7:
+                self.topic_names.observe_create_topics_response(version, msg)
+        elif api_key == 20:
+            self.topic_names.observe_delete_topics_response(version, msg)
+        elif api_key == 1 and version >= 13:
+            for topic in msg.responses:
+                for p in topic.partitions:
+                    if p.error_code in (3, 100):
+                        self.topic_names.observe_unknown_id(topic.topic_id)
+                        break
+
     def upstream_targets(self, node_id: int | None) -> list[tuple[str, int]]:
         """Where a client connection of this listener goes, in the order to try."""
         if node_id is not None:
@@ -217,5 +258,7 @@ class VirtualCluster:
             conn.close("kgate is shutting down")
 
     async def wait_closed(self) -> None:
+        await self.topic_names.close()
+        await self.chain.close()
         for server in self._servers:
             await server.wait_closed()

@@ -1,13 +1,24 @@
-"""One client connection and its upstream connection: the per-connection state lives here.
+"""One client connection and its upstream connection: all per-connection state lives here.
 
-Data path, client to broker: frames are split by a ``FrameReader`` only to learn each
-request's (api key, version, correlation id) for the in-flight queue; the bytes themselves
-are forwarded as the chunk that arrived, without copying or re-encoding. Broker to client:
-each response is matched against the head of the in-flight queue (Kafka answers in request
-order on a connection) and, if it may carry broker addresses, decoded and rewritten.
+Client to broker: a ``FrameReader`` splits the stream into frames. When no filter hooks any
+request of this cluster, frames are only peeked at for bookkeeping and the bytes go out as
+the chunk that arrived. Otherwise each frame a hook wants is decoded and run through the
+chain; frames nobody wants go out as their original bytes.
 
-Flow control uses the transports' own water marks: when one side's write buffer is full,
-reading from the other side pauses (``ReadGate``), and resumes when it drains.
+Every request that expects an answer becomes an ``Exchange`` in ``pending`` (the order the
+client must get answers in). Forwarded ones also wait in ``upstream_waiting`` (the order the
+broker answers in). A response is matched to the head of ``upstream_waiting``, processed
+(address rewrite, topic-name learning, response hooks) and stored on its exchange; ``_flush``
+writes answers from the head of ``pending`` as soon as they are ready. Answers kgate makes
+itself (a filter's ``respond``) take their place in the same queue, so order always holds.
+
+Suspension: a hook that awaits suspends only its own message. Requests behind a suspended
+request wait in ``backlog`` (forwarding them first would reorder them at the broker);
+reading from the client pauses while the backlog is over its limit. A response hook that
+awaits only delays delivery: later responses are processed and wait in ``pending``.
+
+Flow control uses the transports' water marks: when one side's write buffer is full, reading
+from the other side pauses (``ReadGate``), and resumes when it drains.
 
 Bad input closes only this connection, with a log line naming the peer and the reason.
 """
@@ -15,56 +26,74 @@ Bad input closes only this connection, with a log line naming the peer and the r
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from codec import api
 from codec.framing import FrameReader
-from codec.headers import HeaderError, parse_request_header, peek_correlation_id, peek_request, produce_acks
+from codec.headers import (
+    HeaderError,
+    RequestHeader,
+    parse_request_header,
+    peek_correlation_id,
+    peek_request,
+    produce_acks,
+    response_body_offset,
+    response_frame,
+)
+from codec.headers import (
+    frame as make_frame,
+)
+from filters.api import FORWARD, Close, ConnectionInfo, Drop, Respond
+from filters.chain import Outcome, run_hooks
+from filters.errors import error_response
 from proxy import rewrite
+from proxy.context import MessageContext
 from proxy.flow import ReadGate
+from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslState
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from proxy.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.connection")
 
 PRODUCE = 0
-SASL_HANDSHAKE = 17
-RAW_SASL = -1  # in-flight marker: a bare SASL token after SaslHandshake v0
+RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
+REQUEST_TIMED_OUT = 7
 
 
-def _plausible_request(frame: memoryview) -> bool:
-    """Whether a frame after SaslHandshake v0 looks like a Kafka request rather than a raw token."""
-    if len(frame) < 14:
-        return False
-    api_key, version, _cid = peek_request(frame)
-    info = api.API_INFO.get(api_key)
-    return info is not None and 0 <= version <= info.max_version
+class Exchange:
+    """A request that expects an answer, and the answer once it is ready."""
 
+    __slots__ = ("api_key", "api_version", "cid", "request", "response", "state")
 
-def _handshake_mechanism(frame: memoryview) -> str:
-    """The mechanism named in a SaslHandshake v0 request ("" if unreadable)."""
-    try:
-        header = parse_request_header(frame, 1)
-        msg = api.decode_request(SASL_HANDSHAKE, 0, frame[header.body_offset :])
-    except (HeaderError, api.CodecError, ValueError):
-        return ""
-    return str(msg.mechanism).upper()
+    def __init__(
+        self,
+        cid: int,
+        api_key: int,
+        api_version: int,
+        request: Any = None,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        self.cid = cid
+        self.api_key = api_key
+        self.api_version = api_version
+        self.request = request  # decoded request, when a request hook decoded it
+        self.state = state  # the request hooks' per-exchange scratch space, for the response hooks
+        self.response: bytes | memoryview | None = None
 
 
 class UpstreamProtocol(asyncio.Protocol):
     """The broker side of a ``ClientConnection``; it only relays events to it."""
 
-    __slots__ = ("conn", "transport")
+    __slots__ = ("conn",)
 
     def __init__(self, conn: ClientConnection) -> None:
         self.conn = conn
-        self.transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
         self.conn.upstream_data(data)
@@ -83,40 +112,48 @@ class UpstreamProtocol(asyncio.Protocol):
 
 
 class ClientConnection(asyncio.Protocol):
-    """A client connection, its upstream, and the queue of requests awaiting a response."""
+    """A client connection, its upstream, and the exchanges in flight between them."""
 
     def __init__(self, cluster: VirtualCluster, node_id: int | None) -> None:
         self.cluster = cluster
+        self.chain = cluster.chain
         self.node_id = node_id
         settings = cluster.settings
+        self.settings = settings
         self.reader = FrameReader(settings.max_frame_bytes)
         self.upstream_reader = FrameReader(settings.max_frame_bytes)
         self.gate = ReadGate()  # pauses reading from the client
         self.upstream_gate = ReadGate()  # pauses reading from the broker
-        # (correlation id, api key, api version) of each request awaiting its response
-        self.inflight: deque[tuple[int, int, int]] = deque()
+        self.pending: deque[Exchange] = deque()  # answers owed to the client, in request order
+        self.upstream_waiting: deque[Exchange] = deque()  # forwarded, in the order the broker answers
+        self.backlog: deque[memoryview] = deque()  # requests behind a suspended one
+        self.suspended_request = False
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self.peer = "?"
+        self.info = ConnectionInfo(client_address="?", virtual_cluster=cluster.name)
+        self.sasl = SaslState()
         self.closed = False
-        self._sasl_raw: str | None = None  # mechanism, while bare SASL tokens are expected
-        self._sasl_requested = ""  # mechanism of the last SaslHandshake v0 request
-        self._sasl_tokens = 0
+        self._raw_requests = not self.chain.has_request_hooks
         self._connect_task: asyncio.Task[None] | None = None
-        self._early: list[bytes] = []  # client bytes received before the upstream connected
+        self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def peer(self) -> str:
+        return self.info.client_address
 
     @property
     def inflight_count(self) -> int:
-        return len(self.inflight)
+        return len(self.pending) + len(self.backlog)
 
     # -- client side -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        s = self.cluster.settings
-        transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)
-        self.gate.attach(transport)
+        self.info.client_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        s = self.settings
+        transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
+        self.gate.attach(transport)  # type: ignore[arg-type]
         self.gate.pause("connecting")
         self.cluster.connections.add(self)
         self.cluster.metrics.connections.inc()
@@ -125,7 +162,7 @@ class ClientConnection(asyncio.Protocol):
 
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
-        settings = self.cluster.settings
+        settings = self.settings
         errors = []
         for host, port in self.cluster.upstream_targets(self.node_id):
             try:
@@ -140,11 +177,11 @@ class ClientConnection(asyncio.Protocol):
             if self.closed:
                 transport.close()
                 return
-            transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
+            transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)  # type: ignore[attr-defined]
             self.upstream = transport  # type: ignore[assignment]
             self.upstream_gate.attach(transport)  # type: ignore[arg-type]
             if self._early:
-                transport.writelines(self._early)
+                transport.writelines(self._early)  # type: ignore[attr-defined]
                 self._early.clear()
             self.gate.resume("connecting")
             return
@@ -153,26 +190,49 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         reader = self.reader
         try:
-            for frame in reader.feed(data):
-                self._track_request(frame)
+            frames = reader.feed(data)
+            if self._raw_requests:
+                for frame in frames:
+                    self._track(frame)
+            else:
+                for frame in frames:
+                    if self.closed:
+                        return
+                    if self.suspended_request:
+                        self._queue_behind_suspended(frame)
+                    else:
+                        self._request(frame)
         except HeaderError as exc:
             self.close(f"malformed request: {exc}", error="malformed-request")
             return
         if reader.error is not None:
+            if self._raw_requests and frames:
+                self._send_upstream_frames(frames)  # complete frames before the bad one still go
             self.close(f"bad frame from client: {reader.error}", error="bad-frame")
             return
-        # No filter changes requests yet: the chunk goes out exactly as it came, partial tail
-        # included (the reader keeps its own copy of the tail for bookkeeping).
+        if self._raw_requests:
+            # Nothing hooks requests: the chunk goes out exactly as it came, partial tail
+            # included (the reader keeps its own copy of the tail for bookkeeping).
+            self._send_upstream(data)
+
+    def _send_upstream(self, data: bytes | memoryview) -> None:
         if self.upstream is not None:
             self.upstream.write(data)
-        else:
+        elif not self.closed:
             # Reading is paused until the upstream connects, but a transport may still deliver
             # what it had already read; hold it (bounded by one read) until then.
             self._early.append(data)
 
-    def _track_request(self, frame: memoryview) -> None:
-        if self._sasl_raw is not None and self._is_sasl_token(frame):
-            self.inflight.append((0, RAW_SASL, 0))
+    def _send_upstream_frames(self, frames: list[memoryview]) -> None:
+        for f in frames:
+            self._send_upstream(f)
+
+    def _track(self, frame: memoryview) -> None:
+        """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
+        if self.sasl.raw and self.sasl.is_raw_token(frame):
+            ex = Exchange(0, RAW_SASL, 0)
+            self.pending.append(ex)
+            self.upstream_waiting.append(ex)
             return
         api_key, version, cid = peek_request(frame)
         self.cluster.metrics.request(api_key).inc()
@@ -180,25 +240,148 @@ class ClientConnection(asyncio.Protocol):
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
                 return  # acks=0: the broker sends no response, so nothing waits for one
-        elif api_key == SASL_HANDSHAKE and version == 0:
-            self._sasl_requested = _handshake_mechanism(frame)
-        self.inflight.append((cid, api_key, version))
+        elif api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+            self._observe_sasl_request(frame, api_key, version)
+        ex = Exchange(cid, api_key, version)
+        self.pending.append(ex)
+        self.upstream_waiting.append(ex)
 
-    def _is_sasl_token(self, frame: memoryview) -> bool:
-        """After SaslHandshake v0, tokens travel without Kafka headers until auth completes.
-
-        PLAIN is exactly one token (whose first bytes could pass for a header); for other
-        mechanisms the exchange ends at the first frame that parses as a Kafka request.
-        """
-        if self._sasl_raw == "PLAIN":
-            is_token = self._sasl_tokens == 0
+    def _observe_sasl_request(self, frame: memoryview, api_key: int, version: int) -> None:
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+            msg = api.decode_request(api_key, version, frame[header.body_offset :])
+        except (HeaderError, api.CodecError):
+            return
+        if api_key == SASL_HANDSHAKE:
+            self.sasl.handshake_request(str(msg.mechanism))
         else:
-            is_token = not _plausible_request(frame)
-        if not is_token:
-            self._sasl_raw = None
-            return False
-        self._sasl_tokens += 1
-        return True
+            self.sasl.authenticate_request(bytes(msg.auth_bytes))
+
+    # -- requests through filters ----------------------------------------------------------
+    def _request(self, frame: memoryview) -> None:
+        if self.sasl.raw and self.sasl.is_raw_token(frame):
+            self._forward(frame, Exchange(0, RAW_SASL, 0))
+            return
+        api_key, version, cid = peek_request(frame)
+        hooks = self.chain.hooks("request", api_key, version) if api_key in api.API_INFO else ()
+        if not hooks:
+            self._track(frame)
+            self._send_upstream(frame)
+            return
+        self.cluster.metrics.request(api_key).inc()
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+            msg = api.decode_request(api_key, version, frame[header.body_offset :])
+        except (HeaderError, api.CodecError) as exc:
+            # A filter must see this api key; kgate cannot read this one: never bypass it.
+            self.close(
+                f"cannot decode {api_key} v{version} request a filter must see: {exc}",
+                error="undecodable-request",
+            )
+            return
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        outcome = run_hooks(hooks, ctx, msg)
+        if inspect.isawaitable(outcome):
+            self.suspended_request = True
+            self._spawn(self._finish_suspended_request(outcome, frame, header, ctx, msg))
+            return
+        self._apply_request(outcome, frame, header, ctx)  # type: ignore[arg-type]
+
+    def _queue_behind_suspended(self, frame: memoryview) -> None:
+        self.backlog.append(frame)
+        if len(self.backlog) >= self.settings.max_queued_requests:
+            self.gate.pause("backlog-full")
+
+    async def _finish_suspended_request(
+        self,
+        pending: Awaitable[Outcome],
+        frame: memoryview,
+        header: RequestHeader,
+        ctx: MessageContext,
+        msg: Any,
+    ) -> None:
+        try:
+            outcome = await asyncio.wait_for(pending, self.settings.filter_timeout_s)
+        except TimeoutError:
+            outcome = self._timeout_outcome(header, msg)
+        except Exception as exc:  # a filter bug must not leave the connection hanging
+            log.exception(
+                "filter failed on %s v%d from %s",
+                api.API_INFO[header.api_key].name,
+                header.api_version,
+                self.peer,
+            )
+            outcome = (Close(f"filter error: {exc}"), msg, False)
+        if self.closed:
+            return
+        self.suspended_request = False
+        self._apply_request(outcome, frame, header, ctx)
+        while self.backlog and not self.suspended_request and not self.closed:
+            self._request(self.backlog.popleft())
+        if len(self.backlog) < self.settings.max_queued_requests:
+            self.gate.resume("backlog-full")
+
+    def _timeout_outcome(self, header: RequestHeader, msg: Any) -> Outcome:
+        name = api.API_INFO[header.api_key].name
+        log.warning(
+            "filter timed out after %.1fs on %s v%d from %s: answering REQUEST_TIMED_OUT",
+            self.settings.filter_timeout_s,
+            name,
+            header.api_version,
+            self.peer,
+        )
+        self.cluster.metrics.closed_on_error("filter-timeout")
+        resp = error_response(header.api_key, header.api_version, msg, REQUEST_TIMED_OUT)
+        if resp is None:
+            return (
+                Close(f"filter timed out on {name}, which has no error response kgate can build"),
+                msg,
+                False,
+            )
+        return Respond(resp), msg, False
+
+    def _apply_request(
+        self, outcome: Outcome, frame: memoryview, header: RequestHeader, ctx: MessageContext
+    ) -> None:
+        result, msg, changed = outcome
+        api_key, version, cid = header.api_key, header.api_version, header.correlation_id
+        state = ctx._state
+        acks0 = api_key == PRODUCE and msg.acks == 0
+        if result is FORWARD:
+            if changed:
+                frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
+            if acks0:
+                self._send_upstream(frame)
+            else:
+                self._forward(frame, Exchange(cid, api_key, version, msg, state))
+        elif isinstance(result, Respond):
+            if acks0:
+                return  # the client expects no answer to acks=0
+            hv = api.response_header_version(api_key, version)
+            ex = Exchange(cid, api_key, version, msg)
+            ex.response = response_frame(cid, hv, result.message.encode(version))
+            self.pending.append(ex)
+            self._flush()
+        elif isinstance(result, Drop):
+            if not acks0:
+                self.close(
+                    f"a filter dropped a {api.API_INFO[api_key].name} request that expects an answer",
+                    error="filter-drop",
+                )
+        elif isinstance(result, Close):
+            self.close(f"closed by filter: {result.reason}", error="filter-close")
+
+    def _forward(self, frame: memoryview, ex: Exchange) -> None:
+        self.pending.append(ex)
+        self.upstream_waiting.append(ex)
+        self._send_upstream(frame)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def eof_received(self) -> bool:
         return False
@@ -210,64 +393,135 @@ class ClientConnection(asyncio.Protocol):
         self.upstream_gate.resume("client-buffer-full")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed and self.inflight:
-            log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.inflight))
+        if not self.closed and self.pending:
+            log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.pending))
         self._teardown()
 
     # -- broker side -----------------------------------------------------------------------
     def upstream_data(self, data: bytes) -> None:
-        frames = self.upstream_reader.feed(data)
-        transport = self.transport
-        for frame in frames:
-            out = self._on_response(frame)
-            if out is None:
+        for frame in self.upstream_reader.feed(data):
+            if self.closed:
                 return
-            if transport is not None:
-                transport.write(out)
+            self._response(frame)
         if self.upstream_reader.error is not None:
             self.close(f"bad frame from broker: {self.upstream_reader.error}", error="bad-upstream-frame")
+            return
+        self._flush()
 
-    def _on_response(self, frame: memoryview) -> memoryview | bytes | None:
-        if not self.inflight:
+    def _response(self, frame: memoryview) -> None:
+        if not self.upstream_waiting:
             self.close("broker sent a response nobody asked for", error="unexpected-response")
-            return None
-        cid, api_key, version = self.inflight.popleft()
+            return
+        ex = self.upstream_waiting.popleft()
+        api_key, version = ex.api_key, ex.api_version
         if api_key == RAW_SASL:
-            return frame
+            ex.response = frame
+            return
         try:
             got = peek_correlation_id(frame)
         except HeaderError as exc:
             self.close(f"malformed response from broker: {exc}", error="bad-upstream-frame")
-            return None
-        if got != cid:
-            self.close(f"broker answered correlation id {got}, expected {cid}", error="out-of-order")
-            return None
-        if api_key == SASL_HANDSHAKE and version == 0:
-            self._after_sasl_handshake_v0(frame)
-            return frame
-        if not rewrite.needs_rewrite(api_key, version):
-            return frame
-        try:
-            if api_key == rewrite.API_VERSIONS:
-                new = rewrite.cap_api_versions(frame, version)
-            else:
-                new = rewrite.rewrite_addresses(frame, api_key, version, self.cluster.client_address)
-        except rewrite.RewriteError as exc:
-            self.close(str(exc), error="undecodable-response")
-            return None
+            return
+        if got != ex.cid:
+            self.close(f"broker answered correlation id {got}, expected {ex.cid}", error="out-of-order")
+            return
+        hooks = self.chain.hooks("response", api_key, version) if self.chain.has_response_hooks else ()
+        if api_key == rewrite.API_VERSIONS:
+            ex.response = self._api_versions(frame, version)
+        elif hooks or api_key in rewrite.OBSERVED_KEYS or rewrite.needs_rewrite(api_key, version):
+            self._decoded_response(ex, frame, hooks)
+        else:
+            ex.response = frame
+
+    def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview:
+        new = rewrite.cap_api_versions(frame, version, self.cluster.version_limits)
         if new is None:
             return frame
-        self.cluster.metrics.rewrite(api_key).inc()
+        self.cluster.metrics.rewrite(rewrite.API_VERSIONS).inc()
         return new
 
-    def _after_sasl_handshake_v0(self, frame: memoryview) -> None:
+    def _decoded_response(self, ex: Exchange, frame: memoryview, hooks: tuple[Any, ...]) -> None:
+        api_key, version = ex.api_key, ex.api_version
+        must_rewrite = rewrite.needs_rewrite(api_key, version)
         try:
-            msg = api.decode_response(SASL_HANDSHAKE, 0, frame[8:])
-        except (api.CodecError, ValueError):
+            offset = response_body_offset(frame, api.response_header_version(api_key, version))
+            msg = api.decode_response(api_key, version, frame[offset:])
+        except (HeaderError, api.CodecError) as exc:
+            if must_rewrite or hooks:
+                self.close(
+                    f"cannot decode {api_key} v{version} response kgate must inspect: {exc}",
+                    error="undecodable-response",
+                )
+            else:
+                ex.response = frame  # only watched for topic names: pass it on untouched
             return
-        if msg.error_code == 0:
-            self._sasl_raw = self._sasl_requested
-            self._sasl_tokens = 0
+        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self.cluster.client_address)
+        if changed:
+            self.cluster.metrics.rewrite(api_key).inc()
+        self.cluster.observe_response(api_key, version, msg)
+        if api_key == SASL_HANDSHAKE and version == 0 and msg.error_code == 0:
+            self.sasl.handshake_v0_accepted()
+        elif api_key == SASL_AUTHENTICATE:
+            self.sasl.authenticate_response(msg.error_code)
+            self.info.principal = self.sasl.principal
+        if not hooks:
+            ex.response = rewrite.reframe(frame, offset, msg.encode(version)) if changed else frame
+            return
+        ctx = MessageContext(self.cluster, self.info, api_key, version, ex.cid, ex.request, ex.state)
+        outcome = run_hooks(hooks, ctx, msg)
+        if inspect.isawaitable(outcome):
+            self._spawn(self._finish_suspended_response(outcome, ex, frame, offset, changed))
+            if len(self.pending) > self.settings.max_queued_requests:
+                self.upstream_gate.pause("answers-blocked")
+            return
+        self._apply_response(outcome, ex, frame, offset, changed)  # type: ignore[arg-type]
+
+    async def _finish_suspended_response(
+        self, pending: Awaitable[Outcome], ex: Exchange, frame: memoryview, offset: int, changed: bool
+    ) -> None:
+        try:
+            outcome = await asyncio.wait_for(pending, self.settings.filter_timeout_s)
+        except TimeoutError:
+            outcome = (Close(f"filter timed out on a {api.API_INFO[ex.api_key].name} response"), None, False)
+        except Exception as exc:
+            log.exception("filter failed on a %s response to %s", api.API_INFO[ex.api_key].name, self.peer)
+            outcome = (Close(f"filter error: {exc}"), None, False)
+        if self.closed:
+            return
+        self._apply_response(outcome, ex, frame, offset, changed)
+        self._flush()
+
+    def _apply_response(
+        self, outcome: Outcome, ex: Exchange, frame: memoryview, offset: int, rewritten: bool
+    ) -> None:
+        result, msg, changed = outcome
+        if isinstance(result, Close):
+            self.close(f"closed by filter: {result.reason}", error="filter-close")
+            return
+        if not isinstance(result, type(FORWARD)):
+            self.close(
+                f"a response hook returned {result!r}; only forward or close apply to responses",
+                error="filter-misuse",
+            )
+            return
+        if changed or rewritten:
+            # a response hook's changes must not undo the address rewrite
+            if changed:
+                rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.client_address)
+            ex.response = rewrite.reframe(frame, offset, msg.encode(ex.api_version))
+        else:
+            ex.response = frame
+
+    def _flush(self) -> None:
+        """Write every answer that is ready, in request order."""
+        pending = self.pending
+        transport = self.transport
+        if transport is None or self.closed:
+            return
+        while pending and pending[0].response is not None:
+            transport.write(pending.popleft().response)  # type: ignore[arg-type]
+        if len(pending) <= self.settings.max_queued_requests:
+            self.upstream_gate.resume("answers-blocked")
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self.upstream = None
@@ -277,28 +531,30 @@ class ClientConnection(asyncio.Protocol):
 
     # -- teardown --------------------------------------------------------------------------
     def close(self, reason: str, error: str | None = None) -> None:
-        """Close both sides; pending writes to the client are flushed first."""
+        """Close both sides; answers already written to the client are flushed first."""
         if self.closed:
             return
-        self.closed = True
         if error is not None:
             log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, reason)
             self.cluster.metrics.closed_on_error(error)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, reason)
+        self._flush()
+        self.closed = True
         if self.transport is not None:
             self.transport.close()
-        if self.upstream is not None:
-            self.upstream.close()
         self._teardown()
 
     def _teardown(self) -> None:
         self.closed = True
         if self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
+        for task in list(self._tasks):
+            task.cancel()
         if self.upstream is not None:
             self.upstream.close()
             self.upstream = None
+        self.backlog.clear()
         if self in self.cluster.connections:
             self.cluster.connections.discard(self)
             self.cluster.metrics.connections.dec()

@@ -102,27 +102,63 @@ def needs_rewrite(api_key: int, api_version: int) -> bool:
     return (entry is not None and api_version >= entry[0]) or api_key == API_VERSIONS
 
 
+#: responses decoded even without a filter: SASL progress and topic-name learning
+OBSERVED_KEYS = frozenset({17, 19, 20, 36})  # SaslHandshake, CreateTopics, DeleteTopics, SaslAuthenticate
+
+
 def _decode(frame: memoryview, api_key: int, version: int) -> tuple[int, Any]:
     hv = api.response_header_version(api_key, version)
     offset = response_body_offset(frame, hv)
     return offset, api.decode_response(api_key, version, frame[offset:])
 
 
-def _reframe(frame: memoryview, offset: int, body: bytes | bytearray) -> bytes:
+def reframe(frame: memoryview, offset: int, body: bytes | bytearray) -> bytes:
+    """The frame with its original header (bytes 4..offset) and a new body."""
     header = frame[4:offset]
     return b"".join(((len(header) + len(body)).to_bytes(4, "big", signed=True), header, body))
 
 
+def rewrite_message(msg: Any, api_key: int, version: int, mapper: NodeMapper) -> bool:
+    """Rewrite the addresses of a decoded response in place; whether it must be re-encoded."""
+    entry = _REWRITERS.get(api_key)
+    if entry is None or version < entry[0]:
+        return False
+    return entry[1](msg, version, mapper)
+
+
 def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: NodeMapper) -> bytes | None:
     """New frame with rewritten addresses, or None when the original bytes can go as they are."""
-    _min, rewriter = _REWRITERS[api_key]
     try:
         offset, msg = _decode(frame, api_key, version)
     except (api.CodecError, ValueError) as exc:
         raise RewriteError(f"cannot decode {api.API_INFO[api_key].name} v{version} response: {exc}") from exc
-    if not rewriter(msg, version, mapper):
+    if not rewrite_message(msg, api_key, version, mapper):
         return None
-    return _reframe(frame, offset, msg.encode(version))
+    return reframe(frame, offset, msg.encode(version))
+
+
+def version_limits(filter_limits: dict[int, tuple[int, int]] | None = None) -> dict[int, tuple[int, int]]:
+    """Per api key, the versions kgate lets clients use: what its codec reads of what it decodes.
+
+    For address rewriting only the versions kgate decodes matter (Produce below v10 carries no
+    address and stays open to old clients). Filter hooks add their declared ranges.
+    """
+    limits: dict[int, tuple[int, int]] = {}
+    for key in DECODED_RESPONSE_KEYS:
+        info = api.API_INFO[key]
+        decode_from = _REWRITERS[key][0] if key in _REWRITERS else 0
+        lo = info.min_version if decode_from < info.min_version else 0
+        limits[key] = (lo, info.max_version)
+    for key, (flo, fhi) in (filter_limits or {}).items():
+        info = api.API_INFO[key]
+        lo, hi = max(flo, info.min_version), min(fhi, info.max_version)
+        if key in limits:
+            lo, hi = max(lo, limits[key][0]), min(hi, limits[key][1])
+        limits[key] = (lo, hi)
+    return limits
+
+
+DEFAULT_LIMITS = version_limits()
 
 
 def _unsupported_api_versions(frame: memoryview) -> bytes:
@@ -134,13 +170,13 @@ def _unsupported_api_versions(frame: memoryview) -> bytes:
     info = api.API_INFO[API_VERSIONS]
     resp = info.response_class(error_code=UNSUPPORTED_VERSION)
     resp.api_keys = [ApiVersion(api_key=API_VERSIONS, min_version=0, max_version=info.max_version)]
-    return _reframe(frame, 8, resp.encode(0))
+    return reframe(frame, 8, resp.encode(0))
 
 
 def cap_api_versions(
-    frame: memoryview, version: int, keys: frozenset[int] = DECODED_RESPONSE_KEYS
+    frame: memoryview, version: int, limits: dict[int, tuple[int, int]] = DEFAULT_LIMITS
 ) -> bytes | None:
-    """Advertise for ``keys`` only the versions kgate's codec handles (intersection with the broker).
+    """Advertise for each key in ``limits`` only the versions within it (intersection with the broker).
 
     A broker that does not support the client's ApiVersions version answers in v0 layout
     with UNSUPPORTED_VERSION; that answer is passed on as is. A version newer than kgate's
@@ -157,13 +193,10 @@ def cap_api_versions(
     changed = False
     kept = []
     for entry in msg.api_keys:
-        info = api.API_INFO.get(entry.api_key)
-        if entry.api_key in keys and info is not None:
-            decode_from = _REWRITERS[entry.api_key][0] if entry.api_key in _REWRITERS else 0
-            hi = min(entry.max_version, info.max_version)
-            lo = entry.min_version
-            if lo < info.min_version and decode_from < info.min_version:
-                lo = info.min_version  # versions kgate would decode but its codec lacks
+        limit = limits.get(entry.api_key)
+        if limit is not None:
+            lo = max(entry.min_version, limit[0])
+            hi = min(entry.max_version, limit[1])
             if lo > hi:
                 changed = True
                 continue  # no version both sides can read: hide the api rather than mangle it
@@ -174,4 +207,4 @@ def cap_api_versions(
     if not changed:
         return None
     msg.api_keys = kept
-    return _reframe(frame, offset, msg.encode(version))
+    return reframe(frame, offset, msg.encode(version))

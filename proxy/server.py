@@ -11,7 +11,9 @@ import logging
 import signal
 import time
 
-from config import KgateConfig
+from config import ConfigError, KgateConfig
+from filters.chain import FilterChain
+from filters.registry import build_filters
 from proxy.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.server")
@@ -22,7 +24,10 @@ class Proxy:
 
     def __init__(self, config: KgateConfig) -> None:
         self.config = config
-        self.clusters = [VirtualCluster(vc, config.proxy) for vc in config.virtual_clusters]
+        self.clusters = [
+            VirtualCluster(vc, config.proxy, FilterChain(build_filters(config.filters)), config.topic_names)
+            for vc in config.virtual_clusters
+        ]
 
     async def start(self) -> None:
         started: list[VirtualCluster] = []
@@ -101,4 +106,7 @@ def run(config: KgateConfig) -> int:
     except OSError as exc:
         log.error("cannot start: %s", exc)
         return 1
+    except ConfigError as exc:
+        log.error("config error: %s", exc)
+        return 2
     return 0

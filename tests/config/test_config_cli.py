@@ -28,7 +28,7 @@ virtual_clusters:
     upstream: [127.0.0.1:9092, 127.0.0.1:9093]
     node_ports: {base: {base}, count: 4, first_node_id: 1}
 filters:
-  - name: audit
+  - name: topic-policy
 """
 
 BAD = """\
@@ -94,7 +94,7 @@ def test_check_config_valid(good_file, capsys):
     assert "bootstrap: 127.0.0.1:19192 (advertised host 127.0.0.1)" in out
     assert "upstream: 127.0.0.1:9092, 127.0.0.1:9093" in out
     assert "node ports: 19193-19196 for node ids 1-4" in out
-    assert "filters: audit" in out
+    assert "filters: topic-policy" in out
 
 
 def test_check_config_invalid(bad_file, capsys):
@@ -169,7 +169,7 @@ def test_run_bad_config_exits_2_before_binding(tmp_path):
                 listen: 127.0.0.1:{port}
                 upstream: 127.0.0.1:9092
             filters:
-              - name: audit
+              - name: topic-policy
                 bogus: 1
             """
         )

@@ -44,9 +44,9 @@ virtual_clusters:
     advertised_host: kafka.internal
     upstream: broker:9092
 filters:
-  - name: audit
-    config: {topics: [a, b], level: 3}
-  - name: noop
+  - name: topic-policy
+    config: {deny: [a, b]}
+  - name: topic-policy
 """
 
 
@@ -107,8 +107,11 @@ def test_full_file_round_trip(tmp_path):
         metrics=MetricsConfig(listen=HostPort("127.0.0.1", 9190)),
         log_level="DEBUG",
         filters=(
-            FilterConfig(name="audit", config={"topics": ("a", "b"), "level": 3}),
-            FilterConfig(name="noop", config={}),
+            FilterConfig(
+                name="topic-policy",
+                config={"deny": ("a", "b"), "allow": None, "unresolved_error": "UNKNOWN_TOPIC_ID"},
+            ),
+            FilterConfig(name="topic-policy", config={"deny": (), "allow": None, "unresolved_error": "UNKNOWN_TOPIC_ID"}),
         ),
     )
     assert isinstance(cfg.proxy.connect_timeout_s, float)
@@ -569,3 +572,23 @@ def test_docs_example_is_valid():
     block = text[start:].split("```yaml\n", 1)[1].split("```", 1)[0]
     cfg = parse_config(yaml.safe_load(block), "docs/configuration.md")
     assert len(cfg.virtual_clusters) >= 2
+
+
+def _with_filters(filters: str) -> str:
+    return "virtual_clusters:\n  - {name: a, listen: 127.0.0.1:19192, upstream: 127.0.0.1:9092}\n" + filters
+
+
+def test_unknown_filter_name_is_refused_at_load() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(yaml.safe_load(_with_filters("filters: [{name: no-such-filter}]")), "k.yaml")
+    assert "filters[0].name" in str(err.value)
+    assert "no filter named 'no-such-filter'" in str(err.value)
+
+
+def test_filter_validates_its_own_config_at_load() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            yaml.safe_load(_with_filters("filters: [{name: topic-policy, config: {deny: 5}}]")), "k.yaml"
+        )
+    assert "filters[0].config" in str(err.value)
+    assert "deny: expected a list of topic name patterns" in str(err.value)

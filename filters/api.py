@@ -1,0 +1,224 @@
+"""The public filter API: what a filter author writes against.
+
+A filter is a class with hooks. Each hook declares the api key (and optionally a version
+range) and direction it wants, and receives the decoded message::
+
+    class DenyTopics(Filter):
+        name = "deny-topics"
+
+        @on_request(ApiKey.PRODUCE)
+        def produce(self, ctx: FilterContext, request: Any) -> Result:
+            ...
+            return FORWARD
+
+Only api keys some filter wants are decoded; every other frame, and every message no filter
+changed, goes out as its original bytes.
+
+A hook returns a result (or ``None``, the same as ``FORWARD``):
+
+* ``FORWARD`` - pass the message on unchanged (its original bytes are sent).
+* ``forward(message)`` - pass on this message (changed in place or new); kgate re-encodes it.
+* ``respond(response)`` - requests only: answer the client directly; nothing goes upstream.
+* ``DROP`` - requests only, and only where the protocol allows no answer (Produce acks=0).
+* ``close(reason)`` - close the client connection.
+
+A hook may be a plain function or a coroutine. A plain function costs no task or future;
+a coroutine suspends only its own message (later messages of that connection wait behind it
+so that Kafka's per-connection ordering holds; other connections run on).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from uuid import UUID
+
+from codec import api
+
+if TYPE_CHECKING:
+    from proxy.topic_names import TopicNameError
+
+
+def _const_name(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
+
+
+#: Kafka api keys by name, e.g. ``ApiKey.FETCH == 1``; generated from the codec's spec data.
+ApiKey = enum.IntEnum(  # type: ignore[misc]
+    "ApiKey", {_const_name(info.name): key for key, info in sorted(api.API_INFO.items())}
+)
+
+
+class FilterConfigError(ValueError):
+    """A filter's configuration is invalid; the message says which key and why."""
+
+
+# -- results ---------------------------------------------------------------------------------
+class Result:
+    """Base of every hook result."""
+
+    __slots__ = ()
+
+
+class Forward(Result):
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any = None) -> None:
+        self.message = message  # None: unchanged, forward the original bytes
+
+    def __repr__(self) -> str:
+        return "FORWARD" if self.message is None else f"forward({type(self.message).__name__})"
+
+
+class Respond(Result):
+    __slots__ = ("message",)
+
+    def __init__(self, message: Any) -> None:
+        self.message = message
+
+
+class Drop(Result):
+    __slots__ = ()
+
+
+class Close(Result):
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+FORWARD = Forward()
+DROP = Drop()
+
+
+def forward(message: Any = None) -> Forward:
+    """Forward ``message`` (re-encoded) instead of the original bytes; no argument: unchanged."""
+    return FORWARD if message is None else Forward(message)
+
+
+def respond(message: Any) -> Respond:
+    """Answer the client with ``message`` (a response object of the request's api key)."""
+    return Respond(message)
+
+
+def close(reason: str) -> Close:
+    return Close(reason)
+
+
+HookResult = Result | None
+Hook = Callable[["FilterContext", Any], HookResult | Awaitable[HookResult]]
+
+
+# -- hooks -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class HookSpec:
+    """What one hook method asked for."""
+
+    direction: str  # "request" or "response"
+    api_key: int
+    min_version: int
+    max_version: int | None  # None: every version kgate's codec knows
+
+
+def _hook(direction: str, api_key: int, min_version: int, max_version: int | None) -> Callable[[Any], Any]:
+    if int(api_key) not in api.API_INFO:
+        raise ValueError(f"unknown api key {api_key}")
+
+    def mark(fn: Any) -> Any:
+        specs = getattr(fn, "__kgate_hooks__", ())
+        fn.__kgate_hooks__ = (*specs, HookSpec(direction, int(api_key), min_version, max_version))
+        return fn
+
+    return mark
+
+
+def on_request(api_key: int, *, min_version: int = 0, max_version: int | None = None) -> Callable[[Any], Any]:
+    """Mark a method as the hook for requests of ``api_key`` (versions inclusive)."""
+    return _hook("request", api_key, min_version, max_version)
+
+
+def on_response(
+    api_key: int, *, min_version: int = 0, max_version: int | None = None
+) -> Callable[[Any], Any]:
+    """Mark a method as the hook for responses of ``api_key`` (versions inclusive)."""
+    return _hook("response", api_key, min_version, max_version)
+
+
+# -- context ---------------------------------------------------------------------------------
+@dataclass(slots=True)
+class ConnectionInfo:
+    """Facts about the client connection a message came from."""
+
+    client_address: str
+    virtual_cluster: str
+    client_id: str | None = None  # from the latest request header
+    principal: str | None = None  # SASL principal once authentication succeeded
+
+
+class FilterContext(Protocol):
+    """What a hook can see and do besides its message."""
+
+    @property
+    def api_key(self) -> int: ...
+    @property
+    def api_version(self) -> int: ...
+    @property
+    def correlation_id(self) -> int: ...
+    @property
+    def connection(self) -> ConnectionInfo: ...
+
+    @property
+    def request(self) -> Any:
+        """In a response hook: the decoded request it answers, if a request hook decoded it."""
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """Scratch space of this exchange, shared by a request hook and its response's hooks."""
+
+    async def send_request(self, api_key: int, message: Any, version: int | None = None) -> Any:
+        """Send kgate's own request upstream (not on the client's connection) and return the response."""
+
+    def cached_topic_name(self, topic_id: UUID) -> str | None:
+        """The name of ``topic_id`` if kgate knows it already; never waits."""
+
+    async def topic_names(self, topic_ids: Iterable[UUID]) -> dict[UUID, str | TopicNameError]:
+        """Names of ``topic_ids``, looked up upstream where not cached; an error object per failure."""
+
+
+# -- filter base -----------------------------------------------------------------------------
+class Filter:
+    """Base class of every filter; one instance per virtual cluster.
+
+    Subclasses set ``name`` (the name used in YAML) and decorate hook methods with
+    ``on_request`` / ``on_response``. ``validate_config`` checks and normalises the YAML
+    mapping before any instance is made, so that a bad config stops kgate before it binds.
+    """
+
+    name: ClassVar[str] = ""
+    hooks: ClassVar[tuple[tuple[str, HookSpec], ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        found: list[tuple[str, HookSpec]] = []
+        for attr in dir(cls):
+            fn = getattr(cls, attr, None)
+            for spec in getattr(fn, "__kgate_hooks__", ()):
+                found.append((attr, spec))
+        cls.hooks = tuple(found)
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = config
+
+    @classmethod
+    def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Return the config to construct with; raise FilterConfigError. Default: no keys allowed."""
+        if config:
+            raise FilterConfigError(f"takes no configuration, got keys {sorted(config)}")
+        return config
+
+    async def close(self) -> None:
+        """Release resources at shutdown."""

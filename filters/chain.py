@@ -1,0 +1,125 @@
+"""Running the configured filters over one message.
+
+The chain is indexed once per (direction, api key, version) so that the data path asks a
+dict whether any hook wants a frame; frames nobody wants are never decoded.
+
+``run_hooks`` calls hooks in configured order. As long as hooks return plain values it stays
+synchronous (no task, no future). The first hook that returns an awaitable turns the rest of
+the run into a coroutine; the caller decides how to wait for it (with a timeout).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from codec import api
+from filters.api import FORWARD, Close, Drop, Filter, FilterContext, Forward, Respond, Result
+
+BoundHook = Callable[[FilterContext, Any], Any]
+
+#: (final result, final message, whether any hook replaced or changed the message)
+Outcome = tuple[Result, Any, bool]
+
+
+class FilterChain:
+    """The filters of one virtual cluster, in configured order."""
+
+    def __init__(self, filters: Sequence[Filter]) -> None:
+        self.filters = list(filters)
+        self._by_key: dict[tuple[str, int], list[tuple[int, int, BoundHook]]] = {}
+        for f in self.filters:
+            for attr, spec in f.hooks:
+                info = api.API_INFO[spec.api_key]
+                hi = info.max_version if spec.max_version is None else spec.max_version
+                self._by_key.setdefault((spec.direction, spec.api_key), []).append(
+                    (spec.min_version, hi, getattr(f, attr))
+                )
+        self._cache: dict[tuple[str, int, int], tuple[BoundHook, ...]] = {}
+        self.has_request_hooks = any(d == "request" for d, _k in self._by_key)
+        self.has_response_hooks = any(d == "response" for d, _k in self._by_key)
+
+    def hooks(self, direction: str, api_key: int, version: int) -> tuple[BoundHook, ...]:
+        key = (direction, api_key, version)
+        found = self._cache.get(key)
+        if found is None:
+            entries = self._by_key.get((direction, api_key), ())
+            found = tuple(h for lo, hi, h in entries if lo <= version <= hi)
+            self._cache[key] = found
+        return found
+
+    def wants(self, direction: str, api_key: int) -> bool:
+        return (direction, api_key) in self._by_key
+
+    def version_limits(self) -> dict[int, tuple[int, int]]:
+        """Per hooked api key, the version range the filters declared (union of their hooks).
+
+        kgate advertises no version outside it, so a filter that must see an api key is never
+        bypassed by a client using a version the filter (or the codec) cannot read.
+        """
+        limits: dict[int, tuple[int, int]] = {}
+        for (_direction, key), entries in self._by_key.items():
+            lo = min(e[0] for e in entries)
+            hi = max(e[1] for e in entries)
+            if key in limits:
+                lo, hi = min(lo, limits[key][0]), max(hi, limits[key][1])
+            limits[key] = (lo, hi)
+        return limits
+
+    async def close(self) -> None:
+        for f in self.filters:
+            await f.close()
+
+
+def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> Outcome | Awaitable[Outcome]:
+    """Run ``hooks`` over ``message``; synchronous unless a hook returns an awaitable."""
+    changed = False
+    for i, hook in enumerate(hooks):
+        result = hook(ctx, message)
+        if result is None or result is FORWARD:
+            continue
+        if inspect.isawaitable(result):
+            return _continue_async(result, hooks, i + 1, ctx, message, changed)
+        outcome = _apply(result, message, changed)
+        if outcome[0] is not FORWARD:
+            return outcome
+        _r, message, changed = outcome
+    return FORWARD, message, changed
+
+
+def _apply(result: Any, message: Any, changed: bool) -> Outcome:
+    if isinstance(result, Forward):
+        if result.message is None:
+            return FORWARD, message, changed
+        return FORWARD, result.message, True
+    if isinstance(result, Respond | Drop | Close):
+        return result, message, changed
+    raise TypeError(f"a filter hook returned {result!r}; expected a kgate filter result or None")
+
+
+async def _continue_async(
+    pending: Awaitable[Any],
+    hooks: Sequence[BoundHook],
+    start: int,
+    ctx: FilterContext,
+    message: Any,
+    changed: bool,
+) -> Outcome:
+    result = await pending
+    if result is not None and result is not FORWARD:
+        outcome = _apply(result, message, changed)
+        if outcome[0] is not FORWARD:
+            return outcome
+        _r, message, changed = outcome
+    for hook in hooks[start:]:
+        result = hook(ctx, message)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None or result is FORWARD:
+            continue
+        outcome = _apply(result, message, changed)
+        if outcome[0] is not FORWARD:
+            return outcome
+        _r, message, changed = outcome
+    return FORWARD, message, changed

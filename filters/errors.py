@@ -1,0 +1,174 @@
+"""Error answers built from a request, as a broker would send them.
+
+Filters that refuse (a policy, an unresolvable topic id) and kgate itself (a filter that timed
+out) must answer with an error the client understands: per topic and partition where the RPC
+reports errors that way, so the client's normal error handling (refresh metadata, retry, fail
+the send) runs. ``error_response`` mirrors the request's topics and partitions into a response
+object with ``code`` everywhere; ``topic_codes`` lets the code differ per topic.
+
+Kafka error codes used by kgate are named here for filter authors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from codec import api
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REQUEST_TIMED_OUT = 7
+TOPIC_AUTHORIZATION_FAILED = 29
+INVALID_REQUEST = 42
+POLICY_VIOLATION = 44
+UNKNOWN_TOPIC_ID = 100
+
+TopicKey = Any  # a topic name (str) or id (UUID), whichever the request carries
+
+
+def _struct(cls: type, field_name: str) -> type:
+    for f in cls._FIELDS:  # type: ignore[attr-defined]
+        if f.name == field_name:
+            return f.struct  # type: ignore[no-any-return]
+    raise KeyError(f"{cls.__name__} has no field {field_name}")
+
+
+def _topic_key(topic: Any, name_attr: str = "name") -> TopicKey:
+    topic_id = getattr(topic, "topic_id", None)
+    if topic_id is not None and topic_id.int:
+        return topic_id
+    return getattr(topic, name_attr)
+
+
+def _produce(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    tcls = _struct(type(resp), "responses")
+    pcls = _struct(tcls, "partition_responses")
+    resp.responses = [
+        tcls(
+            name=t.name,
+            topic_id=t.topic_id,
+            partition_responses=[
+                pcls(index=p.index, error_code=code(_topic_key(t)), base_offset=-1) for p in t.partition_data
+            ],
+        )
+        for t in req.topic_data
+    ]
+
+
+def _fetch(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    tcls = _struct(type(resp), "responses")
+    pcls = _struct(tcls, "partitions")
+    resp.responses = [
+        tcls(
+            topic=t.topic,
+            topic_id=t.topic_id,
+            partitions=[
+                pcls(
+                    partition_index=p.partition,
+                    error_code=code(_topic_key(t, "topic")),
+                    high_watermark=-1,
+                    last_stable_offset=-1,
+                    log_start_offset=-1,
+                )
+                for p in t.partitions
+            ],
+        )
+        for t in req.topics
+    ]
+
+
+def _list_offsets(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    tcls = _struct(type(resp), "topics")
+    pcls = _struct(tcls, "partitions")
+    resp.topics = [
+        tcls(
+            name=t.name,
+            partitions=[
+                pcls(partition_index=p.partition_index, error_code=code(t.name), offset=-1, timestamp=-1)
+                for p in t.partitions
+            ],
+        )
+        for t in req.topics
+    ]
+
+
+def _metadata(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    tcls = _struct(type(resp), "topics")
+    resp.topics = [
+        tcls(error_code=code(_topic_key(t)), name=t.name, topic_id=t.topic_id) for t in (req.topics or [])
+    ]
+
+
+def _make(cls: type, **fields: Any) -> Any:
+    """An instance of a generated struct, ignoring fields this struct does not have."""
+    slots = set(getattr(cls, "__slots__", ()))
+    return cls(**{k: v for k, v in fields.items() if k in slots})
+
+
+def _offset_commit(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    tcls = _struct(type(resp), "topics")
+    pcls = _struct(tcls, "partitions")
+    resp.topics = [
+        _make(
+            tcls,
+            name=t.name,
+            topic_id=getattr(t, "topic_id", None),
+            partitions=[
+                pcls(partition_index=p.partition_index, error_code=code(_topic_key(t))) for p in t.partitions
+            ],
+        )
+        for t in req.topics
+    ]
+
+
+def _delete_topics(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    rcls = _struct(type(resp), "responses")
+    if getattr(req, "topics", None):
+        resp.responses = [
+            rcls(name=t.name, topic_id=t.topic_id, error_code=code(_topic_key(t))) for t in req.topics
+        ]
+    else:
+        resp.responses = [rcls(name=n, error_code=code(n)) for n in req.topic_names]
+
+
+_BUILDERS: dict[int, Callable[[Any, Any, Callable[[TopicKey], int]], None]] = {
+    0: _produce,
+    1: _fetch,
+    2: _list_offsets,
+    3: _metadata,
+    8: _offset_commit,
+    20: _delete_topics,
+}
+
+
+def error_response(
+    api_key: int,
+    api_version: int,
+    request: Any,
+    code: int,
+    topic_codes: Mapping[TopicKey, int] | None = None,
+) -> Any | None:
+    """A response object answering ``request`` with ``code`` (per topic: ``topic_codes`` first).
+
+    Returns None where kgate knows no faithful error shape for the api (then close instead).
+    """
+    info = api.API_INFO.get(api_key)
+    if info is None:
+        return None
+    resp = info.response_class()
+    codes = topic_codes or {}
+
+    def code_for(topic: TopicKey) -> int:
+        return codes.get(topic, code)
+
+    builder = _BUILDERS.get(api_key)
+    if builder is not None:
+        builder(request, resp, code_for)
+        if hasattr(resp, "error_code") and api_key != 1:
+            resp.error_code = code
+        return resp
+    if hasattr(resp, "error_code"):
+        resp.error_code = code
+        return resp
+    return None

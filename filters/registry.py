@@ -1,0 +1,65 @@
+"""Finding filter classes by the name used in YAML: built-ins first, then plugins.
+
+Third-party filters are distributions that declare an entry point in the group
+``kgate.filters`` (``name = "package.module:FilterClass"``). kgate loads them by name when a
+config names them, validates their config at load time (so ``kgate check-config`` catches
+mistakes before anything binds) and makes one instance per virtual cluster.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from filters.api import Filter, FilterConfigError
+
+ENTRY_POINT_GROUP = "kgate.filters"
+
+BUILTINS: dict[str, str] = {
+    "topic-policy": "filters.builtin.topic_policy:TopicPolicy",
+}
+
+
+class FilterLookupError(LookupError):
+    """No filter of that name is built in or installed as a plugin."""
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def filter_class(name: str) -> type[Filter]:
+    if name in BUILTINS:
+        cls = _load(BUILTINS[name])
+    else:
+        found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+        if not found:
+            known = sorted(set(BUILTINS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+            raise FilterLookupError(
+                f"no filter named {name!r} (built in or installed under entry point group "
+                f"{ENTRY_POINT_GROUP!r}); known: {', '.join(known)}"
+            )
+        try:
+            cls = found[0].load()
+        except Exception as exc:  # a broken plugin must fail config loading, clearly
+            raise FilterLookupError(f"filter plugin {name!r} failed to load: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Filter)):
+        raise FilterLookupError(f"filter {name!r} resolves to {cls!r}, which is not a kgate Filter subclass")
+    return cls
+
+
+def validate_filter_config(name: str, config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The filter's own validation; raises FilterLookupError or FilterConfigError."""
+    cls = filter_class(name)
+    result = cls.validate_config(dict(config))
+    if not isinstance(result, Mapping):
+        raise FilterConfigError(f"{cls.__name__}.validate_config returned {result!r}, not a mapping")
+    return result
+
+
+def build_filters(configs: Sequence[Any]) -> list[Filter]:
+    """Instances for one virtual cluster, in configured order (configs are already validated)."""
+    return [filter_class(c.name)(c.config) for c in configs]

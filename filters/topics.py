@@ -1,0 +1,89 @@
+"""Per-topic helpers for filters: which topics a request names, and refusing some of them.
+
+Refusing part of a request must not fail the rest: a Produce carrying an allowed and a denied
+topic has to write the allowed one and report an error for the other, or the client retries
+the whole batch forever. ``refuse_topics`` therefore forwards the request without the refused
+topics and remembers error entries for them in the exchange's state; ``merge_refused`` (call
+it from a response hook of the same api key) appends those entries to the broker's answer.
+When every topic is refused, the client is answered directly and nothing goes upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from uuid import UUID
+
+from filters.api import FORWARD, FilterContext, Result, forward, respond
+from filters.errors import error_response
+
+TopicKey = str | UUID
+
+# api key -> (request list attribute, name attribute in it, response list attribute)
+TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
+    0: ("topic_data", "name", "responses"),  # Produce
+    1: ("topics", "topic", "responses"),  # Fetch
+    2: ("topics", "name", "topics"),  # ListOffsets
+    3: ("topics", "name", "topics"),  # Metadata
+    8: ("topics", "name", "topics"),  # OffsetCommit
+    20: ("topics", "name", "responses"),  # DeleteTopics (v6+; older versions use topic_names)
+}
+
+_STATE_KEY = "kgate.refused"
+_ZERO = UUID(int=0)
+
+
+def topic_key(topic: Any, name_attr: str = "name") -> TopicKey:
+    """A topic entry's id when it carries a non-zero one, else its name."""
+    topic_id = getattr(topic, "topic_id", None)
+    if topic_id is not None and topic_id != _ZERO:
+        return topic_id  # type: ignore[no-any-return]
+    return getattr(topic, name_attr)  # type: ignore[no-any-return]
+
+
+def _entries(api_key: int, request: Any) -> tuple[str, str, list[Any]]:
+    list_attr, name_attr, _resp = TOPIC_LISTS[api_key]
+    if api_key == 20 and not getattr(request, "topics", None):
+        return "topic_names", "", list(request.topic_names)
+    return list_attr, name_attr, list(getattr(request, list_attr) or [])
+
+
+def request_topics(api_key: int, request: Any) -> list[TopicKey]:
+    """The topics (ids or names) a request names, in order, for the api keys in ``TOPIC_LISTS``."""
+    _attr, name_attr, entries = _entries(api_key, request)
+    if not name_attr:
+        return entries
+    return [topic_key(t, name_attr) for t in entries]
+
+
+def refuse_topics(ctx: FilterContext, request: Any, codes: Mapping[TopicKey, int]) -> Result:
+    """Answer the topics in ``codes`` with their error code; let the rest through."""
+    if not codes:
+        return FORWARD
+    api_key = ctx.api_key
+    attr, name_attr, entries = _entries(api_key, request)
+
+    def key(t: Any) -> TopicKey:
+        return t if not name_attr else topic_key(t, name_attr)
+
+    refused = [t for t in entries if key(t) in codes]
+    kept = [t for t in entries if key(t) not in codes]
+    if not kept:
+        resp = error_response(api_key, ctx.api_version, request, 0, codes)
+        return respond(resp)
+    setattr(request, attr, refused)
+    errors = error_response(api_key, ctx.api_version, request, 0, codes)
+    setattr(request, attr, kept)
+    ctx.state[_STATE_KEY] = errors  # type: ignore[attr-defined]
+    return forward(request)
+
+
+def merge_refused(ctx: FilterContext, response: Any) -> Result:
+    """In a response hook: add the error entries ``refuse_topics`` kept back for this exchange."""
+    state = ctx.state  # type: ignore[attr-defined]
+    errors = state.get(_STATE_KEY) if state else None
+    if errors is None:
+        return FORWARD
+    attr = TOPIC_LISTS[ctx.api_key][2]
+    setattr(response, attr, list(getattr(response, attr)) + list(getattr(errors, attr)))
+    return forward(response)

@@ -1,0 +1,96 @@
+"""SASL bookkeeping on a connection kgate relays but never authenticates itself.
+
+Two jobs: after SaslHandshake v0 the client's tokens travel as bare frames without Kafka
+headers (they must be recognised and passed through untouched, and their answers too), and
+the principal the client authenticated as is worth knowing for filters (audit, authorization).
+kgate learns the principal from the client's token for mechanisms that carry the user name in
+clear (PLAIN, SCRAM-*) and trusts it only once the broker accepted the authentication.
+"""
+
+from __future__ import annotations
+
+from codec import api
+from codec.headers import peek_request
+
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+
+
+def principal_from_token(mechanism: str, token: bytes) -> str | None:
+    """The user name a client-first SASL token names, for mechanisms that send it in clear."""
+    try:
+        if mechanism == "PLAIN":
+            parts = token.split(b"\x00")
+            if len(parts) != 3:
+                return None
+            authzid, authcid = parts[0], parts[1]
+            return (authzid or authcid).decode()
+        if mechanism.startswith("SCRAM-"):
+            # client-first-message: gs2-header "n,," then "n=<user>,r=<nonce>"
+            text = token.decode()
+            for attr in text.split(",")[2:]:
+                if attr.startswith("n="):
+                    return attr[2:].replace("=2C", ",").replace("=3D", "=")
+    except UnicodeDecodeError:
+        return None
+    return None
+
+
+def plausible_request(frame: memoryview) -> bool:
+    """Whether a frame after SaslHandshake v0 looks like a Kafka request rather than a bare token."""
+    if len(frame) < 14:
+        return False
+    api_key, version, _cid = peek_request(frame)
+    info = api.API_INFO.get(api_key)
+    return info is not None and 0 <= version <= info.max_version
+
+
+class SaslState:
+    """Per-connection SASL progress."""
+
+    __slots__ = ("candidate", "mechanism", "principal", "raw", "raw_tokens")
+
+    def __init__(self) -> None:
+        self.mechanism = ""  # from the latest SaslHandshake request
+        self.raw = False  # True while bare tokens are expected (after SaslHandshake v0)
+        self.raw_tokens = 0
+        self.candidate: str | None = None  # principal named by the token, not yet accepted
+        self.principal: str | None = None
+
+    def handshake_request(self, mechanism: str) -> None:
+        self.mechanism = mechanism.upper()
+
+    def handshake_v0_accepted(self) -> None:
+        self.raw = True
+        self.raw_tokens = 0
+
+    def is_raw_token(self, frame: memoryview) -> bool:
+        """Classify a client frame while bare tokens may come.
+
+        PLAIN is exactly one token (whose first bytes could pass for a header); for the other
+        mechanisms the exchange ends at the first frame that parses as a Kafka request, which
+        also tells that the broker accepted the authentication.
+        """
+        if self.mechanism == "PLAIN":
+            is_token = self.raw_tokens == 0
+        else:
+            is_token = not plausible_request(frame)
+        if is_token:
+            if self.raw_tokens == 0:
+                self.candidate = principal_from_token(self.mechanism, bytes(frame[4:]))
+            self.raw_tokens += 1
+            return True
+        self.raw = False
+        if self.candidate is not None:
+            self.principal, self.candidate = self.candidate, None
+        return False
+
+    def authenticate_request(self, token: bytes) -> None:
+        if self.candidate is None:
+            self.candidate = principal_from_token(self.mechanism, token)
+
+    def authenticate_response(self, error_code: int) -> None:
+        if error_code == 0 and self.candidate is not None:
+            self.principal = self.candidate
+        if error_code != 0:
+            self.candidate = None
