@@ -126,8 +126,9 @@ class TopicNameResolver:
 
     LRU order and idleness share one integer clock, ``_epoch``, bumped on every insertion and
     every sweep. A hit moves its entry to the MRU end only when the entry's epoch is older than
-    the clock, so a hot id costs one dict lookup and a compare per hit, and the order is still
-    exact LRU as far as any eviction can tell (between two insertions nobody is evicted).
+    the clock, so a hot id costs one dict lookup and a compare per hit. The order is LRU except
+    that entries hit between the same two insertions keep the order of their first hit there;
+    every entry used since the last insertion still outlives every entry that was not.
     Entries are therefore sorted by epoch, and the sweep walks idle ones from the LRU end.
     """
 
