@@ -21,7 +21,7 @@ import asyncio
 import pytest
 from support import workloads as w
 from support.netconn import ConnectionWatcher
-from support.ports import free_port, free_ports
+from support.ports import free_port
 from support.procs import Relay
 from support.wire import RawClient
 
@@ -93,7 +93,3 @@ def test_gatekeeper_catches_unproxied_clients(gated):
         assert c.closed_by_peer(timeout=5)
     assert [e["event"] for e in relay.events()] == ["accept", "forbidden"]
 
-
-def test_unused_ports_helper_distinct():
-    ports = free_ports(20)
-    assert len(set(ports)) == 20

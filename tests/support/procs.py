@@ -227,7 +227,7 @@ class Relay(ManagedProcess):
     name = "relay"
 
     def __init__(self, log_path: Path, upstream_port: int, ports: list[int], node_ids: list[int] | None,
-                 forbid_pid: int | None = None):
+                 forbid_pid: int | None = None, drop_acks0_responses: bool = False):
         self.ports = ports
         self.node_ids = node_ids
         argv = [PYTHON, str(Path(__file__).with_name("relay.py")), "--upstream", f"{HOST}:{upstream_port}",
@@ -237,6 +237,8 @@ class Relay(ManagedProcess):
             argv += ["--node-ids", ",".join(str(n) for n in node_ids)]
         if forbid_pid:
             argv += ["--forbid-pid", str(forbid_pid)]
+        if drop_acks0_responses:
+            argv += ["--drop-acks0-responses"]
         self.events_path = Path(log_path).with_suffix(".events")
         super().__init__(argv, log_path, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 

@@ -40,6 +40,8 @@ class Relay:
         self.ports = [int(p) for p in args.listen.split(",")]
         self.node_ids = [int(n) for n in args.node_ids.split(",")] if args.node_ids else None
         self.forbid_pid = args.forbid_pid
+        self.drop_acks0 = args.drop_acks0_responses
+        self.framed = self.node_ids is not None or self.drop_acks0
         self.events = open(args.events, "a")
         self.stats = {"rewritten": 0}
 
@@ -138,7 +140,7 @@ class Relay:
                 w.close()
 
     async def client_to_broker(self, reader, up_writer, pending, prefix=b""):
-        rewriting = self.node_ids is not None
+        rewriting = self.framed
         if prefix and not rewriting:
             up_writer.write(prefix)
         while True:
@@ -157,11 +159,13 @@ class Relay:
                 api_key, version, corr = struct.unpack(">hhi", payload[:8])
                 if api_key in (wire.METADATA, wire.FIND_COORDINATOR, wire.DESCRIBE_CLUSTER):
                     pending[corr] = (api_key, version)
+                elif api_key == wire.PRODUCE and self.drop_acks0 and wire.produce_acks(payload, version) == 0:
+                    pending[corr] = (api_key, version)
             up_writer.write(head + payload)
             await up_writer.drain()
 
     async def broker_to_client(self, up_reader, writer, pending):
-        rewriting = self.node_ids is not None
+        rewriting = self.framed
         while True:
             if not rewriting:
                 data = await up_reader.read(1 << 16)
@@ -175,6 +179,10 @@ class Relay:
             payload = await up_reader.readexactly(size)
             (corr,) = struct.unpack(">i", payload[:4])
             req = pending.pop(corr, None)
+            if req is not None and req[0] == wire.PRODUCE:
+                # Tansu answers acks=0 Produce; a compliant broker does not: swallow it.
+                self.event(event="dropped_acks0_response", correlation_id=corr)
+                continue
             if req is not None:
                 api_key, version = req
                 flex_from = wire.FLEXIBLE_FROM[api_key]
@@ -215,6 +223,8 @@ def main():
     ap.add_argument("--node-ids", default="")
     ap.add_argument("--forbid-pid", type=int, default=0)
     ap.add_argument("--events", required=True)
+    ap.add_argument("--drop-acks0-responses", action="store_true",
+                    help="pose as a compliant broker: never answer Produce with acks=0")
     args = ap.parse_args()
     asyncio.run(Relay(args).main())
 

@@ -169,7 +169,8 @@ def api_versions_request(correlation_id: int, version: int = 0) -> bytes:
 def metadata_request(correlation_id: int, topics: list[str] | None = None, version: int = 1) -> bytes:
     """Metadata v1..v8 (non-flexible) request; topics None = all topics."""
     assert 1 <= version <= 8
-    w = Writer().array(topics, False, lambda t: w.string(t, False))
+    w = Writer()
+    w.array(topics, False, lambda t: w.string(t, False))
     if version >= 4:
         w.bool(False)  # allow_auto_topic_creation
     if version >= 8:
@@ -451,3 +452,48 @@ class RawClient:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# ------------------------------------------------------------------ produce / fetch by hand
+PRODUCE, FETCH = 0, 1
+
+
+def record_batch(values: list[bytes]) -> bytes:
+    """A magic-2 record batch (kafka-python's builder computes the CRC32C)."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=None, key=None, value=v, headers=[])
+    return bytes(b.build())
+
+
+def produce_request(correlation_id: int, topic: str, partition: int, values: list[bytes], acks: int,
+                    version: int = 7, timeout_ms: int = 10000) -> bytes:
+    """Produce v3..v8 (non-flexible)."""
+    assert 3 <= version <= 8
+    batch = record_batch(values)
+    w = Writer().string(None, False).int16(acks).int32(timeout_ms)
+    w.int32(1).string(topic, False).int32(1).int32(partition).int32(len(batch)).raw(batch)
+    return frame(request_header(PRODUCE, version, correlation_id) + w.bytes())
+
+
+def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_wait_ms: int,
+                  min_bytes: int = 1, version: int = 4) -> bytes:
+    """Fetch v4 (non-flexible, no log_start_offset)."""
+    assert version == 4
+    w = Writer().int32(-1).int32(max_wait_ms).int32(min_bytes).int32(1 << 20).int8(0)
+    w.int32(1).string(topic, False).int32(1).int32(partition).int64(offset).int32(1 << 20)
+    return frame(request_header(FETCH, version, correlation_id) + w.bytes())
+
+
+def produce_acks(payload: bytes, version: int) -> int:
+    """acks of a Produce request frame (payload = frame without its size prefix)."""
+    flexible = version >= 9
+    r = Reader(payload, 8)
+    r.string(False)  # client_id: never compact
+    r.tags(flexible)
+    if version >= 3:
+        r.string(flexible)  # transactional_id
+    return r.int16()
