@@ -14,6 +14,8 @@ import uuid
 from uuid import UUID
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
 from codec import api
@@ -582,3 +584,39 @@ async def test_prometheus_metrics(topics):
     assert val("kgate_topic_names_size") == 2
     await r.close()
     assert val("kgate_topic_names_hits_total") == 1  # counters survive the resolver
+
+
+# ---------------------------------------------------------------- invariants under random operations
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["learn", "hit", "forget", "delete_name", "unknown", "sweep_mark"]),
+                          st.integers(0, 15)), max_size=80),
+       st.integers(1, 8))
+def test_cache_invariants_hold_under_random_operations(ops, max_entries):
+    """Whatever happens: the bound holds, the name index matches the entries, entries stay sorted
+    by epoch (the sweep relies on it), and a cached name is always the one learnt for that id."""
+    r = TopicNameResolver(FakeUpstream(), cluster="hypothesis", max_entries=max_entries)
+    ids = [UUID(int=i + 1) for i in range(16)]
+    name_of = {i: f"n{n % 5}" for n, i in enumerate(ids)}  # several ids share a name (recreations)
+    for op, n in ops:
+        tid = ids[n]
+        if op == "learn":
+            r.learn(tid, name_of[tid])
+        elif op == "hit":
+            assert r.cached(tid) in (None, name_of[tid])
+        elif op == "forget":
+            r.forget(tid, "test")
+        elif op == "delete_name":
+            r.observe_delete_topics_response(5, DeleteTopicsResponse(responses=[
+                DeletableTopicResult(name=name_of[tid], error_code=0)]))
+            assert all(r.cached(i) is None for i in ids if name_of[i] == name_of[tid])
+        elif op == "unknown":
+            r.observe_unknown_id(tid)
+            assert r.cached(tid) is None
+        else:
+            r._epoch += 1  # what a sweep does to the clock
+        assert len(r) <= max_entries
+        epochs = [e.epoch for e in r._entries.values()]
+        assert epochs == sorted(epochs)
+        indexed = {(k, name) for name, keys in r._by_name.items() for k in keys}
+        assert indexed == {(k, e.name) for k, e in r._entries.items()}
+        assert all(keys for keys in r._by_name.values())
