@@ -22,6 +22,16 @@ BUILTINS: dict[str, str] = {
 }
 
 
+_REGISTERED: dict[str, type[Filter]] = {}
+
+
+def register_filter(name: str, cls: type[Filter]) -> None:
+    """Make a filter class available by name without packaging it (embedding kgate, tests)."""
+    if not (isinstance(cls, type) and issubclass(cls, Filter)):
+        raise TypeError(f"{cls!r} is not a kgate Filter subclass")
+    _REGISTERED[name] = cls
+
+
 class FilterLookupError(LookupError):
     """No filter of that name is built in or installed as a plugin."""
 
@@ -32,6 +42,8 @@ def _load(target: str) -> Any:
 
 
 def filter_class(name: str) -> type[Filter]:
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     if name in BUILTINS:
         cls = _load(BUILTINS[name])
     else:

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 import time
+from collections.abc import Callable
 
 from config import ConfigError, KgateConfig
 from filters.chain import FilterChain
@@ -70,24 +71,34 @@ def _start_metrics(config: KgateConfig) -> None:
     log.info("metrics on http://%s/metrics", config.metrics.listen)
 
 
-async def serve(config: KgateConfig, ready: asyncio.Event | None = None) -> None:
-    """Run until SIGTERM or SIGINT (or until cancelled), then drain and return."""
+async def serve(
+    config: KgateConfig,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[Proxy], None] | None = None,
+) -> None:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set, for embedding and tests), then drain and return."""
     proxy = Proxy(config)
     await proxy.start()
     _start_metrics(config)
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    signals = stop is None
+    stop = stop or asyncio.Event()
+    if signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     log.info("kgate ready")
+    if on_started is not None:
+        on_started(proxy)
     if ready is not None:
         ready.set()
     try:
         await stop.wait()
-        log.info("signal received: draining")
+        log.info("stopping: draining")
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+        if signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
         await proxy.shutdown()
     log.info("kgate stopped")
 
