@@ -12,12 +12,12 @@ import time
 from typing import Any
 
 import pytest
+from support.inproc_kgate import InprocKgate, make_config
 
 from codec import api
 from filters import FORWARD, ApiKey, Filter, FilterContext, on_request, respond
 from filters.registry import register_filter
 from proxy.upstream_client import UpstreamClient, UpstreamError
-from support.inproc_kgate import InprocKgate, make_config
 
 METADATA, API_VERSIONS = 3, 18
 SLOW_S = 0.6
