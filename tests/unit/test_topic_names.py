@@ -104,6 +104,15 @@ def topics() -> dict[UUID, str]:
     return {uid(): f"topic-{i}" for i in range(5)}
 
 
+async def on_the_wire(fake: FakeUpstream, n: int = 1) -> None:
+    """Wait until ``n`` Metadata requests were sent (robust against a slow, loaded machine)."""
+    for _ in range(1000):
+        if len(fake.metadata_calls) >= n:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("no request sent")
+
+
 async def make(fake: FakeUpstream, **kw) -> TopicNameResolver:
     kw.setdefault("batch_window_s", 0.002)
     return TopicNameResolver(fake, cluster=kw.pop("cluster", "unit"), **kw)
@@ -123,11 +132,11 @@ async def test_single_flight_1000_concurrent_resolves_one_request(topics):
 
 
 async def test_single_flight_joins_a_lookup_already_in_flight(topics):
-    fake = FakeUpstream(topics, latency=0.05)
+    fake = FakeUpstream(topics, latency=0.2)
     r = await make(fake)
     tid = next(iter(topics))
     first = asyncio.create_task(r.resolve([tid]))
-    await asyncio.sleep(0.02)  # the first request is on the wire now
+    await on_the_wire(fake)
     assert len(fake.metadata_calls) == 1
     second = await r.resolve([tid])
     assert second == {tid: topics[tid]} and (await first) == second
@@ -551,11 +560,11 @@ async def test_observe_unknown_id_and_forget(topics):
 
 
 async def test_delete_seen_while_lookup_in_flight_wins(topics):
-    fake = FakeUpstream(topics, latency=0.05)
+    fake = FakeUpstream(topics, latency=0.2)
     r = await make(fake)
     tid = next(iter(topics))
     task = asyncio.create_task(r.resolve([tid]))
-    await asyncio.sleep(0.02)
+    await on_the_wire(fake)
     r.observe_delete_topics_response(6, roundtrip(DeleteTopicsResponse(responses=[
         DeletableTopicResult(name=topics[tid], topic_id=tid, error_code=0)]), 6))
     res = await task
