@@ -178,13 +178,21 @@ class Message(Struct):
 
         Trailing bytes after the body are allowed (and not consumed).
         """
-        cls.check_version(version)
-        dec = get_decoder(cls, version, cls.is_flexible(version))
-        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+        mv = buf if type(buf) is memoryview else memoryview(buf)
         if mv.ndim != 1 or mv.itemsize != 1 or mv.format != "B":
             mv = mv.cast("B")
+        n = len(mv)
+        # Small bodies are decoded with a bytes copy at hand (strings/bytes are sliced from it,
+        # which is much cheaper than from a memoryview); records still slice the input ``mv``.
+        raw = n <= _RAW_COPY_MAX
+        dec = _DEC_FAST.get((cls, version, raw))
+        if dec is None:
+            cls.check_version(version)
+            dec = _DEC_FAST[(cls, version, raw)] = get_decoder(cls, version, cls.is_flexible(version), raw)
         try:
-            return dec(mv, 0, len(mv))
+            if raw:
+                return dec(mv, 0, n, buf if type(buf) is bytes else mv.tobytes())
+            return dec(mv, 0, n)
         except CodecError:
             raise
         except (IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError,
@@ -198,8 +206,10 @@ class Message(Struct):
     def encode(self, version: int) -> bytearray:
         """Encode this message's body at ``version`` (fields absent in that version are skipped)."""
         cls = type(self)
-        cls.check_version(version)
-        enc = get_encoder(cls, version, cls.is_flexible(version))
+        enc = _ENC_FAST.get((cls, version))
+        if enc is None:
+            cls.check_version(version)
+            enc = _ENC_FAST[(cls, version)] = get_encoder(cls, version, cls.is_flexible(version))
         out = bytearray()
         try:
             enc(self, out)
@@ -217,11 +227,21 @@ _DEC_CACHE: dict = {}
 _ENC_CACHE: dict = {}
 
 
-def get_decoder(cls, version: int, flexible: bool):
-    key = (cls, version, flexible)
+_DEC_FAST: dict = {}  # (message class, version, raw) -> decoder, filled after a version check
+_ENC_FAST: dict = {}  # (message class, version) -> encoder
+_RAW_COPY_MAX = 1 << 16  # bodies up to this size are copied to bytes once for string slicing
+
+
+def get_decoder(cls, version: int, flexible: bool, raw: bool = False):
+    """Compiled ``decode(buf, pos, end[, raw]) -> (obj, pos)``.
+
+    With ``raw=True`` the function takes a fourth argument, a ``bytes`` copy of ``buf``, from which
+    strings and bytes fields are sliced.
+    """
+    key = (cls, version, flexible, raw)
     fn = _DEC_CACHE.get(key)
     if fn is None:
-        fn = _DEC_CACHE[key] = _compile(cls, version, flexible, decode=True)
+        fn = _DEC_CACHE[key] = _compile(cls, version, flexible, decode=True, raw=raw)
     return fn
 
 
@@ -269,10 +289,11 @@ class _Gen:
     whole message is decoded/encoded by one straight-line function without per-struct calls.
     """
 
-    def __init__(self, cls, version: int, flexible: bool):
+    def __init__(self, cls, version: int, flexible: bool, raw: bool = False):
         self.cls = cls
         self.v = version
         self.flex = flexible
+        self.raw = raw
         self.lines: list[str] = []
         self.ns: dict = {
             "_new": object.__new__, "_uvd": P.read_uvarint, "_uve": P.uvarint_bytes,
@@ -357,8 +378,8 @@ class _Gen:
     def read_struct(self, ind, scls, target, end, depth):
         """Decode a (non-null) struct of class scls at pos into target."""
         if depth >= _MAX_INLINE:
-            d = self.const(get_decoder(scls, self.v, self.flex), "_d")
-            self.emit(ind, f"{target}, pos = {d}(buf, pos, {end})")
+            d = self.const(get_decoder(scls, self.v, self.flex, self.raw), "_d")
+            self.emit(ind, f"{target}, pos = {d}(buf, pos, {end}{', raw' if self.raw else ''})")
             return
         obj = self.tmp("_o")
         self.dec_struct(ind, scls, obj, end, depth + 1)
@@ -385,9 +406,12 @@ class _Gen:
             self.emit(ind + 1, f"{e} = pos + {n}")
             self.emit(ind + 1, f"if {e} > {end}: raise _trunc()")
             if t == "string":
-                self.emit(ind + 1, f"{target} = str(buf[pos:{e}], 'utf-8')")
+                if self.raw:
+                    self.emit(ind + 1, f"{target} = raw[pos:{e}].decode()")
+                else:
+                    self.emit(ind + 1, f"{target} = str(buf[pos:{e}], 'utf-8')")
             elif t == "bytes":
-                self.emit(ind + 1, f"{target} = bytes(buf[pos:{e}])")
+                self.emit(ind + 1, f"{target} = {'raw' if self.raw else 'bytes(buf'}[pos:{e}]{'' if self.raw else ')'}")
             else:
                 self.emit(ind + 1, f"{target} = buf[pos:{e}]")
             self.emit(ind + 1, f"pos = {e}")
@@ -404,20 +428,44 @@ class _Gen:
         else:
             raise TypeError(f"unknown field type {t}")
 
-    def read_field(self, ind, f, target, end, depth, pre=None):
+    def read_field(self, ind, f, target, end, depth, pre=None, ahead=None):
+        """Emit code reading field f into target. With ``ahead`` (a variable name), a small fixed
+        array may also read the next uvarint into it; returns ``ahead`` when it did so."""
         v = self.v
         compact = f.is_flexible(v, self.flex)
         nullable = f.is_nullable(v)
         what = f"{self.cls.__name__}.{f.name}"
         if not f.array:
             self.read_scalar(ind, f.type, target, f, nullable, compact, end, what, depth, pre)
-            return
+            return None
         n = self.read_len(ind, compact, True, pre)
         self.emit(ind, f"if {n} < 0:")
         self.null_or_raise(ind, nullable, target, what)
         t = f.type
         if t in P.FIXED:
             ch, size = P.FIXED[t]
+            if ahead:
+                # One-element arrays (typical replica lists) are read together with the following
+                # uvarint. Reading past ``end`` inside a tagged field is caught by the tagged-size
+                # check; past the buffer by struct.error.
+                one, a = self.struct_const(f">{ch}B"), self.tmp()
+                self.emit(ind, f"elif {n} == 1:")
+                self.emit(ind + 1, f"{a}, {ahead} = {one}.unpack_from(buf, pos)")
+                self.emit(ind + 1, f"{target} = [{a}]")
+                self.emit(ind + 1, f"if {ahead} < 128: pos += {size + 1}")
+                self.emit(ind + 1, f"else: {ahead}, pos = _uvd(buf, pos + {size})")
+                self.emit(ind, f"elif {n} == 0:")
+                self.emit(ind + 1, f"{target} = []")
+                self.uv(ind + 1, ahead)
+                self.emit(ind, "else:")
+                ind += 1
+                self.emit(ind, f"if {n} * {size} > {end} - pos: raise _trunc()")
+                arr = self.const(tuple(struct.Struct(f">{k}{ch}") for k in range(_SMALL_ARRAY)), "_a")
+                self.emit(ind, f"if {n} < {_SMALL_ARRAY}: {target} = [*{arr}[{n}].unpack_from(buf, pos)]")
+                self.emit(ind, f"else: {target} = list(_unpack_from('>%d{ch}' % {n}, buf, pos))")
+                self.emit(ind, f"pos += {n} * {size}")
+                self.uv(ind, ahead)
+                return ahead
             self.emit(ind, f"elif {n} == 0: {target} = []")
             self.emit(ind, "else:")
             ind += 1
@@ -426,7 +474,7 @@ class _Gen:
             self.emit(ind, f"if {n} < {_SMALL_ARRAY}: {target} = [*{arr}[{n}].unpack_from(buf, pos)]")
             self.emit(ind, f"else: {target} = list(_unpack_from('>%d{ch}' % {n}, buf, pos))")
             self.emit(ind, f"pos += {n} * {size}")
-            return
+            return None
         self.emit(ind, "else:")
         ind += 1
         min_size = 1
@@ -442,6 +490,7 @@ class _Gen:
         self.read_scalar(ind + 1, t, x, f, False, compact, end, what + "[]", depth)
         self.emit(ind + 1, f"{lst}.append({x})")
         self.emit(ind, f"{target} = {lst}")
+        return None
 
     def default_expr(self, f):
         if f.default_is_mutable():
@@ -463,8 +512,12 @@ class _Gen:
         while i < len(regular):
             f = regular[i]
             if not self.in_run(f):
-                self.read_field(ind, f, f"{obj}.{f.name}", end, depth, pre)
-                pre = None
+                ahead = None
+                if (f.array and f.type in P.FIXED and self.starts_with_uvarint(f)
+                        and not f.is_nullable(self.v)
+                        and ((self.starts_with_uvarint(regular[i + 1])) if i + 1 < len(regular) else self.flex)):
+                    ahead = self.tmp()
+                pre = self.read_field(ind, f, f"{obj}.{f.name}", end, depth, pre, ahead)
                 i += 1
                 continue
             run = [f]
@@ -521,12 +574,13 @@ class _Gen:
             else:
                 ind2 = ind + 1
             self.emit(ind2, f"if {obj}._unknown_tagged is None: {obj}._unknown_tagged = []")
-            self.emit(ind2, f"{obj}._unknown_tagged.append(({tag}, bytes(buf[pos:{e}])))")
+            data = f"raw[pos:{e}]" if self.raw else f"bytes(buf[pos:{e}])"
+            self.emit(ind2, f"{obj}._unknown_tagged.append(({tag}, {data}))")
             self.emit(ind2, f"pos = {e}")
         self.cls = saved
 
     def gen_decoder(self):
-        self.emit(0, "def decode(buf, pos, end):")
+        self.emit(0, "def decode(buf, pos, end, raw):" if self.raw else "def decode(buf, pos, end):")
         self.dec_struct(1, self.cls, "o", "end", 0)
         self.emit(1, "return o, pos")
 
@@ -686,15 +740,16 @@ class _Gen:
         self.emit(1, "return out")
 
 
-def _compile(cls, version: int, flexible: bool, decode: bool):
-    g = _Gen(cls, version, flexible)
+def _compile(cls, version: int, flexible: bool, decode: bool, raw: bool = False):
+    g = _Gen(cls, version, flexible, raw)
     if decode:
         g.gen_decoder()
     else:
         g.gen_encoder()
     src = "\n".join(g.lines) + "\n"
     kind = "decode" if decode else "encode"
-    code = compile(src, f"<codec {kind} {cls.__name__} v{version}{' flex' if flexible else ''}>", "exec")
+    tag = (" flex" if flexible else "") + (" raw" if raw else "")
+    code = compile(src, f"<codec {kind} {cls.__name__} v{version}{tag}>", "exec")
     exec(code, g.ns)
     fn = g.ns[kind]
     fn.__qualname__ = f"{cls.__name__}.{kind}_v{version}"
@@ -702,8 +757,8 @@ def _compile(cls, version: int, flexible: bool, decode: bool):
     return fn
 
 
-def generated_source(cls, version: int, decode: bool = True) -> str:
+def generated_source(cls, version: int, decode: bool = True, raw: bool = False) -> str:
     """Source text of the compiled decoder/encoder (debugging aid)."""
     flexible = getattr(cls, "is_flexible", lambda v: False)(version)
-    fn = get_decoder(cls, version, flexible) if decode else get_encoder(cls, version, flexible)
+    fn = get_decoder(cls, version, flexible, raw) if decode else get_encoder(cls, version, flexible)
     return fn._source
