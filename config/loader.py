@@ -470,7 +470,7 @@ def load_config(path: str | os.PathLike[str] | None) -> KgateConfig:
     return _parse_yaml(text, source)
 
 
-def quick_config(listen: str, upstream: str) -> KgateConfig:
+def quick_config(listen: str, upstream: str, filters: list[dict[str, Any]] | None = None) -> KgateConfig:
     """A single-cluster configuration from command-line style arguments.
 
     ``listen`` is ``host:port`` for the bootstrap listener; ``upstream`` is one or
@@ -502,4 +502,4 @@ def quick_config(listen: str, upstream: str) -> KgateConfig:
             f"cannot listen on the wildcard address {_show(listen_hp.host)} in quick mode "
             "(no advertised host); use a config file with advertised_host",
         )
-    return parse_config({"virtual_clusters": [cluster]}, QUICK_SOURCE)
+    return parse_config({"virtual_clusters": [cluster], "filters": filters or []}, QUICK_SOURCE)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from config import ConfigError, KgateConfig, load_config, quick_config
 from config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
@@ -73,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="quick mode: upstream bootstrap server(s); needs --listen",
     )
     run.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="NAME[=JSON]",
+        help="quick mode: add a filter to the chain, with its config as JSON (repeatable, in order)",
+    )
+    run.add_argument(
         "--log-level",
         type=_log_level,
         metavar="LEVEL",
@@ -118,8 +127,25 @@ def _load_for_run(args: argparse.Namespace) -> KgateConfig:
             parser.error("-c/--config cannot be combined with --listen/--upstream")
         if args.listen is None or args.upstream is None:
             parser.error("--listen and --upstream must be given together")
-        return quick_config(args.listen, args.upstream)
+        return quick_config(args.listen, args.upstream, filters=_filter_args(args.filter, parser))
+    if args.filter:
+        parser.error("--filter is for quick mode; name filters in the config file otherwise")
     return load_config(args.config)
+
+
+def _filter_args(values: list[str], parser: argparse.ArgumentParser) -> list[dict[str, Any]]:
+    """``--filter topic-policy='{"deny": ["x*"]}'`` -> filter entries for the config."""
+    entries = []
+    for value in values:
+        name, sep, raw = value.partition("=")
+        entry: dict[str, Any] = {"name": name.strip()}
+        if sep:
+            try:
+                entry["config"] = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                parser.error(f"--filter {name}: config is not valid JSON: {exc}")
+        entries.append(entry)
+    return entries
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -318,8 +318,12 @@ class ClientConnection(asyncio.Protocol):
             return
         self.suspended_request = False
         self._apply_request(outcome, frame, header, ctx)
-        while self.backlog and not self.suspended_request and not self.closed:
-            self._request(self.backlog.popleft())
+        try:
+            while self.backlog and not self.suspended_request and not self.closed:
+                self._request(self.backlog.popleft())
+        except HeaderError as exc:
+            self.close(f"malformed request: {exc}", error="malformed-request")
+            return
         if len(self.backlog) < self.settings.max_queued_requests:
             self.gate.resume("backlog-full")
 

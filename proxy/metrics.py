@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
+from codec import api
+
 CONNECTIONS = Gauge("kgate_client_connections", "Open client connections", ["cluster"])
 CONNECTIONS_TOTAL = Counter("kgate_accepted_connections_total", "Accepted client connections", ["cluster"])
 REQUESTS = Counter("kgate_requests_total", "Requests forwarded upstream", ["cluster", "api_key"])
@@ -40,7 +42,14 @@ class ClusterMetrics:
     def request(self, api_key: int) -> Counter:
         child = self._requests.get(api_key)
         if child is None:
+            # unknown keys share one child: a client's garbage must not grow the metric without bound
+            if api_key not in api.API_INFO:
+                return self.request(-1) if api_key != -1 else self._unknown()
             child = self._requests[api_key] = REQUESTS.labels(self.cluster, str(api_key))
+        return child
+
+    def _unknown(self) -> Counter:
+        child = self._requests[-1] = REQUESTS.labels(self.cluster, "unknown")
         return child
 
     def rewrite(self, api_key: int) -> Counter:
