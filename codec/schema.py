@@ -278,6 +278,31 @@ def _compile_init(cls):
     return fn
 
 
+_SEG_MAX_ITEMS = 64  # arrays longer than this are not packed as part of a cached segment Struct
+_SEG_CACHE_MAX = 256
+
+
+def _segment_structs(fixed_fmt: str, spec, tail: bool):
+    """Per-segment cache of Structs keyed by array length(s): returns (cache.get, make)."""
+    cache: dict = {}
+
+    def make(key):
+        lens = key if type(key) is tuple else (key,)
+        fmt = ">" + fixed_fmt
+        for n, (ch, compact) in zip(lens, spec, strict=True):
+            if n > _SEG_MAX_ITEMS:
+                return None
+            fmt += ("B" if compact else "i") + f"{n}{ch}"
+        if tail:
+            fmt += "B"
+        if len(cache) >= _SEG_CACHE_MAX:
+            cache.clear()
+        st = cache[key] = struct.Struct(fmt)
+        return st
+
+    return cache.get, make
+
+
 _MAX_INLINE = 8  # nested structs deeper than this are decoded/encoded by a separate function
 _STR_TYPES = ("string", "bytes", "records")
 
@@ -681,39 +706,125 @@ class _Gen:
         self.emit(ind, f"for {x} in {val}:")
         self.write_scalar(ind + 1, t, x, f, False, compact, out, what + "[]", depth)
 
+    def run_args(self, ind, obj, run):
+        """Pack arguments (and struct format) for a run of fixed-width/uuid fields."""
+        fmt, args = "", []
+        for x in run:
+            if x.type == "uuid":
+                u, b = self.tmp(), self.tmp()
+                self.emit(ind, f"{u} = {obj}.{x.name}.int")
+                self.emit(ind, f"{b} = _ubg({u}) or _ubslow({u})")
+                args.append(b)
+                fmt += "16s"
+            else:
+                args.append(f"{obj}.{x.name}")
+                fmt += P.FIXED[x.type][0]
+        return fmt, args
+
+    def write_tags_plain(self, ind, u, out):
+        self.emit(ind, f"if {u}: _wtag({out}, sorted({u}, key=_first))")
+        self.emit(ind, f"else: {out}.append(0)")
+
+    def enc_run(self, ind, obj, out, run, tail):
+        fmt, args = self.run_args(ind, obj, run)
+        if not tail:
+            self.emit(ind, f"{out} += {self.struct_const('>' + fmt)}.pack({', '.join(args)})")
+            return
+        # The run ends the struct: append the (empty) tag section byte in the same pack.
+        u = self.tmp("_u")
+        self.emit(ind, f"{u} = {obj}._unknown_tagged")
+        self.emit(ind, f"if {u}:")
+        self.emit(ind + 1, f"{out} += {self.struct_const('>' + fmt)}.pack({', '.join(args)})")
+        self.emit(ind + 1, f"_wtag({out}, sorted({u}, key=_first))")
+        self.emit(ind, f"else: {out} += {self.struct_const('>' + fmt + 'B')}.pack({', '.join([*args, '0'])})")
+
+    def enc_segment(self, ind, obj, out, run, arrays, tail, depth):
+        """A run of fixed fields followed by arrays of fixed-width items (and maybe the tag byte):
+        one pack with a Struct cached per tuple of array lengths."""
+        fmt, args = self.run_args(ind, obj, run)
+        vs, ns = [], []
+        for f in arrays:
+            v = self.tmp("_v")
+            self.emit(ind, f"{v} = {obj}.{f.name}")
+            vs.append(v)
+            ns.append(self.tmp())
+        u = None
+        conds = [f"{v} is not None" for v in vs]
+        if tail:
+            u = self.tmp("_u")
+            self.emit(ind, f"{u} = {obj}._unknown_tagged")
+            conds.append(f"not {u}")
+        spec = [(P.FIXED[f.type][0], f.is_flexible(self.v, self.flex)) for f in arrays]
+        get, mk = _segment_structs(fmt, spec, tail)
+        get, mk = self.const(get, "_sg"), self.const(mk, "_sm")
+        st = self.tmp("_st")
+        self.emit(ind, f"if {' and '.join(conds)}:")
+        for v, n in zip(vs, ns, strict=True):
+            self.emit(ind + 1, f"{n} = len({v})")
+        key = ns[0] if len(ns) == 1 else "(" + ", ".join(ns) + ")"
+        self.emit(ind + 1, f"{st} = {get}({key}) or {mk}({key})")
+        self.emit(ind, f"else: {st} = None")
+        pargs = list(args)
+        for (_ch, compact), v, n in zip(spec, vs, ns, strict=True):
+            pargs.append(f"{n} + 1" if compact else n)
+            pargs.append(f"*{v}")
+        if tail:
+            pargs.append("0")
+        self.emit(ind, f"if {st} is not None: {out} += {st}.pack({', '.join(pargs)})")
+        self.emit(ind, "else:")
+        if run:
+            self.emit(ind + 1, f"{out} += {self.struct_const('>' + fmt)}.pack({', '.join(args)})")
+        for f, v in zip(arrays, vs, strict=True):
+            self.write_field(ind + 1, f, v, out, depth)
+        if tail:
+            self.write_tags_plain(ind + 1, u, out)
+
     def enc_struct(self, ind, cls, obj, out, depth):
         """Emit code encoding the struct held in local variable obj of class cls."""
         regular, tagged = self.split(cls)
         saved, self.cls = self.cls, cls
+        groups = []
         i = 0
         while i < len(regular):
             f = regular[i]
-            if not self.in_run(f):
-                self.write_field(ind, f, f"{obj}.{f.name}", out, depth)
+            if self.in_run(f):
+                run = [f]
+                while i + len(run) < len(regular) and self.in_run(regular[i + len(run)]):
+                    run.append(regular[i + len(run)])
+                i += len(run)
+                groups.append(("run", run))
+            else:
+                groups.append(("field", f))
                 i += 1
-                continue
-            run = [f]
-            while i + len(run) < len(regular) and self.in_run(regular[i + len(run)]):
-                run.append(regular[i + len(run)])
-            i += len(run)
-            fmt = ">" + "".join("16s" if x.type == "uuid" else P.FIXED[x.type][0] for x in run)
-            args = []
-            for x in run:
-                if x.type == "uuid":
-                    u = self.tmp()
-                    self.emit(ind, f"{u} = {obj}.{x.name}.int")
-                    b = self.tmp()
-                    self.emit(ind, f"{b} = _ubg({u}) or _ubslow({u})")
-                    args.append(b)
-                else:
-                    args.append(f"{obj}.{x.name}")
-            self.emit(ind, f"{out} += {self.struct_const(fmt)}.pack({', '.join(args)})")
-        if self.flex:
+        tail_ok = self.flex and not tagged
+        tail_done = False
+        gi = 0
+        while gi < len(groups):
+            kind, x = groups[gi]
+            run = x if kind == "run" else []
+            j = gi + 1 if kind == "run" else gi
+            arrays = []
+            while j < len(groups) and groups[j][0] == "field" and groups[j][1].array \
+                    and groups[j][1].type in P.FIXED:
+                arrays.append(groups[j][1])
+                j += 1
+            tail = tail_ok and j == len(groups)
+            if arrays:
+                self.enc_segment(ind, obj, out, run, arrays, tail, depth)
+                tail_done = tail
+                gi = j
+            elif kind == "run":
+                self.enc_run(ind, obj, out, run, tail)
+                tail_done = tail
+                gi += 1
+            else:
+                self.write_field(ind, x, f"{obj}.{x.name}", out, depth)
+                gi += 1
+        if self.flex and not tail_done:
             if not tagged:
                 u = self.tmp("_u")
                 self.emit(ind, f"{u} = {obj}._unknown_tagged")
-                self.emit(ind, f"if {u}: _wtag({out}, sorted({u}, key=_first))")
-                self.emit(ind, f"else: {out}.append(0)")
+                self.write_tags_plain(ind, u, out)
             else:
                 tg = self.tmp("_tg")
                 self.emit(ind, f"{tg} = []")
