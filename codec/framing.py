@@ -62,7 +62,16 @@ class FrameReader:
             return True
         return False
 
-    def _split(self, data: bytes) -> list[memoryview]:
+    def split(self, data: bytes | memoryview) -> tuple[list[memoryview], int]:
+        """Complete frames of ``data`` and the offset of its incomplete tail, which is NOT kept.
+
+        For a caller that may stream the tail on instead of buffering it (cut-through); it must
+        ``feed`` the tail itself if it does not. Only valid while nothing is buffered.
+        """
+        assert self._have == 0, "split() while a partial frame is buffered"
+        return self._frames(data)
+
+    def _frames(self, data: bytes | memoryview) -> tuple[list[memoryview], int]:
         frames: list[memoryview] = []
         view = memoryview(data)
         end = len(data)
@@ -71,13 +80,20 @@ class FrameReader:
         while end - pos >= 4:
             size = unpack(data, pos)[0]
             if not self._check(size):
-                return frames
+                return frames, end
             stop = pos + 4 + size
             if stop > end:
                 break
             frames.append(view[pos:stop])
             pos = stop
-        if pos < end:
+        return frames, pos
+
+    def _split(self, data: bytes) -> list[memoryview]:
+        frames, pos = self._frames(data)
+        view = memoryview(data)
+        end = len(data)
+        unpack = _SIZE.unpack_from
+        if pos < end and self.error is None:
             tail = bytes(view[pos:])
             self._chunks.append(tail)
             self._have = len(tail)

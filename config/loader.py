@@ -44,6 +44,7 @@ _PROXY_KEYS = (
     "low_water_bytes",
     "filter_timeout_s",
     "max_queued_requests",
+    "leader_hints",
 )
 _TOPIC_NAMES_KEYS = (
     "batch_window_ms",
@@ -175,6 +176,8 @@ def _parse_proxy(ctx: _Ctx, value: Any, path: str) -> ProxySettings:
     for key in ("drain_timeout_s", "connect_timeout_s", "filter_timeout_s"):
         if key in m:
             kw[key] = ctx.positive_number(m[key], _join(path, key))
+    if "leader_hints" in m:
+        kw["leader_hints"] = ctx.boolean(m["leader_hints"], _join(path, "leader_hints"))
     settings = ProxySettings(**kw)
     if settings.low_water_bytes >= settings.high_water_bytes:
         # Point at whichever key the user actually wrote.

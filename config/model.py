@@ -102,6 +102,14 @@ class ProxySettings:
     """A suspended filter hook that takes longer gets a defined outcome (error answer or close)."""
     max_queued_requests: int = 1000
     """Requests waiting behind a suspended one before kgate stops reading from that client."""
+    leader_hints: bool = False
+    """Let clients use Produce v10+ / Fetch v16+ (KIP-951 leader hints, rewritten by kgate).
+
+    Off by default: hints can sit at the very end of any Fetch response, so rewriting them means
+    holding every Fetch response whole before forwarding it. With hints off, kgate advertises
+    Produce <= 9 and Fetch <= 15 (topic ids included) and streams responses through; clients
+    learn a new leader from a Metadata refresh instead, as before KIP-951.
+    """
 
 
 @dataclass(frozen=True)

@@ -122,15 +122,18 @@ class HookSpec:
     api_key: int
     min_version: int
     max_version: int | None  # None: every version kgate's codec knows
+    needs_state: bool = False  # response hooks: run only where a request hook stored ctx.state
 
 
-def _hook(direction: str, api_key: int, min_version: int, max_version: int | None) -> Callable[[Any], Any]:
+def _hook(
+    direction: str, api_key: int, min_version: int, max_version: int | None, needs_state: bool = False
+) -> Callable[[Any], Any]:
     if int(api_key) not in api.API_INFO:
         raise ValueError(f"unknown api key {api_key}")
 
     def mark(fn: Any) -> Any:
         specs = getattr(fn, "__kgate_hooks__", ())
-        fn.__kgate_hooks__ = (*specs, HookSpec(direction, int(api_key), min_version, max_version))
+        fn.__kgate_hooks__ = (*specs, HookSpec(direction, int(api_key), min_version, max_version, needs_state))
         return fn
 
     return mark
@@ -142,10 +145,16 @@ def on_request(api_key: int, *, min_version: int = 0, max_version: int | None = 
 
 
 def on_response(
-    api_key: int, *, min_version: int = 0, max_version: int | None = None
+    api_key: int, *, min_version: int = 0, max_version: int | None = None, needs_state: bool = False
 ) -> Callable[[Any], Any]:
-    """Mark a method as the hook for responses of ``api_key`` (versions inclusive)."""
-    return _hook("response", api_key, min_version, max_version)
+    """Mark a method as the hook for responses of ``api_key`` (versions inclusive).
+
+    ``needs_state=True``: call the hook only for exchanges where a request hook stored something
+    in ``ctx.state``. Responses nobody else needs are then never decoded (they stream through),
+    which matters for Fetch: a policy that only patches the responses of requests it changed
+    should not cost every Fetch response a decode.
+    """
+    return _hook("response", api_key, min_version, max_version, needs_state)
 
 
 # -- context ---------------------------------------------------------------------------------

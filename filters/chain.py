@@ -28,24 +28,25 @@ class FilterChain:
 
     def __init__(self, filters: Sequence[Filter]) -> None:
         self.filters = list(filters)
-        self._by_key: dict[tuple[str, int], list[tuple[int, int, BoundHook]]] = {}
+        self._by_key: dict[tuple[str, int], list[tuple[int, int, BoundHook, bool]]] = {}
         for f in self.filters:
             for attr, spec in f.hooks:
                 info = api.API_INFO[spec.api_key]
                 hi = info.max_version if spec.max_version is None else spec.max_version
                 self._by_key.setdefault((spec.direction, spec.api_key), []).append(
-                    (spec.min_version, hi, getattr(f, attr))
+                    (spec.min_version, hi, getattr(f, attr), spec.needs_state)
                 )
-        self._cache: dict[tuple[str, int, int], tuple[BoundHook, ...]] = {}
+        self._cache: dict[tuple[str, int, int, bool], tuple[BoundHook, ...]] = {}
         self.has_request_hooks = any(d == "request" for d, _k in self._by_key)
         self.has_response_hooks = any(d == "response" for d, _k in self._by_key)
 
-    def hooks(self, direction: str, api_key: int, version: int) -> tuple[BoundHook, ...]:
-        key = (direction, api_key, version)
+    def hooks(self, direction: str, api_key: int, version: int, has_state: bool = True) -> tuple[BoundHook, ...]:
+        """Hooks for a message; ``has_state=False`` leaves out response hooks that need state."""
+        key = (direction, api_key, version, has_state)
         found = self._cache.get(key)
         if found is None:
             entries = self._by_key.get((direction, api_key), ())
-            found = tuple(h for lo, hi, h in entries if lo <= version <= hi)
+            found = tuple(h for lo, hi, h, ns in entries if lo <= version <= hi and (has_state or not ns))
             self._cache[key] = found
         return found
 

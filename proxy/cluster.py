@@ -65,7 +65,7 @@ class VirtualCluster:
         self.cfg = cfg
         self.chain = chain if chain is not None else FilterChain([])
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
-        self.version_limits = rewrite.version_limits(self.chain.version_limits())
+        self.version_limits = rewrite.version_limits(self.chain.version_limits(), settings.leader_hints)
         self.settings = settings
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)

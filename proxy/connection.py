@@ -137,6 +137,7 @@ class ClientConnection(asyncio.Protocol):
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._stream_left = 0  # bytes of a cut-through response still to forward
 
     @property
     def peer(self) -> str:
@@ -144,7 +145,7 @@ class ClientConnection(asyncio.Protocol):
 
     @property
     def inflight_count(self) -> int:
-        return len(self.pending) + len(self.backlog)
+        return len(self.pending) + len(self.backlog) + (1 if self._stream_left else 0)
 
     # -- client side -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -346,9 +347,7 @@ class ClientConnection(asyncio.Protocol):
             )
         return Respond(resp), msg, False
 
-    def _apply_request(
-        self, outcome: Outcome, frame: memoryview, header: RequestHeader, ctx: MessageContext
-    ) -> None:
+    def _apply_request(self, outcome: Outcome, frame: memoryview, header: RequestHeader, ctx: MessageContext) -> None:
         result, msg, changed = outcome
         api_key, version, cid = header.api_key, header.api_version, header.correlation_id
         state = ctx._state
@@ -402,15 +401,84 @@ class ClientConnection(asyncio.Protocol):
         self._teardown()
 
     # -- broker side -----------------------------------------------------------------------
-    def upstream_data(self, data: bytes) -> None:
-        for frame in self.upstream_reader.feed(data):
+    def upstream_data(self, data: bytes | memoryview) -> None:
+        if self._stream_left:
+            data = self._continue_stream(data)
+            if not data:
+                return
+        reader = self.upstream_reader
+        if reader.buffered:
+            frames = reader.feed(data)
+            tail = len(data)
+        else:
+            frames, tail = reader.split(data)
+        for frame in frames:
             if self.closed:
                 return
             self._response(frame)
-        if self.upstream_reader.error is not None:
-            self.close(f"bad frame from broker: {self.upstream_reader.error}", error="bad-upstream-frame")
+        if reader.error is not None:
+            self.close(f"bad frame from broker: {reader.error}", error="bad-upstream-frame")
             return
         self._flush()
+        if tail < len(data) and not self.closed:
+            rest = memoryview(data)[tail:]
+            if not self._start_stream(rest):
+                reader.feed(rest)
+
+    def _start_stream(self, head: memoryview) -> bool:
+        """Cut-through: forward a response's first bytes before the rest has arrived.
+
+        Only for a response that nobody needs to decode and that is next in line for the client;
+        the rest of its bytes go straight on as they come (``_continue_stream``). This keeps a
+        large Fetch response from being held whole in kgate, which would add its transfer time.
+        """
+        if len(head) < 8 or not self.upstream_waiting or self.transport is None:
+            return False
+        ex = self.upstream_waiting[0]
+        if not self.pending or self.pending[0] is not ex:
+            return False  # an earlier answer is still being prepared
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if size < 4 or size > self.settings.max_frame_bytes:
+            return False  # the reader reports the bad size
+        if ex.api_key != RAW_SASL:
+            if int.from_bytes(head[4:8], "big", signed=True) != ex.cid or self._must_decode(ex):
+                return False
+        self.upstream_waiting.popleft()
+        self.pending.popleft()
+        self.transport.write(head)
+        self._stream_left = size + 4 - len(head)
+        return True
+
+    def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
+        """Forward the next bytes of a streamed response; return what follows it in ``data``."""
+        assert self.transport is not None or self.closed
+        n = self._stream_left
+        if len(data) <= n:
+            self._stream_left = n - len(data)
+            if self.transport is not None:
+                self.transport.write(data)
+            rest: bytes | memoryview = b""
+        else:
+            view = memoryview(data)
+            if self.transport is not None:
+                self.transport.write(view[:n])
+            self._stream_left = 0
+            rest = view[n:]
+        if self._stream_left == 0:
+            self._flush()  # answers that queued behind the streamed one
+        return rest
+
+    def _must_decode(self, ex: Exchange) -> bool:
+        api_key, version = ex.api_key, ex.api_version
+        return (
+            api_key == rewrite.API_VERSIONS
+            or api_key in rewrite.OBSERVED_KEYS
+            or rewrite.needs_rewrite(api_key, version)
+            or (
+                self.chain.has_response_hooks
+                and bool(self.chain.hooks("response", api_key, version, bool(ex.state)))
+            )
+        )
 
     def _response(self, frame: memoryview) -> None:
         if not self.upstream_waiting:
@@ -429,7 +497,11 @@ class ClientConnection(asyncio.Protocol):
         if got != ex.cid:
             self.close(f"broker answered correlation id {got}, expected {ex.cid}", error="out-of-order")
             return
-        hooks = self.chain.hooks("response", api_key, version) if self.chain.has_response_hooks else ()
+        hooks = (
+            self.chain.hooks("response", api_key, version, bool(ex.state))
+            if self.chain.has_response_hooks
+            else ()
+        )
         if api_key == rewrite.API_VERSIONS:
             ex.response = self._api_versions(frame, version)
         elif hooks or api_key in rewrite.OBSERVED_KEYS or rewrite.needs_rewrite(api_key, version):
@@ -495,9 +567,7 @@ class ClientConnection(asyncio.Protocol):
         self._apply_response(outcome, ex, frame, offset, changed)
         self._flush()
 
-    def _apply_response(
-        self, outcome: Outcome, ex: Exchange, frame: memoryview, offset: int, rewritten: bool
-    ) -> None:
+    def _apply_response(self, outcome: Outcome, ex: Exchange, frame: memoryview, offset: int, rewritten: bool) -> None:
         result, msg, changed = outcome
         if isinstance(result, Close):
             self.close(f"closed by filter: {result.reason}", error="filter-close")
@@ -520,8 +590,8 @@ class ClientConnection(asyncio.Protocol):
         """Write every answer that is ready, in request order."""
         pending = self.pending
         transport = self.transport
-        if transport is None or self.closed:
-            return
+        if transport is None or self.closed or self._stream_left:
+            return  # while a response streams through, nothing else may be written
         while pending and pending[0].response is not None:
             transport.write(pending.popleft().response)  # type: ignore[arg-type]
         if len(pending) <= self.settings.max_queued_requests:

@@ -137,18 +137,25 @@ def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: Nod
     return reframe(frame, offset, msg.encode(version))
 
 
-def version_limits(filter_limits: dict[int, tuple[int, int]] | None = None) -> dict[int, tuple[int, int]]:
+def version_limits(
+    filter_limits: dict[int, tuple[int, int]] | None = None, leader_hints: bool = True
+) -> dict[int, tuple[int, int]]:
     """Per api key, the versions kgate lets clients use: what its codec reads of what it decodes.
 
     For address rewriting only the versions kgate decodes matter (Produce below v10 carries no
-    address and stays open to old clients). Filter hooks add their declared ranges.
+    address and stays open to old clients). Without ``leader_hints`` Produce and Fetch stop
+    below the versions that carry KIP-951 node endpoints, so their responses need no decode.
+    Filter hooks add their declared ranges.
     """
     limits: dict[int, tuple[int, int]] = {}
     for key in DECODED_RESPONSE_KEYS:
         info = api.API_INFO[key]
         decode_from = _REWRITERS[key][0] if key in _REWRITERS else 0
         lo = info.min_version if decode_from < info.min_version else 0
-        limits[key] = (lo, info.max_version)
+        hi = info.max_version
+        if not leader_hints and key in (PRODUCE, FETCH):
+            hi = decode_from - 1
+        limits[key] = (lo, hi)
     for key, (flo, fhi) in (filter_limits or {}).items():
         info = api.API_INFO[key]
         lo, hi = max(flo, info.min_version), min(fhi, info.max_version)

@@ -125,5 +125,5 @@ class TopicPolicy(Filter):
 
     for _key in _KEYS:
         check = on_request(_key)(check)
-        merge = on_response(_key)(merge)
+        merge = on_response(_key, needs_state=True)(merge)
     del _key
