@@ -84,6 +84,22 @@ def tansu_factory(tmp_path):
 
 
 @pytest.fixture
+def relay_factory(tmp_path):
+    """Start tests/support/relay.py processes (see procs.Relay); stopped at teardown."""
+    started: list[procs.Relay] = []
+
+    def make(upstream_port: int, ports: list[int], name: str = "relay", **kw) -> procs.Relay:
+        r = _track(procs.Relay(tmp_path / f"{name}{len(started)}.log", upstream_port, ports, **kw))
+        started.append(r)
+        r.start()
+        return r
+
+    yield make
+    for r in started:
+        r.stop()
+
+
+@pytest.fixture
 def kgate_factory(tmp_path):
     """Start kgate processes; at teardown each still running is stopped with SIGTERM and must
     exit 0 within drain_timeout + 10 s."""

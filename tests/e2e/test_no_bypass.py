@@ -17,25 +17,21 @@ all connections the gatekeeper saw belong to kgate.
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 from support import workloads as w
 from support.netconn import ConnectionWatcher
 from support.ports import free_port
-from support.procs import Relay
 from support.wire import RawClient
 
 
 @pytest.fixture
-def gated(tmp_path, tansu_factory):
-    import os
-
+def gated(tansu_factory, relay_factory):
     g_port = free_port()
     tansu = tansu_factory(advertised_port=g_port)
-    relay = Relay(tmp_path / "gatekeeper.log", tansu.port, [g_port], node_ids=None, forbid_pid=os.getpid())
-    relay.start()
-    yield tansu, relay
-    relay.stop()
+    relay = relay_factory(tansu.port, [g_port], name="gatekeeper", node_ids=None, forbid_pid=os.getpid())
+    return tansu, relay
 
 
 def _check_gatekeeper(relay, kgate):

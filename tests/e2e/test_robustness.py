@@ -16,7 +16,7 @@ from support import wire
 from support import workloads as w
 from support.netconn import ConnectionWatcher
 from support.ports import free_port, port_open
-from support.procs import TANSU_NODE_ID, Relay
+from support.procs import TANSU_NODE_ID
 
 
 def _log_line_naming(kgate, port: int, timeout: float = 5) -> str:
@@ -104,25 +104,21 @@ def _acks0_then_more(port: int, topic: str) -> list[bytes]:
 
 
 @pytest.mark.timeout(60)
-def test_acks0_connection_keeps_answering(tmp_path, tansu_factory, kgate_factory):
+def test_acks0_connection_keeps_answering(tansu_factory, relay_factory, kgate_factory):
     """acks=0 Produce gets no response from a Kafka broker; kgate must neither wait for one nor
     hold later responses behind it. Tansu does answer acks=0 (a protocol violation), so the broker
     here is Tansu behind a relay that swallows those answers, i.e. a compliant broker."""
     g_port = free_port()
     tansu = tansu_factory(advertised_port=g_port)
-    relay = Relay(tmp_path / "compliant.log", tansu.port, [g_port], node_ids=None, drop_acks0_responses=True)
-    relay.start()
-    try:
-        kgate = kgate_factory(f"127.0.0.1:{g_port}")
-        topic = w.unique("acks0")
-        w.confluent_create_topic(kgate.bootstrap, topic, 1)
-        expected = _acks0_then_more(kgate.listen_port, topic)
-        got, _ = w.confluent_consume(kgate.bootstrap, topic, len(expected))
-        w.assert_exact(expected, got)
-        dropped = [e for e in relay.events() if e["event"] == "dropped_acks0_response"]
-        assert len(dropped) == 3, "the relay should have swallowed Tansu's 3 acks=0 answers"
-    finally:
-        relay.stop()
+    relay = relay_factory(tansu.port, [g_port], name="compliant", node_ids=None, drop_acks0_responses=True)
+    kgate = kgate_factory(f"127.0.0.1:{g_port}")
+    topic = w.unique("acks0")
+    w.confluent_create_topic(kgate.bootstrap, topic, 1)
+    expected = _acks0_then_more(kgate.listen_port, topic)
+    got, _ = w.confluent_consume(kgate.bootstrap, topic, len(expected))
+    w.assert_exact(expected, got)
+    dropped = [e for e in relay.events() if e["event"] == "dropped_acks0_response"]
+    assert len(dropped) == 3, "the relay should have swallowed Tansu's 3 acks=0 answers"
 
 
 @pytest.mark.timeout(60)
