@@ -140,3 +140,35 @@ def wait_until(pred: Any, timeout: float = 10, interval: float = 0.05, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(interval)
+
+
+def kgate_config(upstream: str, filters: list[dict[str, Any]], topic_names: dict[str, Any] | None = None) -> Any:
+    """Like ``support.inproc_kgate.make_config``, plus the ``topic_names`` tuning section."""
+    from support.ports import free_port, free_port_range
+
+    from config import parse_config
+
+    data: dict[str, Any] = {
+        "log_level": "debug",
+        "proxy": {"drain_timeout_s": 2},
+        "virtual_clusters": [
+            {
+                "name": "default",
+                "listen": f"127.0.0.1:{free_port()}",
+                "advertised_host": "127.0.0.1",
+                "upstream": [upstream],
+                "node_ports": {"base": free_port_range(256), "count": 256},
+            }
+        ],
+        "filters": filters,
+    }
+    if topic_names:
+        data["topic_names"] = topic_names
+    return parse_config(data, "test")
+
+
+def lookups_metric(cluster: str = "default") -> float:
+    """This process's ``kgate_topic_names_lookups_total`` (in-process kgate; read deltas)."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("kgate_topic_names_lookups_total", {"cluster": cluster}) or 0.0
