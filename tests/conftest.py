@@ -102,7 +102,7 @@ def relay_factory(tmp_path):
 @pytest.fixture
 def kgate_factory(tmp_path):
     """Start kgate processes; at teardown each still running is stopped with SIGTERM and must
-    exit 0 within drain_timeout + 10 s."""
+    exit 0 within drain_timeout + 10 s, and no kgate log may hold a Python traceback."""
     started: list[procs.Kgate] = []
 
     def make(upstream, name="kgate", **kw) -> procs.Kgate:
@@ -122,10 +122,13 @@ def kgate_factory(tmp_path):
             bad.append((k.log_path, rc))
         elif not was_alive and rc not in (0,):
             bad.append((k.log_path, f"died before teardown with {rc}"))
+    for k in started:
+        if "Traceback (most recent call last)" in k.log_text(tail=10_000_000):
+            bad.append((k.log_path, "logged an unhandled exception (Traceback)"))
     if bad:
         for k in started:
             print(f"\n===== kgate log {k.log_path} =====\n{k.log_text(tail=20_000)}")
-    assert not bad, f"kgate did not exit 0 on SIGTERM: {bad}"
+    assert not bad, f"kgate misbehaved: {bad}"
 
 
 @pytest.fixture

@@ -74,14 +74,50 @@ def topic(kgate):
 
 
 # ------------------------------------------------------------------ acks=0
+@pytest.fixture
+def compliant_kgate(tansu_factory, relay_factory, kgate_factory):
+    """kgate in front of a protocol-compliant broker as far as acks=0 goes: Tansu answers acks=0
+    Produce (Kafka never does), so Tansu sits behind a relay that swallows those answers. Tansu
+    advertises the relay's port, kgate's upstream is the relay."""
+    g_port = free_port()
+    tansu = tansu_factory(advertised_port=g_port)
+    relay = relay_factory(tansu.port, [g_port], name="compliant", node_ids=None, drop_acks0_responses=True)
+    kgate = kgate_factory(f"127.0.0.1:{g_port}")
+    return tansu, relay, kgate
+
+
+def _no_client_closed(kgate):
+    closed = [line for line in kgate.log_text().splitlines() if "closing client" in line]
+    assert not closed, f"kgate closed client connections: {closed}"
+
+
 @pytest.mark.timeout(120)
-def test_acks0_kafka_python_all_messages_arrive(tansu, kgate, topic):
-    values = w.payloads(500)
-    with ConnectionWatcher({tansu.port}) as watch:
-        w.kp_produce(kgate.bootstrap, topic, values, acks=0)
-        got, _ = w.kp_consume(kgate.bootstrap, topic, len(values))
+def test_acks0_producers_all_messages_arrive(compliant_kgate):
+    """kafka-python and librdkafka producers with acks=0, several rounds on the same connections:
+    every message arrives, and kgate never closes a client connection on the way."""
+    tansu, relay, kgate = compliant_kgate
+    topic = w.unique("acks0")
+    w.confluent_create_topic(kgate.bootstrap, topic, 2)
+    values = w.payloads(600)
+    with ConnectionWatcher({tansu.port, relay.ports[0]}) as watch:
+        from kafka import KafkaProducer
+
+        p = KafkaProducer(bootstrap_servers=kgate.bootstrap, acks=0, linger_ms=0)
+        try:
+            for start in range(0, 300, 50):  # many Produce requests on one connection
+                for v in values[start:start + 50]:
+                    p.send(topic, value=v)
+                p.flush(timeout=30)
+        finally:
+            p.close(timeout=10)
+        w.confluent_produce(kgate.bootstrap, topic, values[300:], acks=0,
+                            **{"linger.ms": 0, "batch.num.messages": 20})
+        got, _ = w.confluent_consume(kgate.bootstrap, topic, len(values))
     w.assert_exact(values, got)
     watch.assert_clean(must_use={kgate.listen_port})
+    _no_client_closed(kgate)
+    dropped = [e for e in relay.events() if e["event"] == "dropped_acks0_response"]
+    assert len(dropped) >= 6, "expected the relay to swallow Tansu's answers to the acks=0 produces"
 
 
 def _acks0_then_more(port: int, topic: str) -> list[bytes]:
@@ -104,14 +140,10 @@ def _acks0_then_more(port: int, topic: str) -> list[bytes]:
 
 
 @pytest.mark.timeout(60)
-def test_acks0_connection_keeps_answering(tansu_factory, relay_factory, kgate_factory):
+def test_acks0_connection_keeps_answering(compliant_kgate):
     """acks=0 Produce gets no response from a Kafka broker; kgate must neither wait for one nor
-    hold later responses behind it. Tansu does answer acks=0 (a protocol violation), so the broker
-    here is Tansu behind a relay that swallows those answers, i.e. a compliant broker."""
-    g_port = free_port()
-    tansu = tansu_factory(advertised_port=g_port)
-    relay = relay_factory(tansu.port, [g_port], name="compliant", node_ids=None, drop_acks0_responses=True)
-    kgate = kgate_factory(f"127.0.0.1:{g_port}")
+    hold later responses behind it (raw frames, so the exact order is under control)."""
+    _tansu, relay, kgate = compliant_kgate
     topic = w.unique("acks0")
     w.confluent_create_topic(kgate.bootstrap, topic, 1)
     expected = _acks0_then_more(kgate.listen_port, topic)
@@ -119,6 +151,7 @@ def test_acks0_connection_keeps_answering(tansu_factory, relay_factory, kgate_fa
     w.assert_exact(expected, got)
     dropped = [e for e in relay.events() if e["event"] == "dropped_acks0_response"]
     assert len(dropped) == 3, "the relay should have swallowed Tansu's 3 acks=0 answers"
+    _no_client_closed(kgate)
 
 
 @pytest.mark.timeout(60)
