@@ -14,6 +14,7 @@ every node.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 
@@ -85,6 +86,15 @@ def test_clients_across_three_nodes(cluster):
         w.kp_produce(kgate.bootstrap, topic, more)
         got, _ = w.kp_consume(kgate.bootstrap, topic, len(values) + len(more))
         w.assert_exact(values + more, got)
+
+        # aiokafka speaks Metadata v5 (kafka-python and librdkafka v12)
+        async def aio():
+            await w.aio_produce(kgate.bootstrap, topic, rest)
+            return await w.aio_consume(kgate.bootstrap, topic, len(values) + len(more) + len(rest))
+
+        rest = w.payloads(60)
+        got, _ = asyncio.run(aio())
+        w.assert_exact(values + more + rest, got)
     # produce and fetch went to every node's kgate port, never to a relay or to Tansu
     watch.assert_clean(must_use=set(node_ports.values()))
     seen = _relay_check(relay, kgate)

@@ -114,8 +114,12 @@ def owner_pid_of(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
 class ConnectionWatcher:
     """Samples this process's TCP connections in a thread while a workload runs.
 
-    ``seen`` collects every remote port an established/connecting socket had.
-    ``forbidden`` hits are recorded with a timestamp so a failure can say when.
+    ``seen`` collects every remote port an established/connecting socket had; connections to a
+    ``forbidden`` port are recorded. This is sampling (every ~20 ms plus one sample per sample's
+    cost of ~10 ms): it reliably sees the long-lived connections of consumers and producers, but
+    can miss one that lives only a few milliseconds. The deterministic check is the relay's
+    ``--forbid-pid`` gatekeeper (tests/e2e/test_no_bypass.py, test_multinode.py), which sees
+    every accepted connection.
     """
 
     def __init__(self, forbidden_ports, interval: float = 0.02, pid: int | None = None):
