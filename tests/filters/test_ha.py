@@ -175,7 +175,9 @@ def test_fetch_through_an_instance_that_never_saw_the_metadata(tansu, fleet) -> 
             f"127.0.0.1:{a.listen[1]}", [(topic, 0), (topic, 1)], 80,
             on_first=lambda: b_metadata_at_first.append(b.metric("kgate_requests_total", api_key="3")),
         )
-    watch.assert_clean(must_use={a.listen[1], node_port})
+    # the bootstrap connection to A can be too short-lived for the sampler; A's counters show it
+    watch.assert_clean(must_use={node_port})
+    assert a.metric("kgate_requests_total", api_key="3") >= 1  # the consumer's Metadata came from A
 
     expected = vals[0] + vals[1]
     assert sorted(got) == sorted(expected), f"got {len(got)} of {len(expected)}"

@@ -114,6 +114,7 @@ async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(tansu, k
     stats = _stats(kg)
     assert stats.lookups == 1, stats
     assert stats.lookup_failures == 0
+    assert stats.coalesced >= 1  # requests really did wait for a lookup in flight
     assert lookups_metric() - metric_before == 1
     assert _cached(kg, tid) == name
 
