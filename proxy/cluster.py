@@ -77,9 +77,7 @@ class VirtualCluster:
         self._bootstrap_node: int | None = None
         self._rr = 0
         single = cfg.upstream[0] if len(cfg.upstream) == 1 else None
-        self._bootstrap_addr = (
-            (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
-        )
+        self._bootstrap_addr = (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
         self.own_client = UpstreamClient(
             lambda: self.upstream_targets(None),
             connect_timeout_s=settings.connect_timeout_s,
@@ -130,9 +128,7 @@ class VirtualCluster:
                 self.client_address(broker.node_id, broker.host, broker.port)
             log.info("cluster %s: discovered nodes %s", self.name, sorted(b.node_id for b in resp.brokers))
             return
-        log.error(
-            "cluster %s: node discovery gave up; node ports open as clients' Metadata names them", self.name
-        )
+        log.error("cluster %s: node discovery gave up; node ports open as clients' Metadata names them", self.name)
 
     async def _serve(self, sock: socket.socket, node_id: int | None) -> None:
         from proxy.connection import ClientConnection
@@ -222,22 +218,38 @@ class VirtualCluster:
         )
         return self.cfg.advertised_host, kport
 
-    def observe_response(self, api_key: int, version: int, msg: Any) -> None:
-        """Let the topic-name service learn from a decoded response passing by."""
+    def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
+        """Let the topic-name service learn from a decoded response passing by.
+
+        ``request`` is the decoded request where kgate has it: CreateTopics needs its
+        validate_only flag (a dry run's id names nothing), and a Fetch error for a dead id may
+        come back with a zero id (Tansu), so response topics are matched to the request's by
+        position.
+        """
+        names = self.topic_names
         if api_key == 3:
             if version >= 10:
-                self.topic_names.observe_metadata_response(version, msg)
+                names.observe_metadata_response(version, msg)
         elif api_key == 19:
             if version >= 7:
-                self.topic_names.observe_create_topics_response(version, msg)
+                validate_only = bool(getattr(request, "validate_only", False)) if request is not None else False
+                names.observe_create_topics_response(version, msg, validate_only=validate_only)
         elif api_key == 20:
-            self.topic_names.observe_delete_topics_response(version, msg)
+            names.observe_delete_topics_response(version, msg)
         elif api_key == 1 and version >= 13:
-            for topic in msg.responses:
-                for p in topic.partitions:
-                    if p.error_code in (3, 100):
-                        self.topic_names.observe_unknown_id(topic.topic_id)
-                        break
+            asked = request.topics if request is not None else ()
+            for i, topic in enumerate(msg.responses):
+                if not any(p.error_code in (3, 100) for p in topic.partitions):
+                    continue
+                topic_id = topic.topic_id
+                if not topic_id.int and i < len(asked):
+                    topic_id = asked[i].topic_id
+                names.observe_unknown_id(topic_id)
+
+    @property
+    def names_in_use(self) -> bool:
+        """Whether any filter may ask for topic names (passive learning is worth its cost)."""
+        return self.chain.has_request_hooks or self.chain.has_response_hooks
 
     def upstream_targets(self, node_id: int | None) -> list[tuple[str, int]]:
         """Where a client connection of this listener goes, in the order to try."""

@@ -62,6 +62,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgate.connection")
 
 PRODUCE = 0
+FETCH = 1
+CREATE_TOPICS = 19
+# Small Fetch responses (errors, empty long polls) are decoded when filters use topic names, so a
+# dead id's error evicts it; large ones stream through undecoded (see _start_stream).
+OBSERVE_FETCH_MAX = 64 * 1024
 RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
 REQUEST_TIMED_OUT = 7
 
@@ -138,6 +143,8 @@ class ClientConnection(asyncio.Protocol):
         self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stream_left = 0  # bytes of a cut-through response still to forward
+        self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
+        self._req_head = b""  # start of a request whose header is not complete yet (raw mode)
 
     @property
     def peer(self) -> str:
@@ -189,32 +196,78 @@ class ClientConnection(asyncio.Protocol):
         self.close(f"no upstream reachable ({'; '.join(errors)})", error="upstream-unreachable")
 
     def data_received(self, data: bytes) -> None:
+        if self._raw_requests:
+            self._raw_data(data)
+            return
         reader = self.reader
         try:
-            frames = reader.feed(data)
-            if self._raw_requests:
-                for frame in frames:
-                    self._track(frame)
-            else:
-                for frame in frames:
-                    if self.closed:
-                        return
-                    if self.suspended_request:
-                        self._queue_behind_suspended(frame)
-                    else:
-                        self._request(frame)
+            for frame in reader.feed(data):
+                if self.closed:
+                    return
+                if self.suspended_request:
+                    self._queue_behind_suspended(frame)
+                else:
+                    self._request(frame)
         except HeaderError as exc:
             self.close(f"malformed request: {exc}", error="malformed-request")
             return
         if reader.error is not None:
-            if self._raw_requests and frames:
-                self._send_upstream_frames(frames)  # complete frames before the bad one still go
             self.close(f"bad frame from client: {reader.error}", error="bad-frame")
+
+    def _raw_data(self, data: bytes) -> None:
+        """No filter hooks requests: bookkeeping from headers only, bytes forwarded as they came.
+
+        A frame is tracked as soon as its header has arrived; the rest of it is skipped, not
+        assembled (a 1 MiB Produce is never copied). Only a frame whose header is split across
+        reads, or a SASL frame (decoded for the principal), is held until it can be read.
+        """
+        buf: bytes | memoryview = data
+        held = len(self._req_head)
+        if held:
+            buf = self._req_head + data
+            self._req_head = b""
+        pos = 0
+        if self._req_skip:
+            pos = min(self._req_skip, len(buf))
+            self._req_skip -= pos
+        frames: list[memoryview] = []
+        tail = len(buf)
+        if pos < len(buf):
+            view = memoryview(buf)[pos:]
+            frames, tail = self.reader.split(view)
+            tail += pos
+        try:
+            for frame in frames:
+                self._track(frame)
+            if self.reader.error is None and tail < len(buf):
+                head = memoryview(buf)[tail:]
+                if self._track_head(head):
+                    self._req_skip = int.from_bytes(head[:4], "big", signed=True) + 4 - len(head)
+                else:
+                    self._req_head = bytes(head)
+        except HeaderError as exc:
+            self.close(f"malformed request: {exc}", error="malformed-request")
             return
-        if self._raw_requests:
-            # Nothing hooks requests: the chunk goes out exactly as it came, partial tail
-            # included (the reader keeps its own copy of the tail for bookkeeping).
-            self._send_upstream(data)
+        if self.reader.error is not None:
+            good = (pos + sum(len(f) for f in frames)) - held  # whole frames before the bad one
+            if good > 0:
+                self._send_upstream(memoryview(data)[:good])
+            self.close(f"bad frame from client: {self.reader.error}", error="bad-frame")
+            return
+        self._send_upstream(data)
+
+    def _track_head(self, head: memoryview) -> bool:
+        """Track a frame from its first bytes only; False when more of it is needed."""
+        if len(head) < 12 or self.sasl.raw:
+            return False
+        api_key = int.from_bytes(head[4:6], "big", signed=True)
+        if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS):
+            return False  # decoded whole (rare, small)
+        try:
+            self._track(head)
+        except HeaderError:
+            return False  # header fields not all here yet
+        return True
 
     def _send_upstream(self, data: bytes | memoryview) -> None:
         if self.upstream is not None:
@@ -224,10 +277,6 @@ class ClientConnection(asyncio.Protocol):
             # what it had already read; hold it (bounded by one read) until then.
             self._early.append(data)
 
-    def _send_upstream_frames(self, frames: list[memoryview]) -> None:
-        for f in frames:
-            self._send_upstream(f)
-
     def _track(self, frame: memoryview) -> None:
         """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
         if self.sasl.raw and self.sasl.is_raw_token(frame):
@@ -236,22 +285,31 @@ class ClientConnection(asyncio.Protocol):
             self.upstream_waiting.append(ex)
             return
         api_key, version, cid = peek_request(frame)
-        self.cluster.metrics.request(api_key).inc()
         if api_key == PRODUCE:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
+                self.cluster.metrics.request(api_key).inc()
                 return  # acks=0: the broker sends no response, so nothing waits for one
         elif api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
             self._observe_sasl_request(frame, api_key, version)
-        ex = Exchange(cid, api_key, version)
+        self.cluster.metrics.request(api_key).inc()
+        request = self._decode_quietly(frame, api_key, version) if api_key == CREATE_TOPICS else None
+        ex = Exchange(cid, api_key, version, request)
         self.pending.append(ex)
         self.upstream_waiting.append(ex)
 
-    def _observe_sasl_request(self, frame: memoryview, api_key: int, version: int) -> None:
+    @staticmethod
+    def _decode_quietly(frame: memoryview, api_key: int, version: int) -> Any:
+        """The decoded request, or None when kgate cannot read it (it is forwarded all the same)."""
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
-            msg = api.decode_request(api_key, version, frame[header.body_offset :])
+            return api.decode_request(api_key, version, frame[header.body_offset :])
         except (HeaderError, api.CodecError):
+            return None
+
+    def _observe_sasl_request(self, frame: memoryview, api_key: int, version: int) -> None:
+        msg = self._decode_quietly(frame, api_key, version)
+        if msg is None:
             return
         if api_key == SASL_HANDSHAKE:
             self.sasl.handshake_request(str(msg.mechanism))
@@ -474,10 +532,7 @@ class ClientConnection(asyncio.Protocol):
             api_key == rewrite.API_VERSIONS
             or api_key in rewrite.OBSERVED_KEYS
             or rewrite.needs_rewrite(api_key, version)
-            or (
-                self.chain.has_response_hooks
-                and bool(self.chain.hooks("response", api_key, version, bool(ex.state)))
-            )
+            or (self.chain.has_response_hooks and bool(self.chain.hooks("response", api_key, version, bool(ex.state))))
         )
 
     def _response(self, frame: memoryview) -> None:
@@ -497,14 +552,15 @@ class ClientConnection(asyncio.Protocol):
         if got != ex.cid:
             self.close(f"broker answered correlation id {got}, expected {ex.cid}", error="out-of-order")
             return
-        hooks = (
-            self.chain.hooks("response", api_key, version, bool(ex.state))
-            if self.chain.has_response_hooks
-            else ()
-        )
+        hooks = self.chain.hooks("response", api_key, version, bool(ex.state)) if self.chain.has_response_hooks else ()
         if api_key == rewrite.API_VERSIONS:
             ex.response = self._api_versions(frame, version)
-        elif hooks or api_key in rewrite.OBSERVED_KEYS or rewrite.needs_rewrite(api_key, version):
+        elif (
+            hooks
+            or api_key in rewrite.OBSERVED_KEYS
+            or rewrite.needs_rewrite(api_key, version)
+            or (api_key == FETCH and version >= 13 and len(frame) <= OBSERVE_FETCH_MAX and self.cluster.names_in_use)
+        ):
             self._decoded_response(ex, frame, hooks)
         else:
             ex.response = frame
@@ -534,7 +590,7 @@ class ClientConnection(asyncio.Protocol):
         changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self.cluster.client_address)
         if changed:
             self.cluster.metrics.rewrite(api_key).inc()
-        self.cluster.observe_response(api_key, version, msg)
+        self.cluster.observe_response(api_key, version, msg, ex.request)
         if api_key == SASL_HANDSHAKE and version == 0 and msg.error_code == 0:
             self.sasl.handshake_v0_accepted()
         elif api_key == SASL_AUTHENTICATE:

@@ -361,7 +361,9 @@ class TopicNameResolver:
                     # The broker's version ranges are learnt on connect; an ApiVersions request
                     # connects through the client's public API (once per process).
                     await client.request(
-                        API_VERSIONS, api.API_INFO[API_VERSIONS].request_class(), 0,
+                        API_VERSIONS,
+                        api.API_INFO[API_VERSIONS].request_class(),
+                        0,
                         timeout_s=self.lookup_timeout_s,
                     )
                 if client.pick_version(METADATA, 12) is not None:
@@ -476,8 +478,7 @@ class TopicNameResolver:
         try:
             results = await self._query(idle)
         except _LookupFailed as exc:
-            log.warning("cluster %s: topic-name sweep could not re-validate %d ids: %s",
-                        self.cluster, len(idle), exc)
+            log.warning("cluster %s: topic-name sweep could not re-validate %d ids: %s", self.cluster, len(idle), exc)
             return 0
         evicted = 0
         for key in idle:

@@ -89,9 +89,7 @@ class UpstreamClient:
                 continue
             self._transport = transport  # type: ignore[assignment]
             try:
-                resp = await self._send(
-                    transport, API_VERSIONS, 0, api.API_INFO[API_VERSIONS].request_class()
-                )
+                resp = await self._send(transport, API_VERSIONS, 0, api.API_INFO[API_VERSIONS].request_class())
             except UpstreamError as exc:
                 errors.append(f"{host}:{port}: ApiVersions failed: {exc}")
                 transport.close()
@@ -133,9 +131,7 @@ class UpstreamClient:
             raise UpstreamError(f"api {api_key} v{version}: no answer within {timeout_s}s") from exc
         return version, resp
 
-    def _send(
-        self, transport: asyncio.Transport, api_key: int, version: int, message: Any
-    ) -> asyncio.Future[Any]:
+    def _send(self, transport: asyncio.Transport, api_key: int, version: int, message: Any) -> asyncio.Future[Any]:
         cid = next(self._cids) & 0x7FFFFFFF
         body = message.encode(version)
         hv = api.request_header_version(api_key, version)

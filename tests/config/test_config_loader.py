@@ -111,7 +111,9 @@ def test_full_file_round_trip(tmp_path):
                 name="topic-policy",
                 config={"deny": ("a", "b"), "allow": None, "unresolved_error": "UNKNOWN_TOPIC_ID"},
             ),
-            FilterConfig(name="topic-policy", config={"deny": (), "allow": None, "unresolved_error": "UNKNOWN_TOPIC_ID"}),
+            FilterConfig(
+                name="topic-policy", config={"deny": (), "allow": None, "unresolved_error": "UNKNOWN_TOPIC_ID"}
+            ),
         ),
     )
     assert isinstance(cfg.proxy.connect_timeout_s, float)
@@ -205,9 +207,7 @@ def test_host_port_str():
     assert str(HostPort("::1", 9092)) == "[::1]:9092"
 
 
-@pytest.mark.parametrize(
-    "text", ["9092", "h:", ":9092", "::1:9092", "[::1]9092", "h:0", "h:65536", "h:x", "h:-1"]
-)
+@pytest.mark.parametrize("text", ["9092", "h:", ":9092", "::1:9092", "[::1]9092", "h:0", "h:65536", "h:x", "h:-1"])
 def test_host_port_parse_rejects(text):
     with pytest.raises(ValueError):
         HostPort.parse(text)
@@ -336,9 +336,7 @@ def test_required_cluster_keys(key):
 def test_virtual_clusters_required_and_non_empty():
     with pytest.raises(ConfigError, match=r"^test\.yaml: virtual_clusters: required key is missing"):
         parse_config({"log_level": "info"}, "test.yaml")
-    assert parse_error(virtual_clusters=[]) == (
-        "test.yaml: virtual_clusters: at least one virtual cluster is required"
-    )
+    assert parse_error(virtual_clusters=[]) == ("test.yaml: virtual_clusters: at least one virtual cluster is required")
 
 
 @pytest.mark.parametrize(
@@ -369,17 +367,14 @@ def test_node_port_range_must_fit_below_65536():
     msg = parse_error(virtual_clusters=[cluster(listen="127.0.0.1:65400")])
     assert "virtual_clusters[0].node_ports: node port range 65401-65656 exceeds 65535" in msg
     # ... and a small enough count fixes it.
-    (vc,) = parse(
-        virtual_clusters=[cluster(listen="127.0.0.1:65400", node_ports={"count": 135})]
-    ).virtual_clusters
+    (vc,) = parse(virtual_clusters=[cluster(listen="127.0.0.1:65400", node_ports={"count": 135})]).virtual_clusters
     assert vc.node_ports.last_port == 65535
 
 
 def test_node_ports_must_not_overlap_bootstrap_listener():
     msg = parse_error(virtual_clusters=[cluster(listen="127.0.0.1:9200", node_ports={"base": 9100})])
     assert msg == (
-        "test.yaml: virtual_clusters[0].node_ports: node port range 9100-9355 "
-        "overlaps the bootstrap listener port 9200"
+        "test.yaml: virtual_clusters[0].node_ports: node port range 9100-9355 overlaps the bootstrap listener port 9200"
     )
     # Ending just below the bootstrap port is fine.
     parse(virtual_clusters=[cluster(listen="127.0.0.1:9200", node_ports={"base": 9100, "count": 100})])
@@ -392,9 +387,7 @@ def test_clusters_must_not_share_ports():
     assert msg.startswith('test.yaml: virtual_clusters[1]: port 9300 of cluster "b" overlap')
     assert 'ports 9193-9448 of cluster "a" (virtual_clusters[0])' in msg
     # b's node range covering a's bootstrap port
-    msg = parse_error(
-        virtual_clusters=[a, cluster(name="b", listen="127.0.0.1:9000", node_ports={"base": 9100})]
-    )
+    msg = parse_error(virtual_clusters=[a, cluster(name="b", listen="127.0.0.1:9000", node_ports={"base": 9100})])
     assert "virtual_clusters[1]: ports 9100-9355" in msg
     assert 'port 9192 of cluster "a"' in msg
     # same bootstrap port
@@ -452,21 +445,16 @@ def test_log_level_rejected(level):
 
 def test_empty_upstream_list():
     msg = parse_error(virtual_clusters=[cluster(upstream=[])])
-    assert (
-        msg == "test.yaml: virtual_clusters[0].upstream: at least one upstream bootstrap server is required"
-    )
+    assert msg == "test.yaml: virtual_clusters[0].upstream: at least one upstream bootstrap server is required"
 
 
 def test_wildcard_listen_requires_advertised_host():
     for host, shown in (("0.0.0.0", '"0.0.0.0"'), ("[::]", '"::"')):
         msg = parse_error(virtual_clusters=[cluster(listen=f"{host}:9192")])
         assert msg.startswith(
-            "test.yaml: virtual_clusters[0].advertised_host: "
-            f"required when listen host is the wildcard {shown}"
+            f"test.yaml: virtual_clusters[0].advertised_host: required when listen host is the wildcard {shown}"
         )
-    (vc,) = parse(
-        virtual_clusters=[cluster(listen="0.0.0.0:9192", advertised_host="kgate.local")]
-    ).virtual_clusters
+    (vc,) = parse(virtual_clusters=[cluster(listen="0.0.0.0:9192", advertised_host="kgate.local")]).virtual_clusters
     assert vc.advertised_host == "kgate.local"
     assert vc.listen == HostPort("0.0.0.0", 9192)
     msg = parse_error(virtual_clusters=[cluster(advertised_host="0.0.0.0")])
@@ -587,8 +575,6 @@ def test_unknown_filter_name_is_refused_at_load() -> None:
 
 def test_filter_validates_its_own_config_at_load() -> None:
     with pytest.raises(ConfigError) as err:
-        parse_config(
-            yaml.safe_load(_with_filters("filters: [{name: topic-policy, config: {deny: 5}}]")), "k.yaml"
-        )
+        parse_config(yaml.safe_load(_with_filters("filters: [{name: topic-policy, config: {deny: 5}}]")), "k.yaml")
     assert "filters[0].config" in str(err.value)
     assert "deny: expected a list of topic name patterns" in str(err.value)
