@@ -144,6 +144,7 @@ class ClientConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stream_left = 0  # bytes of a cut-through response still to forward
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
+        self._acks0: deque[int] = deque(maxlen=256)  # correlation ids of recent acks=0 Produce
         self._req_head = b""  # start of a request whose header is not complete yet (raw mode)
 
     @property
@@ -183,6 +184,11 @@ class ClientConnection(asyncio.Protocol):
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
                 continue
             if self.closed:
+                # The client left while kgate was connecting: what it sent before leaving still goes
+                # (a broker would have processed it; acks=0 Produce data must not be lost).
+                if self._early:
+                    transport.writelines(self._early)  # type: ignore[attr-defined]
+                    self._early.clear()
                 transport.close()
                 return
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)  # type: ignore[attr-defined]
@@ -289,6 +295,7 @@ class ClientConnection(asyncio.Protocol):
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
                 self.cluster.metrics.request(api_key).inc()
+                self._acks0.append(cid)
                 return  # acks=0: the broker sends no response, so nothing waits for one
         elif api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
             self._observe_sasl_request(frame, api_key, version)
@@ -414,6 +421,7 @@ class ClientConnection(asyncio.Protocol):
             if changed:
                 frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
             if acks0:
+                self._acks0.append(cid)
                 self._send_upstream(frame)
             else:
                 self._forward(frame, Exchange(cid, api_key, version, msg, state))
@@ -536,21 +544,27 @@ class ClientConnection(asyncio.Protocol):
         )
 
     def _response(self, frame: memoryview) -> None:
-        if not self.upstream_waiting:
-            self.close("broker sent a response nobody asked for", error="unexpected-response")
-            return
+        head = self.upstream_waiting[0] if self.upstream_waiting else None
+        if head is None or head.api_key != RAW_SASL:
+            try:
+                got = peek_correlation_id(frame)
+            except HeaderError as exc:
+                self.close(f"malformed response from broker: {exc}", error="bad-upstream-frame")
+                return
+            if (head is None or got != head.cid) and got in self._acks0:
+                # Some brokers (Tansu) answer acks=0 Produce; the client expects nothing: drop it.
+                log.debug("dropping the broker's answer to acks=0 Produce %d from %s", got, self.peer)
+                return
+            if head is None:
+                self.close("broker sent a response nobody asked for", error="unexpected-response")
+                return
+            if got != head.cid:
+                self.close(f"broker answered correlation id {got}, expected {head.cid}", error="out-of-order")
+                return
         ex = self.upstream_waiting.popleft()
         api_key, version = ex.api_key, ex.api_version
         if api_key == RAW_SASL:
             ex.response = frame
-            return
-        try:
-            got = peek_correlation_id(frame)
-        except HeaderError as exc:
-            self.close(f"malformed response from broker: {exc}", error="bad-upstream-frame")
-            return
-        if got != ex.cid:
-            self.close(f"broker answered correlation id {got}, expected {ex.cid}", error="out-of-order")
             return
         hooks = self.chain.hooks("response", api_key, version, bool(ex.state)) if self.chain.has_response_hooks else ()
         if api_key == rewrite.API_VERSIONS:
@@ -677,8 +691,8 @@ class ClientConnection(asyncio.Protocol):
 
     def _teardown(self) -> None:
         self.closed = True
-        if self._connect_task is not None and not self._connect_task.done():
-            self._connect_task.cancel()
+        if self._connect_task is not None and not self._connect_task.done() and not self._early:
+            self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
         for task in list(self._tasks):
             task.cancel()
         if self.upstream is not None:
