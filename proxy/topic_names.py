@@ -295,7 +295,11 @@ class TopicNameResolver:
         if len(self._pending) >= MAX_IDS_PER_REQUEST:
             self._flush()
         elif self._flush_handle is None:
-            self._flush_handle = loop.call_later(self.batch_window_s, self._flush)
+            # Nothing in flight: ask on the next loop turn, which still gathers every miss of the
+            # current burst (all frames of one read, all connections served in this turn) without
+            # adding latency to a cold id. A lookup in flight: wait up to the window for company.
+            delay = self.batch_window_s if self._tasks else 0.0
+            self._flush_handle = loop.call_later(delay, self._flush)
         return fut
 
     def _flush(self) -> None:

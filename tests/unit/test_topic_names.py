@@ -144,8 +144,8 @@ async def test_single_flight_joins_a_lookup_already_in_flight(topics):
     await r.close()
 
 
-async def test_misses_within_window_share_one_request_with_all_ids(topics):
-    fake = FakeUpstream(topics)
+async def test_misses_while_a_lookup_is_in_flight_share_the_next_request(topics):
+    fake = FakeUpstream(topics, latency=0.05)
     r = await make(fake, batch_window_s=0.02)
     ids = list(topics)
     unknown = uid()
@@ -155,14 +155,29 @@ async def test_misses_within_window_share_one_request_with_all_ids(topics):
         return await r.resolve([i])
 
     results = await asyncio.gather(*(one(i, 0.002 * n) for n, i in enumerate([*ids, unknown])))
-    assert len(fake.metadata_calls) == 1
-    version, msg = fake.metadata_calls[0]
-    assert version == 12
-    assert sorted(t.topic_id.int for t in msg.topics) == sorted(i.int for i in [*ids, unknown])
-    assert all(t.name is None for t in msg.topics)
+    assert len(fake.metadata_calls) == 2  # the first miss at once, every later one together
+    first, second = (msg for _v, msg in fake.metadata_calls)
+    assert [t.topic_id for t in first.topics] == [ids[0]]
+    assert sorted(t.topic_id.int for t in second.topics) == sorted(i.int for i in [*ids[1:], unknown])
+    assert all(t.name is None for t in second.topics)
+    assert all(v == 12 for v, _m in fake.metadata_calls)
     for i, res in zip(ids, results, strict=False):
         assert res == {i: topics[i]}
     assert results[-1][unknown].code == UNKNOWN_TOPIC_ID
+    await r.close()
+
+
+async def test_misses_of_one_loop_turn_share_one_request_without_waiting(topics):
+    fake = FakeUpstream(topics)
+    r = await make(fake, batch_window_s=1.0)  # a window this long would show in the timing
+    ids = list(topics)
+    t0 = asyncio.get_running_loop().time()
+    results = await asyncio.gather(*(r.resolve([i]) for i in ids))
+    elapsed = asyncio.get_running_loop().time() - t0
+    assert len(fake.metadata_calls) == 1
+    assert sorted(t.topic_id.int for t in fake.metadata_calls[0][1].topics) == sorted(i.int for i in ids)
+    assert [res[i] for res, i in zip(results, ids, strict=True)] == [topics[i] for i in ids]
+    assert elapsed < 0.5, "a cold id with nothing in flight must not wait for the batch window"
     await r.close()
 
 
