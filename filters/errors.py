@@ -95,9 +95,7 @@ def _list_offsets(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
 
 def _metadata(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
     tcls = _struct(type(resp), "topics")
-    resp.topics = [
-        tcls(error_code=code(_topic_key(t)), name=t.name, topic_id=t.topic_id) for t in (req.topics or [])
-    ]
+    resp.topics = [tcls(error_code=code(_topic_key(t)), name=t.name, topic_id=t.topic_id) for t in (req.topics or [])]
 
 
 def _make(cls: type, **fields: Any) -> Any:
@@ -114,9 +112,7 @@ def _offset_commit(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None
             tcls,
             name=t.name,
             topic_id=getattr(t, "topic_id", None),
-            partitions=[
-                pcls(partition_index=p.partition_index, error_code=code(_topic_key(t))) for p in t.partitions
-            ],
+            partitions=[pcls(partition_index=p.partition_index, error_code=code(_topic_key(t))) for p in t.partitions],
         )
         for t in req.topics
     ]
@@ -125,11 +121,22 @@ def _offset_commit(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None
 def _delete_topics(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
     rcls = _struct(type(resp), "responses")
     if getattr(req, "topics", None):
-        resp.responses = [
-            rcls(name=t.name, topic_id=t.topic_id, error_code=code(_topic_key(t))) for t in req.topics
-        ]
+        resp.responses = [rcls(name=t.name, topic_id=t.topic_id, error_code=code(_topic_key(t))) for t in req.topics]
     else:
         resp.responses = [rcls(name=n, error_code=code(n)) for n in req.topic_names]
+
+
+def _share(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    """ShareFetch / ShareAcknowledge: topics by id only."""
+    tcls = _struct(type(resp), "responses")
+    pcls = _struct(tcls, "partitions")
+    resp.responses = [
+        tcls(
+            topic_id=t.topic_id,
+            partitions=[pcls(partition_index=p.partition_index, error_code=code(t.topic_id)) for p in t.partitions],
+        )
+        for t in req.topics
+    ]
 
 
 _BUILDERS: dict[int, Callable[[Any, Any, Callable[[TopicKey], int]], None]] = {
@@ -139,6 +146,8 @@ _BUILDERS: dict[int, Callable[[Any, Any, Callable[[TopicKey], int]], None]] = {
     3: _metadata,
     8: _offset_commit,
     20: _delete_topics,
+    78: _share,
+    79: _share,
 }
 
 

@@ -27,6 +27,8 @@ TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
     3: ("topics", "name", "topics"),  # Metadata
     8: ("topics", "name", "topics"),  # OffsetCommit
     20: ("topics", "name", "responses"),  # DeleteTopics (v6+; older versions use topic_names)
+    78: ("topics", "topic_id", "responses"),  # ShareFetch (ids only)
+    79: ("topics", "topic_id", "responses"),  # ShareAcknowledge (ids only)
 }
 
 _STATE_KEY = "kgate.refused"

@@ -283,16 +283,18 @@ async def test_versions_before_ids_still_use_names() -> None:
 
 # -- RPCs the policy does not hook ---------------------------------------------------------------
 def test_policy_hooks_and_uncovered_id_rpcs() -> None:
-    """Which RPCs carrying topic ids the policy sees. The ones it does not hook pass unfiltered:
-    OffsetFetch (v10 ids), ConsumerGroupHeartbeat (assignments), ConsumerGroupDescribe, ShareFetch,
-    ShareAcknowledge, ShareGroupHeartbeat (and Metadata/DescribeTopicPartitions, which reveal names)."""
+    """Which RPCs carrying topic ids the policy sees. Hooked: the per-topic data RPCs (names or ids)
+    and the share-group data RPCs (ids only), plus Metadata (denied topics are hidden). Not hooked,
+    and so passing unfiltered: OffsetFetch (v10 ids, nested under groups), ConsumerGroupHeartbeat and
+    ConsumerGroupDescribe (assignments), ShareGroupHeartbeat; documented in docs/filters.md."""
     hooked = {(s.direction, s.api_key) for _a, s in TopicPolicy.hooks}
-    keys = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.DELETE_TOPICS}
+    keys = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.DELETE_TOPICS,
+            ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.METADATA}
     assert hooked == {(d, int(k)) for d in ("request", "response") for k in keys}
     for s in (s for _a, s in TopicPolicy.hooks):
         assert s.min_version == 0 and s.max_version is None  # every version, ids included
     uncovered = {ApiKey.OFFSET_FETCH, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
-                 ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.SHARE_GROUP_HEARTBEAT}
+                 ApiKey.SHARE_GROUP_HEARTBEAT}
     assert not uncovered & {k for _d, k in hooked}
     assert not uncovered & set(TOPIC_LISTS)  # filters.topics has no helpers for them either
 
@@ -336,9 +338,10 @@ def test_share_fetch_ids_round_trip_and_error_response() -> None:
     got = through_frames(SHARE_FETCH, 0, req)
     assert [(t.topic_id, [q.partition_index for q in t.partitions]) for t in got.topics] == [(SECRET_ID, [0])]
     assert [(t.topic_id, t.partitions) for t in got.forgotten_topics_data] == [(GONE_ID, [3])]
-    with pytest.raises(KeyError):
-        request_topics(SHARE_FETCH, got)
-    resp = error_response(SHARE_FETCH, 0, got, AUTHZ)
+    assert request_topics(SHARE_FETCH, got) == [SECRET_ID]  # by id: the policy resolves it to a name
+    resp = error_response(SHARE_FETCH, 0, got, 0, {SECRET_ID: AUTHZ})
     assert resp is not None
     out = response_through_frames(SHARE_FETCH, 0, resp)
-    assert out.error_code == AUTHZ and out.responses == []  # top-level only: no per-partition shape
+    assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions]) for t in out.responses] == [
+        (SECRET_ID, [(0, AUTHZ)])
+    ]
