@@ -12,7 +12,6 @@ import asyncio
 import time
 
 import pytest
-from conftest import client_port
 from support import workloads as w
 from support.netconn import ConnectionWatcher
 from support.procs import TANSU_NODE_ID
@@ -23,7 +22,7 @@ PARTS = 3
 
 def expected_ports(k) -> set[int]:
     # The bootstrap connection can be too short-lived for the sampler; the node's port carries the work.
-    return {client_port(k)}
+    return {k.tansu_node_port}
 
 
 def test_metadata_advertises_kgate_port(tansu, kgate_mode):
@@ -36,7 +35,7 @@ def test_metadata_advertises_kgate_port(tansu, kgate_mode):
         assert 3 in versions["api_keys"] and 0 in versions["api_keys"]
         md = c.metadata()
     assert [(b["node_id"], b["host"], b["port"]) for b in md["brokers"]] == [
-        (TANSU_NODE_ID, "127.0.0.1", client_port(k))]
+        (TANSU_NODE_ID, "127.0.0.1", k.tansu_node_port)]
     if not k.bootstrap_serves_node:
         # the node listener is open and serves Kafka too
         with RawClient(k.node_port(TANSU_NODE_ID)) as c:
@@ -52,7 +51,7 @@ def test_confluent_idempotent_producer_and_group_consumer(tansu, kgate_mode):
         admin = w.confluent_create_topic(k.bootstrap, topic, PARTS)
         md = admin.list_topics(topic=topic, timeout=10)
         assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {
-            TANSU_NODE_ID: ("127.0.0.1", client_port(k))}
+            TANSU_NODE_ID: ("127.0.0.1", k.tansu_node_port)}
         reports = w.confluent_produce(k.bootstrap, topic, values,
                                       **{"enable.idempotence": True, "acks": "all"})
         assert len({p for p, _ in reports}) == PARTS, "keys should spread over all partitions"

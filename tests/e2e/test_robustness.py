@@ -154,6 +154,41 @@ def test_acks0_connection_keeps_answering(compliant_kgate):
     _no_client_closed(kgate)
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("how", ["close", "shutdown-write"])
+def test_acks0_frames_sent_before_close_are_forwarded(compliant_kgate, how):
+    """A client writes 20 acks=0 Produce frames in one go and closes at once (as librdkafka does
+    when a producer is destroyed right after flush(), which returns once acks=0 requests are
+    written). A broker processes every frame it received before the FIN; a proxy must forward
+    every frame it received before the client's EOF, or acks=0 data is silently lost. Ten such
+    connections through kgate; control: five straight to the broker (its relay port) lose nothing.
+    """
+    _tansu, relay, kgate = compliant_kgate
+    counts = {}
+    for name, port, rounds in (("direct", relay.ports[0], 5), ("kgate", kgate.listen_port, 10)):
+        topic = w.unique("acks0close")
+        w.confluent_create_topic(kgate.bootstrap, topic, 1)
+        values = []
+        for r in range(rounds):
+            batch = [f"{name}-{r}-{i}".encode() for i in range(20)]
+            values += batch
+            c = wire.RawClient(port)
+            c.send(b"".join(wire.produce_request(10 + i, topic, 0, [v], acks=0) for i, v in enumerate(batch)))
+            if how == "shutdown-write":
+                c.sock.shutdown(socket.SHUT_WR)
+                c.closed_by_peer(timeout=5)
+            c.close()
+        got = w.confluent_read_all(kgate.bootstrap, topic, len(values))
+        counts[name] = (len(got), len(values))
+        if name == "direct":
+            w.assert_exact(values, got)  # control: the broker keeps them all
+    lost = [e for e in relay.events() if e["event"] == "client_eof" and e["frames"] == 0]
+    assert counts["kgate"][0] == counts["kgate"][1], (
+        f"kgate forwarded {counts['kgate'][0]} of {counts['kgate'][1]} acks=0 Produce frames that "
+        f"clients sent before closing (direct to the broker: {counts['direct'][0]} of "
+        f"{counts['direct'][1]}); {len(lost)} upstream connection(s) were closed after 0 bytes")
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.xfail(reason="Tansu answers acks=0 Produce; kgate closes the client connection "
                           "('broker answered correlation id 100, expected 200') instead of dropping "
@@ -340,17 +375,25 @@ def test_sigterm_with_idle_clients_exits_zero(tansu, kgate_factory):
 
 @pytest.mark.timeout(60)
 def test_sigterm_drains_an_in_flight_request(tansu, kgate_factory):
-    """SIGTERM while a long-poll Fetch is in flight: the response still reaches the client
-    (drain), then kgate exits 0 and the listener is gone."""
+    """SIGTERM while a long-poll Fetch (3 s) is in flight: kgate stops accepting at once, the
+    response still reaches the client (drain), then kgate exits 0."""
     kgate = kgate_factory(tansu.bootstrap, drain_timeout_s=5)
     topic = w.unique("drain")
     w.confluent_create_topic(kgate.bootstrap, topic, 1)
     with wire.RawClient(kgate.listen_port, timeout=10) as c:
-        c.send(wire.fetch_request(77, topic, 0, offset=0, max_wait_ms=1500, min_bytes=1 << 20))
+        c.send(wire.fetch_request(77, topic, 0, offset=0, max_wait_ms=3000, min_bytes=1 << 20))
         time.sleep(0.3)
+        t0 = time.monotonic()
         os.kill(kgate.pid, signal.SIGTERM)
+        # stops accepting at once, while the Fetch is still pending
+        deadline = time.monotonic() + 1.5
+        while port_open(kgate.listen_port):
+            assert time.monotonic() < deadline, "kgate still accepts connections after SIGTERM"
+            time.sleep(0.05)
+        assert kgate.alive(), "kgate exited without draining the in-flight Fetch"
         resp = c.recv_frame()
         assert struct.unpack(">i", resp[:4])[0] == 77
+        assert time.monotonic() - t0 > 1.5, "the Fetch answer came early: was it really long-polling?"
     assert kgate.wait(timeout=15) == 0
     assert not port_open(kgate.listen_port)
 

@@ -59,7 +59,7 @@ class ManagedProcess:
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             self.argv, stdin=subprocess.DEVNULL, stdout=self._logf, stderr=subprocess.STDOUT,
-            start_new_session=True, env=self.env, cwd=str(REPO),
+            start_new_session=True, env=self.env, cwd=getattr(self, "cwd", str(REPO)),
         )
         return self
 
@@ -187,6 +187,9 @@ class Kgate(ManagedProcess):
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         super().__init__([PYTHON, "-m", "proxy", "run", "-c", str(self.config_path)],
                          workdir / "kgate.log", env=env)
+        # KGATE_E2E_SRC: run kgate from another source tree (e.g. an export of a commit), since
+        # `python -m proxy` imports from the working directory first.
+        self.cwd = os.environ.get("KGATE_E2E_SRC") or str(REPO)
 
     @property
     def bootstrap(self) -> str:
@@ -194,6 +197,12 @@ class Kgate(ManagedProcess):
 
     def node_port(self, node_id: int) -> int:
         return self.node_base + node_id
+
+    @property
+    def tansu_node_port(self) -> int:
+        """Where a single Tansu (node 111) is served: the bootstrap port with
+        bootstrap_serves_node, base+111 otherwise."""
+        return self.listen_port if self.bootstrap_serves_node else self.node_port(TANSU_NODE_ID)
 
     def start(self, timeout: float = 20):
         super().start()

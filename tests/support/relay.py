@@ -127,37 +127,62 @@ class Relay:
             writer.close()
             return
         pending: dict[int, tuple[int, int]] = {}
+        stats = {"from_client": 0, "frames": 0}
         tasks = [
-            asyncio.create_task(self.client_to_broker(reader, up_writer, pending, first)),
+            asyncio.create_task(self.client_to_broker(reader, up_writer, pending, first, stats)),
             asyncio.create_task(self.broker_to_client(up_reader, writer, pending)),
         ]
         try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if tasks[0] in done:
+                exc = tasks[0].exception()
+                self.event(event="client_eof", port=listen_port, peer=list(peer),
+                           bytes=stats["from_client"], frames=stats["frames"], error=repr(exc) if exc else None)
+            if tasks[0] in done and tasks[1] not in done:
+                # The client finished sending: pass the half-close on and let the broker finish
+                # what it received (a broker processes every request that arrived before a FIN;
+                # Tansu stops at the first response it cannot write, so do not slam the door).
+                try:
+                    up_writer.write_eof()
+                except OSError:
+                    pass
+                await asyncio.wait([tasks[1]], timeout=3)
         finally:
             for t in tasks:
                 t.cancel()
             for w in (writer, up_writer):
                 w.close()
 
-    async def client_to_broker(self, reader, up_writer, pending, prefix=b""):
+    async def client_to_broker(self, reader, up_writer, pending, prefix=b"", stats=None):
+        stats = {"from_client": 0, "frames": 0} if stats is None else stats
         rewriting = self.framed
         if prefix and not rewriting:
             up_writer.write(prefix)
+        stats["from_client"] += len(prefix)
         while True:
             if not rewriting:
                 data = await reader.read(1 << 16)
                 if not data:
                     return
+                stats["from_client"] += len(data)
                 up_writer.write(data)
                 await up_writer.drain()
                 continue
-            head = prefix + await reader.readexactly(4 - len(prefix))
-            prefix = b""
-            (size,) = struct.unpack(">i", head)
-            payload = await reader.readexactly(size)
+            head = b""
+            try:
+                head = prefix + await reader.readexactly(4 - len(prefix))
+                prefix = b""
+                (size,) = struct.unpack(">i", head)
+                payload = await reader.readexactly(size)
+            except asyncio.IncompleteReadError as e:  # client EOF, maybe mid-frame: pass on what came
+                up_writer.write(prefix + head + e.partial)
+                stats["from_client"] += len(e.partial)
+                return
+            stats["from_client"] += len(head) + len(payload)
+            stats["frames"] += 1
             if size >= 8:
                 api_key, version, corr = struct.unpack(">hhi", payload[:8])
-                if api_key in (wire.METADATA, wire.FIND_COORDINATOR, wire.DESCRIBE_CLUSTER):
+                if self.node_ids and api_key in (wire.METADATA, wire.FIND_COORDINATOR, wire.DESCRIBE_CLUSTER):
                     pending[corr] = (api_key, version)
                 elif api_key == wire.PRODUCE and self.drop_acks0 and wire.produce_acks(payload, version) == 0:
                     pending[corr] = (api_key, version)

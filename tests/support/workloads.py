@@ -230,3 +230,31 @@ def assert_committed(offsets: dict[int, int], reports_or_total, partitions: int)
     if not isinstance(reports_or_total, int):
         per_part = Counter(p for p, _ in reports_or_total)
         assert norm == {p: per_part.get(p, 0) for p in norm}, (norm, dict(per_part))
+
+
+def confluent_read_all(bootstrap: str, topic: str, expect: int, partitions: int = 1, timeout: float = 10,
+                       settle: float = 0.5) -> list[bytes]:
+    """Read a topic from offset 0 without a group (assign, no commits); stops ``settle`` seconds
+    after ``expect`` messages, or at ``timeout``. Never raises for a short count."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("ro"), "enable.auto.commit": False,
+                  "fetch.queue.backoff.ms": 10})
+    got: list[bytes] = []
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        deadline = time.monotonic() + timeout
+        settle_until = None
+        while time.monotonic() < deadline:
+            msg = c.poll(0.1)
+            if msg is not None:
+                if msg.error():
+                    raise KafkaException(msg.error())
+                got.append(msg.value())
+            if len(got) >= expect and settle_until is None:
+                settle_until = time.monotonic() + settle
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+    finally:
+        c.close()
+    return got
