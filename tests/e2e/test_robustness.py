@@ -14,7 +14,7 @@ import time
 import pytest
 from support import wire
 from support import workloads as w
-from support.netconn import ConnectionWatcher
+from support.netconn import ConnectionWatcher, tcp_connections
 from support.ports import free_port, port_open
 from support.procs import TANSU_NODE_ID
 
@@ -323,8 +323,16 @@ def test_unknown_api_key_is_forwarded_and_harmless(kgate, topic):
 
 # ------------------------------------------------------------------ clients vanishing
 @pytest.mark.timeout(90)
-def test_client_disconnects_mid_request(kgate, topic):
+def _upstream_conns(kgate, broker_port: int) -> int:
+    return sum(1 for c in tcp_connections(kgate.pid) if c.remote[1] == broker_port and c.state == "ESTABLISHED")
+
+
+def test_client_disconnects_mid_request(tansu, kgate, topic):
+    """Half a frame then gone; long-poll Fetches reset before the answer; 50 pipelined requests
+    closed unread. kgate stays up, serves others, releases every upstream connection it opened
+    for the vanished clients, and (teardown) exits 0 on SIGTERM."""
     survivor = Survivor(kgate.bootstrap, topic)
+    baseline = _upstream_conns(kgate, tansu.port)
     # half a frame, then gone
     c = wire.RawClient(kgate.listen_port)
     req = wire.metadata_request(1, [topic])
@@ -343,6 +351,12 @@ def test_client_disconnects_mid_request(kgate, topic):
     c.close()
     time.sleep(1)
     assert kgate.alive()
+    deadline = time.monotonic() + 10  # the long polls end after 5 s at the latest
+    while _upstream_conns(kgate, tansu.port) > baseline:
+        assert time.monotonic() < deadline, (
+            f"kgate still holds {_upstream_conns(kgate, tansu.port)} upstream connections "
+            f"(baseline {baseline}) after its clients vanished")
+        time.sleep(0.2)
     with wire.RawClient(kgate.listen_port) as c:
         assert c.api_versions(5)["error_code"] == 0
         assert c.metadata(6, [topic])["topics"][0]["error_code"] == 0
