@@ -348,12 +348,23 @@ class ClientConnection(asyncio.Protocol):
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
-        outcome = run_hooks(hooks, ctx, msg)
+        try:
+            outcome = run_hooks(hooks, ctx, msg)
+        except Exception as exc:  # a filter bug closes this connection only, never the process
+            self._filter_failed(api_key, version, exc)
+            return
         if inspect.isawaitable(outcome):
             self.suspended_request = True
             self._spawn(self._finish_suspended_request(outcome, frame, header, ctx, msg))
             return
-        self._apply_request(outcome, frame, header, ctx)  # type: ignore[arg-type]
+        try:
+            self._apply_request(outcome, frame, header, ctx)  # type: ignore[arg-type]
+        except Exception as exc:  # e.g. a filter's answer that does not encode
+            self._filter_failed(api_key, version, exc)
+
+    def _filter_failed(self, api_key: int, version: int, exc: Exception) -> None:
+        log.error("filter failed on %s v%d for %s", api.API_INFO[api_key].name, version, self.peer, exc_info=exc)
+        self.close(f"filter error: {exc}", error="filter-error")
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
         self.backlog.append(frame)
@@ -383,12 +394,15 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self.suspended_request = False
-        self._apply_request(outcome, frame, header, ctx)
         try:
+            self._apply_request(outcome, frame, header, ctx)
             while self.backlog and not self.suspended_request and not self.closed:
                 self._request(self.backlog.popleft())
         except HeaderError as exc:
             self.close(f"malformed request: {exc}", error="malformed-request")
+            return
+        except Exception as exc:  # e.g. a filter's answer that does not encode: this connection only
+            self._filter_failed(header.api_key, header.api_version, exc)
             return
         if len(self.backlog) < self.settings.max_queued_requests:
             self.gate.resume("backlog-full")
@@ -614,13 +628,20 @@ class ClientConnection(asyncio.Protocol):
             ex.response = rewrite.reframe(frame, offset, msg.encode(version)) if changed else frame
             return
         ctx = MessageContext(self.cluster, self.info, api_key, version, ex.cid, ex.request, ex.state)
-        outcome = run_hooks(hooks, ctx, msg)
+        try:
+            outcome = run_hooks(hooks, ctx, msg)
+        except Exception as exc:  # a filter bug closes this connection only, never the process
+            self._filter_failed(api_key, version, exc)
+            return
         if inspect.isawaitable(outcome):
             self._spawn(self._finish_suspended_response(outcome, ex, frame, offset, changed))
             if len(self.pending) > self.settings.max_queued_requests:
                 self.upstream_gate.pause("answers-blocked")
             return
-        self._apply_response(outcome, ex, frame, offset, changed)  # type: ignore[arg-type]
+        try:
+            self._apply_response(outcome, ex, frame, offset, changed)  # type: ignore[arg-type]
+        except Exception as exc:
+            self._filter_failed(api_key, version, exc)
 
     async def _finish_suspended_response(
         self, pending: Awaitable[Outcome], ex: Exchange, frame: memoryview, offset: int, changed: bool
@@ -634,7 +655,11 @@ class ClientConnection(asyncio.Protocol):
             outcome = (Close(f"filter error: {exc}"), None, False)
         if self.closed:
             return
-        self._apply_response(outcome, ex, frame, offset, changed)
+        try:
+            self._apply_response(outcome, ex, frame, offset, changed)
+        except Exception as exc:
+            self._filter_failed(ex.api_key, ex.api_version, exc)
+            return
         self._flush()
 
     def _apply_response(self, outcome: Outcome, ex: Exchange, frame: memoryview, offset: int, rewritten: bool) -> None:

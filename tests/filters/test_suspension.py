@@ -39,6 +39,10 @@ class SlowTopics(Filter):
             return asyncio.sleep(3600)
         if any(n.startswith("boom-") for n in names):
             return self._boom()
+        if any(n.startswith("sboom-") for n in names):
+            raise RuntimeError("synchronous filter bug")
+        if any(n.startswith("badans-") for n in names):
+            return respond("not a response object")
         if any(n.startswith("slow-") for n in names):
             return self._slow()
         return FORWARD
@@ -160,6 +164,21 @@ async def test_hook_exception_closes_only_that_connection(kgate) -> None:
         bad.close()
         good.close()
     assert resp.brokers
+
+
+@pytest.mark.parametrize("prefix", ["sboom-", "badans-"])
+async def test_synchronous_filter_bug_closes_only_that_connection(kgate, prefix) -> None:
+    bad, good = _client(kgate), _client(kgate)
+    try:
+        await good.request(API_VERSIONS, api.API_INFO[API_VERSIONS].request_class(), 3)
+        with pytest.raises(UpstreamError):
+            await bad.request(METADATA, _metadata(prefix + "1"), 12, timeout_s=5)
+        _v, resp = await good.request(METADATA, _metadata(), 12)
+    finally:
+        bad.close()
+        good.close()
+    assert resp.brokers
+    assert kgate.proxy is not None and kgate._thread.is_alive()
 
 
 async def test_sync_hooks_cost_no_task(kgate) -> None:
