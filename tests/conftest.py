@@ -141,8 +141,3 @@ def kgate(tansu, kgate_factory) -> procs.Kgate:
 def kgate_mode(request, tansu, kgate_factory) -> procs.Kgate:
     """kgate in both node placements: Tansu's node on the bootstrap port, or on base+111."""
     return kgate_factory(tansu.bootstrap, bootstrap_serves_node=request.param == "bootstrap_serves_node")
-
-
-def client_port(k: procs.Kgate) -> int:
-    """The kgate port where Tansu's node 111 is served."""
-    return k.listen_port if k.bootstrap_serves_node else k.node_port(procs.TANSU_NODE_ID)
