@@ -10,6 +10,7 @@ from .model import (
     NodePorts,
     ProxySettings,
     TopicNamesConfig,
+    UpstreamAuth,
     VirtualClusterConfig,
 )
 
@@ -22,6 +23,7 @@ __all__ = [
     "NodePorts",
     "ProxySettings",
     "TopicNamesConfig",
+    "UpstreamAuth",
     "VirtualClusterConfig",
     "load_config",
     "parse_config",

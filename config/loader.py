@@ -26,6 +26,7 @@ from .model import (
     NodePorts,
     ProxySettings,
     TopicNamesConfig,
+    UpstreamAuth,
     VirtualClusterConfig,
 )
 
@@ -55,7 +56,17 @@ _TOPIC_NAMES_KEYS = (
     "lookup_timeout_s",
 )
 _METRICS_KEYS = ("listen",)
-_CLUSTER_KEYS = ("name", "listen", "advertised_host", "upstream", "node_ports", "bootstrap_serves_node")
+_CLUSTER_KEYS = (
+    "name",
+    "listen",
+    "advertised_host",
+    "upstream",
+    "node_ports",
+    "bootstrap_serves_node",
+    "upstream_auth",
+)
+_AUTH_KEYS = ("mechanism", "username", "password", "password_env")
+_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _NODE_PORTS_KEYS = ("base", "count", "first_node_id")
 _FILTER_KEYS = ("name", "config")
 
@@ -107,9 +118,7 @@ class _Ctx:
                 raise self.error(_join(path, key), msg)
         return value
 
-    def integer(
-        self, value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None
-    ) -> int:
+    def integer(self, value: Any, path: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.error(path, f"expected an integer, got {_show(value)}")
         if minimum is not None and value < minimum:
@@ -258,8 +267,7 @@ def _parse_cluster(ctx: _Ctx, value: Any, path: str) -> VirtualClusterConfig:
     elif listen.host in WILDCARD_HOSTS:
         raise ctx.error(
             _join(path, "advertised_host"),
-            f"required when listen host is the wildcard {_show(listen.host)} "
-            "(the host name clients should connect to)",
+            f"required when listen host is the wildcard {_show(listen.host)} (the host name clients should connect to)",
         )
     else:
         advertised = listen.host
@@ -275,13 +283,42 @@ def _parse_cluster(ctx: _Ctx, value: Any, path: str) -> VirtualClusterConfig:
 
     node_ports = _parse_node_ports(ctx, m.get("node_ports"), _join(path, "node_ports"), listen)
     serves = ctx.boolean(m.get("bootstrap_serves_node", True), _join(path, "bootstrap_serves_node"))
+    auth = _parse_auth(ctx, m.get("upstream_auth"), _join(path, "upstream_auth"))
     return VirtualClusterConfig(
+        upstream_auth=auth,
         name=name,
         listen=listen,
         advertised_host=advertised,
         upstream=upstream,
         node_ports=node_ports,
         bootstrap_serves_node=serves,
+    )
+
+
+def _parse_auth(ctx: _Ctx, value: Any, path: str) -> UpstreamAuth | None:
+    """SASL credentials for kgate's own connection; the password may come from the environment."""
+    if value is None:
+        return None
+    m = ctx.mapping(value, path, _AUTH_KEYS)
+    for required in ("mechanism", "username"):
+        if required not in m:
+            raise ctx.error(_join(path, required), "required key is missing")
+    mechanism = ctx.string(m["mechanism"], _join(path, "mechanism")).upper()
+    if mechanism not in _MECHANISMS:
+        raise ctx.error(
+            _join(path, "mechanism"), f"expected one of {', '.join(_MECHANISMS)}, got {_show(m['mechanism'])}"
+        )
+    if ("password" in m) == ("password_env" in m):
+        raise ctx.error(path, "give exactly one of password and password_env")
+    if "password_env" in m:
+        var = ctx.string(m["password_env"], _join(path, "password_env"))
+        if var not in os.environ:
+            raise ctx.error(_join(path, "password_env"), f"environment variable {var} is not set")
+        password = os.environ[var]
+    else:
+        password = ctx.string(m["password"], _join(path, "password"))
+    return UpstreamAuth(
+        mechanism=mechanism, username=ctx.string(m["username"], _join(path, "username")), password=password
     )
 
 
@@ -374,20 +411,14 @@ def parse_config(data: Mapping[str, Any], source: str) -> KgateConfig:
     metrics = _parse_metrics(ctx, m.get("metrics"), "metrics")
 
     if m.get("virtual_clusters") is None:
-        raise ctx.error(
-            "virtual_clusters", "required key is missing (at least one virtual cluster is required)"
-        )
+        raise ctx.error("virtual_clusters", "required key is missing (at least one virtual cluster is required)")
     clusters = ctx.list_of(m["virtual_clusters"], "virtual_clusters", lambda v, p: _parse_cluster(ctx, v, p))
     if not clusters:
         raise ctx.error("virtual_clusters", "at least one virtual cluster is required")
     _check_cluster_conflicts(ctx, clusters, metrics)
 
     raw_filters = m.get("filters")
-    filters = (
-        ()
-        if raw_filters is None
-        else ctx.list_of(raw_filters, "filters", lambda v, p: _parse_filter(ctx, v, p))
-    )
+    filters = () if raw_filters is None else ctx.list_of(raw_filters, "filters", lambda v, p: _parse_filter(ctx, v, p))
 
     topic_names = _parse_topic_names(ctx, m.get("topic_names"), "topic_names")
 
@@ -489,9 +520,7 @@ def quick_config(listen: str, upstream: str, filters: list[dict[str, Any]] | Non
         raise ctx.error("--upstream", 'expected "host:port[,host:port...]", got ""')
     ups = [str(ctx.host_port(p, "--upstream")) for p in parts]
     if listen_hp.port == 65535:
-        raise ctx.error(
-            "--listen", "port 65535 leaves no room for node ports (they start at listen port + 1)"
-        )
+        raise ctx.error("--listen", "port 65535 leaves no room for node ports (they start at listen port + 1)")
     count = min(256, 65535 - listen_hp.port)
     cluster: dict[str, Any] = {
         "name": "default",

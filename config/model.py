@@ -79,6 +79,16 @@ class NodePorts:
 
 
 @dataclass(frozen=True)
+class UpstreamAuth:
+    """Credentials for kgate's own upstream connection (clients authenticate themselves)."""
+
+    mechanism: str
+    """PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512."""
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class VirtualClusterConfig:
     name: str
     listen: HostPort
@@ -89,6 +99,8 @@ class VirtualClusterConfig:
     """Upstream bootstrap servers (at least one)."""
     node_ports: NodePorts
     bootstrap_serves_node: bool = True
+    upstream_auth: UpstreamAuth | None = None
+    """SASL credentials for the requests kgate makes itself (node discovery, topic-id lookups)."""
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ class VirtualCluster:
             lambda: self.upstream_targets(None),
             connect_timeout_s=settings.connect_timeout_s,
             max_frame_bytes=settings.max_frame_bytes,
+            auth=cfg.upstream_auth,
         )
         self._discovery: asyncio.Task[None] | None = None
         tn = topic_names or TopicNamesConfig()

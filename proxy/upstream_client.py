@@ -21,10 +21,14 @@ from typing import Any
 from codec import api
 from codec.framing import FrameReader
 from codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
+from config import UpstreamAuth
+from proxy.sasl_client import SaslError, ScramClient, plain_token
 
 log = logging.getLogger("kgate.upstream")
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 
 
 class UpstreamError(Exception):
@@ -56,8 +60,10 @@ class UpstreamClient:
         client_id: str = "kgate",
         connect_timeout_s: float = 10.0,
         max_frame_bytes: int = 100 * 1024 * 1024,
+        auth: UpstreamAuth | None = None,
     ) -> None:
         self._targets = targets
+        self.auth = auth
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
@@ -96,8 +102,44 @@ class UpstreamClient:
                 self._transport = None
                 continue
             self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+            if self.auth is not None:
+                try:
+                    await self._authenticate(transport)
+                except (UpstreamError, SaslError) as exc:
+                    errors.append(f"{host}:{port}: SASL {self.auth.mechanism} as {self.auth.username}: {exc}")
+                    transport.close()
+                    self._transport = None
+                    continue
             return
         raise UpstreamError("no broker reachable: " + "; ".join(errors))
+
+    async def _authenticate(self, transport: asyncio.Transport) -> None:
+        """SaslHandshake v1 + SaslAuthenticate, before any other request on this connection."""
+        auth = self.auth
+        assert auth is not None
+        hs_version = self.pick_version(SASL_HANDSHAKE, 1)
+        au_version = self.pick_version(SASL_AUTHENTICATE)
+        if hs_version is None or au_version is None:
+            raise UpstreamError("broker does not support SaslHandshake v1 / SaslAuthenticate")
+        hs = await self._send(
+            transport, SASL_HANDSHAKE, hs_version, api.API_INFO[SASL_HANDSHAKE].request_class(mechanism=auth.mechanism)
+        )
+        if hs.error_code:
+            raise UpstreamError(f"mechanism not enabled (broker offers {', '.join(hs.mechanisms)})")
+
+        async def step(token: bytes) -> bytes:
+            req = api.API_INFO[SASL_AUTHENTICATE].request_class(auth_bytes=token)
+            resp = await self._send(transport, SASL_AUTHENTICATE, au_version, req)
+            if resp.error_code:
+                raise UpstreamError(f"authentication failed: {resp.error_message or resp.error_code}")
+            return bytes(resp.auth_bytes)
+
+        if auth.mechanism == "PLAIN":
+            await step(plain_token(auth.username, auth.password))
+            return
+        scram = ScramClient(auth.mechanism, auth.username, auth.password)
+        server_first = await step(scram.first())
+        scram.verify(await step(scram.final(server_first)))
 
     def pick_version(self, api_key: int, lo: int = 0, hi: int | None = None) -> int | None:
         """Highest version within [lo, hi] that the broker and kgate's codec both know."""
