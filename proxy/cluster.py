@@ -135,7 +135,7 @@ class VirtualCluster:
         from proxy.connection import ClientConnection
 
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientConnection(self, node_id), sock=sock)
+        server = await loop.create_server(lambda: ClientConnection(self, node_id), sock=sock, backlog=LISTEN_BACKLOG)
         self._servers.append(server)
 
     def stop_accepting(self) -> None:
