@@ -142,8 +142,11 @@ def test_kafka_python_admin_create_describe_delete(tansu, kgate):
             while topic in admin.list_topics():
                 assert time.monotonic() < deadline, "topic still listed after delete"
                 time.sleep(0.2)
-        finally:
+        except BaseException:
             admin.close()
+            raise
+    # closed only after the watcher's last sample, which must see the admin's connection
+    admin.close()
     watch.assert_clean(must_use={kgate.listen_port})
 
 
@@ -180,6 +183,8 @@ async def test_aiokafka_admin_create_delete(tansu, kgate):
             while topic in await admin.list_topics():
                 assert loop.time() < deadline, "topic still listed after delete"
                 await asyncio.sleep(0.2)
-        finally:
+        except BaseException:
             await admin.close()
+            raise
+    await admin.close()  # after the watcher's last sample, which must see the admin's connection
     watch.assert_clean(must_use={kgate.listen_port})
