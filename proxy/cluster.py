@@ -66,6 +66,11 @@ class VirtualCluster:
         self.chain = chain if chain is not None else FilterChain([])
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
         self.version_limits = rewrite.version_limits(self.chain.version_limits(), settings.leader_hints)
+        #: api keys filters must see -> the versions they (and the codec) handle; others are refused
+        self.filter_limits = {
+            key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))
+            for key, (lo, hi) in self.chain.version_limits().items()
+        }
         self.settings = settings
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)
@@ -85,6 +90,9 @@ class VirtualCluster:
             auth=cfg.upstream_auth,
         )
         self._discovery: asyncio.Task[None] | None = None
+        self.stopping = False
+        self._serve_tasks: set[asyncio.Task[None]] = set()
+        self._unserved: set[socket.socket] = set()  # bound node sockets whose server is starting
         tn = topic_names or TopicNamesConfig()
         self.topic_names = TopicNameResolver(
             self.own_client,
@@ -137,13 +145,28 @@ class VirtualCluster:
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: ClientConnection(self, node_id), sock=sock, backlog=LISTEN_BACKLOG)
         self._servers.append(server)
+        if self.stopping:
+            server.close()  # bound just before shutdown began
 
     def stop_accepting(self) -> None:
+        """Close every listener; no new node listener opens from now on."""
+        self.stopping = True
         if self._discovery is not None:
             self._discovery.cancel()
-        self.own_client.close()
         for server in self._servers:
             server.close()
+        for sock in self._unserved:
+            sock.close()
+
+    def begin_drain(self) -> None:
+        """Stop reading new requests; connections close as soon as they owe nothing."""
+        for conn in list(self.connections):
+            conn.begin_drain()
+
+    def close_drained(self) -> None:
+        for conn in list(self.connections):
+            if conn.drained:
+                conn.close("drained for shutdown")
 
     @property
     def listening_ports(self) -> dict[int | None, int]:
@@ -177,7 +200,15 @@ class VirtualCluster:
             return advertised, kport
         return self._open_node_listener(node_id)
 
+    def _served(self, task: asyncio.Task[None], sock: socket.socket, node_id: int) -> None:
+        self._serve_tasks.discard(task)
+        self._unserved.discard(sock)
+        if not task.cancelled() and task.exception() is not None and not self.stopping:
+            log.error("cluster %s: node %d listener failed to start: %s", self.name, node_id, task.exception())
+
     def _open_node_listener(self, node_id: int) -> tuple[str, int] | None:
+        if self.stopping:
+            return None  # shutting down: no new listeners
         kport = self.cfg.node_ports.port_for(node_id)
         if kport is None:
             if node_id not in self._refused:
@@ -208,7 +239,10 @@ class VirtualCluster:
             return None
         self._node_ports[node_id] = kport
         self._refused.discard(node_id)
-        asyncio.get_running_loop().create_task(self._serve(sock, node_id))
+        self._unserved.add(sock)
+        task = asyncio.get_running_loop().create_task(self._serve(sock, node_id))
+        self._serve_tasks.add(task)
+        task.add_done_callback(lambda t: self._served(t, sock, node_id))
         self.metrics.node_listeners.set(len(self._node_ports))
         log.info(
             "cluster %s: node %d served on port %d -> %s:%d",
@@ -271,7 +305,11 @@ class VirtualCluster:
             conn.close("kgate is shutting down")
 
     async def wait_closed(self) -> None:
+        for task in list(self._serve_tasks):
+            task.cancel()
         await self.topic_names.close()
+        self.own_client.close()
         await self.chain.close()
         for server in self._servers:
+            server.close()
             await server.wait_closed()

@@ -71,6 +71,10 @@ RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
 REQUEST_TIMED_OUT = 7
 
 
+class VersionRefused(HeaderError):
+    """A request version outside what the filters that must see it handle (fail closed)."""
+
+
 class Exchange:
     """A request that expects an answer, and the answer once it is ready."""
 
@@ -145,11 +149,21 @@ class ClientConnection(asyncio.Protocol):
         self._stream_left = 0  # bytes of a cut-through response still to forward
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._acks0: deque[int] = deque(maxlen=256)  # correlation ids of recent acks=0 Produce
-        self._req_head = b""  # start of a request whose header is not complete yet (raw mode)
+        self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
+        self._held_len = 0
+        self._held_need = 0  # bytes to collect before trying again
 
     @property
     def peer(self) -> str:
         return self.info.client_address
+
+    def begin_drain(self) -> None:
+        self.gate.pause("draining")
+
+    @property
+    def drained(self) -> bool:
+        """Owes the client nothing: no answer pending, nothing queued, nothing streaming."""
+        return not self.pending and not self.backlog and not self._stream_left and not self.suspended_request
 
     @property
     def inflight_count(self) -> int:
@@ -215,7 +229,7 @@ class ClientConnection(asyncio.Protocol):
                 else:
                     self._request(frame)
         except HeaderError as exc:
-            self.close(f"malformed request: {exc}", error="malformed-request")
+            self._refuse(exc)
             return
         if reader.error is not None:
             self.close(f"bad frame from client: {reader.error}", error="bad-frame")
@@ -225,13 +239,21 @@ class ClientConnection(asyncio.Protocol):
 
         A frame is tracked as soon as its header has arrived; the rest of it is skipped, not
         assembled (a 1 MiB Produce is never copied). Only a frame whose header is split across
-        reads, or a SASL frame (decoded for the principal), is held until it can be read.
+        reads, or a frame decoded whole (SASL, CreateTopics), is held until it can be read; its
+        pieces are kept in a list and joined once, when enough has arrived.
         """
-        buf: bytes | memoryview = data
-        held = len(self._req_head)
-        if held:
-            buf = self._req_head + data
-            self._req_head = b""
+        if self._held:
+            self._held.append(data)
+            self._held_len += len(data)
+            if self._held_len < self._held_need:
+                self._send_upstream(data)
+                return
+            held = self._held_len - len(data)
+            buf: bytes | memoryview = b"".join(self._held)
+            self._held, self._held_len, self._held_need = [], 0, 0
+        else:
+            held = 0
+            buf = data
         pos = 0
         if self._req_skip:
             pos = min(self._req_skip, len(buf))
@@ -239,28 +261,52 @@ class ClientConnection(asyncio.Protocol):
         frames: list[memoryview] = []
         tail = len(buf)
         if pos < len(buf):
-            view = memoryview(buf)[pos:]
-            frames, tail = self.reader.split(view)
+            frames, tail = self.reader.split(memoryview(buf)[pos:])
             tail += pos
+        done = pos  # end of the frames tracked so far, in buf
         try:
             for frame in frames:
                 self._track(frame)
+                done += len(frame)
             if self.reader.error is None and tail < len(buf):
                 head = memoryview(buf)[tail:]
                 if self._track_head(head):
                     self._req_skip = int.from_bytes(head[:4], "big", signed=True) + 4 - len(head)
                 else:
-                    self._req_head = bytes(head)
+                    self._hold(head)
         except HeaderError as exc:
-            self.close(f"malformed request: {exc}", error="malformed-request")
+            self._forward_prefix(data, done - held)  # whole frames before the bad one still go
+            self._refuse(exc)
             return
         if self.reader.error is not None:
-            good = (pos + sum(len(f) for f in frames)) - held  # whole frames before the bad one
-            if good > 0:
-                self._send_upstream(memoryview(data)[:good])
+            self._forward_prefix(data, done - held)
             self.close(f"bad frame from client: {self.reader.error}", error="bad-frame")
             return
         self._send_upstream(data)
+
+    def _refuse(self, exc: HeaderError) -> None:
+        if isinstance(exc, VersionRefused):
+            self.close(str(exc), error="refused-version")
+        else:
+            self.close(f"malformed request: {exc}", error="malformed-request")
+
+    def _forward_prefix(self, data: bytes, end: int) -> None:
+        if end > 0:
+            self._send_upstream(memoryview(data)[:end])
+
+    def _hold(self, head: memoryview) -> None:
+        """Keep the start of a frame that cannot be tracked yet, and how much to wait for."""
+        self._held = [bytes(head)]
+        self._held_len = len(head)
+        if len(head) < 12:
+            self._held_need = 12
+            return
+        size = int.from_bytes(head[:4], "big", signed=True) + 4
+        api_key = int.from_bytes(head[4:6], "big", signed=True)
+        if self.sasl.raw or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS):
+            self._held_need = size  # decoded whole
+        else:
+            self._held_need = min(size, 2 * len(head))  # header fields still missing: grow geometrically
 
     def _track_head(self, head: memoryview) -> bool:
         """Track a frame from its first bytes only; False when more of it is needed."""
@@ -285,12 +331,19 @@ class ClientConnection(asyncio.Protocol):
 
     def _track(self, frame: memoryview) -> None:
         """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
-        if self.sasl.raw and self.sasl.is_raw_token(frame):
-            ex = Exchange(0, RAW_SASL, 0)
-            self.pending.append(ex)
-            self.upstream_waiting.append(ex)
-            return
+        if self.sasl.raw:
+            if self.sasl.is_raw_token(frame):
+                ex = Exchange(0, RAW_SASL, 0)
+                self.pending.append(ex)
+                self.upstream_waiting.append(ex)
+                return
+            self.info.principal = self.sasl.principal  # bare-token exchange just ended
         api_key, version, cid = peek_request(frame)
+        limit = self.cluster.filter_limits.get(api_key)
+        if limit is not None and not limit[0] <= version <= limit[1]:
+            raise VersionRefused(
+                f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
+            )
         if api_key == PRODUCE:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
@@ -325,9 +378,11 @@ class ClientConnection(asyncio.Protocol):
 
     # -- requests through filters ----------------------------------------------------------
     def _request(self, frame: memoryview) -> None:
-        if self.sasl.raw and self.sasl.is_raw_token(frame):
-            self._forward(frame, Exchange(0, RAW_SASL, 0))
-            return
+        if self.sasl.raw:
+            if self.sasl.is_raw_token(frame):
+                self._forward(frame, Exchange(0, RAW_SASL, 0))
+                return
+            self.info.principal = self.sasl.principal  # bare-token exchange just ended
         api_key, version, cid = peek_request(frame)
         hooks = self.chain.hooks("request", api_key, version) if api_key in api.API_INFO else ()
         if not hooks:
@@ -399,7 +454,7 @@ class ClientConnection(asyncio.Protocol):
             while self.backlog and not self.suspended_request and not self.closed:
                 self._request(self.backlog.popleft())
         except HeaderError as exc:
-            self.close(f"malformed request: {exc}", error="malformed-request")
+            self._refuse(exc)
             return
         except Exception as exc:  # e.g. a filter's answer that does not encode: this connection only
             self._filter_failed(header.api_key, header.api_version, exc)
@@ -593,8 +648,14 @@ class ClientConnection(asyncio.Protocol):
         else:
             ex.response = frame
 
-    def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview:
-        new = rewrite.cap_api_versions(frame, version, self.cluster.version_limits)
+    def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
+        """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
+        try:
+            new = rewrite.cap_api_versions(frame, version, self.cluster.version_limits)
+        except rewrite.RewriteError as exc:
+            # uncapped ranges could let a client send what a filter must see but kgate cannot read
+            self.close(str(exc), error="undecodable-response")
+            return None
         if new is None:
             return frame
         self.cluster.metrics.rewrite(rewrite.API_VERSIONS).inc()
@@ -635,7 +696,7 @@ class ClientConnection(asyncio.Protocol):
             return
         if inspect.isawaitable(outcome):
             self._spawn(self._finish_suspended_response(outcome, ex, frame, offset, changed))
-            if len(self.pending) > self.settings.max_queued_requests:
+            if self._answers_waiting() > self.settings.max_queued_requests:
                 self.upstream_gate.pause("answers-blocked")
             return
         try:
@@ -689,8 +750,16 @@ class ClientConnection(asyncio.Protocol):
             return  # while a response streams through, nothing else may be written
         while pending and pending[0].response is not None:
             transport.write(pending.popleft().response)  # type: ignore[arg-type]
-        if len(pending) <= self.settings.max_queued_requests:
+        if self._answers_waiting() <= self.settings.max_queued_requests:
             self.upstream_gate.resume("answers-blocked")
+
+    def _answers_waiting(self) -> int:
+        """Answers that arrived (or are being prepared) but cannot be delivered yet.
+
+        Requests the broker has not answered do not count: pausing the broker for them would
+        stop the very answers that drain the queue.
+        """
+        return len(self.pending) - len(self.upstream_waiting)
 
     def upstream_lost(self, exc: Exception | None) -> None:
         self.upstream = None

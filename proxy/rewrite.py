@@ -194,9 +194,14 @@ def cap_api_versions(
     try:
         offset, msg = _decode(frame, API_VERSIONS, version)
     except (api.CodecError, ValueError):
-        msg = None
-    if msg is None or msg.error_code == UNSUPPORTED_VERSION:
-        return None  # v0 error layout: the client retries with a lower version, nothing to cap
+        # A broker answers an ApiVersions version it does not support in the v0 layout.
+        try:
+            offset, msg = _decode(frame, API_VERSIONS, 0)
+        except (api.CodecError, ValueError) as exc:
+            raise RewriteError(f"cannot decode ApiVersions v{version} response: {exc}") from exc
+        version = 0
+    if msg.error_code == UNSUPPORTED_VERSION and not msg.api_keys:
+        return None  # nothing advertised: the client retries with a lower version
     changed = False
     kept = []
     for entry in msg.api_keys:

@@ -45,20 +45,37 @@ def plausible_request(frame: memoryview) -> bool:
     return info is not None and 0 <= version <= info.max_version
 
 
-class SaslState:
-    """Per-connection SASL progress."""
+def _rounds(mechanism: str) -> int:
+    """Client tokens until a successful exchange is complete (0: kgate cannot tell)."""
+    if mechanism == "PLAIN":
+        return 1
+    if mechanism.startswith("SCRAM-"):
+        return 2
+    return 0
 
-    __slots__ = ("candidate", "mechanism", "principal", "raw", "raw_tokens")
+
+class SaslState:
+    """Per-connection SASL progress.
+
+    A principal is trusted only once the exchange is complete: PLAIN after its one token, SCRAM
+    after its second (the one carrying the proof) was accepted. Before that the name is only a
+    claim, and filters (audit, authorization) must not act on a claim.
+    """
+
+    __slots__ = ("auth_rounds", "candidate", "mechanism", "principal", "raw", "raw_tokens")
 
     def __init__(self) -> None:
         self.mechanism = ""  # from the latest SaslHandshake request
         self.raw = False  # True while bare tokens are expected (after SaslHandshake v0)
         self.raw_tokens = 0
-        self.candidate: str | None = None  # principal named by the token, not yet accepted
+        self.auth_rounds = 0  # SaslAuthenticate rounds accepted so far
+        self.candidate: str | None = None  # principal named by the token, not yet proven
         self.principal: str | None = None
 
     def handshake_request(self, mechanism: str) -> None:
         self.mechanism = mechanism.upper()
+        self.candidate = None
+        self.auth_rounds = 0
 
     def handshake_v0_accepted(self) -> None:
         self.raw = True
@@ -68,8 +85,9 @@ class SaslState:
         """Classify a client frame while bare tokens may come.
 
         PLAIN is exactly one token (whose first bytes could pass for a header); for the other
-        mechanisms the exchange ends at the first frame that parses as a Kafka request, which
-        also tells that the broker accepted the authentication.
+        mechanisms the exchange ends at the first frame that parses as a Kafka request. The
+        broker closes the connection on a failed exchange, so a request after the full number
+        of tokens means the exchange succeeded.
         """
         if self.mechanism == "PLAIN":
             is_token = self.raw_tokens == 0
@@ -81,16 +99,21 @@ class SaslState:
             self.raw_tokens += 1
             return True
         self.raw = False
-        if self.candidate is not None:
-            self.principal, self.candidate = self.candidate, None
+        needed = _rounds(self.mechanism)
+        if needed and self.raw_tokens >= needed and self.candidate is not None:
+            self.principal = self.candidate
+        self.candidate = None
         return False
 
     def authenticate_request(self, token: bytes) -> None:
-        if self.candidate is None:
+        if self.candidate is None and self.auth_rounds == 0:
             self.candidate = principal_from_token(self.mechanism, token)
 
     def authenticate_response(self, error_code: int) -> None:
-        if error_code == 0 and self.candidate is not None:
-            self.principal = self.candidate
         if error_code != 0:
             self.candidate = None
+            return
+        self.auth_rounds += 1
+        needed = _rounds(self.mechanism)
+        if needed and self.auth_rounds >= needed and self.candidate is not None:
+            self.principal, self.candidate = self.candidate, None

@@ -42,13 +42,20 @@ class Proxy:
             raise
 
     async def shutdown(self) -> None:
-        """Stop accepting, drain in-flight requests (bounded), close everything."""
+        """Stop accepting and reading, let owed answers arrive (bounded), close everything.
+
+        Reading pauses first, so a connection stops taking new requests (whose answers would be
+        lost at close) and closes as soon as it owes nothing; a long-poll Fetch still gets its
+        answer. kgate's own upstream connections close last, so lookups in flight can finish.
+        """
         for cluster in self.clusters:
             cluster.stop_accepting()
+            cluster.begin_drain()
         deadline = time.monotonic() + self.config.proxy.drain_timeout_s
         while time.monotonic() < deadline:
-            pending = sum(c.inflight() for c in self.clusters)
-            if pending == 0:
+            for cluster in self.clusters:
+                cluster.close_drained()
+            if not any(cluster.connections for cluster in self.clusters):
                 break
             await asyncio.sleep(0.02)
         else:

@@ -44,10 +44,10 @@ class _Protocol(asyncio.Protocol):
         for frame in self.reader.feed(data):
             self.owner._on_frame(frame)
         if self.reader.error is not None:
-            self.owner._fail(UpstreamError(f"bad frame from broker: {self.reader.error}"))
+            self.owner._fail(UpstreamError(f"bad frame from broker: {self.reader.error}"), self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.owner._fail(UpstreamError(f"connection to broker lost: {exc or 'closed'}"))
+        self.owner._fail(UpstreamError(f"connection to broker lost: {exc or 'closed'}"), self)
 
 
 class UpstreamClient:
@@ -68,6 +68,8 @@ class UpstreamClient:
         self.connect_timeout_s = connect_timeout_s
         self.max_frame_bytes = max_frame_bytes
         self._transport: asyncio.Transport | None = None
+        self._protocol: _Protocol | None = None
+        self._handshaking: _Protocol | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], int, int]] = {}
         self._cids = itertools.count(1)
@@ -87,31 +89,35 @@ class UpstreamClient:
         errors = []
         for host, port in self._targets():
             try:
-                transport, _ = await asyncio.wait_for(
+                transport, protocol = await asyncio.wait_for(
                     loop.create_connection(lambda: _Protocol(self), host, port), self.connect_timeout_s
                 )
             except (OSError, TimeoutError) as exc:
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
                 continue
-            self._transport = transport  # type: ignore[assignment]
+            # Published only once usable: a request never sees a half set-up connection.
+            self._handshaking = protocol
             try:
-                resp = await self._send(transport, API_VERSIONS, 0, api.API_INFO[API_VERSIONS].request_class())
-            except UpstreamError as exc:
-                errors.append(f"{host}:{port}: ApiVersions failed: {exc}")
+                await asyncio.wait_for(self._handshake(transport), self.connect_timeout_s)
+            except (UpstreamError, SaslError, TimeoutError) as exc:
+                what = "no answer" if isinstance(exc, TimeoutError) else str(exc)
+                errors.append(f"{host}:{port}: {what}")
                 transport.close()
-                self._transport = None
                 continue
-            self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-            if self.auth is not None:
-                try:
-                    await self._authenticate(transport)
-                except (UpstreamError, SaslError) as exc:
-                    errors.append(f"{host}:{port}: SASL {self.auth.mechanism} as {self.auth.username}: {exc}")
-                    transport.close()
-                    self._transport = None
-                    continue
+            finally:
+                self._handshaking = None
+            self._transport, self._protocol = transport, protocol  # type: ignore[assignment]
             return
         raise UpstreamError("no broker reachable: " + "; ".join(errors))
+
+    async def _handshake(self, transport: asyncio.Transport) -> None:
+        resp = await self._send(transport, API_VERSIONS, 0, api.API_INFO[API_VERSIONS].request_class())
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        if self.auth is not None:
+            try:
+                await self._authenticate(transport)
+            except (UpstreamError, SaslError) as exc:
+                raise UpstreamError(f"SASL {self.auth.mechanism} as {self.auth.username}: {exc}") from exc
 
     async def _authenticate(self, transport: asyncio.Transport) -> None:
         """SaslHandshake v1 + SaslAuthenticate, before any other request on this connection."""
@@ -200,8 +206,11 @@ class UpstreamClient:
         except (api.CodecError, HeaderError, ValueError) as exc:
             fut.set_exception(UpstreamError(f"undecodable response to api {api_key} v{version}: {exc}"))
 
-    def _fail(self, exc: UpstreamError) -> None:
+    def _fail(self, exc: UpstreamError, protocol: _Protocol | None = None) -> None:
+        if protocol is not None and protocol is not self._protocol and protocol is not self._handshaking:
+            return  # an old connection's late goodbye: nothing of ours waits on it
         transport, self._transport = self._transport, None
+        self._protocol = None
         if transport is not None:
             transport.close()
         pending, self._pending = self._pending, {}

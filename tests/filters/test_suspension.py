@@ -15,7 +15,7 @@ import pytest
 from support.inproc_kgate import InprocKgate, make_config
 
 from codec import api
-from filters import FORWARD, ApiKey, Filter, FilterContext, on_request, respond
+from filters import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
 from filters.registry import register_filter
 from proxy.upstream_client import UpstreamClient, UpstreamError
 
@@ -74,9 +74,7 @@ def _metadata(*names: str) -> Any:
 
 @pytest.fixture
 def kgate(tansu):
-    k = InprocKgate(
-        make_config(tansu.bootstrap, [{"name": "test-slow-topics"}], filter_timeout_s=1.5)
-    ).start()
+    k = InprocKgate(make_config(tansu.bootstrap, [{"name": "test-slow-topics"}], filter_timeout_s=1.5)).start()
     yield k
     k.stop()
 
@@ -195,3 +193,47 @@ async def test_sync_hooks_cost_no_task(kgate) -> None:
         conn.close()
     assert after == before, "a synchronous hook created tasks"
     assert with_suspension > after, "the suspending hook is expected to run as a task"
+
+
+class SlowFirstAnswer(Filter):
+    """Holds the first Metadata answer of each connection a while (a suspended response hook)."""
+
+    name = "test-slow-first-answer"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.held = 0
+
+    @on_response(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, response: Any) -> Any:
+        if self.held == 0:
+            self.held += 1
+            return self._later()
+        return FORWARD
+
+    async def _later(self) -> Any:
+        await asyncio.sleep(0.3)
+        return FORWARD
+
+
+register_filter("test-slow-first-answer", SlowFirstAnswer)
+
+
+async def test_suspended_answer_with_more_requests_in_flight_than_the_queue_limit(tansu) -> None:
+    """More requests in flight than max_queued_requests behind a suspended answer: kgate must keep
+    reading the broker's answers (they drain the queue) instead of pausing it for good."""
+    k = InprocKgate(make_config(tansu.bootstrap, [{"name": "test-slow-first-answer"}], max_queued_requests=3)).start()
+    conn = _client(k)
+    try:
+        await conn.request(API_VERSIONS, api.API_INFO[API_VERSIONS].request_class(), 3)
+        order: list[int] = []
+
+        async def one(i: int) -> None:
+            await conn.request(METADATA, _metadata(), 12, timeout_s=5)
+            order.append(i)
+
+        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(8))), 10)
+    finally:
+        conn.close()
+        k.stop()
+    assert order == list(range(8))
