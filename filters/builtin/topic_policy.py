@@ -1,7 +1,7 @@
 """``topic-policy``: allow or deny topics by name, whether the client names them or sends ids.
 
 Denied topics are also hidden from Metadata (left out of a listing, error 29 when asked for
-by name), so a client cannot even learn their ids.
+by name), so Metadata does not reveal their ids.
 
 The point of this filter is the topic-id problem: from Fetch v13 and Produce v13 on, clients
 name topics only by id, so a name-based rule needs kgate's id -> name service. Names already
