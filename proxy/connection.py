@@ -71,6 +71,29 @@ RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
 REQUEST_TIMED_OUT = 7
 
 
+UPSTREAM_CLOSE_GRACE_S = 2.0
+
+
+def _close_upstream_gently(upstream: asyncio.Transport) -> None:
+    """Half-close the broker side, then close it after a grace period.
+
+    A broker may still be working through requests the client sent just before leaving (acks=0
+    Produce especially); some brokers (Tansu) drop those once the peer has closed fully. Sending
+    FIN first and reading on briefly lets them finish; the answers have nowhere to go and are
+    discarded.
+    """
+    if upstream.is_closing():
+        return
+    try:
+        if upstream.can_write_eof():
+            upstream.write_eof()
+            asyncio.get_running_loop().call_later(UPSTREAM_CLOSE_GRACE_S, upstream.close)
+            return
+    except (OSError, RuntimeError):
+        pass
+    upstream.close()
+
+
 class VersionRefused(HeaderError):
     """A request version outside what the filters that must see it handle (fail closed)."""
 
@@ -537,6 +560,8 @@ class ClientConnection(asyncio.Protocol):
 
     # -- broker side -----------------------------------------------------------------------
     def upstream_data(self, data: bytes | memoryview) -> None:
+        if self.closed:
+            return  # the client is gone; the broker is only finishing what it had (see _close_upstream_gently)
         if self._stream_left:
             data = self._continue_stream(data)
             if not data:
@@ -790,7 +815,7 @@ class ClientConnection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
         if self.upstream is not None:
-            self.upstream.close()
+            _close_upstream_gently(self.upstream)
             self.upstream = None
         self.backlog.clear()
         if self in self.cluster.connections:
