@@ -52,6 +52,7 @@ from filters.errors import error_response
 from proxy import rewrite
 from proxy.context import MessageContext
 from proxy.flow import ReadGate
+from proxy.metadata_brokers import rewrite_brokers
 from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslState
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ log = logging.getLogger("kgate.connection")
 PRODUCE = 0
 FETCH = 1
 CREATE_TOPICS = 19
+METADATA = 3
 # Small Fetch responses (errors, empty long polls) are decoded when filters use topic names, so a
 # dead id's error evicts it; large ones stream through undecoded (see _start_stream).
 OBSERVE_FETCH_MAX = 64 * 1024
@@ -661,7 +663,9 @@ class ClientConnection(asyncio.Protocol):
             ex.response = frame
             return
         hooks = self.chain.hooks("response", api_key, version, bool(ex.state)) if self.chain.has_response_hooks else ()
-        if api_key == rewrite.API_VERSIONS:
+        if api_key == METADATA and not hooks and not self.cluster.names_in_use:
+            self._metadata_brokers_only(ex, frame)
+        elif api_key == rewrite.API_VERSIONS:
             ex.response = self._api_versions(frame, version)
         elif (
             hooks
@@ -672,6 +676,16 @@ class ClientConnection(asyncio.Protocol):
             self._decoded_response(ex, frame, hooks)
         else:
             ex.response = frame
+
+    def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
+        """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
+        try:
+            offset = response_body_offset(frame, api.response_header_version(METADATA, ex.api_version))
+            ex.response = rewrite_brokers(frame, offset, ex.api_version, self.cluster.client_address)
+        except (HeaderError, api.CodecError) as exc:
+            self.close(f"cannot decode Metadata v{ex.api_version} response: {exc}", error="undecodable-response")
+            return
+        self.cluster.metrics.rewrite(METADATA).inc()
 
     def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
