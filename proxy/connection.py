@@ -372,12 +372,12 @@ class ClientConnection(asyncio.Protocol):
         if api_key == PRODUCE:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
-                self.cluster.metrics.request(api_key).inc()
+                self.cluster.metrics.count_request(api_key)
                 self._acks0.append(cid)
                 return  # acks=0: the broker sends no response, so nothing waits for one
         elif api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
             self._observe_sasl_request(frame, api_key, version)
-        self.cluster.metrics.request(api_key).inc()
+        self.cluster.metrics.count_request(api_key)
         request = self._decode_quietly(frame, api_key, version) if api_key == CREATE_TOPICS else None
         ex = Exchange(cid, api_key, version, request)
         self.pending.append(ex)
@@ -414,7 +414,7 @@ class ClientConnection(asyncio.Protocol):
             self._track(frame)
             self._send_upstream(frame)
             return
-        self.cluster.metrics.request(api_key).inc()
+        self.cluster.metrics.count_request(api_key)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
             msg = api.decode_request(api_key, version, frame[header.body_offset :])
@@ -685,7 +685,7 @@ class ClientConnection(asyncio.Protocol):
         except (HeaderError, api.CodecError) as exc:
             self.close(f"cannot decode Metadata v{ex.api_version} response: {exc}", error="undecodable-response")
             return
-        self.cluster.metrics.rewrite(METADATA).inc()
+        self.cluster.metrics.count_rewrite(METADATA)
 
     def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
@@ -697,7 +697,7 @@ class ClientConnection(asyncio.Protocol):
             return None
         if new is None:
             return frame
-        self.cluster.metrics.rewrite(rewrite.API_VERSIONS).inc()
+        self.cluster.metrics.count_rewrite(rewrite.API_VERSIONS)
         return new
 
     def _decoded_response(self, ex: Exchange, frame: memoryview, hooks: tuple[Any, ...]) -> None:
@@ -717,7 +717,7 @@ class ClientConnection(asyncio.Protocol):
             return
         changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self.cluster.client_address)
         if changed:
-            self.cluster.metrics.rewrite(api_key).inc()
+            self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
         if api_key == SASL_HANDSHAKE and version == 0 and msg.error_code == 0:
             self.sasl.handshake_v0_accepted()
