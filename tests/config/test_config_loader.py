@@ -578,3 +578,37 @@ def test_filter_validates_its_own_config_at_load() -> None:
         parse_config(yaml.safe_load(_with_filters("filters: [{name: topic-policy, config: {deny: 5}}]")), "k.yaml")
     assert "filters[0].config" in str(err.value)
     assert "deny: expected a list of topic name patterns" in str(err.value)
+
+
+def _with_auth(auth: str) -> dict:
+    return yaml.safe_load(
+        "virtual_clusters:\n  - {name: a, listen: 127.0.0.1:19192, upstream: 127.0.0.1:9092, upstream_auth: "
+        + auth
+        + "}\n"
+    )
+
+
+def test_upstream_auth_with_password_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KGATE_TEST_PW", "s3cret")
+    cfg = parse_config(_with_auth("{mechanism: scram-sha-512, username: kgate, password_env: KGATE_TEST_PW}"), "k")
+    auth = cfg.virtual_clusters[0].upstream_auth
+    assert auth is not None
+    assert (auth.mechanism, auth.username, auth.password) == ("SCRAM-SHA-512", "kgate", "s3cret")
+    assert "s3cret" not in repr(auth)  # never logged by accident
+
+
+@pytest.mark.parametrize(
+    ("auth", "problem"),
+    [
+        ("{mechanism: GSSAPI, username: u, password: p}", "upstream_auth.mechanism: expected one of PLAIN"),
+        ("{mechanism: PLAIN, username: u}", "give exactly one of password and password_env"),
+        ("{mechanism: PLAIN, username: u, password: p, password_env: X}", "give exactly one of password"),
+        ("{mechanism: PLAIN, username: u, password_env: KGATE_SURELY_UNSET_VAR}", "is not set"),
+        ("{mechanism: PLAIN, password: p}", "upstream_auth.username: required key is missing"),
+    ],
+)
+def test_upstream_auth_errors(auth: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(_with_auth(auth), "k.yaml")
+    assert problem in str(err.value)
+    assert "virtual_clusters[0].upstream_auth" in str(err.value)
