@@ -1,0 +1,356 @@
+"""Client to broker: bookkeeping, filters on requests, suspension and the backlog.
+
+Part of ``ClientConnection`` (a mixin, so that the per-connection state stays in one object):
+when no filter hooks any request, frames are tracked from their headers and the bytes go out
+as they arrived; otherwise each frame a hook wants is decoded and run through the chain, and a
+hook that awaits suspends its message while later requests wait in the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import TYPE_CHECKING, Any
+
+from codec import api
+from codec.headers import (
+    HeaderError,
+    RequestHeader,
+    parse_request_header,
+    peek_request,
+    produce_acks,
+    response_frame,
+)
+from codec.headers import (
+    frame as make_frame,
+)
+from filters.api import FORWARD, Close, Drop, Respond
+from filters.chain import Outcome, run_hooks
+from filters.errors import error_response
+from proxy.context import MessageContext
+from proxy.exchange import (
+    CREATE_TOPICS,
+    PRODUCE,
+    RAW_SASL,
+    REQUEST_TIMED_OUT,
+    ConnectionState,
+    Exchange,
+    VersionRefused,
+)
+from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+
+log = logging.getLogger("kgate.connection")
+
+
+class RequestPath(ConnectionState):
+    """The request half of ``ClientConnection``."""
+
+    def data_received(self, data: bytes) -> None:
+        if self._raw_requests:
+            self._raw_data(data)
+            return
+        reader = self.reader
+        try:
+            for frame in reader.feed(data):
+                if self.closed:
+                    return
+                if self.suspended_request:
+                    self._queue_behind_suspended(frame)
+                else:
+                    self._request(frame)
+        except HeaderError as exc:
+            self._refuse(exc)
+            return
+        if reader.error is not None:
+            self.close(f"bad frame from client: {reader.error}", error="bad-frame")
+
+    def _raw_data(self, data: bytes) -> None:
+        """No filter hooks requests: bookkeeping from headers only, bytes forwarded as they came.
+
+        A frame is tracked as soon as its header has arrived; the rest of it is skipped, not
+        assembled (a 1 MiB Produce is never copied). Only a frame whose header is split across
+        reads, or a frame decoded whole (SASL, CreateTopics), is held until it can be read; its
+        pieces are kept in a list and joined once, when enough has arrived.
+        """
+        if self._held:
+            self._held.append(data)
+            self._held_len += len(data)
+            if self._held_len < self._held_need:
+                self._send_upstream(data)
+                return
+            held = self._held_len - len(data)
+            buf: bytes | memoryview = b"".join(self._held)
+            self._held, self._held_len, self._held_need = [], 0, 0
+        else:
+            held = 0
+            buf = data
+        pos = 0
+        if self._req_skip:
+            pos = min(self._req_skip, len(buf))
+            self._req_skip -= pos
+        frames: list[memoryview] = []
+        tail = len(buf)
+        if pos < len(buf):
+            frames, tail = self.reader.split(memoryview(buf)[pos:])
+            tail += pos
+        done = pos  # end of the frames tracked so far, in buf
+        try:
+            for frame in frames:
+                self._track(frame)
+                done += len(frame)
+            if self.reader.error is None and tail < len(buf):
+                head = memoryview(buf)[tail:]
+                if self._track_head(head):
+                    self._req_skip = int.from_bytes(head[:4], "big", signed=True) + 4 - len(head)
+                else:
+                    self._hold(head)
+        except HeaderError as exc:
+            self._forward_prefix(data, done - held)  # whole frames before the bad one still go
+            self._refuse(exc)
+            return
+        if self.reader.error is not None:
+            self._forward_prefix(data, done - held)
+            self.close(f"bad frame from client: {self.reader.error}", error="bad-frame")
+            return
+        self._send_upstream(data)
+
+    def _refuse(self, exc: HeaderError) -> None:
+        if isinstance(exc, VersionRefused):
+            self.close(str(exc), error="refused-version")
+        else:
+            self.close(f"malformed request: {exc}", error="malformed-request")
+
+    def _forward_prefix(self, data: bytes, end: int) -> None:
+        if end > 0:
+            self._send_upstream(memoryview(data)[:end])
+
+    def _hold(self, head: memoryview) -> None:
+        """Keep the start of a frame that cannot be tracked yet, and how much to wait for."""
+        self._held = [bytes(head)]
+        self._held_len = len(head)
+        if len(head) < 12:
+            self._held_need = 12
+            return
+        size = int.from_bytes(head[:4], "big", signed=True) + 4
+        api_key = int.from_bytes(head[4:6], "big", signed=True)
+        if self.sasl.raw or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS):
+            self._held_need = size  # decoded whole
+        else:
+            self._held_need = min(size, 2 * len(head))  # header fields still missing: grow geometrically
+
+    def _track_head(self, head: memoryview) -> bool:
+        """Track a frame from its first bytes only; False when more of it is needed."""
+        if len(head) < 12 or self.sasl.raw:
+            return False
+        api_key = int.from_bytes(head[4:6], "big", signed=True)
+        if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS):
+            return False  # decoded whole (rare, small)
+        try:
+            self._track(head)
+        except HeaderError:
+            return False  # header fields not all here yet
+        return True
+
+    def _send_upstream(self, data: bytes | memoryview) -> None:
+        if self.upstream is not None:
+            self.upstream.write(data)
+        elif not self.closed:
+            # Reading is paused until the upstream connects, but a transport may still deliver
+            # what it had already read; hold it (bounded by one read) until then.
+            self._early.append(data)
+
+    def _track(self, frame: memoryview) -> None:
+        """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
+        if self.sasl.raw:
+            if self.sasl.is_raw_token(frame):
+                ex = Exchange(0, RAW_SASL, 0)
+                self.pending.append(ex)
+                self.upstream_waiting.append(ex)
+                return
+            self.info.principal = self.sasl.principal  # bare-token exchange just ended
+        api_key, version, cid = peek_request(frame)
+        limit = self.cluster.filter_limits.get(api_key)
+        if limit is not None and not limit[0] <= version <= limit[1]:
+            raise VersionRefused(
+                f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
+            )
+        if api_key == PRODUCE:
+            header = parse_request_header(frame, 2 if version >= 9 else 1)
+            if produce_acks(frame, header.body_offset, version) == 0:
+                self.cluster.metrics.count_request(api_key)
+                self._acks0.append(cid)
+                return  # acks=0: the broker sends no response, so nothing waits for one
+        elif api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+            self._observe_sasl_request(frame, api_key, version)
+        self.cluster.metrics.count_request(api_key)
+        request = self._decode_quietly(frame, api_key, version) if api_key == CREATE_TOPICS else None
+        ex = Exchange(cid, api_key, version, request)
+        self.pending.append(ex)
+        self.upstream_waiting.append(ex)
+
+    @staticmethod
+    def _decode_quietly(frame: memoryview, api_key: int, version: int) -> Any:
+        """The decoded request, or None when kgate cannot read it (it is forwarded all the same)."""
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+            return api.decode_request(api_key, version, frame[header.body_offset :])
+        except (HeaderError, api.CodecError):
+            return None
+
+    def _observe_sasl_request(self, frame: memoryview, api_key: int, version: int) -> None:
+        msg = self._decode_quietly(frame, api_key, version)
+        if msg is None:
+            return
+        if api_key == SASL_HANDSHAKE:
+            self.sasl.handshake_request(str(msg.mechanism))
+        else:
+            self.sasl.authenticate_request(bytes(msg.auth_bytes))
+
+    def _request(self, frame: memoryview) -> None:
+        if self.sasl.raw:
+            if self.sasl.is_raw_token(frame):
+                self._forward(frame, Exchange(0, RAW_SASL, 0))
+                return
+            self.info.principal = self.sasl.principal  # bare-token exchange just ended
+        api_key, version, cid = peek_request(frame)
+        hooks = self.chain.hooks("request", api_key, version) if api_key in api.API_INFO else ()
+        if not hooks:
+            self._track(frame)
+            self._send_upstream(frame)
+            return
+        self.cluster.metrics.count_request(api_key)
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+            msg = api.decode_request(api_key, version, frame[header.body_offset :])
+        except (HeaderError, api.CodecError) as exc:
+            # A filter must see this api key; kgate cannot read this one: never bypass it.
+            self.close(
+                f"cannot decode {api_key} v{version} request a filter must see: {exc}",
+                error="undecodable-request",
+            )
+            return
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        try:
+            outcome = run_hooks(hooks, ctx, msg)
+        except Exception as exc:  # a filter bug closes this connection only, never the process
+            self._filter_failed(api_key, version, exc)
+            return
+        if inspect.isawaitable(outcome):
+            self.suspended_request = True
+            self._spawn(self._finish_suspended_request(outcome, frame, header, ctx, msg))
+            return
+        try:
+            self._apply_request(outcome, frame, header, ctx)  # type: ignore[arg-type]
+        except Exception as exc:  # e.g. a filter's answer that does not encode
+            self._filter_failed(api_key, version, exc)
+
+    def _filter_failed(self, api_key: int, version: int, exc: Exception) -> None:
+        log.error("filter failed on %s v%d for %s", api.API_INFO[api_key].name, version, self.peer, exc_info=exc)
+        self.close(f"filter error: {exc}", error="filter-error")
+
+    def _queue_behind_suspended(self, frame: memoryview) -> None:
+        self.backlog.append(frame)
+        if len(self.backlog) >= self.settings.max_queued_requests:
+            self.gate.pause("backlog-full")
+
+    async def _finish_suspended_request(
+        self,
+        pending: Awaitable[Outcome],
+        frame: memoryview,
+        header: RequestHeader,
+        ctx: MessageContext,
+        msg: Any,
+    ) -> None:
+        try:
+            outcome = await asyncio.wait_for(pending, self.settings.filter_timeout_s)
+        except TimeoutError:
+            outcome = self._timeout_outcome(header, msg)
+        except Exception as exc:  # a filter bug must not leave the connection hanging
+            log.exception(
+                "filter failed on %s v%d from %s",
+                api.API_INFO[header.api_key].name,
+                header.api_version,
+                self.peer,
+            )
+            outcome = (Close(f"filter error: {exc}"), msg, False)
+        if self.closed:
+            return
+        self.suspended_request = False
+        try:
+            self._apply_request(outcome, frame, header, ctx)
+            while self.backlog and not self.suspended_request and not self.closed:
+                self._request(self.backlog.popleft())
+        except HeaderError as exc:
+            self._refuse(exc)
+            return
+        except Exception as exc:  # e.g. a filter's answer that does not encode: this connection only
+            self._filter_failed(header.api_key, header.api_version, exc)
+            return
+        if len(self.backlog) < self.settings.max_queued_requests:
+            self.gate.resume("backlog-full")
+
+    def _timeout_outcome(self, header: RequestHeader, msg: Any) -> Outcome:
+        name = api.API_INFO[header.api_key].name
+        log.warning(
+            "filter timed out after %.1fs on %s v%d from %s: answering REQUEST_TIMED_OUT",
+            self.settings.filter_timeout_s,
+            name,
+            header.api_version,
+            self.peer,
+        )
+        self.cluster.metrics.closed_on_error("filter-timeout")
+        resp = error_response(header.api_key, header.api_version, msg, REQUEST_TIMED_OUT)
+        if resp is None:
+            return (
+                Close(f"filter timed out on {name}, which has no error response kgate can build"),
+                msg,
+                False,
+            )
+        return Respond(resp), msg, False
+
+    def _apply_request(self, outcome: Outcome, frame: memoryview, header: RequestHeader, ctx: MessageContext) -> None:
+        result, msg, changed = outcome
+        api_key, version, cid = header.api_key, header.api_version, header.correlation_id
+        state = ctx._state
+        acks0 = api_key == PRODUCE and msg.acks == 0
+        if result is FORWARD:
+            if changed:
+                frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
+            if acks0:
+                self._acks0.append(cid)
+                self._send_upstream(frame)
+            else:
+                self._forward(frame, Exchange(cid, api_key, version, msg, state))
+        elif isinstance(result, Respond):
+            if acks0:
+                return  # the client expects no answer to acks=0
+            hv = api.response_header_version(api_key, version)
+            ex = Exchange(cid, api_key, version, msg)
+            ex.response = response_frame(cid, hv, result.message.encode(version))
+            self.pending.append(ex)
+            self._flush()
+        elif isinstance(result, Drop):
+            if not acks0:
+                self.close(
+                    f"a filter dropped a {api.API_INFO[api_key].name} request that expects an answer",
+                    error="filter-drop",
+                )
+        elif isinstance(result, Close):
+            self.close(f"closed by filter: {result.reason}", error="filter-close")
+
+    def _forward(self, frame: memoryview, ex: Exchange) -> None:
+        self.pending.append(ex)
+        self.upstream_waiting.append(ex)
+        self._send_upstream(frame)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
