@@ -123,25 +123,45 @@ class HookSpec:
     min_version: int
     max_version: int | None  # None: every version kgate's codec knows
     needs_state: bool = False  # response hooks: run only where a request hook stored ctx.state
+    peek: bool = False  # Produce request hooks: may decide FORWARD from the topic list alone
 
 
 def _hook(
-    direction: str, api_key: int, min_version: int, max_version: int | None, needs_state: bool = False
+    direction: str,
+    api_key: int,
+    min_version: int,
+    max_version: int | None,
+    needs_state: bool = False,
+    peek: bool = False,
 ) -> Callable[[Any], Any]:
     if int(api_key) not in api.API_INFO:
         raise ValueError(f"unknown api key {api_key}")
 
     def mark(fn: Any) -> Any:
         specs = getattr(fn, "__kgate_hooks__", ())
-        fn.__kgate_hooks__ = (*specs, HookSpec(direction, int(api_key), min_version, max_version, needs_state))
+        spec = HookSpec(direction, int(api_key), min_version, max_version, needs_state, peek)
+        fn.__kgate_hooks__ = (*specs, spec)
         return fn
 
     return mark
 
 
-def on_request(api_key: int, *, min_version: int = 0, max_version: int | None = None) -> Callable[[Any], Any]:
-    """Mark a method as the hook for requests of ``api_key`` (versions inclusive)."""
-    return _hook("request", api_key, min_version, max_version)
+def on_request(
+    api_key: int, *, min_version: int = 0, max_version: int | None = None, peek: bool = False
+) -> Callable[[Any], Any]:
+    """Mark a method as the hook for requests of ``api_key`` (versions inclusive).
+
+    ``peek=True`` (Produce only): the hook may first be called with the request's header fields
+    and its topic list but no partition data yet, while the records are still arriving. If it
+    returns FORWARD (or None) synchronously, the request streams on without kgate holding it
+    whole; any other result, or an awaitable, makes kgate wait for the whole request and call the
+    hook again with it. Only for hooks that decide from topics alone and have no side effects
+    that must not happen twice. Applies when every request hook for that Produce version peeks,
+    and when the request names a single topic (the others' names only come after the records).
+    """
+    if peek and int(api_key) != 0:
+        raise ValueError("peek is only available for Produce requests")
+    return _hook("request", api_key, min_version, max_version, peek=peek)
 
 
 def on_response(

@@ -29,6 +29,7 @@ class FilterChain:
     def __init__(self, filters: Sequence[Filter]) -> None:
         self.filters = list(filters)
         self._by_key: dict[tuple[str, int], list[tuple[int, int, BoundHook, bool]]] = {}
+        self._no_peek: set[tuple[int, int, int]] = set()  # (api key, lo, hi) of request hooks that cannot peek
         for f in self.filters:
             for attr, spec in f.hooks:
                 info = api.API_INFO[spec.api_key]
@@ -36,6 +37,8 @@ class FilterChain:
                 self._by_key.setdefault((spec.direction, spec.api_key), []).append(
                     (spec.min_version, hi, getattr(f, attr), spec.needs_state)
                 )
+                if spec.direction == "request" and not spec.peek:
+                    self._no_peek.add((spec.api_key, spec.min_version, hi))
         self._cache: dict[tuple[str, int, int, bool], tuple[BoundHook, ...]] = {}
         self.has_request_hooks = any(d == "request" for d, _k in self._by_key)
         self.has_response_hooks = any(d == "response" for d, _k in self._by_key)
@@ -49,6 +52,12 @@ class FilterChain:
             found = tuple(h for lo, hi, h, ns in entries if lo <= version <= hi and (has_state or not ns))
             self._cache[key] = found
         return found
+
+    def peek_hooks(self, api_key: int, version: int) -> tuple[BoundHook, ...]:
+        """The request hooks for a message if every one of them may peek; else ()."""
+        if any(k == api_key and lo <= version <= hi for k, lo, hi in self._no_peek):
+            return ()
+        return self.hooks("request", api_key, version)
 
     def wants(self, direction: str, api_key: int) -> bool:
         return (direction, api_key) in self._by_key
@@ -87,6 +96,22 @@ def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> O
             return outcome
         _r, message, changed = outcome
     return FORWARD, message, changed
+
+
+def peek_forwards(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> bool:
+    """Whether every hook lets a peeked message through unchanged, synchronously.
+
+    An awaitable from a hook means "I need to look something up": the peek gives no answer and
+    the hook's coroutine is closed unstarted (the full request will run the hook again).
+    """
+    for hook in hooks:
+        result = hook(ctx, message)
+        if result is None or result is FORWARD:
+            continue
+        if inspect.iscoroutine(result):
+            result.close()
+        return False
+    return True
 
 
 def _apply(result: Any, message: Any, changed: bool) -> Outcome:

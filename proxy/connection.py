@@ -96,6 +96,7 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stream_left = 0  # bytes of a cut-through response still to forward
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
+        self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
         self._acks0: deque[int] = deque(maxlen=256)  # correlation ids of recent acks=0 Produce
         self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
         self._held_len = 0
@@ -111,7 +112,13 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
     @property
     def drained(self) -> bool:
         """Owes the client nothing: no answer pending, nothing queued, nothing streaming."""
-        return not self.pending and not self.backlog and not self._stream_left and not self.suspended_request
+        return (
+            not self.pending
+            and not self.backlog
+            and not self._stream_left
+            and not self._req_stream_left
+            and not self.suspended_request
+        )
 
     @property
     def inflight_count(self) -> int:

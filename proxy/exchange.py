@@ -104,6 +104,7 @@ class ConnectionState:
     _tasks: set[asyncio.Task[Any]]
     _stream_left: int
     _req_skip: int
+    _req_stream_left: int
     _acks0: deque[int]
     _held: list[bytes]
     _held_len: int

@@ -12,8 +12,10 @@ import asyncio
 import inspect
 import logging
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from codec import api
+from codec.generated.produce import TopicProduceData
 from codec.headers import (
     HeaderError,
     RequestHeader,
@@ -25,8 +27,9 @@ from codec.headers import (
 from codec.headers import (
     frame as make_frame,
 )
+from codec.peek import produce_prefix
 from filters.api import FORWARD, Close, Drop, Respond
-from filters.chain import Outcome, run_hooks
+from filters.chain import Outcome, peek_forwards, run_hooks
 from filters.errors import error_response
 from proxy.context import MessageContext
 from proxy.exchange import (
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("kgate.connection")
+_ZERO = UUID(int=0)
 
 
 class RequestPath(ConnectionState):
@@ -54,9 +58,20 @@ class RequestPath(ConnectionState):
         if self._raw_requests:
             self._raw_data(data)
             return
+        if self._req_stream_left:
+            data = self._continue_request_stream(data)
+            if not data:
+                return
         reader = self.reader
+        tail: memoryview | None = None
+        if reader.buffered:
+            frames = reader.feed(data)
+        else:
+            frames, end = reader.split(data)
+            if end < len(data):
+                tail = memoryview(data)[end:]
         try:
-            for frame in reader.feed(data):
+            for frame in frames:
                 if self.closed:
                     return
                 if self.suspended_request:
@@ -68,6 +83,69 @@ class RequestPath(ConnectionState):
             return
         if reader.error is not None:
             self.close(f"bad frame from client: {reader.error}", error="bad-frame")
+            return
+        if tail is not None and not self.closed and not (not self.suspended_request and self._peek_produce(tail)):
+            reader.feed(tail)
+
+    def _peek_produce(self, head: memoryview) -> bool:
+        """Let a single-topic Produce stream on if every hook forwards it from its topic alone.
+
+        ``head`` is the start of a frame whose rest has not arrived. True: it went upstream and
+        ``_req_stream_left`` bytes of it are still to come; False: hold it whole as usual.
+        """
+        if len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
+            return False
+        _key, version, cid = peek_request(head)
+        hooks = self.chain.peek_hooks(PRODUCE, version) if version <= api.API_INFO[PRODUCE].max_version else ()
+        if not hooks:
+            return False
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if size < 8 or size > self.settings.max_frame_bytes:
+            return False  # let the reader report it
+        try:
+            header = parse_request_header(head, api.request_header_version(PRODUCE, version))
+            prefix = produce_prefix(head, header.body_offset, version)
+        except (HeaderError, api.CodecError):
+            return False
+        if prefix.topic_count != 1:
+            return False
+        limit = self.cluster.filter_limits.get(PRODUCE)
+        if limit is not None and not limit[0] <= version <= limit[1]:
+            return False  # the full path refuses it
+        peeked = api.API_INFO[PRODUCE].request_class(
+            transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
+        )
+        peeked.topic_data = [
+            TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
+        ]
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
+        try:
+            if not peek_forwards(hooks, ctx, peeked):
+                return False
+        except Exception:  # the full request will run the hook again and report its failure
+            return False
+        self.cluster.metrics.count_request(PRODUCE)
+        if prefix.acks == 0:
+            self._acks0.append(cid)
+            self._send_upstream(head)
+        else:
+            self._forward(head, Exchange(cid, PRODUCE, version, None, ctx._state))
+        self._req_stream_left = size + 4 - len(head)
+        return True
+
+    def _continue_request_stream(self, data: bytes) -> bytes | memoryview:
+        """Forward the next bytes of a peeked Produce; return what follows it in ``data``."""
+        n = self._req_stream_left
+        if len(data) <= n:
+            self._req_stream_left = n - len(data)
+            self._send_upstream(data)
+            return b""
+        view = memoryview(data)
+        self._send_upstream(view[:n])
+        self._req_stream_left = 0
+        return view[n:]
 
     def _raw_data(self, data: bytes) -> None:
         """No filter hooks requests: bookkeeping from headers only, bytes forwarded as they came.

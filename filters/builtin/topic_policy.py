@@ -166,6 +166,6 @@ class TopicPolicy(Filter):
         return forward(response)
 
     for _key in _KEYS:
-        check = on_request(_key)(check)
+        check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
     del _key

@@ -1,0 +1,178 @@
+"""Peeked Produce: a single-topic request a filter allows streams on before it has fully arrived.
+
+The connection runs with stand-in transports that record bytes (no sockets): these tests are
+about which bytes leave when, which a socket test could not observe reliably. End to end the
+same path runs under the real-client tests with topic-policy and in the benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Any
+
+import pytest
+
+from codec import api
+from codec.generated import produce as pm
+from codec.headers import HeaderError, parse_request_header, request_frame
+from codec.peek import produce_prefix
+from config import parse_config
+from filters import FORWARD, ApiKey, Filter, FilterContext, on_request
+from filters.builtin.topic_policy import TopicPolicy
+from filters.chain import FilterChain
+from proxy.cluster import VirtualCluster
+from proxy.connection import ClientConnection
+
+CHUNK = 65536
+
+
+class Recorder:
+    """Stands in for a transport: keeps what was written and when."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, d: Any) -> None:
+        self.data += bytes(d)
+
+    def writelines(self, parts: Any) -> None:
+        for p in parts:
+            self.write(p)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class NoPeek(Filter):
+    name = "test-no-peek"
+
+    @on_request(ApiKey.PRODUCE)
+    def produce(self, ctx: FilterContext, request: Any) -> Any:
+        return FORWARD
+
+
+def _conn(filters: list[Filter]) -> tuple[ClientConnection, Recorder, Recorder]:
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
+    )
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain(filters), cfg.topic_names)
+    conn = ClientConnection(cluster, None)
+    client, upstream = Recorder(), Recorder()
+    conn.transport, conn.upstream = client, upstream  # type: ignore[assignment]
+    conn.gate.attach(client)  # type: ignore[arg-type]
+    return conn, client, upstream
+
+
+def _policy() -> TopicPolicy:
+    return TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
+
+
+def _produce(topics: list[str], version: int = 9, size: int = 1 << 20, cid: int = 5, acks: int = -1) -> bytes:
+    req = pm.ProduceRequest(acks=acks, timeout_ms=30000, transactional_id="tx" if version >= 3 else None)
+    req.topic_data = [
+        pm.TopicProduceData(
+            name=t, partition_data=[pm.PartitionProduceData(index=0, records=os.urandom(size // len(topics)))]
+        )
+        for t in topics
+    ]
+    return request_frame(0, version, cid, "client-1", api.request_header_version(0, version), req.encode(version))
+
+
+def _chunks(data: bytes) -> list[bytes]:
+    return [data[i : i + CHUNK] for i in range(0, len(data), CHUNK)]
+
+
+def test_allowed_single_topic_streams_before_it_is_complete() -> None:
+    conn, _client, upstream = _conn([_policy()])
+    frame = _produce(["orders"])
+    chunks = _chunks(frame)
+    conn.data_received(chunks[0])
+    assert bytes(upstream.data) == chunks[0]  # forwarded before the rest arrived
+    assert conn.reader.buffered == 0
+    for c in chunks[1:]:
+        conn.data_received(c)
+    assert bytes(upstream.data) == frame  # exactly the client's bytes
+    assert [(e.cid, e.api_key) for e in conn.pending] == [(5, 0)]
+    assert conn._req_stream_left == 0
+
+
+def test_denied_topic_is_held_and_refused_not_streamed() -> None:
+    conn, client, upstream = _conn([_policy()])
+    frame = _produce(["secret-x"])
+    for c in _chunks(frame):
+        conn.data_received(c)
+        assert bytes(upstream.data) == b""
+    resp = api.decode_response(0, 9, memoryview(bytes(client.data))[9:])
+    assert [(t.name, [p.error_code for p in t.partition_responses]) for t in resp.responses] == [("secret-x", [29])]
+
+
+def test_two_topics_wait_for_the_whole_request() -> None:
+    conn, _client, upstream = _conn([_policy()])
+    frame = _produce(["a", "b"])
+    chunks = _chunks(frame)
+    for c in chunks[:-1]:
+        conn.data_received(c)
+    assert bytes(upstream.data) == b""  # the second topic's name comes after the first's records
+    conn.data_received(chunks[-1])
+    assert bytes(upstream.data) == frame
+
+
+def test_a_hook_that_cannot_peek_keeps_the_request_whole() -> None:
+    conn, _client, upstream = _conn([_policy(), NoPeek({})])
+    frame = _produce(["orders"])
+    chunks = _chunks(frame)
+    conn.data_received(chunks[0])
+    assert bytes(upstream.data) == b""
+    for c in chunks[1:]:
+        conn.data_received(c)
+    assert bytes(upstream.data) == frame
+
+
+def test_frames_after_a_streamed_one_in_the_same_read() -> None:
+    conn, _client, upstream = _conn([_policy()])
+    first, second = _produce(["orders"], cid=1), _produce(["orders"], size=1000, cid=2)
+    stream = first + second + _produce(["secret-y"], size=1000, cid=3)
+    cut = len(first) - 100  # the last read holds the end of the first frame and both others
+    conn.data_received(stream[:CHUNK])
+    conn.data_received(stream[CHUNK:cut])
+    conn.data_received(stream[cut:])
+    assert bytes(upstream.data) == first + second  # the third (denied) was answered, not forwarded
+    assert [e.cid for e in conn.pending] == [1, 2, 3]
+    assert conn.pending[2].response is not None  # kgate's own answer, waiting its turn
+
+
+def test_acks0_peeked_produce_expects_no_answer() -> None:
+    conn, _client, upstream = _conn([_policy()])
+    frame = _produce(["orders"], acks=0, cid=9)
+    for c in _chunks(frame):
+        conn.data_received(c)
+    assert bytes(upstream.data) == frame
+    assert not conn.pending and 9 in conn._acks0
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 12, 13])
+def test_prefix_fields(version: int) -> None:
+    tid = uuid.uuid4()
+    req = pm.ProduceRequest(acks=1, timeout_ms=1234, transactional_id="txn-1")
+    req.topic_data = [
+        pm.TopicProduceData(name="orders", topic_id=tid, partition_data=[pm.PartitionProduceData(index=0)])
+    ]
+    frame = request_frame(0, version, 1, "c", api.request_header_version(0, version), req.encode(version))
+    off = parse_request_header(frame, api.request_header_version(0, version)).body_offset
+    p = produce_prefix(frame, off, version)
+    assert (p.transactional_id, p.acks, p.timeout_ms, p.topic_count) == ("txn-1", 1, 1234, 1)
+    assert (p.topic_name, p.topic_id) == (("orders", None) if version < 13 else (None, tid))
+    for cut in range(off, off + 12):
+        with pytest.raises(HeaderError):
+            produce_prefix(frame[:cut], off, version)
