@@ -88,10 +88,10 @@ class RequestPath(ConnectionState):
             reader.feed(tail)
 
     def _peek_produce(self, head: memoryview) -> bool:
-        """Let a single-topic Produce stream on if every hook forwards it from its topic alone.
+        """Let a single-topic Produce go on if every hook forwards it from its topic alone.
 
-        ``head`` is the start of a frame whose rest has not arrived. True: it went upstream and
-        ``_req_stream_left`` bytes of it are still to come; False: hold it whole as usual.
+        ``head`` is a whole frame or the start of one whose rest has not arrived. True: it went
+        upstream (and ``_req_stream_left`` bytes of it are still to come); False: decode it whole.
         """
         if len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
             return False
@@ -301,6 +301,8 @@ class RequestPath(ConnectionState):
             self._track(frame)
             self._send_upstream(frame)
             return
+        if api_key == PRODUCE and self._peek_produce(frame):
+            return  # decided from its topic alone: no full decode of the partitions
         self.cluster.metrics.count_request(api_key)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))

@@ -176,3 +176,21 @@ def test_prefix_fields(version: int) -> None:
     for cut in range(off, off + 12):
         with pytest.raises(HeaderError):
             produce_prefix(frame[:cut], off, version)
+
+
+def test_whole_small_frames_are_forwarded_without_a_full_decode(monkeypatch: pytest.MonkeyPatch) -> None:
+    conn, _client, upstream = _conn([_policy()])
+    frame = _produce(["orders"], size=300, cid=4)
+    decoded: list[int] = []
+    real = api.decode_request
+
+    def counting(key: int, version: int, buf: Any) -> Any:
+        decoded.append(key)
+        return real(key, version, buf)
+
+    monkeypatch.setattr(api, "decode_request", counting)
+    conn.data_received(frame)
+    assert bytes(upstream.data) == frame
+    assert decoded == []  # the topic-only peek decided
+    conn.data_received(_produce(["secret-z"], size=300, cid=6))
+    assert decoded == [0]  # refused: decoded whole to build the per-partition answer
