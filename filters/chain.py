@@ -59,9 +59,6 @@ class FilterChain:
             return ()
         return self.hooks("request", api_key, version)
 
-    def wants(self, direction: str, api_key: int) -> bool:
-        return (direction, api_key) in self._by_key
-
     def version_limits(self) -> dict[int, tuple[int, int]]:
         """Per hooked api key, the version range the filters declared (union of their hooks).
 

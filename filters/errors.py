@@ -34,7 +34,8 @@ def _struct(cls: type, field_name: str) -> type:
     raise KeyError(f"{cls.__name__} has no field {field_name}")
 
 
-def _topic_key(topic: Any, name_attr: str = "name") -> TopicKey:
+def topic_key(topic: Any, name_attr: str = "name") -> TopicKey:
+    """A topic entry's id when it carries a non-zero one, else its name."""
     topic_id = getattr(topic, "topic_id", None)
     if topic_id is not None and topic_id.int:
         return topic_id
@@ -49,7 +50,7 @@ def _produce(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
             name=t.name,
             topic_id=t.topic_id,
             partition_responses=[
-                pcls(index=p.index, error_code=code(_topic_key(t)), base_offset=-1) for p in t.partition_data
+                pcls(index=p.index, error_code=code(topic_key(t)), base_offset=-1) for p in t.partition_data
             ],
         )
         for t in req.topic_data
@@ -66,7 +67,7 @@ def _fetch(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
             partitions=[
                 pcls(
                     partition_index=p.partition,
-                    error_code=code(_topic_key(t, "topic")),
+                    error_code=code(topic_key(t, "topic")),
                     high_watermark=-1,
                     last_stable_offset=-1,
                     log_start_offset=-1,
@@ -95,7 +96,7 @@ def _list_offsets(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
 
 def _metadata(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
     tcls = _struct(type(resp), "topics")
-    resp.topics = [tcls(error_code=code(_topic_key(t)), name=t.name, topic_id=t.topic_id) for t in (req.topics or [])]
+    resp.topics = [tcls(error_code=code(topic_key(t)), name=t.name, topic_id=t.topic_id) for t in (req.topics or [])]
 
 
 def _make(cls: type, **fields: Any) -> Any:
@@ -112,7 +113,7 @@ def _offset_commit(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None
             tcls,
             name=t.name,
             topic_id=getattr(t, "topic_id", None),
-            partitions=[pcls(partition_index=p.partition_index, error_code=code(_topic_key(t))) for p in t.partitions],
+            partitions=[pcls(partition_index=p.partition_index, error_code=code(topic_key(t))) for p in t.partitions],
         )
         for t in req.topics
     ]
@@ -121,7 +122,7 @@ def _offset_commit(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None
 def _delete_topics(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
     rcls = _struct(type(resp), "responses")
     if getattr(req, "topics", None):
-        resp.responses = [rcls(name=t.name, topic_id=t.topic_id, error_code=code(_topic_key(t))) for t in req.topics]
+        resp.responses = [rcls(name=t.name, topic_id=t.topic_id, error_code=code(topic_key(t))) for t in req.topics]
     else:
         resp.responses = [rcls(name=n, error_code=code(n)) for n in req.topic_names]
 

@@ -15,7 +15,7 @@ from typing import Any
 from uuid import UUID
 
 from filters.api import FORWARD, FilterContext, Result, forward, respond
-from filters.errors import error_response
+from filters.errors import error_response, topic_key
 
 TopicKey = str | UUID
 
@@ -32,15 +32,6 @@ TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
 }
 
 _STATE_KEY = "kgate.refused"
-_ZERO = UUID(int=0)
-
-
-def topic_key(topic: Any, name_attr: str = "name") -> TopicKey:
-    """A topic entry's id when it carries a non-zero one, else its name."""
-    topic_id = getattr(topic, "topic_id", None)
-    if topic_id is not None and topic_id != _ZERO:
-        return topic_id  # type: ignore[no-any-return]
-    return getattr(topic, name_attr)  # type: ignore[no-any-return]
 
 
 def _entries(api_key: int, request: Any) -> tuple[str, str, list[Any]]:

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger("kgate.connection")
+# requests read whole even without filters (SASL progress, CreateTopics' validate_only): small, rare
+DECODED_WHOLE = frozenset({SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS})
 _ZERO = UUID(int=0)
 
 
@@ -216,7 +218,7 @@ class RequestPath(ConnectionState):
             return
         size = int.from_bytes(head[:4], "big", signed=True) + 4
         api_key = int.from_bytes(head[4:6], "big", signed=True)
-        if self.sasl.raw or api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS):
+        if self.sasl.raw or api_key in DECODED_WHOLE:
             self._held_need = size  # decoded whole
         else:
             self._held_need = min(size, 2 * len(head))  # header fields still missing: grow geometrically
@@ -226,7 +228,7 @@ class RequestPath(ConnectionState):
         if len(head) < 12 or self.sasl.raw:
             return False
         api_key = int.from_bytes(head[4:6], "big", signed=True)
-        if api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_TOPICS):
+        if api_key in DECODED_WHOLE:
             return False  # decoded whole (rare, small)
         try:
             self._track(head)
