@@ -140,13 +140,44 @@ def _share(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
     ]
 
 
-_BUILDERS: dict[int, Callable[[Any, Any, Callable[[TopicKey], int]], None]] = {
+Builder = Callable[[Any, Any, Callable[[TopicKey], int]], None]
+
+
+def _per_partition(name_attr: str, index_attr: str, **fixed: Any) -> Builder:
+    """A builder for name-keyed RPCs whose request and response both list ``topics[partitions]``.
+
+    ``index_attr`` names the partition index in both; ``fixed`` sets the response partitions'
+    other fields (offsets -1 and the like) where the struct has them.
+    """
+
+    def build(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+        tcls = _struct(type(resp), "topics")
+        pcls = _struct(tcls, "partitions")
+        resp.topics = [
+            tcls(
+                **{name_attr: getattr(t, name_attr)},
+                partitions=[
+                    _make(pcls, **{index_attr: getattr(p, index_attr)}, error_code=code(getattr(t, name_attr)), **fixed)
+                    for p in t.partitions
+                ],
+            )
+            for t in req.topics
+        ]
+
+    return build
+
+
+_BUILDERS: dict[int, Builder] = {
     0: _produce,
     1: _fetch,
     2: _list_offsets,
     3: _metadata,
     8: _offset_commit,
     20: _delete_topics,
+    21: _per_partition("name", "partition_index", low_watermark=-1),  # DeleteRecords
+    23: _per_partition("topic", "partition", leader_epoch=-1, end_offset=-1),  # OffsetForLeaderEpoch
+    28: _per_partition("name", "partition_index"),  # TxnOffsetCommit
+    47: _per_partition("name", "partition_index"),  # OffsetDelete
     78: _share,
     79: _share,
 }

@@ -27,6 +27,10 @@ TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
     3: ("topics", "name", "topics"),  # Metadata
     8: ("topics", "name", "topics"),  # OffsetCommit
     20: ("topics", "name", "responses"),  # DeleteTopics (v6+; older versions use topic_names)
+    21: ("topics", "name", "topics"),  # DeleteRecords
+    23: ("topics", "topic", "topics"),  # OffsetForLeaderEpoch
+    28: ("topics", "name", "topics"),  # TxnOffsetCommit
+    47: ("topics", "name", "topics"),  # OffsetDelete
     78: ("topics", "topic_id", "responses"),  # ShareFetch (ids only)
     79: ("topics", "topic_id", "responses"),  # ShareAcknowledge (ids only)
 }

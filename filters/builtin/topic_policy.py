@@ -1,7 +1,9 @@
 """``topic-policy``: allow or deny topics by name, whether the client names them or sends ids.
 
-Denied topics are also hidden from Metadata (left out of a listing, error 29 when asked for
-by name), so Metadata does not reveal their ids.
+Denied topics are also hidden where they are listed or described (Metadata,
+DescribeTopicPartitions), their committed offsets from OffsetFetch, and group RPCs that
+subscribe to or assign them are refused (see filters.builtin.topic_visibility), so no answer
+reveals their ids or data.
 
 The point of this filter is the topic-id problem: from Fetch v13 and Produce v13 on, clients
 name topics only by id, so a name-based rule needs kgate's id -> name service. Names already
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -38,8 +40,16 @@ from filters.api import (
     forward,
     on_request,
     on_response,
+    respond,
 )
-from filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
+from filters.builtin.topic_visibility import (
+    denied_subscriptions,
+    hide_described_topics,
+    hide_offsets,
+    offset_fetch_topic_keys,
+    refuse_groups_with_denied_assignments,
+)
+from filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, error_response
 from filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
 
 _UNRESOLVED = {"UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID, "TOPIC_AUTHORIZATION_FAILED": TOPIC_AUTHORIZATION_FAILED}
@@ -49,6 +59,10 @@ _KEYS = (
     ApiKey.LIST_OFFSETS,
     ApiKey.OFFSET_COMMIT,
     ApiKey.DELETE_TOPICS,
+    ApiKey.DELETE_RECORDS,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.OFFSET_DELETE,
     ApiKey.SHARE_FETCH,
     ApiKey.SHARE_ACKNOWLEDGE,
 )
@@ -98,10 +112,11 @@ class TopicPolicy(Filter):
                 self._verdicts[name] = verdict
         return verdict
 
-    def check(self, ctx: FilterContext, request: Any) -> Result | Any:
+    def _known_names(self, ctx: FilterContext, keys: Iterable[TopicKey]) -> tuple[dict[TopicKey, str], list[UUID]]:
+        """Names for ``keys`` from the request itself or kgate's cache, and the ids still unknown."""
         names: dict[TopicKey, str] = {}
         missing: list[UUID] = []
-        for key in request_topics(ctx.api_key, request):
+        for key in keys:
             if isinstance(key, UUID):
                 name = ctx.cached_topic_name(key)
                 if name is None:
@@ -110,62 +125,105 @@ class TopicPolicy(Filter):
                     names[key] = name
             else:
                 names[key] = key
-        if missing:
-            return self._check_after_lookup(ctx, request, names, missing)
-        return self._decide(ctx, request, names, [])
+        return names, missing
 
-    async def _check_after_lookup(
-        self, ctx: FilterContext, request: Any, names: dict[TopicKey, str], missing: list[UUID]
-    ) -> Result:
+    @staticmethod
+    async def _look_up(ctx: FilterContext, names: dict[TopicKey, str], missing: list[UUID]) -> list[UUID]:
+        """Add the names of ``missing`` to ``names``; return the ids that could not be resolved."""
         unresolved = []
         for topic_id, found in (await ctx.topic_names(missing)).items():
             if isinstance(found, str):
                 names[topic_id] = found
             else:
                 unresolved.append(topic_id)
-        return self._decide(ctx, request, names, unresolved)
+        return unresolved
 
-    def _decide(self, ctx: FilterContext, request: Any, names: dict[TopicKey, str], unresolved: list[UUID]) -> Result:
+    def _codes(self, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]) -> dict[TopicKey, int]:
+        """Error code per refused topic: denied ones, and ids that could not be resolved (fail closed)."""
         codes: dict[TopicKey, int] = {k: TOPIC_AUTHORIZATION_FAILED for k, n in names.items() if not self.allowed(n)}
         for topic_id in unresolved:
             codes[topic_id] = self._unresolved_code
-        return refuse_topics(ctx, request, codes)
+        return codes
+
+    # -- per-topic data RPCs: refuse topic by topic (filters.topics) ---------------------------
+    def check(self, ctx: FilterContext, request: Any) -> Result | Any:
+        names, missing = self._known_names(ctx, request_topics(ctx.api_key, request))
+        if missing:
+            return self._check_after_lookup(ctx, request, names, missing)
+        return refuse_topics(ctx, request, self._codes(names, ()))
+
+    async def _check_after_lookup(
+        self, ctx: FilterContext, request: Any, names: dict[TopicKey, str], missing: list[UUID]
+    ) -> Result:
+        unresolved = await self._look_up(ctx, names, missing)
+        return refuse_topics(ctx, request, self._codes(names, unresolved))
 
     def merge(self, ctx: FilterContext, response: Any) -> Result:
         return merge_refused(ctx, response)
 
-    @on_request(ApiKey.METADATA)
-    def metadata_request(self, ctx: FilterContext, request: Any) -> Result:
+    # -- listings, offsets and groups (filters.builtin.topic_visibility) -----------------------
+    def keep_request(self, ctx: FilterContext, request: Any) -> Result:
         """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook."""
         return FORWARD
 
     @on_response(ApiKey.METADATA)
-    def metadata_response(self, ctx: FilterContext, response: Any) -> Result:
-        """Hide denied topics, as Kafka's authorizer does: listed -> left out; asked for -> error 29."""
+    @on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
+    def described_topics(self, ctx: FilterContext, response: Any) -> Result:
+        """Hide denied topics, as Kafka's authorizer does: listed -> left out; asked for -> error 29.
+
+        (A DescribeTopicPartitions answer's ``next_cursor`` is left as the broker set it: the client
+        needs it to page on, even when it names a denied topic.)
+        """
         request = ctx.request
-        asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
-        kept, changed = [], False
-        for topic in response.topics:
-            name = topic.name
-            if name is None:  # looked up by id and not found: nothing to hide
-                kept.append(topic)
-                continue
-            if self.allowed(name):
-                kept.append(topic)
-                continue
-            changed = True
-            if not asked_for_all:
-                topic.error_code = TOPIC_AUTHORIZATION_FAILED
-                topic.partitions = []
-                if hasattr(topic, "topic_id"):
-                    topic.topic_id = UUID(int=0)
-                kept.append(topic)
-        if not changed:
+        if ctx.api_key == ApiKey.METADATA:
+            asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
+        else:
+            asked_for_all = request is None or not request.topics
+        kept = hide_described_topics(response.topics, self.allowed, asked_for_all)
+        if kept is None:
             return FORWARD
         response.topics = kept
         return forward(response)
 
+    @on_response(ApiKey.OFFSET_FETCH)
+    def offset_fetch(self, ctx: FilterContext, response: Any) -> Result | Any:
+        """Hide denied topics' committed offsets; ids (v10) are resolved first, unresolvable ones hidden too."""
+        names, missing = self._known_names(ctx, offset_fetch_topic_keys(response, ctx.api_version))
+        if missing:
+            return self._offset_fetch_after_lookup(ctx, response, names, missing)
+        return self._hide_offsets(ctx, response, self._codes(names, ()))
+
+    async def _offset_fetch_after_lookup(
+        self, ctx: FilterContext, response: Any, names: dict[TopicKey, str], missing: list[UUID]
+    ) -> Result:
+        unresolved = await self._look_up(ctx, names, missing)
+        return self._hide_offsets(ctx, response, self._codes(names, unresolved))
+
+    @staticmethod
+    def _hide_offsets(ctx: FilterContext, response: Any, codes: Mapping[TopicKey, int]) -> Result:
+        if codes and hide_offsets(ctx.request, response, ctx.api_version, codes):
+            return forward(response)
+        return FORWARD
+
+    @on_request(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+    @on_request(ApiKey.SHARE_GROUP_HEARTBEAT)
+    def group_heartbeat(self, ctx: FilterContext, request: Any) -> Result:
+        """Subscribing to a denied topic by name: TOPIC_AUTHORIZATION_FAILED, as Kafka answers it."""
+        if not denied_subscriptions(request, self.allowed):
+            return FORWARD
+        return respond(error_response(ctx.api_key, ctx.api_version, request, TOPIC_AUTHORIZATION_FAILED))
+
+    @on_response(ApiKey.CONSUMER_GROUP_DESCRIBE)
+    @on_response(ApiKey.SHARE_GROUP_DESCRIBE)
+    def group_describe(self, ctx: FilterContext, response: Any) -> Result:
+        """A group whose assignments include a denied topic is described as TOPIC_AUTHORIZATION_FAILED."""
+        if refuse_groups_with_denied_assignments(response, self.allowed):
+            return forward(response)
+        return FORWARD
+
     for _key in _KEYS:
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
+    for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH):
+        keep_request = on_request(_key)(keep_request)
     del _key

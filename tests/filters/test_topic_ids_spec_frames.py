@@ -1,5 +1,5 @@
-"""``topic-policy`` on id-carrying RPCs that Tansu lacks (Produce v13, OffsetCommit v10) and the
-id-carrying RPCs the policy does not hook (ConsumerGroupHeartbeat, ShareFetch).
+"""``topic-policy`` on id-carrying RPCs that Tansu lacks (Produce v13, OffsetCommit v10,
+ConsumerGroupHeartbeat, ShareFetch).
 
 Requests are built with the codec classes from the spec, encoded to whole frames, decoded back
 as kgate does (header, then body) and given to the ``TopicPolicy`` hooks with a small fake
@@ -12,13 +12,24 @@ so what is checked is what a client or broker would receive.
 from __future__ import annotations
 
 import functools
-import inspect
-import uuid
-from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
 import pytest
+from spec_tools import (
+    AUTHZ,
+    FLAKY_ID,
+    GONE_ID,
+    LATE_ID,
+    OK_ID,
+    SECRET_ID,
+    UNKNOWN_ID,
+    FakeContext,
+    policy,
+    response_through_frames,
+    run_check,
+    through_frames,
+)
 
 from codec import api
 from codec.generated.consumer_group_heartbeat import (
@@ -46,76 +57,12 @@ from codec.generated.share_fetch import FetchPartition as SharePartition
 from codec.generated.share_fetch import FetchTopic as ShareTopic
 from codec.generated.share_fetch import ForgottenTopic as ShareForgotten
 from codec.generated.share_fetch import ShareFetchRequest
-from codec.headers import parse_request_header, request_frame, response_body_offset, response_frame
 from filters.api import FORWARD, ApiKey, Forward, Respond
 from filters.builtin.topic_policy import TopicPolicy
 from filters.errors import error_response
 from filters.topics import TOPIC_LISTS, request_topics
-from proxy.topic_names import LOOKUP_FAILED, TopicNameError
 
 PRODUCE, OFFSET_COMMIT, CGH, SHARE_FETCH = 0, 8, 68, 78
-AUTHZ, UNKNOWN_ID = 29, 100
-
-OK_ID, SECRET_ID, LATE_ID, GONE_ID, FLAKY_ID = (uuid.uuid4() for _ in range(5))
-CACHE = {OK_ID: "orders", SECRET_ID: "secret-pay"}  # known to kgate already
-CLUSTER = {LATE_ID: "orders-eu"}  # resolvable by a lookup
-# GONE_ID: the cluster says "does not exist"; FLAKY_ID: the lookup itself fails (retriable)
-
-
-class FakeContext:
-    """What ``TopicPolicy`` uses of a ``FilterContext``."""
-
-    def __init__(self, api_key: int, api_version: int) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = 7
-        self.state: dict[str, Any] = {}
-        self.lookups: list[list[UUID]] = []
-
-    def cached_topic_name(self, topic_id: UUID) -> str | None:
-        return CACHE.get(topic_id)
-
-    async def topic_names(self, topic_ids: Iterable[UUID]) -> dict[UUID, str | TopicNameError]:
-        ids = list(topic_ids)
-        self.lookups.append(ids)
-        out: dict[UUID, str | TopicNameError] = {}
-        for tid in ids:
-            if tid in CLUSTER:
-                out[tid] = CLUSTER[tid]
-            elif tid == FLAKY_ID:
-                out[tid] = TopicNameError(LOOKUP_FAILED, "broker unreachable", True)
-            else:
-                out[tid] = TopicNameError(UNKNOWN_ID, "topic id does not exist", False)
-        return out
-
-
-def policy(**config: Any) -> TopicPolicy:
-    cfg = {"allow": ["orders*"], "deny": ["secret-*"], **config}
-    return TopicPolicy(TopicPolicy.validate_config(cfg))
-
-
-def through_frames(api_key: int, version: int, request: Any) -> Any:
-    """Encode ``request`` as a client would send it and decode it as kgate does."""
-    body = request.encode(version)
-    frame = request_frame(api_key, version, 42, "spec-client", api.request_header_version(api_key, version), body)
-    header = parse_request_header(memoryview(frame), api.request_header_version(api_key, version))
-    assert (header.api_key, header.api_version, header.correlation_id) == (api_key, version, 42)
-    return api.decode_request(api_key, version, memoryview(frame)[header.body_offset:])
-
-
-def response_through_frames(api_key: int, version: int, response: Any) -> Any:
-    hv = api.response_header_version(api_key, version)
-    frame = response_frame(42, hv, response.encode(version))
-    return api.decode_response(api_key, version, memoryview(frame)[response_body_offset(frame, hv):])
-
-
-async def run_check(p: TopicPolicy, ctx: FakeContext, request: Any) -> tuple[Any, bool]:
-    """(result, whether the hook suspended)."""
-    result = p.check(ctx, request)
-    suspended = inspect.isawaitable(result)
-    if suspended:
-        result = await result
-    return result, suspended
 
 
 @functools.cache
@@ -129,11 +76,15 @@ def batch(tag: bytes) -> bytes:
 # -- Produce v13 ---------------------------------------------------------------------------------
 def produce_v13(*topics: tuple[UUID, list[int]]) -> ProduceRequest:
     return ProduceRequest(
-        transactional_id=None, acks=-1, timeout_ms=3000,
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=3000,
         topic_data=[
-            TopicProduceData(name="", topic_id=tid, partition_data=[
-                PartitionProduceData(index=p, records=batch(f"{tid}-{p}".encode())) for p in parts
-            ])
+            TopicProduceData(
+                name="",
+                topic_id=tid,
+                partition_data=[PartitionProduceData(index=p, records=batch(f"{tid}-{p}".encode())) for p in parts],
+            )
             for tid, parts in topics
         ],
     )
@@ -157,7 +108,8 @@ async def test_produce_v13_split_refused_ids_and_merge_them_into_the_broker_answ
     p = policy()
     ctx = FakeContext(PRODUCE, 13)
     req = through_frames(
-        PRODUCE, 13,
+        PRODUCE,
+        13,
         produce_v13((OK_ID, [0, 1]), (SECRET_ID, [0]), (LATE_ID, [2]), (GONE_ID, [0, 5]), (FLAKY_ID, [1])),
     )
     result, suspended = await run_check(p, ctx, req)
@@ -167,16 +119,24 @@ async def test_produce_v13_split_refused_ids_and_merge_them_into_the_broker_answ
     sent = through_frames(PRODUCE, 13, result.message)  # what the broker receives
     assert [t.topic_id for t in sent.topic_data] == [OK_ID, LATE_ID]
     assert [[bytes(pd.records) for pd in t.partition_data] for t in sent.topic_data] == [
-        [batch(f"{OK_ID}-0".encode()), batch(f"{OK_ID}-1".encode())], [batch(f"{LATE_ID}-2".encode())],
+        [batch(f"{OK_ID}-0".encode()), batch(f"{OK_ID}-1".encode())],
+        [batch(f"{LATE_ID}-2".encode())],
     ]
     assert (sent.acks, sent.timeout_ms) == (-1, 3000)
 
-    broker = ProduceResponse(throttle_time_ms=0, responses=[
-        TopicProduceResponse(name="", topic_id=tid, partition_responses=[
-            PartitionProduceResponse(index=i, error_code=0, base_offset=10 * i) for i in parts
-        ])
-        for tid, parts in ((OK_ID, [0, 1]), (LATE_ID, [2]))
-    ])
+    broker = ProduceResponse(
+        throttle_time_ms=0,
+        responses=[
+            TopicProduceResponse(
+                name="",
+                topic_id=tid,
+                partition_responses=[
+                    PartitionProduceResponse(index=i, error_code=0, base_offset=10 * i) for i in parts
+                ],
+            )
+            for tid, parts in ((OK_ID, [0, 1]), (LATE_ID, [2]))
+        ],
+    )
     broker = response_through_frames(PRODUCE, 13, broker)
     merged = p.merge(ctx, broker)
     assert isinstance(merged, Forward) and merged.message is not None
@@ -207,13 +167,21 @@ async def test_produce_v13_all_refused_is_answered_directly(unresolved: str | No
 # -- OffsetCommit v10 ----------------------------------------------------------------------------
 def offset_commit_v10(*topics: tuple[UUID, list[int]]) -> OffsetCommitRequest:
     return OffsetCommitRequest(
-        group_id="g1", generation_id_or_member_epoch=3, member_id="m1", group_instance_id=None,
+        group_id="g1",
+        generation_id_or_member_epoch=3,
+        member_id="m1",
+        group_instance_id=None,
         topics=[
-            OffsetCommitRequestTopic(name="", topic_id=tid, partitions=[
-                OffsetCommitRequestPartition(partition_index=p, committed_offset=100 + p,
-                                             committed_leader_epoch=-1, committed_metadata=None)
-                for p in parts
-            ])
+            OffsetCommitRequestTopic(
+                name="",
+                topic_id=tid,
+                partitions=[
+                    OffsetCommitRequestPartition(
+                        partition_index=p, committed_offset=100 + p, committed_leader_epoch=-1, committed_metadata=None
+                    )
+                    for p in parts
+                ],
+            )
             for tid, parts in topics
         ],
     )
@@ -237,10 +205,18 @@ async def test_offset_commit_v10_split_and_merge() -> None:
     ]
     assert (sent.group_id, sent.generation_id_or_member_epoch, sent.member_id) == ("g1", 3, "m1")
 
-    broker = response_through_frames(OFFSET_COMMIT, 10, OffsetCommitResponse(throttle_time_ms=0, topics=[
-        OffsetCommitResponseTopic(name="", topic_id=OK_ID, partitions=[
-            OffsetCommitResponsePartition(partition_index=0, error_code=0)])
-    ]))
+    broker = response_through_frames(
+        OFFSET_COMMIT,
+        10,
+        OffsetCommitResponse(
+            throttle_time_ms=0,
+            topics=[
+                OffsetCommitResponseTopic(
+                    name="", topic_id=OK_ID, partitions=[OffsetCommitResponsePartition(partition_index=0, error_code=0)]
+                )
+            ],
+        ),
+    )
     merged = p.merge(ctx, broker)
     assert isinstance(merged, Forward)
     out = response_through_frames(OFFSET_COMMIT, 10, merged.message)
@@ -266,11 +242,18 @@ async def test_versions_before_ids_still_use_names() -> None:
     """OffsetCommit v9 / Produce v12 name topics: no lookup, deny by name, answer by name."""
     p = policy()
     ctx = FakeContext(OFFSET_COMMIT, 9)
-    req = OffsetCommitRequest(group_id="g", generation_id_or_member_epoch=1, member_id="m", topics=[
-        OffsetCommitRequestTopic(name=n, partitions=[
-            OffsetCommitRequestPartition(partition_index=0, committed_offset=1, committed_metadata="")])
-        for n in ("orders", "secret-x")
-    ])
+    req = OffsetCommitRequest(
+        group_id="g",
+        generation_id_or_member_epoch=1,
+        member_id="m",
+        topics=[
+            OffsetCommitRequestTopic(
+                name=n,
+                partitions=[OffsetCommitRequestPartition(partition_index=0, committed_offset=1, committed_metadata="")],
+            )
+            for n in ("orders", "secret-x")
+        ],
+    )
     req = through_frames(OFFSET_COMMIT, 9, req)
     result, suspended = await run_check(p, ctx, req)
     assert not suspended and ctx.lookups == []
@@ -281,30 +264,51 @@ async def test_versions_before_ids_still_use_names() -> None:
     assert [(t.name, [q.error_code for q in t.partitions]) for t in out.topics] == [("secret-x", [AUTHZ])]
 
 
-# -- RPCs the policy does not hook ---------------------------------------------------------------
-def test_policy_hooks_and_uncovered_id_rpcs() -> None:
-    """Which RPCs carrying topic ids the policy sees. Hooked: the per-topic data RPCs (names or ids)
-    and the share-group data RPCs (ids only), plus Metadata (denied topics are hidden). Not hooked,
-    and so passing unfiltered: OffsetFetch (v10 ids, nested under groups), ConsumerGroupHeartbeat and
-    ConsumerGroupDescribe (assignments), ShareGroupHeartbeat; documented in docs/filters.md."""
+# -- which RPCs the policy hooks ---------------------------------------------------------------
+def test_policy_hooks_every_topic_carrying_rpc() -> None:
+    """The per-topic data RPCs (names or ids) and the share-group data RPCs (ids only) are refused
+    topic by topic; listings, committed offsets and group RPCs are hidden or refused as a whole
+    (tests/filters/test_policy_visibility.py). Every version is hooked, ids included."""
     hooked = {(s.direction, s.api_key) for _a, s in TopicPolicy.hooks}
-    keys = {ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.DELETE_TOPICS,
-            ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.METADATA}
-    assert hooked == {(d, int(k)) for d in ("request", "response") for k in keys}
+    per_topic = {
+        ApiKey.PRODUCE,
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.SHARE_FETCH,
+        ApiKey.SHARE_ACKNOWLEDGE,
+        ApiKey.DELETE_RECORDS,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.OFFSET_DELETE,
+    }
+    assert {(d, int(k)) for d in ("request", "response") for k in per_topic} <= hooked
+    assert per_topic <= set(TOPIC_LISTS)
+    for key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH):
+        assert {("request", key), ("response", key)} <= hooked  # request decoded for the response hook
+    for key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT):
+        assert ("request", key) in hooked
+    for key in (ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE):
+        assert ("response", key) in hooked
     for s in (s for _a, s in TopicPolicy.hooks):
-        assert s.min_version == 0 and s.max_version is None  # every version, ids included
-    uncovered = {ApiKey.OFFSET_FETCH, ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE,
-                 ApiKey.SHARE_GROUP_HEARTBEAT}
-    assert not uncovered & {k for _d, k in hooked}
-    assert not uncovered & set(TOPIC_LISTS)  # filters.topics has no helpers for them either
+        assert s.min_version == 0 and s.max_version is None
 
 
 def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
     req = ConsumerGroupHeartbeatRequest(
-        group_id="g", member_id="m", member_epoch=5, instance_id=None, rack_id=None, rebalance_timeout_ms=30000,
-        subscribed_topic_names=["orders"], server_assignor=None,
-        topic_partitions=[TopicPartitions(topic_id=OK_ID, partitions=[0, 1]),
-                          TopicPartitions(topic_id=SECRET_ID, partitions=[2])],
+        group_id="g",
+        member_id="m",
+        member_epoch=5,
+        instance_id=None,
+        rack_id=None,
+        rebalance_timeout_ms=30000,
+        subscribed_topic_names=["orders"],
+        server_assignor=None,
+        topic_partitions=[
+            TopicPartitions(topic_id=OK_ID, partitions=[0, 1]),
+            TopicPartitions(topic_id=SECRET_ID, partitions=[2]),
+        ],
     )
     for version in (0, 1):
         got = through_frames(CGH, version, req)
@@ -321,18 +325,34 @@ def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
     resp_cls = api.API_INFO[CGH].response_class
     from codec.generated.consumer_group_heartbeat import Assignment
 
-    resp = resp_cls(throttle_time_ms=0, error_code=0, member_id="m", member_epoch=6, heartbeat_interval_ms=500,
-                    assignment=Assignment(topic_partitions=[
-                        ConsumerGroupHeartbeatResponseTopicPartitions(topic_id=SECRET_ID, partitions=[0])]))
+    resp = resp_cls(
+        throttle_time_ms=0,
+        error_code=0,
+        member_id="m",
+        member_epoch=6,
+        heartbeat_interval_ms=500,
+        assignment=Assignment(
+            topic_partitions=[ConsumerGroupHeartbeatResponseTopicPartitions(topic_id=SECRET_ID, partitions=[0])]
+        ),
+    )
     out = response_through_frames(CGH, 1, resp)
     assert [(t.topic_id, t.partitions) for t in out.assignment.topic_partitions] == [(SECRET_ID, [0])]
 
 
 def test_share_fetch_ids_round_trip_and_error_response() -> None:
     req = ShareFetchRequest(
-        group_id="sg", member_id="m", share_session_epoch=0, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20,
-        topics=[ShareTopic(topic_id=SECRET_ID, partitions=[
-            SharePartition(partition_index=0, partition_max_bytes=1 << 20, acknowledgement_batches=[])])],
+        group_id="sg",
+        member_id="m",
+        share_session_epoch=0,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        topics=[
+            ShareTopic(
+                topic_id=SECRET_ID,
+                partitions=[SharePartition(partition_index=0, partition_max_bytes=1 << 20, acknowledgement_batches=[])],
+            )
+        ],
         forgotten_topics_data=[ShareForgotten(topic_id=GONE_ID, partitions=[3])],
     )
     got = through_frames(SHARE_FETCH, 0, req)

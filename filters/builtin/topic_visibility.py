@@ -1,0 +1,138 @@
+"""What ``topic-policy`` hides or refuses outside per-topic request lists.
+
+The per-topic data RPCs (Produce, Fetch, OffsetCommit, ...) are refused topic by topic through
+``filters.topics``. The RPCs here show topics in other shapes: listings and descriptions, the
+committed offsets of a group, group subscriptions and assignments. kgate follows what Kafka's own
+authorizer does with them, so that clients meet errors they already handle:
+
+* Metadata, DescribeTopicPartitions: a denied topic is left out of a listing; asked for by name,
+  it is answered with TOPIC_AUTHORIZATION_FAILED, no partitions and no id.
+* OffsetFetch: a denied topic's committed offsets are never shown. Left out when a group's
+  offsets are listed whole; asked for by name or id, each partition gets TOPIC_AUTHORIZATION_FAILED
+  and offset -1.
+* ConsumerGroupHeartbeat, ShareGroupHeartbeat: subscribing to a denied topic by name is answered
+  with TOPIC_AUTHORIZATION_FAILED; nothing goes upstream.
+* ConsumerGroupDescribe, ShareGroupDescribe: a group whose members are assigned a denied topic is
+  answered with TOPIC_AUTHORIZATION_FAILED for that group, its members left out.
+
+Every function takes ``allowed(name) -> bool`` and changes the message in place; it returns
+whether anything changed, so that an unchanged message goes on as its original bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+from uuid import UUID
+
+from filters.errors import TOPIC_AUTHORIZATION_FAILED
+
+Allowed = Callable[[str], bool]
+_ZERO = UUID(int=0)
+DESCRIBE_REFUSED = "The group has assigned topics that the client is not authorized to describe."
+
+
+def hide_described_topics(topics: list[Any], allowed: Allowed, asked_for_all: bool) -> list[Any] | None:
+    """Metadata / DescribeTopicPartitions topics with denied ones hidden; None when none is denied."""
+    kept: list[Any] = []
+    changed = False
+    for topic in topics:
+        name = topic.name
+        if name is None or allowed(name):  # None: looked up by an id the broker does not know
+            kept.append(topic)
+            continue
+        changed = True
+        if not asked_for_all:
+            topic.error_code = TOPIC_AUTHORIZATION_FAILED
+            topic.partitions = []
+            if hasattr(topic, "topic_id"):
+                topic.topic_id = _ZERO
+            kept.append(topic)
+    return kept if changed else None
+
+
+# -- OffsetFetch ------------------------------------------------------------------------------
+def offset_fetch_lists(request: Any, response: Any, version: int) -> Iterator[tuple[Any, bool]]:
+    """Per group in the response: (holder of its ``topics`` list, whether all its topics were asked for).
+
+    Up to v7 the response has one group at the top; from v8 on, a list of groups, each matched to
+    the request's group of the same id. Without the request (not decoded), a group counts as asked
+    by name: its denied topics are then answered with errors rather than left out, which hides them
+    all the same.
+    """
+    if version < 8:
+        yield response, request is not None and request.topics is None
+        return
+    asked = {g.group_id: g.topics is None for g in (request.groups if request is not None else [])}
+    for group in response.groups:
+        yield group, asked.get(group.group_id, False)
+
+
+def hide_offsets(
+    request: Any,
+    response: Any,
+    version: int,
+    codes: Mapping[str | UUID, int],
+) -> bool:
+    """Hide the topics in ``codes`` (by name, or by id from v10): left out, or answered with the code."""
+    changed = False
+    for holder, asked_for_all in offset_fetch_lists(request, response, version):
+        kept = []
+        for topic in holder.topics:
+            key = topic.topic_id if version >= 10 else topic.name
+            code = codes.get(key)
+            if code is None:
+                kept.append(topic)
+                continue
+            changed = True
+            if asked_for_all:
+                continue
+            for p in topic.partitions:
+                p.committed_offset = -1
+                if hasattr(p, "committed_leader_epoch"):
+                    p.committed_leader_epoch = -1
+                p.metadata = ""
+                p.error_code = code
+            kept.append(topic)
+        holder.topics = kept
+    return changed
+
+
+def offset_fetch_topic_keys(response: Any, version: int) -> list[str | UUID]:
+    """Names (v0-9) or ids (v10+) of the topics an OffsetFetch response carries."""
+    if version < 8:
+        return [t.name for t in response.topics]
+    if version < 10:
+        return [t.name for g in response.groups for t in g.topics]
+    return [t.topic_id for g in response.groups for t in g.topics]
+
+
+# -- group RPCs -------------------------------------------------------------------------------
+def denied_subscriptions(request: Any, allowed: Allowed) -> list[str]:
+    """The denied topics a Consumer/ShareGroupHeartbeat subscribes to by name."""
+    return [n for n in (request.subscribed_topic_names or []) if not allowed(n)]
+
+
+def refuse_groups_with_denied_assignments(response: Any, allowed: Allowed) -> bool:
+    """Consumer/ShareGroupDescribe: a group assigning a denied topic becomes an error entry."""
+    changed = False
+    for i, group in enumerate(response.groups):
+        if not any(not allowed(name) for name in _assigned_names(group)):
+            continue
+        changed = True
+        refused = type(group)(group_id=group.group_id)
+        refused.error_code = TOPIC_AUTHORIZATION_FAILED
+        refused.error_message = DESCRIBE_REFUSED
+        response.groups[i] = refused
+    return changed
+
+
+def _assigned_names(group: Any) -> Iterator[str]:
+    for member in group.members or []:
+        for attr in ("assignment", "target_assignment"):
+            assignment = getattr(member, attr, None)
+            if assignment is None:
+                continue
+            for tp in assignment.topic_partitions or []:
+                if tp.topic_name:
+                    yield tp.topic_name
