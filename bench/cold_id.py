@@ -178,9 +178,18 @@ def main() -> int:
     broker, kport = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
         tansu = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{broker}",
-             "--advertised-listener-url", f"tcp://127.0.0.1:{broker}", "--storage-engine", "memory://tansu/"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                tansu_binary(),
+                "broker",
+                "--listener-url",
+                f"tcp://127.0.0.1:{broker}",
+                "--advertised-listener-url",
+                f"tcp://127.0.0.1:{broker}",
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         kgate = None
         try:

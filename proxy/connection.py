@@ -90,6 +90,7 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         self.info = ConnectionInfo(client_address="?", virtual_cluster=cluster.name)
         self.sasl = SaslState()
         self.closed = False
+        self.client_gone = False  # the client left while requests it sent were still queued in kgate
         self._raw_requests = not self.chain.has_request_hooks
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
@@ -180,9 +181,22 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         self.upstream_gate.resume("client-buffer-full")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed and (self.suspended_request or self.backlog) and self.upstream is not None:
+            # Requests kgate has read but not sent yet (behind a suspended filter) still go: a broker
+            # processes what it has read from a client that left, and acks=0 data must not be lost.
+            log.debug("client %s went away; finishing %d request(s) read from it", self.peer, len(self.backlog) + 1)
+            self.client_gone = True
+            self.transport = None
+            self.gate.pause("client-gone")
+            return
         if not self.closed and self.pending:
             log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.pending))
         self._teardown()
+
+    def finish_if_client_gone(self) -> None:
+        """After a suspended request: once the client has left and nothing read from it is left, close."""
+        if self.client_gone and not self.suspended_request and not self.backlog and not self.closed:
+            self._teardown()
 
     # -- broker side -----------------------------------------------------------------------
 

@@ -99,6 +99,7 @@ class ConnectionState:
     info: ConnectionInfo
     sasl: SaslState
     closed: bool
+    client_gone: bool
     _raw_requests: bool
     _early: list[bytes | memoryview]
     _tasks: set[asyncio.Task[Any]]
@@ -111,4 +112,7 @@ class ConnectionState:
     _held_need: int
 
     def close(self, reason: str, error: str | None = None) -> None:
+        raise NotImplementedError
+
+    def finish_if_client_gone(self) -> None:
         raise NotImplementedError

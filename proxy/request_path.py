@@ -377,6 +377,7 @@ class RequestPath(ConnectionState):
             return
         if len(self.backlog) < self.settings.max_queued_requests:
             self.gate.resume("backlog-full")
+        self.finish_if_client_gone()
 
     def _timeout_outcome(self, header: RequestHeader, msg: Any) -> Outcome:
         name = api.API_INFO[header.api_key].name

@@ -85,7 +85,7 @@ class ResponsePath(ConnectionState):
 
     def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
         """Forward the next bytes of a streamed response; return what follows it in ``data``."""
-        assert self.transport is not None or self.closed
+        assert self.transport is not None or self.closed or self.client_gone
         n = self._stream_left
         if len(data) <= n:
             self._stream_left = n - len(data)
@@ -258,6 +258,9 @@ class ResponsePath(ConnectionState):
         pending = self.pending
         transport = self.transport
         if transport is None or self.closed or self._stream_left:
+            if self.client_gone:  # answers to a client that left: nobody to give them to
+                while pending and pending[0].response is not None:
+                    pending.popleft()
             return  # while a response streams through, nothing else may be written
         while pending and pending[0].response is not None:
             transport.write(pending.popleft().response)  # type: ignore[arg-type]
