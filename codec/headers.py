@@ -109,6 +109,8 @@ def parse_request_header(frame: memoryview | bytes, header_version: int) -> Requ
             pos += n
     tagged = b"\x00"
     if header_version >= 2:
+        if pos < len(frame) and frame[pos] == 0:  # no tagged fields: nearly every request
+            return RequestHeader(api_key, api_version, correlation_id, client_id, pos + 1, tagged)
         end = skip_tagged_fields(frame, pos)
         tagged = bytes(frame[pos:end])
         pos = end
