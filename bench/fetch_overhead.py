@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cold_id import FETCH, ROOT, client, create_topics, fetch_by_id, free_port, tansu_binary, wait_port
+from cold_id import FETCH, ROOT, client, create_topics, fetch_by_id, free_port, start_tansu, stop_all, wait_port
 
 FETCH_VERSION = 15
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
@@ -107,20 +107,7 @@ def main() -> int:
     broker = free_port()
     wanted = {"direct", *args.targets.split(",")}
     ports = {"direct": broker, **{n: free_port() for n in ("kgate", "kgate-policy") if n in wanted}}
-    tansu = subprocess.Popen(
-        [
-            tansu_binary(),
-            "broker",
-            "--listener-url",
-            f"tcp://127.0.0.1:{broker}",
-            "--advertised-listener-url",
-            f"tcp://127.0.0.1:{broker}",
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    tansu = start_tansu(broker)
     procs: dict[str, subprocess.Popen] = {}
     try:
         wait_port(broker)
@@ -140,12 +127,7 @@ def main() -> int:
         produce_one(broker, topic)
         asyncio.run(rounds(args, ports, {n: p.pid for n, p in procs.items()}, tid))
     finally:
-        for p in (*procs.values(), tansu):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_all(*procs.values(), tansu)
     return 0
 
 

@@ -80,7 +80,7 @@ class FilterChain:
 
 
 def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> Outcome | Awaitable[Outcome]:
-    """Run ``hooks`` over ``message``; synchronous unless a hook returns an awaitable."""
+    """Run ``hooks`` over ``message``: the Outcome tuple, or (once a hook returns an awaitable) a coroutine."""
     changed = False
     for i, hook in enumerate(hooks):
         result = hook(ctx, message)

@@ -21,8 +21,9 @@ PRODUCE = 0
 FETCH = 1
 CREATE_TOPICS = 19
 METADATA = 3
-# Small Fetch responses (errors, empty long polls) are decoded when filters use topic names, so a
-# dead id's error evicts it; large ones stream through undecoded (see _start_stream).
+# Small Fetch responses that may carry an unknown-topic error (errors, empty long polls) are decoded
+# when filters use topic names, so a dead id's error evicts it; large ones stream through undecoded
+# (see _start_stream and response_path._may_carry_unknown_topic).
 OBSERVE_FETCH_MAX = 64 * 1024
 RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
 REQUEST_TIMED_OUT = 7

@@ -29,7 +29,7 @@ UPSTREAM_CONNECT_FAILURES = Counter(
     "kgate_upstream_connect_failures_total", "Failed upstream connection attempts", ["cluster"]
 )
 
-UNKNOWN = -1  # api keys kgate does not know share one label: garbage must not grow the metric
+UNKNOWN = -1  # api keys (and versions) kgate does not know share one label: garbage must not grow the metric
 
 
 class ClusterMetrics:
@@ -41,14 +41,18 @@ class ClusterMetrics:
         self.connections_total = CONNECTIONS_TOTAL.labels(cluster)
         self.node_listeners = NODE_LISTENERS.labels(cluster)
         self.upstream_connect_failures = UPSTREAM_CONNECT_FAILURES.labels(cluster)
-        self.requests: defaultdict[int, int] = defaultdict(int)
+        self.requests: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, version) -> count
         self.rewrites: defaultdict[int, int] = defaultdict(int)
         _LIVE.add(self)
 
-    def count_request(self, api_key: int) -> None:
-        if api_key not in api.API_INFO:
-            api_key = UNKNOWN
-        self.requests[api_key] += 1
+    def count_request(self, api_key: int, api_version: int) -> None:
+        info = api.API_INFO.get(api_key)
+        if info is None:
+            self.requests[(UNKNOWN, UNKNOWN)] += 1
+        elif 0 <= api_version <= info.max_version:
+            self.requests[(api_key, api_version)] += 1
+        else:
+            self.requests[(api_key, UNKNOWN)] += 1
 
     def count_rewrite(self, api_key: int) -> None:
         self.rewrites[api_key] += 1
@@ -60,26 +64,32 @@ class ClusterMetrics:
 _LIVE: weakref.WeakSet[ClusterMetrics] = weakref.WeakSet()
 
 
-def _label(api_key: int) -> str:
-    return "unknown" if api_key == UNKNOWN else str(api_key)
+def _label(value: int) -> str:
+    return "unknown" if value == UNKNOWN else str(value)
 
 
 class _DataPathCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily]:
         requests = CounterMetricFamily(
-            "kgate_requests", "Requests received from clients", labels=["cluster", "api_key"]
+            "kgate_requests",
+            "Requests received from clients, by api key and version (which clients use topic ids, for one)",
+            labels=["cluster", "api_key", "api_version"],
         )
         rewrites = CounterMetricFamily(
             "kgate_address_rewrites", "Responses kgate rewrote (addresses, ApiVersions)", labels=["cluster", "api_key"]
         )
-        totals: dict[tuple[str, str, str], int] = defaultdict(int)
+        counts: dict[tuple[str, str, str], int] = defaultdict(int)
         for m in list(_LIVE):
-            for key, n in list(m.requests.items()):
-                totals[("r", m.cluster, _label(key))] += n
+            for (key, version), n in list(m.requests.items()):
+                counts[(m.cluster, _label(key), _label(version))] += n
+        for labels, n in sorted(counts.items()):
+            requests.add_metric(list(labels), n)
+        rewritten: dict[tuple[str, str], int] = defaultdict(int)
+        for m in list(_LIVE):
             for key, n in list(m.rewrites.items()):
-                totals[("w", m.cluster, _label(key))] += n
-        for (kind, cluster, key), n in sorted(totals.items()):
-            (requests if kind == "r" else rewrites).add_metric([cluster, key], n)
+                rewritten[(m.cluster, _label(key))] += n
+        for key_labels, n in sorted(rewritten.items()):
+            rewrites.add_metric(list(key_labels), n)
         yield requests
         yield rewrites
 

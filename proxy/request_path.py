@@ -9,7 +9,6 @@ hook that awaits suspends its message while later requests wait in the backlog.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -128,7 +127,7 @@ class RequestPath(ConnectionState):
                 return False
         except Exception:  # the full request will run the hook again and report its failure
             return False
-        self.cluster.metrics.count_request(PRODUCE)
+        self.cluster.metrics.count_request(PRODUCE, version)
         if prefix.acks == 0:
             self._acks0.append(cid)
             self._send_upstream(head)
@@ -262,12 +261,12 @@ class RequestPath(ConnectionState):
         if api_key == PRODUCE:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
-                self.cluster.metrics.count_request(api_key)
+                self.cluster.metrics.count_request(api_key, version)
                 self._acks0.append(cid)
                 return  # acks=0: the broker sends no response, so nothing waits for one
         elif api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
             self._observe_sasl_request(frame, api_key, version)
-        self.cluster.metrics.count_request(api_key)
+        self.cluster.metrics.count_request(api_key, version)
         request = self._decode_quietly(frame, api_key, version) if api_key == CREATE_TOPICS else None
         ex = Exchange(cid, api_key, version, request)
         self.pending.append(ex)
@@ -305,7 +304,7 @@ class RequestPath(ConnectionState):
             return
         if api_key == PRODUCE and self._peek_produce(frame):
             return  # decided from its topic alone: no full decode of the partitions
-        self.cluster.metrics.count_request(api_key)
+        self.cluster.metrics.count_request(api_key, version)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
             msg = api.decode_request(api_key, version, frame[header.body_offset :])
@@ -324,7 +323,7 @@ class RequestPath(ConnectionState):
         except Exception as exc:  # a filter bug closes this connection only, never the process
             self._filter_failed(api_key, version, exc)
             return
-        if inspect.isawaitable(outcome):
+        if type(outcome) is not tuple:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self.suspended_request = True
             self._spawn(self._finish_suspended_request(outcome, frame, header, ctx, msg))
             return

@@ -9,7 +9,6 @@ service and to response hooks, and delivered in request order by ``_flush``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -225,7 +224,7 @@ class ResponsePath(ConnectionState):
         except Exception as exc:  # a filter bug closes this connection only, never the process
             self._filter_failed(api_key, version, exc)
             return
-        if inspect.isawaitable(outcome):
+        if type(outcome) is not tuple:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self._spawn(self._finish_suspended_response(outcome, ex, frame, offset, changed))
             if self._answers_waiting() > self.settings.max_queued_requests:
                 self.upstream_gate.pause("answers-blocked")

@@ -17,7 +17,9 @@ sees it), the consumer is bootstrapped at A only, and B's Metadata request count
 is 0, no Metadata passed through B before the first Fetch was served, so the lookups counter
 (>= 1) shows that B resolved the ids itself. A librdkafka that did send Metadata through B
 first would make this test fail on that precondition (not on kgate), which the message says.
-(librdkafka 2.16 observed: one Metadata through A, none through B, Fetch v16 only through B.)
+(librdkafka observed: one Metadata through A, none through B, Fetch only through B: v15 with
+kgate's default ``leader_hints: false``, v16 with ``leader_hints: true``; both are run, and the
+version is read from ``kgate_requests_total{api_version}``.)
 A ``ConnectionWatcher`` on this process checks that the consumer never connected to Tansu.
 """
 
@@ -50,8 +52,11 @@ class KgateProc(ManagedProcess):
         self.metrics_port = metrics_port
         self.config_path = workdir / "kgate.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        super().__init__([PYTHON, "-m", "proxy", "run", "-c", str(self.config_path)], workdir / "kgate.log",
-                         env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        super().__init__(
+            [PYTHON, "-m", "proxy", "run", "-c", str(self.config_path)],
+            workdir / "kgate.log",
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
 
     def start(self, timeout: float = 20) -> KgateProc:
         super().start()
@@ -75,10 +80,12 @@ class KgateProc(ManagedProcess):
         return total
 
 
-def _config(listen: str, advertised: str, upstream: str, base: int, metrics_port: int, filters: list) -> dict:
+def _config(
+    listen: str, advertised: str, upstream: str, base: int, metrics_port: int, filters: list, leader_hints: bool
+) -> dict:
     return {
         "log_level": "debug",
-        "proxy": {"drain_timeout_s": 2},
+        "proxy": {"drain_timeout_s": 2, "leader_hints": leader_hints},
         "metrics": {"listen": f"127.0.0.1:{metrics_port}"},
         "virtual_clusters": [
             {
@@ -94,24 +101,34 @@ def _config(listen: str, advertised: str, upstream: str, base: int, metrics_port
     }
 
 
-@pytest.fixture
+@pytest.fixture(params=[False, True], ids=["fetch-v15", "fetch-v16-leader-hints"])
 def fleet(request, tansu, tmp_path):
+    """A and B; ``leader_hints`` off (kgate caps Fetch at v15, topic ids) or on (v16+, KIP-951)."""
+    hints = request.param
     base = free_port_range(256)
     pa, pb = free_port(), free_port()
     policy = [{"name": "topic-policy", "config": {"allow": ["ha-*"], "deny": ["ha-secret-*"]}}]
     b_metrics = free_port()
-    b = KgateProc(tmp_path / "b", _config(f"{B_HOST}:{pb}", B_HOST, tansu.bootstrap, base, b_metrics, policy),
-                  (B_HOST, pb), b_metrics)
+    b = KgateProc(
+        tmp_path / "b",
+        _config(f"{B_HOST}:{pb}", B_HOST, tansu.bootstrap, base, b_metrics, policy, hints),
+        (B_HOST, pb),
+        b_metrics,
+    )
     a_metrics = free_port()
-    a = KgateProc(tmp_path / "a", _config(f"127.0.0.1:{pa}", B_HOST, tansu.bootstrap, base, a_metrics, []),
-                  ("127.0.0.1", pa), a_metrics)
+    a = KgateProc(
+        tmp_path / "a",
+        _config(f"127.0.0.1:{pa}", B_HOST, tansu.bootstrap, base, a_metrics, [], hints),
+        ("127.0.0.1", pa),
+        a_metrics,
+    )
     procs = [b.start(), a.start()]
     try:
         wait_until(lambda: "discovered nodes" in b.log_text(), 15, what="B's node discovery")
         wait_until(lambda: "discovered nodes" in a.log_text(), 15, what="A's node discovery")
         node_port = base + TANSU_NODE_ID
         assert port_open(node_port, B_HOST), "B did not open node 111's listener at start-up"
-        yield a, b, node_port
+        yield a, b, node_port, hints
     finally:
         rep = getattr(request.node, "rep_call", None)
         rcs = [p.stop(timeout=12) for p in procs]
@@ -121,15 +138,21 @@ def fleet(request, tansu, tmp_path):
         assert rcs == [0, 0], f"kgate exit codes on SIGTERM: {rcs}"
 
 
-def _consume(bootstrap: str, assignments: list[tuple[str, int]], n: int, timeout: float = 30,
-             on_first: object = None) -> list[bytes]:
+def _consume(
+    bootstrap: str, assignments: list[tuple[str, int]], n: int, timeout: float = 30, on_first: object = None
+) -> list[bytes]:
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": unique("ha-g"), "enable.auto.commit": False,
-        "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 600_000,
-        "fetch.queue.backoff.ms": 10,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("ha-g"),
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 600_000,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
     got: list[bytes] = []
     try:
         c.assign([TopicPartition(t, p, 0) for t, p in assignments])
@@ -153,13 +176,12 @@ def _consume(bootstrap: str, assignments: list[tuple[str, int]], n: int, timeout
 
 
 def _no_sockets_to(port: int) -> bool:
-    return not any(c.remote[1] == port and c.state in ("ESTABLISHED", "SYN_SENT")
-                   for c in netconn.tcp_connections())
+    return not any(c.remote[1] == port and c.state in ("ESTABLISHED", "SYN_SENT") for c in netconn.tcp_connections())
 
 
 @pytest.mark.timeout(90)
 def test_fetch_through_an_instance_that_never_saw_the_metadata(tansu, fleet) -> None:
-    a, b, node_port = fleet
+    a, b, node_port, hints = fleet
     topic = unique("ha-t")
     vals = {p: [f"{topic}-{p}-{i}".encode() for i in range(40)] for p in (0, 1)}
     create_topic(tansu.bootstrap, topic, partitions=2)
@@ -172,7 +194,9 @@ def test_fetch_through_an_instance_that_never_saw_the_metadata(tansu, fleet) -> 
     b_metadata_at_first: list[float] = []
     with netconn.ConnectionWatcher(forbidden_ports={tansu.port}) as watch:
         got = _consume(
-            f"127.0.0.1:{a.listen[1]}", [(topic, 0), (topic, 1)], 80,
+            f"127.0.0.1:{a.listen[1]}",
+            [(topic, 0), (topic, 1)],
+            80,
             on_first=lambda: b_metadata_at_first.append(b.metric("kgate_requests_total", api_key="3")),
         )
     # the bootstrap connection to A can be too short-lived for the sampler; A's counters show it
@@ -190,5 +214,10 @@ def test_fetch_through_an_instance_that_never_saw_the_metadata(tansu, fleet) -> 
     )
     assert b.metric("kgate_topic_names_lookups_total") >= 1, "B never looked a topic id up itself"
     assert b.metric("kgate_requests_total", api_key="1") >= 1  # Fetch went through B
+    by_id = {v: b.metric("kgate_requests_total", api_key="1", api_version=str(v)) for v in range(13, 18)}
+    if hints:  # KIP-951 versions: v16+ (librdkafka's newest), topic ids
+        assert by_id[16] + by_id[17] >= 1 and sum(by_id.values()) == by_id[16] + by_id[17], by_id
+    else:  # kgate caps Fetch at v15: still topic ids
+        assert by_id[15] >= 1 and by_id[16] == by_id[17] == 0, by_id
     assert a.metric("kgate_requests_total", api_key="1") == 0  # and not through A
     assert a.metric("kgate_topic_names_lookups_total") == 0  # A had no filter needing names
