@@ -143,6 +143,15 @@ def _share(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
 Builder = Callable[[Any, Any, Callable[[TopicKey], int]], None]
 
 
+def _describe_producers(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    tcls = _struct(type(resp), "topics")
+    pcls = _struct(tcls, "partitions")
+    resp.topics = [
+        tcls(name=t.name, partitions=[pcls(partition_index=i, error_code=code(t.name)) for i in t.partition_indexes])
+        for t in req.topics
+    ]
+
+
 def _per_partition(name_attr: str, index_attr: str, **fixed: Any) -> Builder:
     """A builder for name-keyed RPCs whose request and response both list ``topics[partitions]``.
 
@@ -178,6 +187,7 @@ _BUILDERS: dict[int, Builder] = {
     23: _per_partition("topic", "partition", leader_epoch=-1, end_offset=-1),  # OffsetForLeaderEpoch
     28: _per_partition("name", "partition_index"),  # TxnOffsetCommit
     47: _per_partition("name", "partition_index"),  # OffsetDelete
+    61: _describe_producers,
     78: _share,
     79: _share,
 }

@@ -31,6 +31,7 @@ TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
     23: ("topics", "topic", "topics"),  # OffsetForLeaderEpoch
     28: ("topics", "name", "topics"),  # TxnOffsetCommit
     47: ("topics", "name", "topics"),  # OffsetDelete
+    61: ("topics", "name", "topics"),  # DescribeProducers
     78: ("topics", "topic_id", "responses"),  # ShareFetch (ids only)
     79: ("topics", "topic_id", "responses"),  # ShareAcknowledge (ids only)
 }
@@ -53,8 +54,15 @@ def request_topics(api_key: int, request: Any) -> list[TopicKey]:
     return [topic_key(t, name_attr) for t in entries]
 
 
-def refuse_topics(ctx: FilterContext, request: Any, codes: Mapping[TopicKey, int]) -> Result:
-    """Answer the topics in ``codes`` with their error code; let the rest through."""
+def refuse_topics(
+    ctx: FilterContext, request: Any, codes: Mapping[TopicKey, int], answer_when_empty: bool = True
+) -> Result:
+    """Answer the topics in ``codes`` with their error code; let the rest through.
+
+    When every topic is refused, kgate answers the client itself; ``answer_when_empty=False``
+    forwards the request with an empty topic list instead, for RPCs whose answer carries more than
+    the topics (Metadata v1+: the brokers and the controller).
+    """
     if not codes:
         return FORWARD
     api_key = ctx.api_key
@@ -65,7 +73,7 @@ def refuse_topics(ctx: FilterContext, request: Any, codes: Mapping[TopicKey, int
 
     refused = [t for t in entries if key(t) in codes]
     kept = [t for t in entries if key(t) not in codes]
-    if not kept:
+    if not kept and answer_when_empty:
         resp = error_response(api_key, ctx.api_version, request, 0, codes)
         return respond(resp)
     setattr(request, attr, refused)

@@ -46,12 +46,14 @@ from filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_described_topics,
     hide_offsets,
+    hide_transaction_topics,
     offset_fetch_topic_keys,
     refuse_groups_with_denied_assignments,
 )
 from filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, error_response
 from filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
 
+_ZERO = UUID(int=0)
 _UNRESOLVED = {"UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID, "TOPIC_AUTHORIZATION_FAILED": TOPIC_AUTHORIZATION_FAILED}
 _KEYS = (
     ApiKey.PRODUCE,
@@ -63,6 +65,7 @@ _KEYS = (
     ApiKey.OFFSET_FOR_LEADER_EPOCH,
     ApiKey.TXN_OFFSET_COMMIT,
     ApiKey.OFFSET_DELETE,
+    ApiKey.DESCRIBE_PRODUCERS,
     ApiKey.SHARE_FETCH,
     ApiKey.SHARE_ACKNOWLEDGE,
 )
@@ -166,6 +169,29 @@ class TopicPolicy(Filter):
         """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook."""
         return FORWARD
 
+    @on_request(ApiKey.METADATA)
+    def metadata_request(self, ctx: FilterContext, request: Any) -> Result:
+        """Denied topics named in a Metadata request never reach the broker.
+
+        With ``allow_auto_topic_creation`` (and before v4, always, if the broker auto-creates) the
+        broker would create a denied topic just for being asked about it. Such topics are cut out
+        of the request and answered with TOPIC_AUTHORIZATION_FAILED, merged into the broker's
+        answer; a request left with no topic still goes (v1+: an empty list asks for none), so the
+        client gets the brokers and controller as usual. Topics asked for by id are left to the
+        response hook: an id lookup creates nothing.
+        """
+        topics = request.topics
+        if not topics:
+            return FORWARD
+        codes: dict[TopicKey, int] = {
+            t.name: TOPIC_AUTHORIZATION_FAILED
+            for t in topics
+            if t.name is not None and not getattr(t, "topic_id", _ZERO).int and not self.allowed(t.name)
+        }
+        if not codes:
+            return FORWARD
+        return refuse_topics(ctx, request, codes, answer_when_empty=ctx.api_version == 0)
+
     @on_response(ApiKey.METADATA)
     @on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
     def described_topics(self, ctx: FilterContext, response: Any) -> Result:
@@ -175,15 +201,24 @@ class TopicPolicy(Filter):
         needs it to page on, even when it names a denied topic.)
         """
         request = ctx.request
+        asked_ids: frozenset[UUID] = frozenset()
+        changed = False
         if ctx.api_key == ApiKey.METADATA:
             asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
+            if not asked_for_all:
+                asked_ids = frozenset(t.topic_id for t in request.topics if getattr(t, "topic_id", _ZERO).int)
+                if not request.topics and response.topics:
+                    # v1+: an empty list asks for no topic (all of them refused by metadata_request,
+                    # or the client's own broker-only refresh); some brokers (Tansu) list every topic
+                    response.topics, changed = [], True
         else:
             asked_for_all = request is None or not request.topics
-        kept = hide_described_topics(response.topics, self.allowed, asked_for_all)
-        if kept is None:
-            return FORWARD
-        response.topics = kept
-        return forward(response)
+        kept = hide_described_topics(response.topics, self.allowed, asked_for_all, asked_ids)
+        if kept is not None:
+            response.topics, changed = kept, True
+        if ctx.api_key == ApiKey.METADATA and merge_refused(ctx, response) is not FORWARD:
+            changed = True  # the entries metadata_request refused, in the answer
+        return forward(response) if changed else FORWARD
 
     @on_response(ApiKey.OFFSET_FETCH)
     def offset_fetch(self, ctx: FilterContext, response: Any) -> Result | Any:
@@ -205,6 +240,11 @@ class TopicPolicy(Filter):
             return forward(response)
         return FORWARD
 
+    @on_response(ApiKey.DESCRIBE_TRANSACTIONS)
+    def transactions(self, ctx: FilterContext, response: Any) -> Result:
+        """Denied topics are left out of the partitions a transaction lists."""
+        return forward(response) if hide_transaction_topics(response, self.allowed) else FORWARD
+
     @on_request(ApiKey.CONSUMER_GROUP_HEARTBEAT)
     @on_request(ApiKey.SHARE_GROUP_HEARTBEAT)
     def group_heartbeat(self, ctx: FilterContext, request: Any) -> Result:
@@ -224,6 +264,6 @@ class TopicPolicy(Filter):
     for _key in _KEYS:
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
-    for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH):
+    for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH):
         keep_request = on_request(_key)(keep_request)
     del _key

@@ -6,7 +6,10 @@ committed offsets of a group, group subscriptions and assignments. kgate follows
 authorizer does with them, so that clients meet errors they already handle:
 
 * Metadata, DescribeTopicPartitions: a denied topic is left out of a listing; asked for by name,
-  it is answered with TOPIC_AUTHORIZATION_FAILED, no partitions and no id.
+  it is answered with TOPIC_AUTHORIZATION_FAILED, no partitions and no id (by id: no name).
+  Metadata requests naming a denied topic never reach the broker with that name, which could
+  otherwise create it (``allow_auto_topic_creation``); see ``TopicPolicy.metadata_request``.
+* DescribeTransactions: denied topics are left out of each transaction's partitions.
 * OffsetFetch: a denied topic's committed offsets are never shown. Left out when a group's
   offsets are listed whole; asked for by name or id, each partition gets TOPIC_AUTHORIZATION_FAILED
   and offset -1.
@@ -32,8 +35,15 @@ _ZERO = UUID(int=0)
 DESCRIBE_REFUSED = "The group has assigned topics that the client is not authorized to describe."
 
 
-def hide_described_topics(topics: list[Any], allowed: Allowed, asked_for_all: bool) -> list[Any] | None:
-    """Metadata / DescribeTopicPartitions topics with denied ones hidden; None when none is denied."""
+def hide_described_topics(
+    topics: list[Any], allowed: Allowed, asked_for_all: bool, asked_ids: frozenset[UUID] = frozenset()
+) -> list[Any] | None:
+    """Metadata / DescribeTopicPartitions topics with denied ones hidden; None when none is denied.
+
+    A denied topic asked for by name keeps its name (the client's key) and loses its id; one asked
+    for by id (Metadata v12+) keeps the id and loses its name, as Kafka answers: an id is not
+    secret, a name is.
+    """
     kept: list[Any] = []
     changed = False
     for topic in topics:
@@ -42,12 +52,15 @@ def hide_described_topics(topics: list[Any], allowed: Allowed, asked_for_all: bo
             kept.append(topic)
             continue
         changed = True
-        if not asked_for_all:
-            topic.error_code = TOPIC_AUTHORIZATION_FAILED
-            topic.partitions = []
-            if hasattr(topic, "topic_id"):
-                topic.topic_id = _ZERO
-            kept.append(topic)
+        if asked_for_all:
+            continue
+        topic.error_code = TOPIC_AUTHORIZATION_FAILED
+        topic.partitions = []
+        if getattr(topic, "topic_id", None) in asked_ids:
+            topic.name = None
+        elif hasattr(topic, "topic_id"):
+            topic.topic_id = _ZERO
+        kept.append(topic)
     return kept if changed else None
 
 
@@ -105,6 +118,19 @@ def offset_fetch_topic_keys(response: Any, version: int) -> list[str | UUID]:
     if version < 10:
         return [t.name for g in response.groups for t in g.topics]
     return [t.topic_id for g in response.groups for t in g.topics]
+
+
+# -- transactions -----------------------------------------------------------------------------
+def hide_transaction_topics(response: Any, allowed: Allowed) -> bool:
+    """DescribeTransactions: leave denied topics out of each transaction's partitions, as Kafka does."""
+    changed = False
+    for state in response.transaction_states:
+        topics = state.topics or []
+        kept = [t for t in topics if allowed(t.topic)]
+        if len(kept) != len(topics):
+            state.topics = kept
+            changed = True
+    return changed
 
 
 # -- group RPCs -------------------------------------------------------------------------------

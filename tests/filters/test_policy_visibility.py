@@ -65,6 +65,7 @@ from filters.errors import error_response
 
 OFFSET_FETCH, CGH, CGD, DTP, SGH, SGD = 9, 68, 69, 75, 76, 77
 DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 21, 23, 28, 47
+METADATA, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS = 3, 61, 65
 
 
 async def run_response_hook(hook: Any, ctx: FakeContext, response: Any) -> tuple[Any, bool]:
@@ -406,3 +407,105 @@ def _error_topics(api_key: int, version: int, request: Any) -> list[Any]:
     resp = error_response(api_key, version, request, 0)
     assert resp is not None
     return list(resp.topics)
+
+
+# -- Metadata requests: a denied name never reaches the broker (it could create it) ---------------
+def _metadata_request(version: int, names: list[str], auto_create: bool = True) -> Any:
+    from codec.generated.metadata import MetadataRequestTopic
+
+    req = api.API_INFO[METADATA].request_class(topics=[MetadataRequestTopic(name=n) for n in names])
+    req.allow_auto_topic_creation = auto_create
+    return through_frames(METADATA, version, req)
+
+
+@pytest.mark.parametrize("version", [1, 4, 9, 12])
+def test_metadata_request_cuts_denied_names_and_the_answer_gets_them_back(version: int) -> None:
+    p = policy()
+    ctx = FakeContext(METADATA, version)
+    result = p.metadata_request(ctx, _metadata_request(version, ["orders", "secret-pay"]))
+    assert isinstance(result, Forward)
+    sent = through_frames(METADATA, version, result.message)
+    assert [t.name for t in sent.topics] == ["orders"]
+    assert p.metadata_request(FakeContext(METADATA, version), _metadata_request(version, ["orders"])) is FORWARD
+
+    everything = p.metadata_request(ctx2 := FakeContext(METADATA, version), _metadata_request(version, ["secret-pay"]))
+    assert isinstance(everything, Forward)  # still asked upstream, for the brokers and controller
+    assert through_frames(METADATA, version, everything.message).topics == []
+    broker = api.API_INFO[METADATA].response_class(topics=[_md_topic("orders"), _md_topic("other")])  # Tansu: all
+    ctx2.request = everything.message
+    out = response_through_frames(METADATA, version, p.described_topics(ctx2, broker).message)
+    assert [(t.name, t.error_code) for t in out.topics] == [("secret-pay", AUTHZ)]  # only what was asked
+
+
+def test_metadata_v0_naming_only_denied_topics_is_answered_by_kgate() -> None:
+    """v0 has no way to ask for no topic (an empty list means all of them)."""
+    result = policy().metadata_request(FakeContext(METADATA, 0), _metadata_request(0, ["secret-pay"]))
+    assert isinstance(result, Respond)
+    out = response_through_frames(METADATA, 0, result.message)
+    assert [(t.name, t.error_code) for t in out.topics] == [("secret-pay", AUTHZ)]
+
+
+def _md_topic(name: str, topic_id: Any = OK_ID) -> Any:
+    from codec.generated.metadata import MetadataResponsePartition, MetadataResponseTopic
+
+    part = MetadataResponsePartition(partition_index=0, leader_id=1, replica_nodes=[1], isr_nodes=[1])
+    return MetadataResponseTopic(error_code=0, name=name, topic_id=topic_id, partitions=[part])
+
+
+def test_metadata_by_id_keeps_the_id_and_hides_the_name() -> None:
+    from codec.generated.metadata import MetadataRequestTopic
+
+    req = api.API_INFO[METADATA].request_class(
+        topics=[MetadataRequestTopic(name=None, topic_id=i) for i in (OK_ID, SECRET_ID)]
+    )
+    req = through_frames(METADATA, 12, req)
+    p = policy()
+    assert p.metadata_request(FakeContext(METADATA, 12), req) is FORWARD  # ids: decided on the answer
+    broker = api.API_INFO[METADATA].response_class(topics=[_md_topic("orders"), _md_topic("secret-pay", SECRET_ID)])
+    out = response_through_frames(METADATA, 12, p.described_topics(FakeContext(METADATA, 12, req), broker).message)
+    assert [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in out.topics] == [
+        ("orders", OK_ID, 0, 1),
+        (None, SECRET_ID, AUTHZ, 0),
+    ]
+
+
+# -- DescribeProducers, DescribeTransactions -------------------------------------------------------
+async def test_describe_producers_refuses_denied_topics() -> None:
+    from codec.generated.describe_producers import TopicRequest as DpTopic
+
+    req = api.API_INFO[DESCRIBE_PRODUCERS].request_class(
+        topics=[DpTopic(name=n, partition_indexes=[0, 1]) for n in ("orders", "secret-pay")]
+    )
+    req = through_frames(DESCRIBE_PRODUCERS, 0, req)
+    ctx = FakeContext(DESCRIBE_PRODUCERS, 0)
+    result, _s = await run_check(policy(), ctx, req)
+    assert [t.name for t in through_frames(DESCRIBE_PRODUCERS, 0, result.message).topics] == ["orders"]
+    merged = policy().merge(ctx, api.API_INFO[DESCRIBE_PRODUCERS].response_class(topics=[]))
+    out = response_through_frames(DESCRIBE_PRODUCERS, 0, merged.message)
+    assert [(t.name, [(q.partition_index, q.error_code) for q in t.partitions]) for t in out.topics] == [
+        ("secret-pay", [(0, AUTHZ), (1, AUTHZ)])
+    ]
+
+
+def test_describe_transactions_leaves_denied_topics_out() -> None:
+    from codec.generated.describe_transactions import TopicData, TransactionState
+
+    state = TransactionState(
+        error_code=0,
+        transactional_id="tx",
+        transaction_state="Ongoing",
+        transaction_timeout_ms=60000,
+        transaction_start_time_ms=1,
+        producer_id=7,
+        producer_epoch=0,
+        topics=[TopicData(topic="orders", partitions=[0]), TopicData(topic="secret-pay", partitions=[1, 2])],
+    )
+    resp_cls = api.API_INFO[DESCRIBE_TRANSACTIONS].response_class
+    resp = response_through_frames(DESCRIBE_TRANSACTIONS, 0, resp_cls(transaction_states=[state]))
+    result = policy().transactions(FakeContext(DESCRIBE_TRANSACTIONS, 0), resp)
+    out = response_through_frames(DESCRIBE_TRANSACTIONS, 0, result.message)
+    assert [(t.topic, t.partitions) for t in out.transaction_states[0].topics] == [("orders", [0])]
+    clean = response_through_frames(
+        DESCRIBE_TRANSACTIONS, 0, resp_cls(transaction_states=[TransactionState(transactional_id="t2", topics=[])])
+    )
+    assert policy().transactions(FakeContext(DESCRIBE_TRANSACTIONS, 0), clean) is FORWARD

@@ -53,3 +53,39 @@ async def test_asking_for_a_denied_topic_gets_authorization_failed(tansu, kgate)
     assert by_name[shown].error_code == 0 and by_name[shown].partitions and by_name[shown].topic_id.int
     assert by_name[hidden].error_code == 29
     assert by_name[hidden].partitions == [] and by_name[hidden].topic_id.int == 0  # no id leaks
+
+
+async def _metadata(port: int, version: int, topics: list[MetadataRequestTopic] | None, auto_create: bool) -> list:
+    c = UpstreamClient(lambda: [("127.0.0.1", port)])
+    try:
+        req = api.API_INFO[3].request_class(topics=topics, allow_auto_topic_creation=auto_create)
+        _v, resp = await c.request(3, req, version)
+    finally:
+        c.close()
+    return resp.topics
+
+
+async def test_asking_for_a_denied_topic_never_creates_it(tansu, kgate) -> None:
+    """The broker auto-creates a topic it is asked about (allow_auto_topic_creation); a denied
+    name must not reach it: Kafka never creates a topic the client may not describe."""
+    tag = uuid.uuid4().hex[:6]
+    hidden, control = f"hidden-{tag}", f"auto-{tag}"
+    via = await _metadata(kgate.port, 12, [MetadataRequestTopic(name=hidden)], auto_create=True)
+    assert [(t.name, t.error_code, t.topic_id.int) for t in via] == [(hidden, 29, 0)]
+    ctl = await _metadata(kgate.port, 12, [MetadataRequestTopic(name=control)], auto_create=True)
+    assert ctl[0].error_code in (0, 5)  # control: an allowed name is auto-created (5: leader not yet known)
+    after = {t.name for t in await _metadata(tansu.port, 12, None, auto_create=False)}  # every topic
+    assert control in after and hidden not in after
+
+
+async def test_a_denied_topic_looked_up_by_id_keeps_its_id_and_hides_its_name(tansu, kgate) -> None:
+    """As Kafka answers a lookup by id: error 29, the id the client asked for, and no name."""
+    tag = uuid.uuid4().hex[:6]
+    shown, hidden = f"shown-{tag}", f"hidden-{tag}"
+    _create(tansu.bootstrap, shown, hidden)
+    named = [MetadataRequestTopic(name=n) for n in (shown, hidden)]
+    ids = {t.name: t.topic_id for t in await _metadata(tansu.port, 12, named, auto_create=False)}
+    asked = [MetadataRequestTopic(name=None, topic_id=ids[n]) for n in (shown, hidden)]
+    via = {t.topic_id: t for t in await _metadata(kgate.port, 12, asked, auto_create=False)}
+    assert via[ids[shown]].name == shown and via[ids[shown]].error_code == 0 and via[ids[shown]].partitions
+    assert (via[ids[hidden]].name, via[ids[hidden]].error_code, via[ids[hidden]].partitions) == (None, 29, [])
