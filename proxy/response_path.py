@@ -216,7 +216,7 @@ class ResponsePath(ConnectionState):
             self.sasl.authenticate_response(msg.error_code)
             self.info.principal = self.sasl.principal
         if not hooks:
-            ex.response = rewrite.reframe(frame, offset, msg.encode(version)) if changed else frame
+            ex.response = self._rewritten(ex, frame, offset, msg) if changed else frame
             return
         ctx = MessageContext(self.cluster, self.info, api_key, version, ex.cid, ex.request, ex.state)
         try:
@@ -264,13 +264,27 @@ class ResponsePath(ConnectionState):
                 error="filter-misuse",
             )
             return
-        if changed or rewritten:
+        if changed:
             # a response hook's changes must not undo the address rewrite
-            if changed:
-                rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.client_address)
+            rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.client_address)
             ex.response = rewrite.reframe(frame, offset, msg.encode(ex.api_version))
+        elif rewritten:
+            ex.response = self._rewritten(ex, frame, offset, msg)
         else:
             ex.response = frame
+
+    def _rewritten(self, ex: Exchange, frame: memoryview, offset: int, msg: Any) -> bytes | memoryview:
+        """The answer with only its addresses rewritten (``msg`` is the decoded, rewritten message).
+
+        Metadata copies its topics as bytes and rewrites the broker list in place, instead of
+        encoding every topic again (what a policy filter that reads Metadata paid per answer).
+        """
+        if ex.api_key == METADATA:
+            try:
+                return rewrite_brokers(frame, offset, ex.api_version, self.cluster.client_address)
+            except HeaderError:
+                pass  # decoded fine, so encoding it works too
+        return rewrite.reframe(frame, offset, msg.encode(ex.api_version))
 
     def _flush(self) -> None:
         """Write every answer that is ready, in request order."""
