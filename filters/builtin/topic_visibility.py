@@ -18,8 +18,9 @@ authorizer does with them, so that clients meet errors they already handle:
 * ConsumerGroupDescribe, ShareGroupDescribe: a group whose members are assigned a denied topic is
   answered with TOPIC_AUTHORIZATION_FAILED for that group, its members left out.
 
-Every function takes ``allowed(name) -> bool`` and changes the message in place; it returns
-whether anything changed, so that an unchanged message goes on as its original bytes.
+The functions change a message in place and tell whether anything changed (so that an unchanged
+message goes on as its original bytes); the policy's verdict comes in as ``allowed(name) ->
+bool``, or as error codes per topic where ids first had to be resolved (OffsetFetch).
 """
 
 from __future__ import annotations
