@@ -29,6 +29,7 @@ from .model import (
     UpstreamAuth,
     VirtualClusterConfig,
 )
+from .self_address import loops_back
 
 __all__ = ["DEFAULT_CONFIG_SOURCE", "LOG_LEVELS", "load_config", "parse_config", "quick_config"]
 
@@ -385,6 +386,27 @@ def _check_cluster_conflicts(ctx: _Ctx, clusters: tuple[VirtualClusterConfig, ..
                     )
 
 
+def _check_no_self_upstream(ctx: _Ctx, clusters: tuple[VirtualClusterConfig, ...]) -> None:
+    """Refuse an upstream that is one of kgate's own listeners: it would forward to itself forever."""
+    listeners = [(vc.listen.host, lo, hi) for vc in clusters for lo, hi in _cluster_ports(vc)]
+    advertised = tuple(vc.advertised_host for vc in clusters)
+    for i, vc in enumerate(clusters):
+        for j, up in enumerate(vc.upstream):
+            hit = loops_back((up.host, up.port), listeners, advertised)
+            if hit is None:
+                continue
+            owner = next(c for c in clusters if any(lo <= up.port <= hi for lo, hi in _cluster_ports(c)))
+            what = "bootstrap listener" if up.port == owner.listen.port else "node port range"
+            path = _join(_join("virtual_clusters", i), "upstream")
+            if len(vc.upstream) > 1:
+                path = _join(path, j)
+            raise ctx.error(
+                path,
+                f"{up} is kgate's own {what} ({_fmt_interval(hit[1], hit[2])} of cluster {_show(owner.name)}); "
+                "kgate would connect to itself",
+            )
+
+
 # --------------------------------------------------------------------------- public API
 
 
@@ -416,6 +438,7 @@ def parse_config(data: Mapping[str, Any], source: str) -> KgateConfig:
     if not clusters:
         raise ctx.error("virtual_clusters", "at least one virtual cluster is required")
     _check_cluster_conflicts(ctx, clusters, metrics)
+    _check_no_self_upstream(ctx, clusters)
 
     raw_filters = m.get("filters")
     filters = () if raw_filters is None else ctx.list_of(raw_filters, "filters", lambda v, p: _parse_filter(ctx, v, p))

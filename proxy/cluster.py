@@ -25,6 +25,7 @@ from config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from filters.chain import FilterChain
 from proxy import rewrite
 from proxy.metrics import ClusterMetrics
+from proxy.own_listeners import OWN_LISTENERS
 from proxy.topic_names import TopicNameResolver
 from proxy.upstream_client import UpstreamClient, UpstreamError
 
@@ -93,6 +94,8 @@ class VirtualCluster:
         self.stopping = False
         self._serve_tasks: set[asyncio.Task[None]] = set()
         self._unserved: set[socket.socket] = set()  # bound node sockets whose server is starting
+        self._own_keys: list[tuple[str, int]] = []  # this cluster's entries in OWN_LISTENERS
+        self._self_refused: set[tuple[int, str, int]] = set()  # (node, host, port) logged as kgate's own
         tn = topic_names or TopicNamesConfig()
         self.topic_names = TopicNameResolver(
             self.own_client,
@@ -106,8 +109,14 @@ class VirtualCluster:
         )
 
     # -- listeners -------------------------------------------------------------------------
+    def _bind(self, port: int) -> socket.socket:
+        """Bind a listener of this cluster and record it as one of kgate's own addresses."""
+        sock = _bind(self.cfg.listen.host, port)
+        self._own_keys.append(OWN_LISTENERS.add(sock, self.cfg.advertised_host))
+        return sock
+
     async def start(self) -> None:
-        sock = _bind(self.cfg.listen.host, self.cfg.listen.port)
+        sock = self._bind(self.cfg.listen.port)
         await self._serve(sock, None)
         log.info(
             "cluster %s: bootstrap listener %s -> upstream %s",
@@ -157,6 +166,13 @@ class VirtualCluster:
             server.close()
         for sock in self._unserved:
             sock.close()
+        self._forget_own_listeners()
+
+    def _forget_own_listeners(self) -> None:
+        """Take this cluster's listeners out of OWN_LISTENERS (idempotent): they are closed."""
+        for key in self._own_keys:
+            OWN_LISTENERS.remove(key, self.cfg.advertised_host)
+        self._own_keys.clear()
 
     def begin_drain(self) -> None:
         """Stop reading new requests; connections close as soon as they owe nothing."""
@@ -177,7 +193,27 @@ class VirtualCluster:
 
     # -- node map --------------------------------------------------------------------------
     def client_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
-        """Learn a node's broker address and return the address clients must use for it."""
+        """Learn a node's broker address and return the address clients must use for it.
+
+        Only ever called with addresses a broker sent (never with a message kgate already
+        rewrote: see ``mapped_address``). An address that is one of kgate's own listeners or
+        client-facing addresses is refused and not learned: routing the node there would make
+        kgate connect to itself, connection after connection.
+        """
+        if OWN_LISTENERS.learned_is_own(host, port):
+            key = (node_id, host, port)
+            if key not in self._self_refused:
+                self._self_refused.add(key)
+                log.error(
+                    "cluster %s: a response names %s:%d, one of kgate's own addresses, as node %d; "
+                    "not learned (kgate would connect to itself) and left out of responses",
+                    self.name,
+                    host,
+                    port,
+                    node_id,
+                )
+            self.metrics.self_address_refused.inc()
+            return None
         self.upstream_nodes[node_id] = (host, port)
         advertised = self.cfg.advertised_host
         if node_id == self._bootstrap_node:
@@ -199,6 +235,20 @@ class VirtualCluster:
         if kport is not None:
             return advertised, kport
         return self._open_node_listener(node_id)
+
+    def mapped_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
+        """The client-facing address of a node kgate already routes, learning nothing.
+
+        For a response that was rewritten once already and then changed by a filter: its
+        addresses are kgate's own by now, and learning from them would route the node to kgate
+        itself. A node kgate does not route yet (a hook added it) is left out.
+        """
+        if node_id not in self.upstream_nodes:
+            return None
+        if node_id == self._bootstrap_node:
+            return self.cfg.advertised_host, self.cfg.listen.port
+        kport = self._node_ports.get(node_id)
+        return None if kport is None else (self.cfg.advertised_host, kport)
 
     def _served(self, task: asyncio.Task[None], sock: socket.socket, node_id: int) -> None:
         self._serve_tasks.discard(task)
@@ -224,7 +274,7 @@ class VirtualCluster:
                 )
             return None
         try:
-            sock = _bind(self.cfg.listen.host, kport)
+            sock = self._bind(kport)
         except OSError as exc:
             if node_id not in self._refused:
                 self._refused.add(node_id)
@@ -313,3 +363,4 @@ class VirtualCluster:
         for server in self._servers:
             server.close()
             await server.wait_closed()
+        self._forget_own_listeners()

@@ -34,6 +34,7 @@ from codec.framing import FrameReader
 from filters.api import ConnectionInfo
 from proxy.exchange import Exchange, close_upstream_gently
 from proxy.flow import ReadGate
+from proxy.own_listeners import OWN_LISTENERS
 from proxy.request_path import RequestPath
 from proxy.response_path import ResponsePath
 from proxy.sasl import SaslState
@@ -45,12 +46,18 @@ log = logging.getLogger("kgate.connection")
 
 
 class UpstreamProtocol(asyncio.Protocol):
-    """The broker side of a ``ClientConnection``; it only relays events to it."""
+    """The broker side of a ``ClientConnection``; it only relays events to it.
 
-    __slots__ = ("conn",)
+    Its loss is relayed only once the connection has been adopted (``adopted``): a connection
+    kgate drops while choosing a target (one of its own listeners, or one the broker closed at
+    once) must not close the client, since the next target may serve it.
+    """
+
+    __slots__ = ("adopted", "conn")
 
     def __init__(self, conn: ClientConnection) -> None:
         self.conn = conn
+        self.adopted = False
 
     def data_received(self, data: bytes) -> None:
         self.conn.upstream_data(data)
@@ -65,7 +72,8 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn.gate.resume("upstream-buffer-full")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.conn.upstream_lost(exc)
+        if self.adopted:
+            self.conn.upstream_lost(exc)
 
 
 class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
@@ -142,16 +150,34 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
         settings = self.settings
+        metrics = self.cluster.metrics
         errors = []
         for host, port in self.cluster.upstream_targets(self.node_id):
+            if OWN_LISTENERS.known_self_target(host, port):
+                metrics.self_connections_refused.inc()
+                errors.append(f"{host}:{port}: leads back to one of kgate's own listeners, refusing to connect")
+                continue
             try:
-                transport, _ = await asyncio.wait_for(
+                transport, protocol = await asyncio.wait_for(
                     loop.create_connection(lambda: UpstreamProtocol(self), host, port),
                     settings.connect_timeout_s,
                 )
             except (OSError, TimeoutError) as exc:
-                self.cluster.metrics.upstream_connect_failures.inc()
+                metrics.upstream_connect_failures.inc()
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            if OWN_LISTENERS.connected_to_self(transport):
+                # A loop: kgate's own listener would accept this and connect again, without end.
+                transport.abort()
+                OWN_LISTENERS.mark_self_target(host, port)
+                metrics.self_connections_refused.inc()
+                metrics.upstream_connect_failures.inc()
+                errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
+                continue
+            if transport.is_closing():
+                # The broker closed (or reset) the connection before kgate could use it.
+                metrics.upstream_connect_failures.inc()
+                errors.append(f"{host}:{port}: closed by the broker right after connecting")
                 continue
             if self.closed:
                 # The client left while kgate was connecting: what it sent before leaving still goes
@@ -162,6 +188,7 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
                 transport.close()
                 return
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)  # type: ignore[attr-defined]
+            protocol.adopted = True
             self.upstream = transport  # type: ignore[assignment]
             self.upstream_gate.attach(transport)  # type: ignore[arg-type]
             if self._early:

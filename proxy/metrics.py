@@ -28,6 +28,16 @@ NODE_LISTENERS = Gauge("kgate_node_listeners", "Per-node listeners open", ["clus
 UPSTREAM_CONNECT_FAILURES = Counter(
     "kgate_upstream_connect_failures_total", "Failed upstream connection attempts", ["cluster"]
 )
+SELF_CONNECTIONS_REFUSED = Counter(
+    "kgate_self_connections_refused_total",
+    "Upstream connections that reached one of kgate's own listeners and were closed (a forwarding loop)",
+    ["cluster"],
+)
+SELF_ADDRESS_REFUSED = Counter(
+    "kgate_self_address_refused_total",
+    "Broker addresses in responses that named one of kgate's own addresses and were not learned",
+    ["cluster"],
+)
 
 UNKNOWN = -1  # api keys (and versions) kgate does not know share one label: garbage must not grow the metric
 
@@ -41,6 +51,8 @@ class ClusterMetrics:
         self.connections_total = CONNECTIONS_TOTAL.labels(cluster)
         self.node_listeners = NODE_LISTENERS.labels(cluster)
         self.upstream_connect_failures = UPSTREAM_CONNECT_FAILURES.labels(cluster)
+        self.self_connections_refused = SELF_CONNECTIONS_REFUSED.labels(cluster)
+        self.self_address_refused = SELF_ADDRESS_REFUSED.labels(cluster)
         self.requests: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, version) -> count
         self.rewrites: defaultdict[int, int] = defaultdict(int)
         _LIVE.add(self)

@@ -265,8 +265,10 @@ class ResponsePath(ConnectionState):
             )
             return
         if changed:
-            # a response hook's changes must not undo the address rewrite
-            rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.client_address)
+            # A hook's changes must not undo the address rewrite, so the addresses are mapped again,
+            # but only to what kgate already routes: the message was rewritten once, its addresses
+            # are kgate's own now, and learning from them would route the node to kgate itself.
+            rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.mapped_address)
             ex.response = rewrite.reframe(frame, offset, msg.encode(ex.api_version))
         elif rewritten:
             ex.response = self._rewritten(ex, frame, offset, msg)
@@ -281,7 +283,7 @@ class ResponsePath(ConnectionState):
         """
         if ex.api_key == METADATA:
             try:
-                return rewrite_brokers(frame, offset, ex.api_version, self.cluster.client_address)
+                return rewrite_brokers(frame, offset, ex.api_version, self.cluster.mapped_address)
             except HeaderError:
                 pass  # decoded fine, so encoding it works too
         return rewrite.reframe(frame, offset, msg.encode(ex.api_version))

@@ -22,6 +22,7 @@ from codec import api
 from codec.framing import FrameReader
 from codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
 from config import UpstreamAuth
+from proxy.own_listeners import OWN_LISTENERS
 from proxy.sasl_client import SaslError, ScramClient, plain_token
 
 log = logging.getLogger("kgate.upstream")
@@ -88,12 +89,20 @@ class UpstreamClient:
         loop = asyncio.get_running_loop()
         errors = []
         for host, port in self._targets():
+            if OWN_LISTENERS.known_self_target(host, port):
+                errors.append(f"{host}:{port}: leads back to one of kgate's own listeners")
+                continue
             try:
                 transport, protocol = await asyncio.wait_for(
                     loop.create_connection(lambda: _Protocol(self), host, port), self.connect_timeout_s
                 )
             except (OSError, TimeoutError) as exc:
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                continue
+            if OWN_LISTENERS.connected_to_self(transport):
+                transport.abort()  # kgate's own listener: asking itself would loop
+                OWN_LISTENERS.mark_self_target(host, port)
+                errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
                 continue
             # Published only once usable: a request never sees a half set-up connection.
             self._handshaking = protocol
@@ -217,6 +226,9 @@ class UpstreamClient:
         for fut, _k, _v in pending.values():
             if not fut.done():
                 fut.set_exception(exc)
+                # Its waiter may be gone (timed out, cancelled at shutdown): mark the exception seen so
+                # asyncio does not log "exception was never retrieved"; a live waiter still gets it.
+                fut.exception()
 
     def close(self) -> None:
         self._fail(UpstreamError("closed by kgate"))
