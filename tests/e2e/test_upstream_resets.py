@@ -1,0 +1,60 @@
+"""A broker that resets every connection at once never makes kgate raise (issue 7, item 16).
+
+Before the fix, ``_connect_upstream`` wrote the client's early bytes to a broker transport the
+reset had already closed: an unhandled ``RuntimeError`` ("Task exception was never retrieved"),
+92 times in 2,000 tries. The stand-in broker here is a plain socket server that accepts and
+closes with SO_LINGER 0 (a TCP reset): no real broker can be made to do that on demand.
+kgate_factory's teardown fails the test on any Traceback in kgate's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+
+import pytest
+from support.wire import RawClient, api_versions_request
+
+
+class ResettingServer:
+    """Accepts connections and resets each one at once."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(512)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.mark.timeout(120)
+def test_broker_resetting_every_connection(kgate_factory) -> None:
+    server = ResettingServer()
+    try:
+        kgate = kgate_factory(f"127.0.0.1:{server.port}", bootstrap_serves_node=True, log_level="info")
+        for i in range(400):
+            with contextlib.suppress(OSError), RawClient(kgate.listen_port, timeout=5) as c:
+                c.send(api_versions_request(i))  # early bytes: they arrive before the upstream connects
+                assert c.closed_by_peer(5)
+        assert server.accepted >= 400
+        log = kgate.log_text()
+        assert "no upstream reachable" in log
+    finally:
+        server.close()
