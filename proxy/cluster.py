@@ -37,6 +37,7 @@ log = logging.getLogger("kgate.cluster")
 LISTEN_BACKLOG = 1024
 METADATA = 3
 DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
+BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -94,6 +95,8 @@ class VirtualCluster:
         self.stopping = False
         self._serve_tasks: set[asyncio.Task[None]] = set()
         self._unserved: set[socket.socket] = set()  # bound node sockets whose server is starting
+        self._bind_attempts: dict[int, int] = {}  # node id -> failed binds in a row
+        self._bind_retry: dict[int, asyncio.TimerHandle] = {}  # node id -> scheduled retry
         self._own_keys: list[tuple[str, int]] = []  # this cluster's entries in OWN_LISTENERS
         self._self_refused: set[tuple[int, str, int]] = set()  # (node, host, port) logged as kgate's own
         tn = topic_names or TopicNamesConfig()
@@ -116,7 +119,13 @@ class VirtualCluster:
         return sock
 
     async def start(self) -> None:
-        sock = self._bind(self.cfg.listen.port)
+        try:
+            sock = self._bind(self.cfg.listen.port)
+        except OSError as exc:
+            # The bare "[Errno 98] Address already in use" names nothing; an operator needs which one.
+            raise OSError(
+                exc.errno, f"cluster {self.name}: cannot listen on {self.cfg.listen}: {exc.strerror or exc}"
+            ) from exc
         await self._serve(sock, None)
         log.info(
             "cluster %s: bootstrap listener %s -> upstream %s",
@@ -162,6 +171,9 @@ class VirtualCluster:
         self.stopping = True
         if self._discovery is not None:
             self._discovery.cancel()
+        for handle in self._bind_retry.values():
+            handle.cancel()
+        self._bind_retry.clear()
         for server in self._servers:
             server.close()
         for sock in self._unserved:
@@ -259,6 +271,8 @@ class VirtualCluster:
     def _open_node_listener(self, node_id: int) -> tuple[str, int] | None:
         if self.stopping:
             return None  # shutting down: no new listeners
+        if node_id in self._bind_retry:
+            return None  # its port failed to bind: the scheduled retry binds it, not every Metadata answer
         kport = self.cfg.node_ports.port_for(node_id)
         if kport is None:
             if node_id not in self._refused:
@@ -276,19 +290,13 @@ class VirtualCluster:
         try:
             sock = self._bind(kport)
         except OSError as exc:
-            if node_id not in self._refused:
-                self._refused.add(node_id)
-                log.error(
-                    "cluster %s: cannot listen on %s:%d for node %d: %s",
-                    self.name,
-                    self.cfg.listen.host,
-                    kport,
-                    node_id,
-                    exc,
-                )
+            self._bind_failed(node_id, kport, exc)
             return None
         self._node_ports[node_id] = kport
         self._refused.discard(node_id)
+        if self._bind_attempts.pop(node_id, 0):
+            log.info("cluster %s: node %d listener bound on %s:%d after retrying", self.name, node_id,
+                     self.cfg.listen.host, kport)
         self._unserved.add(sock)
         task = asyncio.get_running_loop().create_task(self._serve(sock, node_id))
         self._serve_tasks.add(task)
@@ -302,6 +310,39 @@ class VirtualCluster:
             *self.upstream_nodes[node_id],
         )
         return self.cfg.advertised_host, kport
+
+    def _bind_failed(self, node_id: int, kport: int, exc: OSError) -> None:
+        """A node port that cannot be bound now is retried with backoff until it can.
+
+        The cause is often passing (a port in TIME_WAIT, another process about to exit): giving up
+        would leave the node unservable while kgate looks healthy. Each failure is counted; the
+        log line comes once per attempt, and attempts slow to one per ``BIND_RETRY_S[-1]`` seconds.
+        While unbound the node is left out of responses (clients cannot be routed to it).
+        """
+        self.metrics.node_listener_bind_failures.inc()
+        attempt = self._bind_attempts.get(node_id, 0) + 1
+        self._bind_attempts[node_id] = attempt
+        delay = BIND_RETRY_S[min(attempt - 1, len(BIND_RETRY_S) - 1)]
+        log.error(
+            "cluster %s: cannot listen on %s:%d for node %d: %s (attempt %d; retrying in %gs)",
+            self.name,
+            self.cfg.listen.host,
+            kport,
+            node_id,
+            exc.strerror or exc,
+            attempt,
+            delay,
+        )
+        if node_id not in self._bind_retry:
+            self._bind_retry[node_id] = asyncio.get_running_loop().call_later(delay, self._retry_bind, node_id)
+
+    def _retry_bind(self, node_id: int) -> None:
+        self._bind_retry.pop(node_id, None)
+        if self.stopping or node_id in self._node_ports:
+            return
+        addr = self.upstream_nodes.get(node_id)
+        if addr is not None:
+            self._open_node_listener(node_id)
 
     def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
         """Let the topic-name service learn from a decoded response passing by.

@@ -28,6 +28,11 @@ NODE_LISTENERS = Gauge("kgate_node_listeners", "Per-node listeners open", ["clus
 UPSTREAM_CONNECT_FAILURES = Counter(
     "kgate_upstream_connect_failures_total", "Failed upstream connection attempts", ["cluster"]
 )
+NODE_LISTENER_BIND_FAILURES = Counter(
+    "kgate_node_listener_bind_failures_total",
+    "Failed attempts to bind a node's listener port (retried with backoff)",
+    ["cluster"],
+)
 SELF_CONNECTIONS_REFUSED = Counter(
     "kgate_self_connections_refused_total",
     "Upstream connections that reached one of kgate's own listeners and were closed (a forwarding loop)",
@@ -51,6 +56,7 @@ class ClusterMetrics:
         self.connections_total = CONNECTIONS_TOTAL.labels(cluster)
         self.node_listeners = NODE_LISTENERS.labels(cluster)
         self.upstream_connect_failures = UPSTREAM_CONNECT_FAILURES.labels(cluster)
+        self.node_listener_bind_failures = NODE_LISTENER_BIND_FAILURES.labels(cluster)
         self.self_connections_refused = SELF_CONNECTIONS_REFUSED.labels(cluster)
         self.self_address_refused = SELF_ADDRESS_REFUSED.labels(cluster)
         self.requests: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, version) -> count
