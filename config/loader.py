@@ -46,6 +46,11 @@ _PROXY_KEYS = (
     "low_water_bytes",
     "filter_timeout_s",
     "max_queued_requests",
+    "max_inflight_requests",
+    "max_held_bytes",
+    "idle_timeout_s",
+    "frame_timeout_s",
+    "upstream_timeout_s",
     "leader_hints",
 )
 _TOPIC_NAMES_KEYS = (
@@ -65,6 +70,7 @@ _CLUSTER_KEYS = (
     "node_ports",
     "bootstrap_serves_node",
     "upstream_auth",
+    "max_connections",
 )
 _AUTH_KEYS = ("mechanism", "username", "password", "password_env")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -180,10 +186,25 @@ def _freeze(value: Any) -> Any:
 def _parse_proxy(ctx: _Ctx, value: Any, path: str) -> ProxySettings:
     m = ctx.mapping(value, path, _PROXY_KEYS)
     kw: dict[str, Any] = {}
-    for key in ("max_frame_bytes", "high_water_bytes", "low_water_bytes", "max_queued_requests"):
+    _ints = (
+        "max_frame_bytes",
+        "high_water_bytes",
+        "low_water_bytes",
+        "max_queued_requests",
+        "max_inflight_requests",
+        "max_held_bytes",
+    )
+    for key in _ints:
         if key in m:
             kw[key] = ctx.integer(m[key], _join(path, key), minimum=1)
-    for key in ("drain_timeout_s", "connect_timeout_s", "filter_timeout_s"):
+    for key in (
+        "drain_timeout_s",
+        "connect_timeout_s",
+        "filter_timeout_s",
+        "idle_timeout_s",
+        "frame_timeout_s",
+        "upstream_timeout_s",
+    ):
         if key in m:
             kw[key] = ctx.positive_number(m[key], _join(path, key))
     if "leader_hints" in m:
@@ -285,7 +306,9 @@ def _parse_cluster(ctx: _Ctx, value: Any, path: str) -> VirtualClusterConfig:
     node_ports = _parse_node_ports(ctx, m.get("node_ports"), _join(path, "node_ports"), listen)
     serves = ctx.boolean(m.get("bootstrap_serves_node", True), _join(path, "bootstrap_serves_node"))
     auth = _parse_auth(ctx, m.get("upstream_auth"), _join(path, "upstream_auth"))
+    max_conns = ctx.integer(m.get("max_connections", 10_000), _join(path, "max_connections"), minimum=1)
     return VirtualClusterConfig(
+        max_connections=max_conns,
         upstream_auth=auth,
         name=name,
         listen=listen,

@@ -24,8 +24,10 @@ from codec import api
 from config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from filters.chain import FilterChain
 from proxy import rewrite
+from proxy.held_bytes import HELD
 from proxy.metrics import ClusterMetrics
 from proxy.own_listeners import OWN_LISTENERS
+from proxy.timeouts import sweep_forever
 from proxy.topic_names import TopicNameResolver
 from proxy.upstream_client import UpstreamClient, UpstreamError
 
@@ -37,6 +39,7 @@ log = logging.getLogger("kgate.cluster")
 LISTEN_BACKLOG = 1024
 METADATA = 3
 DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
+REFUSAL_LOG_EVERY_S = 10.0  # connections refused at max_connections: one log line per listener per this
 BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s
 
 
@@ -74,6 +77,7 @@ class VirtualCluster:
             for key, (lo, hi) in self.chain.version_limits().items()
         }
         self.settings = settings
+        HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)
         self.connections: set[ClientConnection] = set()
@@ -90,13 +94,18 @@ class VirtualCluster:
             connect_timeout_s=settings.connect_timeout_s,
             max_frame_bytes=settings.max_frame_bytes,
             auth=cfg.upstream_auth,
+            refuse_own_listeners=True,
         )
         self._discovery: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None  # idle, frame and upstream timeouts
         self.stopping = False
         self._serve_tasks: set[asyncio.Task[None]] = set()
         self._unserved: set[socket.socket] = set()  # bound node sockets whose server is starting
         self._bind_attempts: dict[int, int] = {}  # node id -> failed binds in a row
         self._bind_retry: dict[int, asyncio.TimerHandle] = {}  # node id -> scheduled retry
+        self._listener_conns: dict[int | None, int] = {}  # listener (node id, None = bootstrap) -> open
+        self._refused_conns: dict[int | None, int] = {}  # refusals not logged yet, per listener
+        self._refusal_logged: dict[int | None, float] = {}  # when each listener last logged refusals
         self._own_keys: list[tuple[str, int]] = []  # this cluster's entries in OWN_LISTENERS
         self._self_refused: set[tuple[int, str, int]] = set()  # (node, host, port) logged as kgate's own
         tn = topic_names or TopicNamesConfig()
@@ -134,6 +143,7 @@ class VirtualCluster:
             ", ".join(str(u) for u in self.cfg.upstream),
         )
         self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
+        self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(self))
         self.topic_names.start()
 
     async def _discover_nodes(self) -> None:
@@ -202,6 +212,40 @@ class VirtualCluster:
         ports: dict[int | None, int] = {None: self.cfg.listen.port}
         ports.update(self._node_ports)
         return ports
+
+    # -- connection limit ------------------------------------------------------------------
+    def admit(self, node_id: int | None, peer: str) -> bool:
+        """Whether a new connection to a listener fits under ``max_connections``.
+
+        A refused connection is closed at once (Kafka does the same at ``max.connections``), counted,
+        and logged at most once per ``REFUSAL_LOG_EVERY_S`` per listener with the number refused
+        meanwhile, so a flood cannot flood the log too.
+        """
+        count = self._listener_conns.get(node_id, 0)
+        if count < self.cfg.max_connections:
+            self._listener_conns[node_id] = count + 1
+            return True
+        self.metrics.refused_connection("max_connections")
+        refused = self._refused_conns.get(node_id, 0) + 1
+        now = asyncio.get_running_loop().time()
+        if now - self._refusal_logged.get(node_id, -REFUSAL_LOG_EVERY_S) >= REFUSAL_LOG_EVERY_S:
+            port = self.listening_ports.get(node_id, 0)
+            log.warning(
+                "cluster %s: listener port %d holds max_connections (%d); refused %s and %d more since the last report",
+                self.name,
+                port,
+                self.cfg.max_connections,
+                peer,
+                refused - 1,
+            )
+            self._refusal_logged[node_id] = now
+            refused = 0
+        self._refused_conns[node_id] = refused
+        return False
+
+    def release(self, node_id: int | None) -> None:
+        """An admitted connection closed."""
+        self._listener_conns[node_id] = self._listener_conns.get(node_id, 1) - 1
 
     # -- node map --------------------------------------------------------------------------
     def client_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
@@ -396,6 +440,8 @@ class VirtualCluster:
             conn.close("kgate is shutting down")
 
     async def wait_closed(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for task in list(self._serve_tasks):
             task.cancel()
         await self.topic_names.close()

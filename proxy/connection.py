@@ -34,10 +34,12 @@ from codec.framing import FrameReader
 from filters.api import ConnectionInfo
 from proxy.exchange import Exchange, close_upstream_gently
 from proxy.flow import ReadGate
+from proxy.held_bytes import HELD
 from proxy.own_listeners import OWN_LISTENERS
 from proxy.request_path import RequestPath
 from proxy.response_path import ResponsePath
 from proxy.sasl import SaslState
+from proxy.timeouts import Snapshot
 
 if TYPE_CHECKING:
     from proxy.cluster import VirtualCluster
@@ -110,6 +112,11 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
         self._held_len = 0
         self._held_need = 0  # bytes to collect before trying again
+        self.rx_chunks = 0  # reads from the client so far (the timeout sweep compares it between sweeps)
+        self.up_chunks = 0  # reads from the broker so far
+        self.frames_in = 0  # request frames started so far
+        self._backlog_bytes = 0  # bytes of the frames in backlog
+        self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
 
     @property
     def peer(self) -> str:
@@ -133,11 +140,35 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
     def inflight_count(self) -> int:
         return len(self.pending) + len(self.backlog) + (1 if self._stream_left else 0)
 
+    def timeout_snapshot(self) -> Snapshot:
+        """What the timeout sweep needs (proxy/timeouts.py); read once per sweep interval."""
+        mid_frame = (
+            self.rx_chunks == 0
+            or bool(self._held)
+            or self._req_skip > 0
+            or self._req_stream_left > 0
+            or self.reader.buffered > 0
+        )
+        return Snapshot(
+            rx=self.rx_chunks,
+            up_rx=self.up_chunks,
+            frames=self.frames_in,
+            mid_frame=mid_frame,
+            owes=not self.drained,
+            reading_paused=self.gate.paused,
+            upstream_paused=self.upstream_gate.paused,
+            head=self.upstream_waiting[0] if self.upstream_waiting else None,
+        )
+
     # -- client side -----------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
         self.info.client_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        if not self.cluster.admit(self.node_id, self.info.client_address):
+            self.closed = True  # never admitted: nothing to tear down but the socket
+            transport.close()
+            return
         s = self.settings
         transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
         self.gate.attach(transport)  # type: ignore[arg-type]
@@ -259,6 +290,11 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
             close_upstream_gently(self.upstream)
             self.upstream = None
         self.backlog.clear()
+        self._backlog_bytes = 0
+        if self._held_reported:
+            self._held_reported = 0
+            HELD.release(self)
         if self in self.cluster.connections:
             self.cluster.connections.discard(self)
             self.cluster.metrics.connections.dec()
+            self.cluster.release(self.node_id)

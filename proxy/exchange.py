@@ -111,6 +111,11 @@ class ConnectionState:
     _held: list[bytes]
     _held_len: int
     _held_need: int
+    rx_chunks: int
+    up_chunks: int
+    frames_in: int
+    _backlog_bytes: int
+    _held_reported: int
 
     def close(self, reason: str, error: str | None = None) -> None:
         raise NotImplementedError

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client import Counter, Gauge
-from prometheus_client.core import REGISTRY, CounterMetricFamily
+from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from codec import api
@@ -32,6 +32,16 @@ NODE_LISTENER_BIND_FAILURES = Counter(
     "kgate_node_listener_bind_failures_total",
     "Failed attempts to bind a node's listener port (retried with backoff)",
     ["cluster"],
+)
+REFUSED_CONNECTIONS = Counter(
+    "kgate_connections_refused_total",
+    "Client connections closed as they arrived, by reason (max_connections)",
+    ["cluster", "reason"],
+)
+TIMEOUTS = Counter(
+    "kgate_connection_timeouts_total",
+    "Connections closed by a timeout: idle, frame (a request not received whole in time), upstream",
+    ["cluster", "kind"],
 )
 SELF_CONNECTIONS_REFUSED = Counter(
     "kgate_self_connections_refused_total",
@@ -75,6 +85,12 @@ class ClusterMetrics:
     def count_rewrite(self, api_key: int) -> None:
         self.rewrites[api_key] += 1
 
+    def refused_connection(self, reason: str) -> None:
+        REFUSED_CONNECTIONS.labels(self.cluster, reason).inc()
+
+    def timed_out(self, kind: str) -> None:
+        TIMEOUTS.labels(self.cluster, kind).inc()
+
     def closed_on_error(self, reason: str) -> None:
         CLOSED_ERRORS.labels(self.cluster, reason).inc()
 
@@ -87,7 +103,7 @@ def _label(value: int) -> str:
 
 
 class _DataPathCollector(Collector):
-    def collect(self) -> Iterator[CounterMetricFamily]:
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         requests = CounterMetricFamily(
             "kgate_requests",
             "Requests received from clients, by api key and version (which clients use topic ids, for one)",
@@ -110,6 +126,19 @@ class _DataPathCollector(Collector):
             rewrites.add_metric(list(key_labels), n)
         yield requests
         yield rewrites
+        from proxy.held_bytes import HELD  # imported here: held_bytes is data path, metrics only reads it
+
+        yield GaugeMetricFamily(
+            "kgate_held_request_bytes", "Request bytes held whole across all connections", value=HELD.total
+        )
+        yield GaugeMetricFamily(
+            "kgate_held_request_bytes_peak", "Highest kgate_held_request_bytes since start", value=HELD.peak
+        )
+        yield GaugeMetricFamily(
+            "kgate_held_cap_paused_connections",
+            "Connections whose reading is paused because held request bytes are over proxy.max_held_bytes",
+            value=HELD.paused,
+        )
 
 
 REGISTRY.register(_DataPathCollector())

@@ -40,6 +40,7 @@ from proxy.exchange import (
     Exchange,
     VersionRefused,
 )
+from proxy.held_bytes import HELD
 from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 if TYPE_CHECKING:
@@ -56,9 +57,20 @@ class RequestPath(ConnectionState):
     """The request half of ``ClientConnection``."""
 
     def data_received(self, data: bytes) -> None:
+        self.rx_chunks += 1
         if self._raw_requests:
             self._raw_data(data)
-            return
+        else:
+            self._filtered_data(data)
+            held = self.reader.buffered + self._backlog_bytes
+            if held != self._held_reported:
+                self._report_held(held)
+        if len(self.pending) >= self.settings.max_inflight_requests:
+            # bounded per connection: reading resumes in _flush once answers went out
+            self.gate.pause("inflight-limit")
+
+    def _filtered_data(self, data: bytes) -> None:
+        """Filter mode: frames a hook wants are decoded and run through the chain."""
         if self._req_stream_left:
             data = self._continue_request_stream(data)
             if not data:
@@ -71,6 +83,7 @@ class RequestPath(ConnectionState):
             frames, end = reader.split(data)
             if end < len(data):
                 tail = memoryview(data)[end:]
+        self.frames_in += len(frames)
         try:
             for frame in frames:
                 if self.closed:
@@ -128,6 +141,7 @@ class RequestPath(ConnectionState):
         except Exception:  # the full request will run the hook again and report its failure
             return False
         self.cluster.metrics.count_request(PRODUCE, version)
+        self.frames_in += 1
         if prefix.acks == 0:
             self._acks0.append(cid)
             self._send_upstream(head)
@@ -182,6 +196,7 @@ class RequestPath(ConnectionState):
             for frame in frames:
                 self._track(frame)
                 done += len(frame)
+            self.frames_in += len(frames)
             if self.reader.error is None and tail < len(buf):
                 head = memoryview(buf)[tail:]
                 if self._track_head(head):
@@ -233,6 +248,7 @@ class RequestPath(ConnectionState):
             self._track(head)
         except HeaderError:
             return False  # header fields not all here yet
+        self.frames_in += 1
         return True
 
     def _send_upstream(self, data: bytes | memoryview) -> None:
@@ -338,8 +354,25 @@ class RequestPath(ConnectionState):
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
         self.backlog.append(frame)
-        if len(self.backlog) >= self.settings.max_queued_requests:
+        self._backlog_bytes += len(frame)
+        if self._backlog_full():
             self.gate.pause("backlog-full")
+
+    def _backlog_full(self) -> bool:
+        """Per connection, at most ``max_queued_requests`` requests or one max-size frame's worth wait."""
+        s = self.settings
+        return len(self.backlog) >= s.max_queued_requests or self._backlog_bytes >= s.max_frame_bytes
+
+    def _report_held(self, held: int) -> None:
+        """Tell the process-wide account (proxy/held_bytes.py) what this connection holds now."""
+        self._held_reported = held
+        HELD.update(self, held)
+
+    def held_cap_pause(self) -> None:
+        self.gate.pause("held-cap")
+
+    def held_cap_resume(self) -> None:
+        self.gate.resume("held-cap")
 
     async def _finish_suspended_request(
         self,
@@ -367,15 +400,20 @@ class RequestPath(ConnectionState):
         try:
             self._apply_request(outcome, frame, header, ctx)
             while self.backlog and not self.suspended_request and not self.closed:
-                self._request(self.backlog.popleft())
+                frame = self.backlog.popleft()
+                self._backlog_bytes -= len(frame)
+                self._request(frame)
         except HeaderError as exc:
             self._refuse(exc)
             return
         except Exception as exc:  # e.g. a filter's answer that does not encode: this connection only
             self._filter_failed(header.api_key, header.api_version, exc)
             return
-        if len(self.backlog) < self.settings.max_queued_requests:
+        if not self._backlog_full():
             self.gate.resume("backlog-full")
+        held = self.reader.buffered + self._backlog_bytes
+        if held != self._held_reported:
+            self._report_held(held)
         self.finish_if_client_gone()
 
     def _timeout_outcome(self, header: RequestHeader, msg: Any) -> Outcome:

@@ -47,6 +47,7 @@ class ResponsePath(ConnectionState):
     """The response half of ``ClientConnection``."""
 
     def upstream_data(self, data: bytes | memoryview) -> None:
+        self.up_chunks += 1
         if self.closed:
             return  # the client is gone; the broker is only finishing what it had (see _close_upstream_gently)
         if self._stream_left:
@@ -301,6 +302,8 @@ class ResponsePath(ConnectionState):
             transport.write(pending.popleft().response)  # type: ignore[arg-type]
         if self._answers_waiting() <= self.settings.max_queued_requests:
             self.upstream_gate.resume("answers-blocked")
+        if len(pending) < self.settings.max_inflight_requests:
+            self.gate.resume("inflight-limit")
 
     def _answers_waiting(self) -> int:
         """Answers that arrived (or are being prepared) but cannot be delivered yet.

@@ -62,8 +62,12 @@ class UpstreamClient:
         connect_timeout_s: float = 10.0,
         max_frame_bytes: int = 100 * 1024 * 1024,
         auth: UpstreamAuth | None = None,
+        refuse_own_listeners: bool = False,
     ) -> None:
         self._targets = targets
+        #: kgate's own connection never goes to one of its listeners (a loop); other users of this
+        #: client in the same process (tests, tools talking to an embedded kgate) may
+        self.refuse_own_listeners = refuse_own_listeners
         self.auth = auth
         self.client_id = client_id
         self.connect_timeout_s = connect_timeout_s
@@ -81,6 +85,9 @@ class UpstreamClient:
             return self._transport
         if self._connecting is None or self._connecting.done():
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
+            # Its callers may all be gone (cancelled at shutdown) when it fails: retrieve the exception
+            # so asyncio does not log it as never retrieved; a caller still waiting gets it all the same.
+            self._connecting.add_done_callback(lambda t: t.cancelled() or t.exception())
         await asyncio.shield(self._connecting)
         assert self._transport is not None
         return self._transport
@@ -89,7 +96,7 @@ class UpstreamClient:
         loop = asyncio.get_running_loop()
         errors = []
         for host, port in self._targets():
-            if OWN_LISTENERS.known_self_target(host, port):
+            if self.refuse_own_listeners and OWN_LISTENERS.known_self_target(host, port):
                 errors.append(f"{host}:{port}: leads back to one of kgate's own listeners")
                 continue
             try:
@@ -99,7 +106,7 @@ class UpstreamClient:
             except (OSError, TimeoutError) as exc:
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
                 continue
-            if OWN_LISTENERS.connected_to_self(transport):
+            if self.refuse_own_listeners and OWN_LISTENERS.connected_to_self(transport):
                 transport.abort()  # kgate's own listener: asking itself would loop
                 OWN_LISTENERS.mark_self_target(host, port)
                 errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
@@ -231,4 +238,8 @@ class UpstreamClient:
                 fut.exception()
 
     def close(self) -> None:
+        if self._connecting is not None and not self._connecting.done():
+            # At shutdown nobody waits for a connect in progress, and the loop may stop before a
+            # failed task's exception is read: cancel it rather than let it fail unseen.
+            self._connecting.cancel()
         self._fail(UpstreamError("closed by kgate"))

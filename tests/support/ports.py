@@ -17,6 +17,7 @@ import threading
 HOST = "127.0.0.1"
 _lock = threading.Lock()
 _given: set[int] = set()
+_ranges: list[tuple[int, int]] = []  # ranges handed out, oldest first
 # Ranges are carved out of [_RANGE_LO, _RANGE_HI); the start depends on the pid so that
 # two test runs on the same machine are unlikely to probe the same ranges first.
 _RANGE_LO, _RANGE_HI = 12000, 32000
@@ -67,6 +68,13 @@ def free_port_range(count: int = 256) -> int:
                 continue
             if all(_bindable(p) for p in ports):
                 _given.update(ports)
+                _ranges.append((base, count))
+                return base
+        # Every range was handed out once: reuse the oldest whose ports are all free again (the test
+        # that had it is over; a live kgate has at least its node ports bound, so is never reused).
+        for i, (base, n) in enumerate(_ranges):
+            if n == count and all(_bindable(p) for p in range(base, base + count)):
+                _ranges.append(_ranges.pop(i))
                 return base
     raise RuntimeError(f"no free port range of {count}")
 

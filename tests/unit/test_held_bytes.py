@@ -1,0 +1,57 @@
+"""The process-wide held-bytes account (proxy/held_bytes.py): pure, with recording holders."""
+
+from __future__ import annotations
+
+from proxy.held_bytes import HeldBytes
+
+
+class Conn:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.paused = False
+
+    def held_cap_pause(self) -> None:
+        self.paused = True
+
+    def held_cap_resume(self) -> None:
+        self.paused = False
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def test_under_the_cap_nobody_pauses() -> None:
+    h = HeldBytes(100)
+    a, b = Conn("a"), Conn("b")
+    h.update(a, 40)
+    h.update(b, 60)
+    assert h.total == 100 and not a.paused and not b.paused
+
+
+def test_over_the_cap_all_but_the_oldest_holder_pause_and_resume_in_order() -> None:
+    h = HeldBytes(100)
+    a, b, c = Conn("a"), Conn("b"), Conn("c")
+    h.update(a, 60)
+    h.update(b, 30)
+    h.update(c, 20)  # 110 > 100: c pauses
+    assert c.paused and not a.paused and not b.paused
+    h.update(b, 45)  # b grows while over the cap: pauses too
+    assert b.paused
+    h.update(a, 90)  # the oldest holder always keeps reading (its frame must complete)
+    assert not a.paused and h.total == 155
+    h.update(a, 0)  # a's frame completed
+    assert h.total == 65 and not b.paused and not c.paused
+    assert h.peak == 155
+
+
+def test_new_oldest_holder_resumes_even_while_over_the_cap() -> None:
+    h = HeldBytes(50)
+    a, b, c = Conn("a"), Conn("b"), Conn("c")
+    h.update(a, 40)
+    h.update(b, 30)
+    h.update(c, 30)
+    assert b.paused and c.paused
+    h.release(a)  # 60 > 50 still, but b now holds the longest: it must progress
+    assert not b.paused and c.paused
+    h.release(b)
+    assert not c.paused and h.total == 30 and h.paused == 0
