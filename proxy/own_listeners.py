@@ -42,17 +42,20 @@ class OwnListeners:
         self._bound: dict[tuple[str, int], int] = {}  # (bind ip, port) -> reference count
         self._advertised: dict[str, int] = {}  # client-facing host -> reference count
         self._self_targets: set[tuple[str, int]] = set()  # upstream targets found to lead back here
+        self._learned: dict[tuple[str, int], bool] = {}  # learned_is_own answers, while listeners stay
 
     def add(self, sock: socket.socket, advertised_host: str) -> tuple[str, int]:
         """Record a bound listening socket; returns the key to ``remove`` it with."""
         name = sock.getsockname()
         key = (_ip(str(name[0])), int(name[1]))
         self._bound[key] = self._bound.get(key, 0) + 1
+        self._learned.clear()
         adv = normalise_host(advertised_host)
         self._advertised[adv] = self._advertised.get(adv, 0) + 1
         return key
 
     def remove(self, key: tuple[str, int], advertised_host: str) -> None:
+        self._learned.clear()
         for table, k in ((self._bound, key), (self._advertised, normalise_host(advertised_host))):
             n = table.get(k, 0) - 1  # type: ignore[call-overload]
             if n > 0:
@@ -65,9 +68,20 @@ class OwnListeners:
         return {port for _host, port in self._bound}
 
     def learned_is_own(self, host: str, port: int) -> bool:
-        """Whether a broker address from a response names one of kgate's own listeners."""
-        listeners = [(h, p, p) for h, p in self._bound]
-        return loops_back((host, port), listeners, tuple(self._advertised)) is not None
+        """Whether a broker address from a response names one of kgate's own listeners.
+
+        Asked for every broker of every Metadata answer, so answers are memoised until the set of
+        listeners changes (a fleet has few broker addresses; parsing them each time cost µs).
+        """
+        key = (host, port)
+        hit = self._learned.get(key)
+        if hit is None:
+            listeners = [(h, p, p) for h, p in self._bound]
+            hit = loops_back(key, listeners, tuple(self._advertised)) is not None
+            if len(self._learned) >= 4096:
+                self._learned.clear()  # bounded even if a broker sends ever-new addresses
+            self._learned[key] = hit
+        return hit
 
     def mark_self_target(self, host: str, port: int) -> None:
         """Remember a target that led back to kgate, so that it is never connected to again.
