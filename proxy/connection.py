@@ -171,12 +171,20 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
             return
         s = self.settings
         transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
+        self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport)  # type: ignore[arg-type]
-        self.gate.pause("connecting")
         self.cluster.connections.add(self)
         self.cluster.metrics.connections.inc()
         self.cluster.metrics.connections_total.inc()
         self._connect_task = asyncio.get_running_loop().create_task(self._connect_upstream())
+        self._connect_task.add_done_callback(self._connect_done)
+
+    def _connect_done(self, task: asyncio.Task[None]) -> None:
+        """A bug in connecting closes this connection with a log line; it never leaves it hanging."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("connecting upstream for %s failed", self.peer, exc_info=task.exception())
+        self.close("internal error while connecting upstream", error="internal")
 
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
@@ -197,6 +205,11 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
                 metrics.upstream_connect_failures.inc()
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
                 continue
+            if transport.is_closing():
+                # The broker closed (or reset) the connection before kgate could use it.
+                metrics.upstream_connect_failures.inc()
+                errors.append(f"{host}:{port}: closed by the broker right after connecting")
+                continue
             if OWN_LISTENERS.connected_to_self(transport):
                 # A loop: kgate's own listener would accept this and connect again, without end.
                 transport.abort()
@@ -204,11 +217,6 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
                 metrics.self_connections_refused.inc()
                 metrics.upstream_connect_failures.inc()
                 errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
-                continue
-            if transport.is_closing():
-                # The broker closed (or reset) the connection before kgate could use it.
-                metrics.upstream_connect_failures.inc()
-                errors.append(f"{host}:{port}: closed by the broker right after connecting")
                 continue
             if self.closed:
                 # The client left while kgate was connecting: what it sent before leaving still goes

@@ -5,6 +5,14 @@ write buffer is full, the upstream is not connected yet, a filter suspended a me
 queue behind it is long). Each reason is added and removed on its own; the transport is paused
 while any reason holds and resumed when the last one goes, so no caller can resume reading that
 another still needs paused, and calling pause or resume twice is harmless (uvicorn's lesson).
+
+The gate asks the transport whether it is reading rather than trusting its own bookkeeping:
+uvloop starts reading an accepted connection *after* ``connection_made`` returns, undoing a
+``pause_reading()`` made there. kgate pauses every new client connection until its upstream is
+connected, so a client that sent at once was read without limit while kgate still believed it
+paused, and every later pause reason then found the gate "already paused" and did nothing: one
+pipelining client grew kgate by 2.3 GiB in 30 s (bench/hostile.py). ``attach`` therefore pauses
+again on the loop's next turn, and ``pause`` pauses whenever the transport is still reading.
 """
 
 from __future__ import annotations
@@ -23,6 +31,14 @@ class ReadGate:
         self._transport = transport
         if self._reasons:
             transport.pause_reading()
+            # uvloop (re)starts reading an accepted transport after connection_made: pause again then
+            asyncio.get_running_loop().call_soon(self._enforce)
+
+    def _enforce(self) -> None:
+        """Make the transport's reading state agree with the reasons (called on the next loop turn)."""
+        t = self._transport
+        if self._reasons and t is not None and not t.is_closing() and t.is_reading():
+            t.pause_reading()
 
     @property
     def paused(self) -> bool:
@@ -32,8 +48,9 @@ class ReadGate:
         if reason in self._reasons:
             return
         self._reasons.add(reason)
-        if len(self._reasons) == 1 and self._transport is not None and not self._transport.is_closing():
-            self._transport.pause_reading()
+        t = self._transport
+        if t is not None and not t.is_closing() and t.is_reading():
+            t.pause_reading()
 
     def resume(self, reason: str) -> None:
         if reason not in self._reasons:

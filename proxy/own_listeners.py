@@ -97,8 +97,15 @@ class OwnListeners:
         return (normalise_host(host), port) in self._self_targets
 
     def connected_to_self(self, transport: Any) -> bool:
-        """``is_self_connection`` for a connected asyncio transport."""
-        return self.is_self_connection(transport.get_extra_info("sockname"), transport.get_extra_info("peername"))
+        """``is_self_connection`` for a connected asyncio transport.
+
+        A transport the peer already closed has no addresses left (uvloop even raises instead of
+        answering None): it is no loop, and the caller drops it as closed.
+        """
+        try:
+            return self.is_self_connection(transport.get_extra_info("sockname"), transport.get_extra_info("peername"))
+        except (AttributeError, OSError):
+            return False
 
     def is_self_connection(self, local: Any, peer: Any) -> bool:
         """Whether a connected upstream socket (its sockname and peername) reached a kgate listener.
