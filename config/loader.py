@@ -51,6 +51,7 @@ _PROXY_KEYS = (
     "idle_timeout_s",
     "frame_timeout_s",
     "upstream_timeout_s",
+    "validate_requests",
     "leader_hints",
 )
 _TOPIC_NAMES_KEYS = (
@@ -207,8 +208,9 @@ def _parse_proxy(ctx: _Ctx, value: Any, path: str) -> ProxySettings:
     ):
         if key in m:
             kw[key] = ctx.positive_number(m[key], _join(path, key))
-    if "leader_hints" in m:
-        kw["leader_hints"] = ctx.boolean(m["leader_hints"], _join(path, "leader_hints"))
+    for key in ("leader_hints", "validate_requests"):
+        if key in m:
+            kw[key] = ctx.boolean(m[key], _join(path, key))
     settings = ProxySettings(**kw)
     if settings.low_water_bytes >= settings.high_water_bytes:
         # Point at whichever key the user actually wrote.

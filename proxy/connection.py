@@ -101,7 +101,8 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         self.sasl = SaslState()
         self.closed = False
         self.client_gone = False  # the client left while requests it sent were still queued in kgate
-        self._raw_requests = not self.chain.has_request_hooks
+        # raw mode forwards request bytes as they arrive; validation must see each request whole first
+        self._raw_requests = not self.chain.has_request_hooks and not settings.validate_requests
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] = set()

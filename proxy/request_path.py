@@ -42,6 +42,7 @@ from proxy.exchange import (
 )
 from proxy.held_bytes import HELD
 from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from proxy.validate import check_request
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -101,13 +102,19 @@ class RequestPath(ConnectionState):
         if tail is not None and not self.closed and not (not self.suspended_request and self._peek_produce(tail)):
             reader.feed(tail)
 
+    def _refuse_malformed(self, api_key: int, version: int, problem: str) -> None:
+        """A request that fails validation never reaches the broker (proxy/validate.py)."""
+        name = api.API_INFO[api_key].name if api_key in api.API_INFO else str(api_key)
+        self.close(f"malformed {name} v{version} request refused: {problem}", error="malformed-request")
+
     def _peek_produce(self, head: memoryview) -> bool:
         """Let a single-topic Produce go on if every hook forwards it from its topic alone.
 
         ``head`` is a whole frame or the start of one whose rest has not arrived. True: it went
         upstream (and ``_req_stream_left`` bytes of it are still to come); False: decode it whole.
+        Never while validating: a request is checked whole before any of it goes upstream.
         """
-        if len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
+        if self.settings.validate_requests or len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
             return False
         _key, version, cid = peek_request(head)
         hooks = self.chain.peek_hooks(PRODUCE, version) if version <= api.API_INFO[PRODUCE].max_version else ()
@@ -314,6 +321,12 @@ class RequestPath(ConnectionState):
             self.info.principal = self.sasl.principal  # bare-token exchange just ended
         api_key, version, cid = peek_request(frame)
         hooks = self.chain.hooks("request", api_key, version) if api_key in api.API_INFO else ()
+        checked = None
+        if self.settings.validate_requests:
+            problem, checked = check_request(frame, api_key, version)
+            if problem is not None:
+                self._refuse_malformed(api_key, version, problem)
+                return
         if not hooks:
             self._track(frame)
             self._send_upstream(frame)
@@ -323,7 +336,7 @@ class RequestPath(ConnectionState):
         self.cluster.metrics.count_request(api_key, version)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
-            msg = api.decode_request(api_key, version, frame[header.body_offset :])
+            msg = checked if checked is not None else api.decode_request(api_key, version, frame[header.body_offset :])
         except (HeaderError, api.CodecError) as exc:
             # A filter must see this api key; kgate cannot read this one: never bypass it.
             self.close(
