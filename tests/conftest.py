@@ -59,6 +59,23 @@ def tansu(tmp_path_factory):
     t.kill()
 
 
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """One Apache Kafka 4.0.2 broker per test session (per xdist worker); tests use unique names.
+
+    Skipped, with the reason, where ../shared/kafka or Java is missing (a user's clone).
+    """
+    from support import kafka_broker
+
+    why = kafka_broker.unavailable()
+    if why is not None:
+        pytest.skip(why)
+    k = _track(kafka_broker.Kafka(tmp_path_factory.mktemp("kafka")))
+    k.start()
+    yield k
+    k.stop()
+
+
 @pytest.fixture
 def fresh_tansu(tmp_path):
     """A Tansu of the test's own, for tests that may disturb the broker."""

@@ -256,7 +256,8 @@ def test_defaults_and_construction():
     assert m.controller_id == -1 and m.cluster_id is None and m.brokers == []
     assert MetadataResponse().brokers is not m.brokers  # fresh mutable defaults
     p = PartitionData()
-    assert p.records is None and p.current_leader.leader_id == -1
+    # records default to empty (what brokers send for a refused partition), never to null
+    assert p.records == b"" and p.current_leader.leader_id == -1
     assert FetchableTopicResponse().topic_id == uuid.UUID(int=0)
     assert "MetadataResponseBroker(node_id=1" in repr(sample_metadata_response())
     with pytest.raises(TypeError):

@@ -1,0 +1,162 @@
+"""Every answer kgate makes itself looks, field by field, like the one Apache Kafka sends (issue 12).
+
+kgate answers some requests (or partitions of them) itself: a policy refusal, an id it cannot
+resolve, a filter that timed out. Clients treat those answers exactly as they treat a broker's,
+so a field Kafka never sends that way (a null ``records`` where Kafka sends empty ones) breaks
+them: librdkafka rejected the whole Fetch response and fetched again at once, ~1,000 times in 5 s.
+
+Each test asks the real Kafka 4.0.2 broker (``kafka`` fixture) for the same condition directly and
+compares its decoded answer with what ``filters.errors.error_response`` builds for the same request,
+with the error code Kafka used. Fields that legitimately differ are listed with their reason in
+``IGNORED``; anything else that differs fails the test, so a new synthesized shape cannot drift.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from codec.generated import delete_records as dr
+from codec.generated import fetch as fe
+from codec.generated import list_offsets as lo
+from codec.generated import metadata as md
+from codec.generated import offset_for_leader_epoch as ofle
+from codec.generated import produce as pr
+from codec.schema import Struct
+from filters.errors import error_response
+from proxy.upstream_client import UpstreamClient
+
+FETCH, PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 0, 2, 3, 21, 23
+
+ZERO = uuid.UUID(int=0)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def fetch_request(topic_id: uuid.UUID, partitions: list[int], name: str = "") -> fe.FetchRequest:
+    parts = [fe.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in partitions]
+    return fe.FetchRequest(replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, session_id=0,
+                           session_epoch=-1, topics=[fe.FetchTopic(topic=name, topic_id=topic_id, partitions=parts)])
+
+
+#: (field name) -> why it may differ between Kafka's answer and kgate's
+IGNORED = {
+    "throttle_time_ms": "quota throttling: the broker's own state",
+    "session_id": "a Fetch session is the broker's; kgate's answers open none (0)",
+    "topic_authorized_operations": "only filled when the client asks (Metadata v8+); Kafka sends its -2^31 default",
+    "cluster_id": "the broker's identity",
+    "controller_id": "the broker's identity",
+    "brokers": "the broker list is the broker's (and kgate rewrites it)",
+    "cluster_authorized_operations": "the broker's state",
+}
+
+
+def diff(ours: Any, theirs: Any, path: str = "") -> list[str]:
+    """Field paths where two decoded messages differ (memoryviews compared as bytes)."""
+    if isinstance(ours, Struct) and isinstance(theirs, Struct):
+        out: list[str] = []
+        for f in type(ours)._FIELDS:  # type: ignore[attr-defined]
+            if f.name in IGNORED:
+                continue
+            out += diff(getattr(ours, f.name), getattr(theirs, f.name), f"{path}.{f.name}")
+        return out
+    if isinstance(ours, list) and isinstance(theirs, list):
+        if len(ours) != len(theirs):
+            return [f"{path}: {len(ours)} entries vs Kafka's {len(theirs)}"]
+        return [d for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) for d in diff(a, b, f"{path}[{i}]")]
+    if isinstance(ours, memoryview | bytes | bytearray) or isinstance(theirs, memoryview | bytes | bytearray):
+        a = None if ours is None else bytes(ours)
+        b = None if theirs is None else bytes(theirs)
+        return [] if a == b else [f"{path}: {a!r} vs Kafka's {b!r}"]
+    return [] if ours == theirs else [f"{path}: {ours!r} vs Kafka's {theirs!r}"]
+
+
+def same_shape(api_key: int, version: int, request: Any, kafkas: Any, code: int) -> list[str]:
+    """Re-decode both through the wire (what a client sees) and diff them."""
+    from codec import api
+
+    ours = error_response(api_key, version, request, code)
+    assert ours is not None, "kgate knows no error shape for this api"
+    ours = api.decode_response(api_key, version, memoryview(ours.encode(version)))
+    theirs = api.decode_response(api_key, version, memoryview(kafkas.encode(version)))
+    return diff(ours, theirs)
+
+
+@pytest.fixture
+async def kc(kafka):
+    c = UpstreamClient(lambda: [("127.0.0.1", kafka.port)], client_id="shape-test")
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize("version", [13, 15, 16, 17])
+async def test_fetch_by_unknown_topic_id(kc, version: int) -> None:
+    req = fetch_request(uuid.uuid4(), [0, 1])
+    _v, resp = await kc.request(FETCH, req, version)
+    codes = {p.error_code for t in resp.responses for p in t.partitions}
+    assert codes == {100}, codes  # UNKNOWN_TOPIC_ID
+    assert all(p.records is not None for t in resp.responses for p in t.partitions)
+    assert same_shape(FETCH, version, req, resp, 100) == []
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+async def test_fetch_by_unknown_topic_name(kc, version: int) -> None:
+    req = fetch_request(ZERO, [0], unique("no-such"))
+    _v, resp = await kc.request(FETCH, req, version)
+    codes = {p.error_code for t in resp.responses for p in t.partitions}
+    assert codes == {3}, codes
+    assert same_shape(FETCH, version, req, resp, 3) == []
+
+
+@pytest.mark.parametrize("version", [3, 9, 12])
+async def test_produce_to_unknown_topic(kc, version: int) -> None:
+    req = pr.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=None, topic_data=[
+        pr.TopicProduceData(name=unique("no-such"), partition_data=[pr.PartitionProduceData(index=0, records=b"")])
+    ])
+    _v, resp = await kc.request(PRODUCE, req, version)
+    codes = {p.error_code for t in resp.responses for p in t.partition_responses}
+    assert codes == {3}, codes
+    assert same_shape(PRODUCE, version, req, resp, 3) == []
+
+
+@pytest.mark.parametrize("version", [1, 5, 9])
+async def test_list_offsets_of_unknown_topic(kc, version: int) -> None:
+    part = lo.ListOffsetsPartition(partition_index=0, timestamp=-1)
+    req = lo.ListOffsetsRequest(replica_id=-1, topics=[lo.ListOffsetsTopic(name=unique("no-such"), partitions=[part])])
+    _v, resp = await kc.request(LIST_OFFSETS, req, version)
+    assert {p.error_code for t in resp.topics for p in t.partitions} == {3}
+    assert same_shape(LIST_OFFSETS, version, req, resp, 3) == []
+
+
+@pytest.mark.parametrize("version", [1, 4, 12])
+async def test_metadata_of_unknown_topic(kc, version: int) -> None:
+    name = unique("no-such")
+    topics = [md.MetadataRequestTopic(name=name, topic_id=ZERO)]
+    req = md.MetadataRequest(topics=topics, allow_auto_topic_creation=False)
+    _v, resp = await kc.request(METADATA, req, version)
+    assert [t.error_code for t in resp.topics] == [3]
+    assert same_shape(METADATA, version, req, resp, 3) == []
+
+
+async def test_delete_records_of_unknown_topic(kc) -> None:
+    part = dr.DeleteRecordsPartition(partition_index=0, offset=0)
+    topic = dr.DeleteRecordsTopic(name=unique("no-such"), partitions=[part])
+    req = dr.DeleteRecordsRequest(timeout_ms=5000, topics=[topic])
+    _v, resp = await kc.request(DELETE_RECORDS, req, 2)
+    assert {p.error_code for t in resp.topics for p in t.partitions} == {3}
+    assert same_shape(DELETE_RECORDS, 2, req, resp, 3) == []
+
+
+async def test_offset_for_leader_epoch_of_unknown_topic(kc) -> None:
+    req = ofle.OffsetForLeaderEpochRequest(replica_id=-1, topics=[
+        ofle.OffsetForLeaderTopic(topic=unique("no-such"), partitions=[
+            ofle.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)
+        ])
+    ])
+    _v, resp = await kc.request(OFFSET_FOR_LEADER_EPOCH, req, 4)
+    assert {p.error_code for t in resp.topics for p in t.partitions} == {3}
+    assert same_shape(OFFSET_FOR_LEADER_EPOCH, 4, req, resp, 3) == []

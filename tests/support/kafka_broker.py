@@ -1,0 +1,166 @@
+"""A real Apache Kafka 4.0.2 broker for tests (single-node KRaft), beside Tansu.
+
+The distribution is ``../shared/kafka/kafka_2.13-4.0.2.tgz`` (see its README): present in CI and
+on developers' machines, absent from a user's clone. It is unpacked once into a cache directory
+(``$XDG_CACHE_HOME`` or ``~/.cache``, under a file lock so parallel pytest workers do not race),
+then each broker gets its own log dir, config and ports. ``unavailable()`` says why a broker cannot
+run here, for a clear skip.
+
+Kafka differs from Tansu where it matters to a proxy: durable storage, its own error answers
+(UNKNOWN_TOPIC_ID where Tansu says UNKNOWN_TOPIC_OR_PARTITION), KIP-848 groups, Produce v12 /
+Fetch v17 / Metadata v13, and it refuses unknown topic configs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from .ports import HOST, free_port, port_open
+from .procs import REPO, ManagedProcess
+
+TARBALL = REPO.parent / "shared" / "kafka" / "kafka_2.13-4.0.2.tgz"
+DIST_NAME = "kafka_2.13-4.0.2"
+NODE_ID = 1
+START_TIMEOUT_S = 60.0
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kgate-test"
+
+
+def unavailable() -> str | None:
+    """Why no Kafka broker can run here, or None."""
+    if not TARBALL.is_file():
+        return f"Apache Kafka distribution not found at {TARBALL} (../shared is beside the repository in CI)"
+    if shutil.which("java") is None:
+        return "java is not on PATH (Apache Kafka 4.0 needs Java 17+)"
+    return None
+
+
+def distribution() -> Path:
+    """The unpacked distribution, unpacking it once (marker file, lock against parallel workers)."""
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    home = root / DIST_NAME
+    marker = home / ".kgate-unpacked"
+    if marker.exists():
+        return home
+    with open(root / "kafka-unpack.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not marker.exists():
+            if home.exists():
+                shutil.rmtree(home)  # a half-unpacked tree from an interrupted run
+            with tarfile.open(TARBALL) as tar:
+                tar.extractall(root, filter="data")
+            for script in (home / "bin").glob("*.sh"):
+                script.chmod(0o755)
+            marker.write_text(str(TARBALL.stat().st_mtime))
+    return home
+
+
+class Kafka(ManagedProcess):
+    """One single-node KRaft broker+controller on free loopback ports; its log dir survives restarts."""
+
+    name = "kafka"
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home = distribution()
+        self.port = port or free_port()
+        self.controller_port = free_port()
+        self.node_id = NODE_ID
+        self.data_dir = self.workdir / "data"
+        self.config_path = self.workdir / "server.properties"
+        self.config_path.write_text(self._properties())
+        env = dict(
+            os.environ,
+            KAFKA_HEAP_OPTS="-Xms256m -Xmx768m",
+            LOG_DIR=str(self.workdir / "logs"),
+        )
+        super().__init__([str(self.home / "bin" / "kafka-server-start.sh"), str(self.config_path)],
+                         self.workdir / "kafka.log", env=env)
+        self._formatted = False
+
+    def _properties(self) -> str:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": str(NODE_ID),
+            "controller.quorum.voters": f"{NODE_ID}@{HOST}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "4",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+            "log.flush.interval.messages": "1",  # durability tests kill the broker
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def _format(self) -> None:
+        if self._formatted or (self.data_dir / "meta.properties").exists():
+            self._formatted = True
+            return
+        storage = str(self.home / "bin" / "kafka-storage.sh")
+        cluster_id = subprocess.run([storage, "random-uuid"], capture_output=True, text=True, check=True,
+                                    env=self.env, timeout=60).stdout.strip()
+        res = subprocess.run([storage, "format", "-t", cluster_id, "-c", str(self.config_path)],
+                             capture_output=True, text=True, env=self.env, timeout=60)
+        if res.returncode != 0:
+            raise RuntimeError(f"kafka-storage.sh format failed: {res.stdout}{res.stderr}")
+        self._formatted = True
+
+    def start(self, timeout: float = START_TIMEOUT_S) -> Kafka:
+        self._format()
+        mark = len(self.log_text(tail=10**9))
+        super().start()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"kafka exited with {self.proc.returncode}:\n{self.log_text(tail=5000)}")
+            if "Kafka Server started" in self.log_text(tail=10**9)[mark:] and port_open(self.port):
+                return self
+            time.sleep(0.1)
+        raise TimeoutError(f"kafka did not start within {timeout}s:\n{self.log_text(tail=5000)}")
+
+    def stop(self, timeout: float = 30) -> int | None:
+        """SIGTERM (a controlled shutdown) and wait; SIGKILL if it does not exit in time."""
+        return super().stop(timeout=timeout)
+
+    def kill(self) -> None:
+        """kill -9 by PID (the JVM), for crash tests; the log dir stays for a restart."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=30)
+        self._close_log()
+
+    def restart(self) -> Kafka:
+        """Stop (if running) and start again on the same ports and log dir."""
+        if self.alive():
+            self.stop()
+        return self.start()
