@@ -111,6 +111,9 @@ class Kafka(ManagedProcess):
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
+            "group.min.session.timeout.ms": "1000",  # the test workloads use short session timeouts
+            "group.consumer.min.session.timeout.ms": "1000",
+            "group.consumer.min.heartbeat.interval.ms": "500",
             "auto.create.topics.enable": "true",
             "log.flush.interval.messages": "1",  # durability tests kill the broker
         }

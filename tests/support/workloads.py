@@ -150,9 +150,10 @@ def kp_consume(bootstrap: str, topic: str, n: int, group: str | None = None, tim
                settle: float = 1.0, **conf) -> tuple[list[bytes], dict[int, int]]:
     from kafka import KafkaConsumer, TopicPartition
 
+    settings = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500, **conf}  # conf may override
     c = KafkaConsumer(
         bootstrap_servers=bootstrap, group_id=group or unique("g"), auto_offset_reset="earliest",
-        enable_auto_commit=False, session_timeout_ms=3000, heartbeat_interval_ms=500, **conf)
+        enable_auto_commit=False, **settings)
     got = []
     try:
         c.subscribe([topic])
