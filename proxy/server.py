@@ -1,7 +1,10 @@
 """Process lifecycle: start every virtual cluster, serve until a signal, drain, exit.
 
 SIGTERM/SIGINT: stop accepting, let requests already in flight get their responses for up
-to ``drain_timeout_s``, then close every connection and return exit code 0.
+to ``drain_timeout_s``, then close every connection and return exit code 0. A second
+SIGTERM/SIGINT during the drain cuts it short: every connection closes at once and the exit code
+is 1, so a supervisor can tell that answers may have been lost. SIGHUP is logged and ignored
+until configuration reload exists (its default action would kill the process with no drain).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from config import ConfigError, KgateConfig
 from filters.chain import FilterChain
 from filters.registry import build_filters
 from proxy.cluster import VirtualCluster
+from proxy.fd_limit import raise_open_files_limit
 
 log = logging.getLogger("kgate.server")
 
@@ -25,12 +29,17 @@ class Proxy:
 
     def __init__(self, config: KgateConfig) -> None:
         self.config = config
+        self.forced = asyncio.Event()  # a second stop signal: drain no longer
         self.clusters = [
             VirtualCluster(vc, config.proxy, FilterChain(build_filters(config.filters)), config.topic_names)
             for vc in config.virtual_clusters
         ]
 
     async def start(self) -> None:
+        raise_open_files_limit()
+        for cluster in self.clusters:
+            names = [f.name for f in self.config.filters]
+            log.info("cluster %s: filter chain: %s", cluster.name, " -> ".join(names) if names else "(none)")
         started: list[VirtualCluster] = []
         try:
             for cluster in self.clusters:
@@ -52,17 +61,21 @@ class Proxy:
             cluster.stop_accepting()
             cluster.begin_drain()
         deadline = time.monotonic() + self.config.proxy.drain_timeout_s
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self.forced.is_set():
             for cluster in self.clusters:
                 cluster.close_drained()
             if not any(cluster.connections for cluster in self.clusters):
                 break
             await asyncio.sleep(0.02)
         else:
-            log.warning(
-                "drain timeout: closing with %d request(s) still in flight",
-                sum(c.inflight() for c in self.clusters),
-            )
+            if self.forced.is_set():
+                log.warning("second stop signal: closing with %d request(s) still in flight",
+                            sum(c.inflight() for c in self.clusters))
+            else:
+                log.warning(
+                    "drain timeout: closing with %d request(s) still in flight",
+                    sum(c.inflight() for c in self.clusters),
+                )
         for cluster in self.clusters:
             cluster.close_connections()
         for cluster in self.clusters:
@@ -74,7 +87,10 @@ def _start_metrics(config: KgateConfig) -> None:
         return
     from prometheus_client import start_http_server
 
-    start_http_server(config.metrics.listen.port, addr=config.metrics.listen.host)
+    try:
+        start_http_server(config.metrics.listen.port, addr=config.metrics.listen.host)
+    except OSError as exc:
+        raise OSError(exc.errno, f"metrics: cannot listen on {config.metrics.listen}: {exc.strerror or exc}") from exc
     log.info("metrics on http://%s/metrics", config.metrics.listen)
 
 
@@ -83,17 +99,37 @@ async def serve(
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
     on_started: Callable[[Proxy], None] | None = None,
-) -> None:
-    """Run until SIGTERM/SIGINT (or ``stop`` is set, for embedding and tests), then drain and return."""
+) -> bool:
+    """Run until SIGTERM/SIGINT (or ``stop`` is set, for embedding and tests), then drain and return.
+
+    Returns whether a second stop signal cut the drain short.
+    """
     proxy = Proxy(config)
-    await proxy.start()
-    _start_metrics(config)
     loop = asyncio.get_running_loop()
     signals = stop is None
     stop = stop or asyncio.Event()
-    if signals:
+
+    def on_stop_signal() -> None:
+        if stop.is_set():
+            proxy.forced.set()  # the second one: stop waiting for the drain
+        else:
+            stop.set()
+
+    def on_hup() -> None:
+        log.warning("SIGHUP received: configuration reload is not supported yet; ignoring it")
+
+    if signals:  # before the listeners open: a signal that finds them open finds its handler too
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_stop_signal)
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    try:
+        await proxy.start()
+        _start_metrics(config)
+    except BaseException:
+        if signals:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+        raise
     log.info("kgate ready")
     if on_started is not None:
         on_started(proxy)
@@ -101,13 +137,16 @@ async def serve(
         ready.set()
     try:
         await stop.wait()
-        log.info("stopping: draining")
+        log.info("stopping: draining (a second SIGTERM/SIGINT closes everything at once)")
+        await proxy.shutdown()
     finally:
         if signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
-        await proxy.shutdown()
+        if not stop.is_set():
+            await proxy.shutdown()  # an exception before the signal: still close what was opened
     log.info("kgate stopped")
+    return proxy.forced.is_set()
 
 
 def run(config: KgateConfig) -> int:
@@ -118,13 +157,13 @@ def run(config: KgateConfig) -> int:
         uvloop = None
     try:
         if uvloop is not None:
-            uvloop.run(serve(config))
+            forced = uvloop.run(serve(config))
         else:
-            asyncio.run(serve(config))
+            forced = asyncio.run(serve(config))
     except OSError as exc:
-        log.error("cannot start: %s", exc)
+        log.error("cannot start: %s", exc.strerror if exc.errno is not None and exc.strerror else exc)
         return 1
     except ConfigError as exc:
         log.error("config error: %s", exc)
         return 2
-    return 0
+    return 1 if forced else 0
