@@ -8,6 +8,7 @@ mistakes before anything binds) and makes one instance per virtual cluster.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
@@ -49,10 +50,12 @@ def filter_class(name: str) -> type[Filter]:
     else:
         found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
         if not found:
-            known = sorted(set(BUILTINS) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+            known = sorted(set(BUILTINS) | set(_REGISTERED) | {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+            hint = difflib.get_close_matches(name, known, n=1)
             raise FilterLookupError(
-                f"no filter named {name!r} (built in or installed under entry point group "
-                f"{ENTRY_POINT_GROUP!r}); known: {', '.join(known)}"
+                f"no filter named {name!r}"
+                + (f' (did you mean "{hint[0]}"?)' if hint else "")
+                + f"; built in or installed under entry point group {ENTRY_POINT_GROUP!r}: {', '.join(known)}"
             )
         try:
             cls = found[0].load()
@@ -60,6 +63,13 @@ def filter_class(name: str) -> type[Filter]:
             raise FilterLookupError(f"filter plugin {name!r} failed to load: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, Filter)):
         raise FilterLookupError(f"filter {name!r} resolves to {cls!r}, which is not a kgate Filter subclass")
+    if cls.name and cls.name != name and name not in _REGISTERED:
+        # Filter.name is the name the class declares for itself; one that disagrees with the entry
+        # point (or built-in) name it was found under is a packaging mistake, reported at load.
+        raise FilterLookupError(
+            f"filter {name!r} loads {cls.__module__}.{cls.__qualname__}, whose name is {cls.name!r}: "
+            "the entry point name and Filter.name must agree"
+        )
     return cls
 
 

@@ -1,0 +1,50 @@
+"""Filter lookup by name: a mistyped name gets a suggestion; a class whose name disagrees is refused."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import pytest
+
+from config import parse_config
+from config.errors import ConfigError
+from filters import Filter
+from filters.registry import FilterLookupError, filter_class, register_filter
+
+
+def _cfg(name: str) -> dict:
+    return {"virtual_clusters": [{"name": "c", "listen": "127.0.0.1:19192", "upstream": "127.0.0.1:9092"}],
+            "filters": [{"name": name}]}
+
+
+def test_mistyped_filter_name_gets_did_you_mean() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(_cfg("topic-polcy"), "k.yaml")
+    assert 'filters[0].name: no filter named \'topic-polcy\' (did you mean "topic-policy"?)' in str(err.value)
+
+
+def test_unrelated_name_lists_what_is_known() -> None:
+    with pytest.raises(FilterLookupError) as err:
+        filter_class("zzzz")
+    assert "did you mean" not in str(err.value) and "topic-policy" in str(err.value)
+
+
+def test_builtin_class_whose_name_disagrees_is_refused(monkeypatch) -> None:
+    from filters import registry
+
+    class Misnamed(Filter):
+        name: ClassVar[str] = "something-else"
+
+    monkeypatch.setitem(registry.BUILTINS, "misnamed", "tests_registry_fake:Misnamed")
+    monkeypatch.setattr(registry, "_load", lambda target: Misnamed)
+    with pytest.raises(FilterLookupError) as err:
+        filter_class("misnamed")
+    assert "whose name is 'something-else'" in str(err.value)
+
+
+def test_registered_classes_may_be_registered_under_any_name() -> None:
+    class Local(Filter):
+        name: ClassVar[str] = "local"
+
+    register_filter("local-alias", Local)
+    assert filter_class("local-alias") is Local
