@@ -17,6 +17,7 @@ from typing import Any
 
 from config import ConfigError, KgateConfig, load_config, quick_config
 from config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
+from config.port_warnings import ephemeral_range, port_warnings
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -194,6 +195,21 @@ def summarize(config: KgateConfig, source: str) -> str:
         f"connect_timeout_s={p.connect_timeout_s:g} high_water_bytes={p.high_water_bytes} "
         f"low_water_bytes={p.low_water_bytes}"
     )
+    lines.append(
+        f"       filter_timeout_s={p.filter_timeout_s:g} max_queued_requests={p.max_queued_requests} "
+        f"max_inflight_requests={p.max_inflight_requests} max_held_bytes={p.max_held_bytes} "
+        f"leader_hints={str(p.leader_hints).lower()} validate_requests={str(p.validate_requests).lower()}"
+    )
+    lines.append(
+        f"       idle_timeout_s={p.idle_timeout_s:g} frame_timeout_s={p.frame_timeout_s:g} "
+        f"upstream_timeout_s={p.upstream_timeout_s:g}"
+    )
+    tn = config.topic_names
+    lines.append(
+        f"topic_names: batch_window_ms={tn.batch_window_ms:g} negative_ttl_s={tn.negative_ttl_s:g} "
+        f"max_entries={tn.max_entries} idle_revalidate_s={tn.idle_revalidate_s:g} "
+        f"sweep_interval_s={tn.sweep_interval_s:g} lookup_timeout_s={tn.lookup_timeout_s:g}"
+    )
     lines.append(f"metrics: {config.metrics.listen or 'disabled'}")
     lines.append(f"virtual clusters: {len(config.virtual_clusters)}")
     for vc in config.virtual_clusters:
@@ -206,6 +222,7 @@ def summarize(config: KgateConfig, source: str) -> str:
             f"{np.first_node_id}-{np.first_node_id + np.count - 1}"
         )
         lines.append(f"      bootstrap_serves_node: {str(vc.bootstrap_serves_node).lower()}")
+        lines.append(f"      max_connections: {vc.max_connections} per listener")
     if config.filters:
         lines.append(f"filters: {', '.join(f.name for f in config.filters)}")
     else:
@@ -219,6 +236,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _config_error(exc)
     print(summarize(config, args.file))
+    for warning in port_warnings(config, ephemeral_range()):
+        print(f"kgate: warning: {args.file}: {warning}", file=sys.stderr)
     return EXIT_OK
 
 
