@@ -34,12 +34,26 @@ def _struct(cls: type, field_name: str) -> type:
     raise KeyError(f"{cls.__name__} has no field {field_name}")
 
 
-def topic_key(topic: Any, name_attr: str = "name") -> TopicKey:
-    """A topic entry's id when it carries a non-zero one, else its name."""
+_NAME_FIELDS = ("name", "topic", "topic_name")  # what Kafka's specs call a topic entry's name, by RPC
+
+
+def topic_key(topic: Any, name_attr: str | None = None) -> TopicKey:
+    """A topic entry's id when it carries a non-zero one, else its name.
+
+    Works on any topic-bearing entry without the caller knowing the field: Produce and most RPCs
+    call the name ``name``, Fetch and OffsetForLeaderEpoch ``topic``, a few ``topic_name``.
+    ``name_attr`` forces one field.
+    """
     topic_id = getattr(topic, "topic_id", None)
     if topic_id is not None and topic_id.int:
         return topic_id
-    return getattr(topic, name_attr)
+    if name_attr is not None:
+        return getattr(topic, name_attr)
+    for attr in _NAME_FIELDS:
+        name = getattr(topic, attr, None)
+        if name is not None:
+            return name
+    raise TypeError(f"{type(topic).__name__} carries no topic id or name ({', '.join(_NAME_FIELDS)})")
 
 
 def _produce(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:

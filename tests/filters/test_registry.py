@@ -48,3 +48,20 @@ def test_registered_classes_may_be_registered_under_any_name() -> None:
 
     register_filter("local-alias", Local)
     assert filter_class("local-alias") is Local
+
+
+def test_topic_key_finds_the_name_field_of_any_entry() -> None:
+    import uuid
+
+    from codec.generated.fetch import FetchTopic
+    from codec.generated.offset_for_leader_epoch import OffsetForLeaderTopic
+    from codec.generated.produce import TopicProduceData
+    from filters.errors import topic_key
+
+    zero, tid = uuid.UUID(int=0), uuid.uuid4()
+    assert topic_key(TopicProduceData(name="orders", topic_id=zero)) == "orders"
+    assert topic_key(FetchTopic(topic="orders", topic_id=zero)) == "orders"  # Fetch calls it `topic`
+    assert topic_key(FetchTopic(topic="", topic_id=tid)) == tid
+    assert topic_key(OffsetForLeaderTopic(topic="t")) == "t"
+    with pytest.raises(TypeError):
+        topic_key(object())
