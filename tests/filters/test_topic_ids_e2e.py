@@ -98,11 +98,28 @@ async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(tansu, k
         # every topic, which would teach kgate the id passively)
         await asyncio.gather(*(c.request(API_VERSIONS, ApiVersionsRequest(), 3) for c in conns))
         assert _stats(kg).lookups == 0 and _cached(kg, tid) is None
+        # Hold the lookup's answer until every connection's first Fetch has joined it: otherwise a
+        # fast lookup can finish before the other connections' Fetches arrive (1 run in 3), and
+        # nothing is left to coalesce. Each connection's later Fetches wait behind its first one.
+        resolver = kg.cluster.topic_names
+        gate: asyncio.Event = kg.call(asyncio.Event)
+        original = resolver._request
+
+        async def held(req: Any, lo: int, hi: int | None) -> Any:
+            await gate.wait()
+            return await original(req, lo, hi)
+
+        kg.call(lambda: setattr(resolver, "_request", held))
         reqs = [
-            c.request(FETCH, fetch_request([(tid, [0])]), 13 + (j % 4), timeout_s=60)
+            asyncio.ensure_future(c.request(FETCH, fetch_request([(tid, [0])]), 13 + (j % 4), timeout_s=60))
             for j in range(50)
             for c in conns
         ]
+        for _ in range(600):
+            if _stats(kg).coalesced >= len(conns) - 1:
+                break
+            await asyncio.sleep(0.05)
+        kg.call(gate.set)
         answers = await asyncio.gather(*reqs)
     finally:
         for c in conns:
@@ -114,7 +131,7 @@ async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(tansu, k
     stats = _stats(kg)
     assert stats.lookups == 1, stats
     assert stats.lookup_failures == 0
-    assert stats.coalesced >= 1  # requests really did wait for a lookup in flight
+    assert stats.coalesced == len(conns) - 1  # every other connection's first Fetch joined the one lookup
     assert lookups_metric() - metric_before == 1
     assert _cached(kg, tid) == name
 
