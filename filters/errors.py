@@ -230,6 +230,12 @@ def error_response(
     builder = _BUILDERS.get(api_key)
     if builder is not None:
         builder(request, resp, code_for)
+        if api_key == 3 and api_version < 12:
+            # a topic asked for by id alone has no name; below v12 the answer's name cannot be null,
+            # and Kafka sends it empty
+            for t in resp.topics:
+                if t.name is None:
+                    t.name = ""
         if hasattr(resp, "error_code") and api_key != 1:
             resp.error_code = code
         return resp

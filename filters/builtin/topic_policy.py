@@ -50,7 +50,7 @@ from filters.builtin.topic_visibility import (
     offset_fetch_topic_keys,
     refuse_groups_with_denied_assignments,
 )
-from filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, error_response
+from filters.errors import INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, error_response
 from filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
 
 _ZERO = UUID(int=0)
@@ -183,6 +183,12 @@ class TopicPolicy(Filter):
         topics = request.topics
         if not topics:
             return FORWARD
+        if ctx.api_version < 12 and any(getattr(t, "topic_id", _ZERO).int for t in topics):
+            # The spec allows ids only from v12. Kafka answers every topic of such a request with
+            # INVALID_REQUEST (42), allowed or not; so does kgate, which therefore neither fails on
+            # it nor reveals whether a denied id exists (the broker never sees it: Tansu answers
+            # v10/v11 ids with a malformed response).
+            return respond(error_response(ApiKey.METADATA, ctx.api_version, request, INVALID_REQUEST))
         codes: dict[TopicKey, int] = {
             t.name: TOPIC_AUTHORIZATION_FAILED
             for t in topics

@@ -89,3 +89,27 @@ async def test_a_denied_topic_looked_up_by_id_keeps_its_id_and_hides_its_name(ta
     via = {t.topic_id: t for t in await _metadata(kgate.port, 12, asked, auto_create=False)}
     assert via[ids[shown]].name == shown and via[ids[shown]].error_code == 0 and via[ids[shown]].partitions
     assert (via[ids[hidden]].name, via[ids[hidden]].error_code, via[ids[hidden]].partitions) == (None, 29, [])
+
+
+@pytest.mark.parametrize("version", [10, 11])
+async def test_v10_v11_lookup_by_id_answers_invalid_request_for_allowed_and_denied_alike(tansu, kgate, version) -> None:
+    """The spec allows ids in Metadata requests only from v12; Kafka answers each topic of such a
+    request INVALID_REQUEST. Before, a denied id made topic-policy raise (connection closed) while an
+    allowed one got an answer: an existence oracle. Now both get 42 and the connection stays."""
+    tag = uuid.uuid4().hex[:6]
+    shown, hidden = f"shown-{tag}", f"hidden-{tag}"
+    _create(tansu.bootstrap, shown, hidden)
+    ids = {}
+    for name in (shown, hidden):
+        (t,) = await _metadata(tansu.port, 12, [MetadataRequestTopic(name=name)], auto_create=False)
+        ids[name] = t.topic_id
+    c = UpstreamClient(lambda: [("127.0.0.1", kgate.port)])
+    try:
+        for name in (hidden, shown, hidden):
+            req = api.API_INFO[3].request_class(topics=[MetadataRequestTopic(name=None, topic_id=ids[name])],
+                                                allow_auto_topic_creation=False)
+            _v, resp = await c.request(3, req, version)
+            assert [(t.error_code, t.topic_id) for t in resp.topics] == [(42, ids[name])], name
+            assert resp.topics[0].partitions == []
+    finally:
+        c.close()

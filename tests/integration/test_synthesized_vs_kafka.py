@@ -160,3 +160,14 @@ async def test_offset_for_leader_epoch_of_unknown_topic(kc) -> None:
     _v, resp = await kc.request(OFFSET_FOR_LEADER_EPOCH, req, 4)
     assert {p.error_code for t in resp.topics for p in t.partitions} == {3}
     assert same_shape(OFFSET_FOR_LEADER_EPOCH, 4, req, resp, 3) == []
+
+
+@pytest.mark.parametrize("name", ["x", None], ids=["named", "id-only"])
+@pytest.mark.parametrize("version", [10, 11])
+async def test_metadata_v10_v11_by_topic_id(kc, version: int, name: str | None) -> None:
+    """Ids are not allowed below v12: Kafka answers INVALID_REQUEST per topic (what topic-policy sends)."""
+    topics = [md.MetadataRequestTopic(name=name, topic_id=uuid.uuid4())]
+    req = md.MetadataRequest(topics=topics, allow_auto_topic_creation=False)
+    _v, resp = await kc.request(METADATA, req, version)
+    assert [t.error_code for t in resp.topics] == [42]
+    assert same_shape(METADATA, version, req, resp, 42) == []
