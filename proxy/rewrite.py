@@ -21,6 +21,7 @@ from codec.headers import response_body_offset
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 3, 10, 18
 DESCRIBE_CLUSTER, SHARE_FETCH, SHARE_ACKNOWLEDGE = 60, 78, 79
+DESCRIBE_QUORUM = 55
 UNSUPPORTED_VERSION = 35
 
 
@@ -82,11 +83,28 @@ def _node_endpoints(msg: Any, version: int, mapper: NodeMapper) -> bool:
     return True
 
 
+def _describe_quorum(msg: Any, version: int, mapper: NodeMapper) -> bool:
+    """Hide the controllers' listeners (v2+): kgate fronts brokers, not controllers.
+
+    A client given a controller's ``host:port`` could reach the controller quorum behind kgate's
+    back, and kgate has no listener to offer in its place. The quorum's state (leader, epochs,
+    voters, lag) stays; only the endpoints go, as for a controller that has none registered
+    (``kafka-metadata-quorum.sh describe --status`` then prints no ``CONTROLLER://host:port``).
+    """
+    changed = False
+    for node in msg.nodes:
+        if node.listeners:
+            node.listeners = []
+            changed = True
+    return changed
+
+
 # api key -> (lowest version that can carry addresses, rewriter)
 _REWRITERS: dict[int, tuple[int, Callable[[Any, int, NodeMapper], bool]]] = {
     METADATA: (0, _metadata),
     FIND_COORDINATOR: (0, _find_coordinator),
     DESCRIBE_CLUSTER: (0, _describe_cluster),
+    DESCRIBE_QUORUM: (2, _describe_quorum),
     PRODUCE: (10, _node_endpoints),
     FETCH: (16, _node_endpoints),
     SHARE_FETCH: (0, _node_endpoints),

@@ -215,3 +215,19 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing_acknowledged(tmp
         assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:3]}"
     finally:
         broker.kill()
+
+
+@pytest.mark.timeout(120)
+def test_metadata_quorum_tool_sees_no_controller_address(kafka, kgate_factory) -> None:
+    """``kafka-metadata-quorum.sh describe --status`` through kgate: the quorum's state, but not the
+    controller's ``CONTROLLER://host:port`` (DescribeQuorum v2 listeners are hidden)."""
+    k = _kgate(kafka, kgate_factory)
+    tool = str(kafka.home / "bin" / "kafka-metadata-quorum.sh")
+    direct = subprocess.run([tool, "--bootstrap-server", kafka.bootstrap, "describe", "--status"],
+                            text=True, capture_output=True, timeout=90, env=kafka.env)
+    via = subprocess.run([tool, "--bootstrap-server", k.bootstrap, "describe", "--status"],
+                         text=True, capture_output=True, timeout=90, env=kafka.env)
+    assert f":{kafka.controller_port}" in direct.stdout, direct  # control: the broker does show it
+    assert via.returncode == 0, via.stderr[-2000:]
+    assert "LeaderId:" in via.stdout
+    assert f":{kafka.controller_port}" not in via.stdout
