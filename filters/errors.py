@@ -20,6 +20,7 @@ NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 REQUEST_TIMED_OUT = 7
 TOPIC_AUTHORIZATION_FAILED = 29
+CLUSTER_AUTHORIZATION_FAILED = 31
 INVALID_REQUEST = 42
 POLICY_VIOLATION = 44
 UNKNOWN_TOPIC_ID = 100
@@ -157,6 +158,15 @@ def _share(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
 Builder = Callable[[Any, Any, Callable[[TopicKey], int]], None]
 
 
+def _elect_leaders(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
+    rcls = _struct(type(resp), "replica_election_results")
+    pcls = _struct(rcls, "partition_result")
+    resp.replica_election_results = [
+        rcls(topic=t.topic, partition_result=[pcls(partition_id=p, error_code=code(t.topic)) for p in t.partitions])
+        for t in req.topic_partitions or []
+    ]
+
+
 def _describe_producers(req: Any, resp: Any, code: Callable[[TopicKey], int]) -> None:
     tcls = _struct(type(resp), "topics")
     pcls = _struct(tcls, "partitions")
@@ -200,6 +210,7 @@ _BUILDERS: dict[int, Builder] = {
     21: _per_partition("name", "partition_index", low_watermark=-1),  # DeleteRecords
     23: _per_partition("topic", "partition", leader_epoch=-1, end_offset=-1),  # OffsetForLeaderEpoch
     28: _per_partition("name", "partition_index"),  # TxnOffsetCommit
+    43: _elect_leaders,
     47: _per_partition("name", "partition_index"),  # OffsetDelete
     61: _describe_producers,
     78: _share,

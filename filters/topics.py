@@ -30,6 +30,7 @@ TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
     21: ("topics", "name", "topics"),  # DeleteRecords
     23: ("topics", "topic", "topics"),  # OffsetForLeaderEpoch
     28: ("topics", "name", "topics"),  # TxnOffsetCommit
+    43: ("topic_partitions", "topic", "replica_election_results"),  # ElectLeaders (null: every partition)
     47: ("topics", "name", "topics"),  # OffsetDelete
     61: ("topics", "name", "topics"),  # DescribeProducers
     78: ("topics", "topic_id", "responses"),  # ShareFetch (ids only)

@@ -45,12 +45,20 @@ from filters.api import (
 from filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_described_topics,
+    hide_log_dir_topics,
     hide_offsets,
     hide_transaction_topics,
     offset_fetch_topic_keys,
+    refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
 )
-from filters.errors import INVALID_REQUEST, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID, error_response
+from filters.errors import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    INVALID_REQUEST,
+    TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_ID,
+    error_response,
+)
 from filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
 
 _ZERO = UUID(int=0)
@@ -68,6 +76,7 @@ _KEYS = (
     ApiKey.DESCRIBE_PRODUCERS,
     ApiKey.SHARE_FETCH,
     ApiKey.SHARE_ACKNOWLEDGE,
+    ApiKey.ELECT_LEADERS,
 )
 
 
@@ -150,6 +159,10 @@ class TopicPolicy(Filter):
 
     # -- per-topic data RPCs: refuse topic by topic (filters.topics) ---------------------------
     def check(self, ctx: FilterContext, request: Any) -> Result | Any:
+        if ctx.api_key == ApiKey.ELECT_LEADERS and request.topic_partitions is None:
+            # null asks for an election on every partition, the denied topics' too: refused whole,
+            # as Kafka refuses a client without ALTER on the cluster
+            return respond(error_response(ctx.api_key, ctx.api_version, request, CLUSTER_AUTHORIZATION_FAILED))
         names, missing = self._known_names(ctx, request_topics(ctx.api_key, request))
         if missing:
             return self._check_after_lookup(ctx, request, names, missing)
@@ -264,6 +277,18 @@ class TopicPolicy(Filter):
     def group_describe(self, ctx: FilterContext, response: Any) -> Result:
         """A group whose assignments include a denied topic is described as TOPIC_AUTHORIZATION_FAILED."""
         if refuse_groups_with_denied_assignments(response, self.allowed):
+            return forward(response)
+        return FORWARD
+
+    @on_response(ApiKey.DESCRIBE_LOG_DIRS)
+    def log_dirs(self, ctx: FilterContext, response: Any) -> Result:
+        """Denied topics are left out of every log dir's listing."""
+        return forward(response) if hide_log_dir_topics(response, self.allowed) else FORWARD
+
+    @on_response(ApiKey.DESCRIBE_GROUPS)
+    def classic_groups(self, ctx: FilterContext, response: Any) -> Result:
+        """A classic consumer group with a member assigned a denied topic is described as refused."""
+        if refuse_classic_groups_with_denied_assignments(response, self.allowed):
             return forward(response)
         return FORWARD
 

@@ -25,11 +25,15 @@ bool``, or as error codes per topic where ids first had to be resolved (OffsetFe
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
 from filters.errors import TOPIC_AUTHORIZATION_FAILED
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 Allowed = Callable[[str], bool]
 _ZERO = UUID(int=0)
@@ -163,3 +167,71 @@ def _assigned_names(group: Any) -> Iterator[str]:
             for tp in assignment.topic_partitions or []:
                 if tp.topic_name:
                     yield tp.topic_name
+
+
+def hide_log_dir_topics(response: Any, allowed: Allowed) -> bool:
+    """DescribeLogDirs: denied topics are left out of every log dir (as if they had no replica there)."""
+    changed = False
+    for result in response.results:
+        kept = [t for t in result.topics if allowed(t.name)]
+        if len(kept) != len(result.topics):
+            result.topics = kept
+            changed = True
+    return changed
+
+
+def assignment_topics(data: bytes | memoryview | None) -> list[str] | None:
+    """Topic names in a classic consumer group member's assignment (ConsumerProtocolAssignment v0-v3).
+
+    Layout (never flexible): int16 version, int32 count of (string topic, int32 count of int32
+    partitions), then user data. Returns None for bytes that do not parse that way.
+    """
+    if data is None:
+        return []
+    buf = bytes(data)
+    if len(buf) < 2:
+        return [] if not buf else None
+    pos, names = 2, []
+    try:
+        (count,) = _I32.unpack_from(buf, pos)
+        pos += 4
+        if count < 0 or count > len(buf):
+            return None
+        for _ in range(count):
+            (n,) = _I16.unpack_from(buf, pos)
+            pos += 2
+            if n < 0 or pos + n > len(buf):
+                return None
+            names.append(buf[pos : pos + n].decode("utf-8"))
+            pos += n
+            (parts,) = _I32.unpack_from(buf, pos)
+            pos += 4 + 4 * max(parts, 0)
+            if parts < 0 or pos > len(buf):
+                return None
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return names
+
+
+def refuse_classic_groups_with_denied_assignments(response: Any, allowed: Allowed) -> bool:
+    """DescribeGroups: a consumer group with a member assigned a denied topic becomes an error entry.
+
+    The same rule as for KIP-848 groups (``refuse_groups_with_denied_assignments``): the group is
+    described as TOPIC_AUTHORIZATION_FAILED with no members, so neither the denied topic's name nor
+    its partitions show. An assignment kgate cannot parse counts as denied (fail closed).
+    """
+    changed = False
+    for i, group in enumerate(response.groups):
+        if group.protocol_type != "consumer":
+            continue
+        for member in group.members:
+            names = assignment_topics(member.member_assignment)
+            if names is None or any(not allowed(n) for n in names):
+                refused = type(group)(group_id=group.group_id)
+                refused.error_code = TOPIC_AUTHORIZATION_FAILED
+                if hasattr(refused, "error_message"):
+                    refused.error_message = DESCRIBE_REFUSED
+                response.groups[i] = refused
+                changed = True
+                break
+    return changed
