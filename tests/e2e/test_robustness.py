@@ -174,7 +174,10 @@ def test_acks0_frames_sent_before_close_are_forwarded(compliant_kgate, how):
             values += batch
             c = wire.RawClient(port)
             c.send(b"".join(wire.produce_request(10 + i, topic, 0, [v], acks=0) for i, v in enumerate(batch)))
-            if how == "shutdown-write":
+            # The control always half-closes and waits: it shows the broker keeps every frame a client
+            # delivered. Closed abruptly, Tansu behind the stand-in relay itself lost one of 100 in a
+            # CI run (a broker quirk, no kgate on that path); kgate must keep them all either way.
+            if how == "shutdown-write" or name == "direct":
                 c.sock.shutdown(socket.SHUT_WR)
                 c.closed_by_peer(timeout=5)
             c.close()
