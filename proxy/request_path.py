@@ -378,6 +378,8 @@ class RequestPath(ConnectionState):
 
     def _report_held(self, held: int) -> None:
         """Tell the process-wide account (proxy/held_bytes.py) what this connection holds now."""
+        if self.closed:
+            return  # torn down (and released) while this read was processed: never re-enter the account
         self._held_reported = held
         HELD.update(self, held)
 
