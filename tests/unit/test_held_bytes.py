@@ -55,3 +55,26 @@ def test_new_oldest_holder_resumes_even_while_over_the_cap() -> None:
     assert not b.paused and c.paused
     h.release(b)
     assert not c.paused and h.total == 30 and h.paused == 0
+
+
+def test_a_closed_connection_never_reenters_the_account() -> None:
+    """A connection torn down while its read was processed (its bytes already released) must not be
+    counted again by the report at the end of that read: the account would keep it forever."""
+    from config import parse_config
+    from filters.chain import FilterChain
+    from proxy.cluster import VirtualCluster
+    from proxy.connection import ClientConnection
+    from proxy.held_bytes import HELD
+
+    cfg = parse_config({"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19998", "upstream": "127.0.0.1:9"}]},
+                       "test")
+    conn = ClientConnection(VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names), None)
+    before = HELD.total
+    conn.closed = True
+    conn._report_held(1000)
+    assert HELD.total == before
+    conn.closed = False
+    conn._report_held(1000)
+    assert HELD.total == before + 1000
+    HELD.release(conn)
+    assert HELD.total == before
