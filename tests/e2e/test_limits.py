@@ -27,6 +27,7 @@ class BlackHole:
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
         self.frames = 0
+        self.got: list[bytes] = []  # every complete request frame, in arrival order
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -48,7 +49,9 @@ class BlackHole:
                 return
             buf += data
             while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
-                buf = buf[4 + struct.unpack(">i", buf[:4])[0] :]
+                n = 4 + struct.unpack(">i", buf[:4])[0]
+                self.got.append(buf[:n])
+                buf = buf[n:]
                 self.frames += 1
 
     def close(self) -> None:

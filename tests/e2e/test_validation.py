@@ -19,26 +19,7 @@ from e2e.test_limits import BlackHole
 
 
 class Recorder(BlackHole):
-    """A BlackHole that keeps the frames."""
-
-    def __init__(self) -> None:
-        self.got: list[bytes] = []
-        super().__init__()
-
-    def _read(self, conn) -> None:  # type: ignore[no-untyped-def]
-        buf = b""
-        while True:
-            try:
-                data = conn.recv(65536)
-            except OSError:
-                return
-            if not data:
-                return
-            buf += data
-            while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">i", buf[:4])[0]:
-                n = 4 + struct.unpack(">i", buf[:4])[0]
-                self.got.append(buf[:n])
-                buf = buf[n:]
+    """A BlackHole whose kept frames are read by correlation id."""
 
     def cids(self) -> set[int]:
         return {struct.unpack(">i", f[8:12])[0] for f in self.got}
