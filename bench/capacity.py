@@ -45,7 +45,7 @@ def run(src: str, upstream: str, clients: int, soft: int, work: Path) -> dict:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
 
     log = open(work / f"cap-{listen}.log", "wb")  # lives as long as the process
-    proc = subprocess.Popen([procs.PYTHON, "-m", "proxy", "run", "-c", str(path)], cwd=src, stdout=log,
+    proc = subprocess.Popen([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], cwd=src, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=lower_soft_limit)
     try:
         procs.wait_port(listen, 20, proc, "kgate")

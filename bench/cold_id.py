@@ -31,11 +31,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from codec import api  # noqa: E402
-from codec.generated import fetch as fetch_msgs  # noqa: E402
-from codec.generated import metadata as md  # noqa: E402
-from proxy.topic_names import TopicNameResolver  # noqa: E402
-from proxy.upstream_client import UpstreamClient  # noqa: E402
+from kgate.codec import api  # noqa: E402
+from kgate.codec.generated import fetch as fetch_msgs  # noqa: E402
+from kgate.codec.generated import metadata as md  # noqa: E402
+from kgate.proxy.topic_names import TopicNameResolver  # noqa: E402
+from kgate.proxy.upstream_client import UpstreamClient  # noqa: E402
 
 METADATA, FETCH, CREATE_TOPICS = 3, 1, 19
 
@@ -88,7 +88,7 @@ def client(port: int) -> UpstreamClient:
 
 
 async def create_topics(c: UpstreamClient, names: list[str]) -> dict[str, uuid.UUID]:
-    from codec.generated import create_topics as ct
+    from kgate.codec.generated import create_topics as ct
 
     req = api.API_INFO[CREATE_TOPICS].request_class(
         topics=[ct.CreatableTopic(name=n, num_partitions=1, replication_factor=1) for n in names], timeout_ms=10000
@@ -208,7 +208,7 @@ def main() -> int:
                 f" node_ports: {{base: {free_port()}, count: 1, first_node_id: 111}}}}]\n"
                 "filters: [{name: topic-policy, config: {deny: ['secret-*']}}]\n"
             )
-            kgate = subprocess.Popen([sys.executable, "-m", "proxy", "run", "-c", str(cfg)], cwd=ROOT)
+            kgate = subprocess.Popen([sys.executable, "-m", "kgate", "run", "-c", str(cfg)], cwd=ROOT)
             wait_port(kport)
             asyncio.run(main_async(args, broker, kport))
         finally:

@@ -39,7 +39,7 @@ def cpu_s(pid: int) -> float:
 
 
 def start_kgate(broker: int, port: int, policy: bool) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "proxy", "run", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{broker}"]
+    argv = [sys.executable, "-m", "kgate", "run", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{broker}"]
     if policy:
         argv += ["--filter", 'topic-policy={"deny": ["secret-*"]}']
     return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

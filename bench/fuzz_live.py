@@ -80,7 +80,7 @@ def start_kgate(src: str, upstream: str, workdir: Path, validate: bool) -> tuple
     }
     path = workdir / f"kgate-{listen}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    p = procs.ManagedProcess([procs.PYTHON, "-m", "proxy", "run", "-c", str(path)], workdir / f"kgate-{listen}.log")
+    p = procs.ManagedProcess([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], workdir / f"kgate-{listen}.log")
     p.cwd = src  # type: ignore[attr-defined]
     p.start()
     procs.wait_port(listen, 20, p.proc, "kgate")

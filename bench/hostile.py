@@ -60,7 +60,7 @@ def start_kgate(
     path = workdir / f"kgate-{listen}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     log = open(workdir / f"kgate-{listen}.log", "wb")  # lives as long as the process
-    proc = subprocess.Popen([procs.PYTHON, "-m", "proxy", "run", "-c", str(path)], cwd=src, stdout=log,
+    proc = subprocess.Popen([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], cwd=src, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     procs.wait_port(listen, 20, proc, "kgate")
     return proc, listen

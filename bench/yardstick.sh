@@ -11,7 +11,7 @@ YARDSTICK=../shared/bench/run.py
 [ -f "$YARDSTICK" ] || { echo "bench/yardstick.sh: $YARDSTICK not found (it lives beside the repository)" >&2; exit 2; }
 exec "$PY" "$YARDSTICK" \
   --targets direct,python-relay,kgate,kgate-policy \
-  --extra-name kgate --extra '{python} -m proxy --listen {listen} --upstream {upstream}' \
+  --extra-name kgate --extra '{python} -m kgate --listen {listen} --upstream {upstream}' \
   --extra-name kgate-policy \
-  --extra "{python} -m proxy --listen {listen} --upstream {upstream} --filter 'topic-policy={{\"deny\":[\"secret-*\"]}}'" \
+  --extra "{python} -m kgate --listen {listen} --upstream {upstream} --filter 'topic-policy={{\"deny\":[\"secret-*\"]}}'" \
   "$@"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from codec.errors import CodecError
-from codec.generated.index import APIS
-from codec.schema import Message
+from kgate.codec.errors import CodecError
+from kgate.codec.generated.index import APIS
+from kgate.codec.schema import Message
 
 __all__ = [
     "API_INFO",
@@ -48,7 +48,7 @@ class ApiInfo:
 def _build() -> dict[int, ApiInfo]:
     info = {}
     for key, (name, module, req_name, resp_name) in APIS.items():
-        mod = importlib.import_module(f"codec.generated.{module}")
+        mod = importlib.import_module(f"kgate.codec.generated.{module}")
         req, resp = getattr(mod, req_name), getattr(mod, resp_name)
         info[key] = ApiInfo(
             key=key,

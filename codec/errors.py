@@ -1,4 +1,4 @@
-"""Codec exception type (re-exported by :mod:`codec.api`)."""
+"""Codec exception type (re-exported by :mod:`kgate.codec.api`)."""
 
 
 class CodecError(ValueError):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from struct import Struct
 from uuid import UUID
 
-from codec.headers import HeaderError, read_uvarint
+from kgate.codec.headers import HeaderError, read_uvarint
 
 _I16 = Struct(">h")
 _I32 = Struct(">i")

@@ -1,11 +1,11 @@
-"""Low-level Kafka wire primitives used by the compiled codecs in :mod:`codec.schema`."""
+"""Low-level Kafka wire primitives used by the compiled codecs in :mod:`kgate.codec.schema`."""
 
 from __future__ import annotations
 
 import struct
 import uuid
 
-from codec.errors import CodecError
+from kgate.codec.errors import CodecError
 
 # Fixed-width types: struct format character and size.
 FIXED = {

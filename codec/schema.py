@@ -27,8 +27,8 @@ import struct
 import uuid
 from operator import itemgetter
 
-from codec import primitives as P
-from codec.errors import CodecError
+from kgate.codec import primitives as P
+from kgate.codec.errors import CodecError
 
 MAX_VERSION = 0x7FFF
 _UNSET = object()

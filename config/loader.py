@@ -358,8 +358,8 @@ def _parse_filter(ctx: _Ctx, value: Any, path: str) -> FilterConfig:
         conf = {}
     if not isinstance(conf, Mapping):
         raise ctx.error(_join(path, "config"), f"expected a mapping, got {_show(conf)}")
-    from filters.api import FilterConfigError
-    from filters.registry import FilterLookupError, validate_filter_config
+    from kgate.filters.api import FilterConfigError
+    from kgate.filters.registry import FilterLookupError, validate_filter_config
 
     try:
         validated = validate_filter_config(name, conf)

@@ -1,7 +1,7 @@
 """Immutable configuration model for kgate.
 
 These dataclasses are what the proxy consumes; they are built and validated by
-:mod:`config.loader`. Constructing them directly performs no validation beyond
+:mod:`kgate.config.loader`. Constructing them directly performs no validation beyond
 what the type annotations document.
 """
 

@@ -2,10 +2,10 @@
 
 Filter authors import everything they need from here::
 
-    from filters import ApiKey, Filter, FilterContext, on_request, FORWARD, respond, error_response
+    from kgate.filters import ApiKey, Filter, FilterContext, on_request, FORWARD, respond, error_response
 """
 
-from filters.api import (
+from kgate.filters.api import (
     DROP,
     FORWARD,
     ApiKey,
@@ -25,7 +25,7 @@ from filters.api import (
     on_response,
     respond,
 )
-from filters.errors import error_response
+from kgate.filters.errors import error_response
 
 __all__ = [
     "DROP",

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from uuid import UUID
 
-from codec import api
+from kgate.codec import api
 
 if TYPE_CHECKING:
-    from proxy.topic_names import TopicNameError
+    from kgate.proxy.topic_names import TopicNameError
 
 
 def _const_name(name: str) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from codec import api
+from kgate.codec import api
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3

@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from filters.api import Filter, FilterConfigError
+from kgate.filters.api import Filter, FilterConfigError
 
 ENTRY_POINT_GROUP = "kgate.filters"
 
 BUILTINS: dict[str, str] = {
-    "topic-policy": "filters.builtin.topic_policy:TopicPolicy",
+    "topic-policy": "kgate.filters.builtin.topic_policy:TopicPolicy",
 }
 
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
-from filters.api import FORWARD, FilterContext, Result, forward, respond
-from filters.errors import error_response, topic_key
+from kgate.filters.api import FORWARD, FilterContext, Result, forward, respond
+from kgate.filters.errors import error_response, topic_key
 
 TopicKey = str | UUID
 

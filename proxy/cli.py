@@ -1,6 +1,6 @@
 """kgate command line: ``kgate run`` and ``kgate check-config``.
 
-``main()`` is the ``kgate`` console script and what ``python -m proxy`` calls.
+``main()`` is the ``kgate`` console script and what ``python -m kgate`` calls.
 Configuration is loaded and validated before anything is bound; a config
 error prints ``kgate: config error: <message>`` to stderr and exits 2.
 """
@@ -15,9 +15,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from config import ConfigError, KgateConfig, load_config, quick_config
-from config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
-from config.port_warnings import ephemeral_range, port_warnings
+from kgate.config import ConfigError, KgateConfig, load_config, quick_config
+from kgate.config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
+from kgate.config.port_warnings import ephemeral_range, port_warnings
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -174,11 +174,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # Imported lazily: check-config and config errors must not need (or start) the server.
     try:
-        server = importlib.import_module("proxy.server")
+        server = importlib.import_module("kgate.proxy.server")
     except ModuleNotFoundError as exc:
-        if exc.name != "proxy.server":
+        if exc.name != "kgate.proxy.server":
             raise
-        print("kgate: error: the proxy server module (proxy.server) is not available", file=sys.stderr)
+        print("kgate: error: the proxy server module (kgate.proxy.server) is not available", file=sys.stderr)
         return 1
 
     try:

@@ -20,19 +20,19 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from codec import api
-from config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
-from filters.chain import FilterChain
-from proxy import rewrite
-from proxy.held_bytes import HELD
-from proxy.metrics import ClusterMetrics
-from proxy.own_listeners import OWN_LISTENERS
-from proxy.timeouts import sweep_forever
-from proxy.topic_names import TopicNameResolver
-from proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.codec import api
+from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
+from kgate.filters.chain import FilterChain
+from kgate.proxy import rewrite
+from kgate.proxy.held_bytes import HELD
+from kgate.proxy.metrics import ClusterMetrics
+from kgate.proxy.own_listeners import OWN_LISTENERS
+from kgate.proxy.timeouts import sweep_forever
+from kgate.proxy.topic_names import TopicNameResolver
+from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 
 if TYPE_CHECKING:
-    from proxy.connection import ClientConnection
+    from kgate.proxy.connection import ClientConnection
 
 log = logging.getLogger("kgate.cluster")
 
@@ -168,7 +168,7 @@ class VirtualCluster:
         log.error("cluster %s: node discovery gave up; node ports open as clients' Metadata names them", self.name)
 
     async def _serve(self, sock: socket.socket, node_id: int | None) -> None:
-        from proxy.connection import ClientConnection
+        from kgate.proxy.connection import ClientConnection
 
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: ClientConnection(self, node_id), sock=sock, backlog=LISTEN_BACKLOG)

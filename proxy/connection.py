@@ -30,19 +30,19 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from codec.framing import FrameReader
-from filters.api import ConnectionInfo
-from proxy.exchange import Exchange, close_upstream_gently
-from proxy.flow import ReadGate
-from proxy.held_bytes import HELD
-from proxy.own_listeners import OWN_LISTENERS
-from proxy.request_path import RequestPath
-from proxy.response_path import ResponsePath
-from proxy.sasl import SaslState
-from proxy.timeouts import Snapshot
+from kgate.codec.framing import FrameReader
+from kgate.filters.api import ConnectionInfo
+from kgate.proxy.exchange import Exchange, close_upstream_gently
+from kgate.proxy.flow import ReadGate
+from kgate.proxy.held_bytes import HELD
+from kgate.proxy.own_listeners import OWN_LISTENERS
+from kgate.proxy.request_path import RequestPath
+from kgate.proxy.response_path import ResponsePath
+from kgate.proxy.sasl import SaslState
+from kgate.proxy.timeouts import Snapshot
 
 if TYPE_CHECKING:
-    from proxy.cluster import VirtualCluster
+    from kgate.proxy.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.connection")
 

@@ -6,16 +6,16 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from codec.headers import HeaderError
+from kgate.codec.headers import HeaderError
 
 if TYPE_CHECKING:
-    from codec.framing import FrameReader
-    from config import ProxySettings
-    from filters.api import ConnectionInfo
-    from filters.chain import FilterChain
-    from proxy.cluster import VirtualCluster
-    from proxy.flow import ReadGate
-    from proxy.sasl import SaslState
+    from kgate.codec.framing import FrameReader
+    from kgate.config import ProxySettings
+    from kgate.filters.api import ConnectionInfo
+    from kgate.filters.chain import FilterChain
+    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.flow import ReadGate
+    from kgate.proxy.sasl import SaslState
 
 PRODUCE = 0
 FETCH = 1

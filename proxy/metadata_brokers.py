@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from struct import Struct
 
-from codec.headers import HeaderError, read_uvarint, skip_tagged_fields, write_uvarint
-from proxy.rewrite import NodeMapper
+from kgate.codec.headers import HeaderError, read_uvarint, skip_tagged_fields, write_uvarint
+from kgate.proxy.rewrite import NodeMapper
 
 _I16 = Struct(">h")
 _I32 = Struct(">i")

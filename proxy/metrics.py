@@ -15,7 +15,7 @@ from prometheus_client import Counter, Gauge
 from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from codec import api
+from kgate.codec import api
 
 CONNECTIONS = Gauge("kgate_client_connections", "Open client connections", ["cluster"])
 CONNECTIONS_TOTAL = Counter("kgate_accepted_connections_total", "Accepted client connections", ["cluster"])
@@ -126,7 +126,7 @@ class _DataPathCollector(Collector):
             rewrites.add_metric(list(key_labels), n)
         yield requests
         yield rewrites
-        from proxy.held_bytes import HELD  # imported here: held_bytes is data path, metrics only reads it
+        from kgate.proxy.held_bytes import HELD  # imported here: held_bytes is data path, metrics only reads it
 
         yield GaugeMetricFamily(
             "kgate_held_request_bytes", "Request bytes held whole across all connections", value=HELD.total

@@ -21,7 +21,7 @@ import ipaddress
 import socket
 from typing import Any
 
-from config.self_address import WILDCARD_HOSTS, loops_back, normalise_host
+from kgate.config.self_address import WILDCARD_HOSTS, loops_back, normalise_host
 
 
 def _ip(host: str) -> str:

@@ -13,9 +13,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from codec import api
-from codec.generated.produce import TopicProduceData
-from codec.headers import (
+from kgate.codec import api
+from kgate.codec.generated.produce import TopicProduceData
+from kgate.codec.headers import (
     HeaderError,
     RequestHeader,
     parse_request_header,
@@ -23,15 +23,15 @@ from codec.headers import (
     produce_acks,
     response_frame,
 )
-from codec.headers import (
+from kgate.codec.headers import (
     frame as make_frame,
 )
-from codec.peek import produce_prefix
-from filters.api import FORWARD, Close, Drop, Respond
-from filters.chain import Outcome, peek_forwards, run_hooks
-from filters.errors import error_response
-from proxy.context import MessageContext
-from proxy.exchange import (
+from kgate.codec.peek import produce_prefix
+from kgate.filters.api import FORWARD, Close, Drop, Respond
+from kgate.filters.chain import Outcome, peek_forwards, run_hooks
+from kgate.filters.errors import error_response
+from kgate.proxy.context import MessageContext
+from kgate.proxy.exchange import (
     CREATE_TOPICS,
     PRODUCE,
     RAW_SASL,
@@ -40,9 +40,9 @@ from proxy.exchange import (
     Exchange,
     VersionRefused,
 )
-from proxy.held_bytes import HELD
-from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
-from proxy.validate import check_request
+from kgate.proxy.held_bytes import HELD
+from kgate.proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from kgate.proxy.validate import check_request
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

@@ -12,15 +12,15 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from codec import api
-from codec.headers import HeaderError, peek_correlation_id, response_body_offset
-from filters.api import FORWARD, Close
-from filters.chain import Outcome, run_hooks
-from proxy import rewrite
-from proxy.context import MessageContext
-from proxy.exchange import FETCH, METADATA, OBSERVE_FETCH_MAX, RAW_SASL, ConnectionState, Exchange
-from proxy.metadata_brokers import rewrite_brokers
-from proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from kgate.codec import api
+from kgate.codec.headers import HeaderError, peek_correlation_id, response_body_offset
+from kgate.filters.api import FORWARD, Close
+from kgate.filters.chain import Outcome, run_hooks
+from kgate.proxy import rewrite
+from kgate.proxy.context import MessageContext
+from kgate.proxy.exchange import FETCH, METADATA, OBSERVE_FETCH_MAX, RAW_SASL, ConnectionState, Exchange
+from kgate.proxy.metadata_brokers import rewrite_brokers
+from kgate.proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

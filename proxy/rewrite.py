@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from codec import api
-from codec.generated.api_versions import ApiVersion
-from codec.headers import response_body_offset
+from kgate.codec import api
+from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.headers import response_body_offset
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 3, 10, 18
 DESCRIBE_CLUSTER, SHARE_FETCH, SHARE_ACKNOWLEDGE = 60, 78, 79

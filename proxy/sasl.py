@@ -9,8 +9,8 @@ clear (PLAIN, SCRAM-*) and trusts it only once the broker accepted the authentic
 
 from __future__ import annotations
 
-from codec import api
-from codec.headers import peek_request
+from kgate.codec import api
+from kgate.codec.headers import peek_request
 
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36

@@ -15,11 +15,11 @@ import signal
 import time
 from collections.abc import Callable
 
-from config import ConfigError, KgateConfig
-from filters.chain import FilterChain
-from filters.registry import build_filters
-from proxy.cluster import VirtualCluster
-from proxy.fd_limit import raise_open_files_limit
+from kgate.config import ConfigError, KgateConfig
+from kgate.filters.chain import FilterChain
+from kgate.filters.registry import build_filters
+from kgate.proxy.cluster import VirtualCluster
+from kgate.proxy.fd_limit import raise_open_files_limit
 
 log = logging.getLogger("kgate.server")
 

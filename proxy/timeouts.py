@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from config import ProxySettings
-    from proxy.cluster import VirtualCluster
+    from kgate.config import ProxySettings
+    from kgate.proxy.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.timeouts")
 

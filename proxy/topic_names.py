@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from codec import api
-from codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from proxy import topic_names_metrics as _m
-from proxy.upstream_client import UpstreamError
+from kgate.codec import api
+from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.proxy import topic_names_metrics as _m
+from kgate.proxy.upstream_client import UpstreamError
 
 log = logging.getLogger("kgate.topic_names")
 

@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from codec import api
-from codec.framing import FrameReader
-from codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
-from config import UpstreamAuth
-from proxy.own_listeners import OWN_LISTENERS
-from proxy.sasl_client import SaslError, ScramClient, plain_token
+from kgate.codec import api
+from kgate.codec.framing import FrameReader
+from kgate.codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
+from kgate.config import UpstreamAuth
+from kgate.proxy.own_listeners import OWN_LISTENERS
+from kgate.proxy.sasl_client import SaslError, ScramClient, plain_token
 
 log = logging.getLogger("kgate.upstream")
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from codec import api
-from codec.headers import HeaderError, parse_request_header
+from kgate.codec import api
+from kgate.codec.headers import HeaderError, parse_request_header
 
 PRODUCE = 0
 _BATCH_HEADER = 61  # a v2 record batch header: offset, length, epoch, magic, crc, ... record count

@@ -198,7 +198,7 @@ class ModuleBuilder:
 
     def render(self, tops: list[str]) -> str:
         out = [HEADER, f'"""Kafka {self.api_name} api (key {self.api_key}) message classes."""\n\n',
-               "from codec.schema import Field as F\n", "from codec.schema import Message, Struct\n"]
+               "from kgate.codec.schema import Field as F\n", "from kgate.codec.schema import Message, Struct\n"]
         for c in self.classes:
             base = "Message" if c.name in tops else "Struct"
             out.append(f"\n\nclass {c.name}({base}):\n")
@@ -214,6 +214,11 @@ class ModuleBuilder:
             else:
                 out.append("    _FIELDS = ()\n")
         return "".join(out)
+
+
+def const_name(name: str) -> str:
+    """``OffsetForLeaderEpoch`` -> ``OFFSET_FOR_LEADER_EPOCH`` (the Java enum's spelling)."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
 
 
 def generate(spec_dir: Path) -> dict[str, str]:
@@ -246,6 +251,13 @@ def generate(spec_dir: Path) -> dict[str, str]:
         idx.append(f"    {key}: ({api_name!r}, {mod!r}, {rq!r}, {rs!r}),\n")
     idx.append("}\n")
     files["index.py"] = "".join(idx)
+    keys = [HEADER, '"""Kafka api keys as a typed enum (``ApiKey.FETCH == 1``), one member per spec pair.\n\n',
+            "Generated so that type checkers and IDEs see every member; kgate writes no api key number\n",
+            'by hand anywhere else (tests/unit/test_layering.py checks)."""\n\n',
+            "from enum import IntEnum\n\n\n", "class ApiKey(IntEnum):\n"]
+    for key, api_name, *_ in index_rows:
+        keys.append(f"    {const_name(api_name)} = {key}\n")
+    files["api_keys.py"] = "".join(keys)
     files["__init__.py"] = HEADER + '"""Generated Kafka message classes; see docs/codec.md."""\n'
     return files
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from filters.api import (
+from kgate.filters.api import (
     FORWARD,
     ApiKey,
     Filter,
@@ -42,7 +42,7 @@ from filters.api import (
     on_response,
     respond,
 )
-from filters.builtin.topic_visibility import (
+from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_described_topics,
     hide_log_dir_topics,
@@ -52,14 +52,14 @@ from filters.builtin.topic_visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
 )
-from filters.errors import (
+from kgate.filters.errors import (
     CLUSTER_AUTHORIZATION_FAILED,
     INVALID_REQUEST,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     error_response,
 )
-from filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
+from kgate.filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
 
 _ZERO = UUID(int=0)
 _UNRESOLVED = {"UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID, "TOPIC_AUTHORIZATION_FAILED": TOPIC_AUTHORIZATION_FAILED}

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
-from filters.errors import TOPIC_AUTHORIZATION_FAILED
+from kgate.filters.errors import TOPIC_AUTHORIZATION_FAILED
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

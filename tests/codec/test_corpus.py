@@ -12,7 +12,7 @@ from codec_support import (
     row_id,
 )
 
-from codec import api
+from kgate.codec import api
 
 if not (CORPUS_DIR / "index.jsonl").is_file():
     pytest.skip(f"corpus not available at {CORPUS_DIR} (needs ../shared next to the repo)",

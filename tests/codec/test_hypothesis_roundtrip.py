@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from codec import api
-from codec.schema import Struct
+from kgate.codec import api
+from kgate.codec.schema import Struct
 
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),

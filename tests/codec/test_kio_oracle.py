@@ -24,8 +24,8 @@ import uuid
 import pytest
 from codec_support import CORPUS_DIR, corpus_rows, load_frame, row_id
 
-from codec import api
-from codec.schema import Struct
+from kgate.codec import api
+from kgate.codec.schema import Struct
 
 kio_serial = pytest.importorskip("kio.serial")
 kio_index = pytest.importorskip("kio.index")

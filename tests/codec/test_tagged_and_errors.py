@@ -11,12 +11,12 @@ from codec_support import CORPUS_DIR, corpus_rows, load_frame, read_uvarint
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from codec import api
-from codec.api import CodecError
-from codec.generated.api_versions import ApiVersionsResponse
-from codec.generated.fetch import FetchableTopicResponse, FetchResponse, NodeEndpoint, PartitionData
-from codec.generated.metadata import MetadataRequest, MetadataResponse, MetadataResponseBroker
-from codec.schema import get_encoder
+from kgate.codec import api
+from kgate.codec.api import CodecError
+from kgate.codec.generated.api_versions import ApiVersionsResponse
+from kgate.codec.generated.fetch import FetchableTopicResponse, FetchResponse, NodeEndpoint, PartitionData
+from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse, MetadataResponseBroker
+from kgate.codec.schema import get_encoder
 
 HAVE_CORPUS = (CORPUS_DIR / "index.jsonl").is_file()
 needs_corpus = pytest.mark.skipif(not HAVE_CORPUS, reason=f"corpus not available at {CORPUS_DIR}")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import proxy.cli as cli
-from config import HostPort, KgateConfig
+import kgate.proxy.cli as cli
+from kgate.config import HostPort, KgateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -68,14 +68,14 @@ def fake_server(monkeypatch):
     """Replace proxy.server with a recorder; also stop run from reconfiguring logging."""
     calls: list[KgateConfig] = []
     levels: list[str] = []
-    mod = types.ModuleType("proxy.server")
+    mod = types.ModuleType("kgate.proxy.server")
 
     def run(config: KgateConfig) -> int:
         calls.append(config)
         return 7
 
     mod.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "proxy.server", mod)
+    monkeypatch.setitem(sys.modules, "kgate.proxy.server", mod)
     monkeypatch.setattr(cli, "setup_logging", levels.append)
     return types.SimpleNamespace(calls=calls, levels=levels)
 
@@ -120,8 +120,8 @@ def test_check_config_requires_file(capsys):
 
 def test_check_config_does_not_import_server(good_file):
     code = (
-        "import sys; from proxy.cli import main; rc = main(['check-config', sys.argv[1]]);"
-        "assert 'proxy.server' not in sys.modules, 'server imported'; sys.exit(rc)"
+        "import sys; from kgate.proxy.cli import main; rc = main(['check-config', sys.argv[1]]);"
+        "assert 'kgate.proxy.server' not in sys.modules, 'server imported'; sys.exit(rc)"
     )
     r = subprocess.run([PY, "-c", code, str(good_file)], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -129,7 +129,7 @@ def test_check_config_does_not_import_server(good_file):
 
 def test_check_config_subprocess(good_file, bad_file):
     ok = subprocess.run(
-        [PY, "-m", "proxy", "check-config", str(good_file)],
+        [PY, "-m", "kgate", "check-config", str(good_file)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -138,7 +138,7 @@ def test_check_config_subprocess(good_file, bad_file):
     assert ok.returncode == 0, ok.stderr
     assert "OK" in ok.stdout
     bad = subprocess.run(
-        [PY, "-m", "proxy", "check-config", str(bad_file)],
+        [PY, "-m", "kgate", "check-config", str(bad_file)],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -175,7 +175,7 @@ def test_run_bad_config_exits_2_before_binding(tmp_path):
         )
     )
     r = subprocess.run(
-        [PY, "-m", "proxy", "run", "-c", str(p)], capture_output=True, text=True, cwd=REPO, timeout=60
+        [PY, "-m", "kgate", "run", "-c", str(p)], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert r.returncode == 2
     assert (
@@ -190,7 +190,7 @@ def test_run_bad_config_exits_2_before_binding(tmp_path):
 
 def test_run_bad_config_subprocess_message(bad_file):
     r = subprocess.run(
-        [PY, "-m", "proxy", "run", "-c", str(bad_file)], capture_output=True, text=True, cwd=REPO, timeout=60
+        [PY, "-m", "kgate", "run", "-c", str(bad_file)], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert r.returncode == 2
     assert (
@@ -289,7 +289,7 @@ def test_quick_mode_bad_address_is_config_error(fake_server, capsys):
 
 def test_quick_mode_subprocess_arg_error():
     r = subprocess.run(
-        [PY, "-m", "proxy", "--listen", "127.0.0.1:9192"],
+        [PY, "-m", "kgate", "--listen", "127.0.0.1:9192"],
         capture_output=True,
         text=True,
         cwd=REPO,
@@ -316,7 +316,7 @@ def test_help_and_version(capsys):
 
 SHIM = """\
 import json, os, runpy, sys, types
-fake = types.ModuleType("proxy.server")
+fake = types.ModuleType("kgate.proxy.server")
 def run(config):
     vc = config.virtual_clusters[0]
     with open(os.environ["KGATE_TEST_MARKER"], "w") as f:
@@ -324,13 +324,13 @@ def run(config):
                    "log_level": config.log_level}, f)
     return 3
 fake.run = run
-sys.modules["proxy.server"] = fake
-runpy.run_module("proxy", run_name="__main__", alter_sys=True)
+sys.modules["kgate.proxy.server"] = fake
+runpy.run_module("kgate", run_name="__main__", alter_sys=True)
 """
 
 
 def test_python_m_proxy_without_run_word(tmp_path):
-    """`python -m proxy --listen X --upstream Y` (the benchmark harness form) reaches server.run."""
+    """`python -m kgate --listen X --upstream Y` (the benchmark harness form) reaches server.run."""
     marker = tmp_path / "called.json"
     env = {**os.environ, "KGATE_TEST_MARKER": str(marker)}
     r = subprocess.run(

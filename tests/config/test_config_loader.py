@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from config import (
+from kgate.config import (
     ConfigError,
     FilterConfig,
     HostPort,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from config import parse_config
-from config.port_warnings import ephemeral_range, port_warnings
+from kgate.config import parse_config
+from kgate.config.port_warnings import ephemeral_range, port_warnings
 
 
 def _cfg(listen: int, base: int, count: int = 16) -> dict:
@@ -40,7 +40,7 @@ def test_check_config_prints_the_warning_and_still_succeeds(tmp_path: Path) -> N
     lo, _hi = ephemeral_range()
     path = tmp_path / "k.yaml"
     path.write_text(yaml.safe_dump(_cfg(9192, lo + 10)))
-    res = subprocess.run([PYTHON, "-m", "proxy", "check-config", str(path)], capture_output=True, text=True,
+    res = subprocess.run([PYTHON, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True,
                          timeout=30, cwd=REPO)
     assert res.returncode == 0, res
     assert "kgate: warning:" in res.stderr and "ephemeral port range" in res.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from config import parse_config
-from config.errors import ConfigError
-from config.self_address import loops_back, same_host
+from kgate.config import parse_config
+from kgate.config.errors import ConfigError
+from kgate.config.self_address import loops_back, same_host
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,10 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from codec.generated import describe_groups as dg
-from codec.generated import describe_log_dirs as dl
-from codec.generated import elect_leaders as el
-from proxy.upstream_client import UpstreamClient
+from kgate.codec.generated import describe_groups as dg
+from kgate.codec.generated import describe_log_dirs as dl
+from kgate.codec.generated import elect_leaders as el
+from kgate.proxy.upstream_client import UpstreamClient
 
 POLICY = [{"name": "topic-policy", "config": {"deny": ["secret-*"]}}]
 

@@ -97,7 +97,7 @@ def test_upstream_equal_to_own_listener_is_refused_at_load(tmp_path: Path, which
     listen, base = free_port(), free_port_range(16)
     target = f"localhost:{listen}" if which == "bootstrap" else f"127.0.0.1:{base + 3}"
     path = _config(tmp_path, target, listen, base)
-    argv = [procs.PYTHON, "-m", "proxy", command, *(["-c"] if command == "run" else []), str(path)]
+    argv = [procs.PYTHON, "-m", "kgate", command, *(["-c"] if command == "run" else []), str(path)]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=procs.REPO)
     assert res.returncode == 2, res
     assert "virtual_clusters[0].upstream:" in res.stderr
@@ -112,7 +112,7 @@ def test_wildcard_listener_is_reached_through_any_loopback_address(tmp_path: Pat
                                  "upstream": [f"127.0.0.3:{listen}"], "node_ports": {"base": base, "count": 16}}]}
     path = tmp_path / "wild.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([procs.PYTHON, "-m", "proxy", "check-config", str(path)], capture_output=True, text=True,
+    res = subprocess.run([procs.PYTHON, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True,
                          timeout=30, cwd=procs.REPO)
     assert res.returncode == 2 and "kgate would connect to itself" in res.stderr, res
 
@@ -138,7 +138,7 @@ def test_upstream_that_only_resolves_to_kgate_is_refused_on_the_socket(tmp_path:
     }
     path = tmp_path / "mapped.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    kgate = procs.ManagedProcess([procs.PYTHON, "-m", "proxy", "run", "-c", str(path)], tmp_path / "kgate.log")
+    kgate = procs.ManagedProcess([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], tmp_path / "kgate.log")
     kgate.cwd = str(procs.REPO)  # type: ignore[attr-defined]
     kgate.start()
     try:

@@ -22,7 +22,7 @@ def test_bootstrap_port_in_use_names_cluster_and_address(tmp_path) -> None:
     path = tmp_path / "k.yaml"
     path.write_text(yaml.safe_dump(cfg))
     try:
-        res = subprocess.run([procs.PYTHON, "-m", "proxy", "run", "-c", str(path)], capture_output=True, text=True,
+        res = subprocess.run([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], capture_output=True, text=True,
                              timeout=30, cwd=procs.REPO)
     finally:
         taken.close()

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
-from codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from proxy.upstream_client import UpstreamClient
+from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.proxy.upstream_client import UpstreamClient
 
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, API_VERSIONS = 0, 1, 3, 8, 18
 ZERO = UUID(int=0)
@@ -146,7 +146,7 @@ def kgate_config(upstream: str, filters: list[dict[str, Any]], topic_names: dict
     """Like ``support.inproc_kgate.make_config``, plus the ``topic_names`` tuning section."""
     from support.ports import free_port, free_port_range
 
-    from config import parse_config
+    from kgate.config import parse_config
 
     data: dict[str, Any] = {
         "log_level": "debug",

@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from codec import api
-from codec.headers import parse_request_header, request_frame, response_body_offset, response_frame
-from filters.builtin.topic_policy import TopicPolicy
-from proxy.topic_names import LOOKUP_FAILED, TopicNameError
+from kgate.codec import api
+from kgate.codec.headers import parse_request_header, request_frame, response_body_offset, response_frame
+from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.proxy.topic_names import LOOKUP_FAILED, TopicNameError
 
 AUTHZ, UNKNOWN_ID = 29, 100
 

@@ -23,8 +23,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 from support.wire import produce_request
 
-from filters import FORWARD, ApiKey, Filter, FilterContext, on_request
-from filters.registry import register_filter
+from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request
+from kgate.filters.registry import register_filter
 
 HOLD_S = 0.5
 

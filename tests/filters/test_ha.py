@@ -42,7 +42,7 @@ B_HOST = "127.0.0.2"
 
 
 class KgateProc(ManagedProcess):
-    """``python -m proxy run -c FILE`` with a config written here (listen host is free to choose)."""
+    """``python -m kgate run -c FILE`` with a config written here (listen host is free to choose)."""
 
     name = "kgate"
 
@@ -53,7 +53,7 @@ class KgateProc(ManagedProcess):
         self.config_path = workdir / "kgate.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         super().__init__(
-            [PYTHON, "-m", "proxy", "run", "-c", str(self.config_path)],
+            [PYTHON, "-m", "kgate", "run", "-c", str(self.config_path)],
             workdir / "kgate.log",
             env=dict(os.environ, PYTHONUNBUFFERED="1"),
         )

@@ -27,21 +27,21 @@ from spec_tools import (
     through_frames,
 )
 
-from codec import api
-from codec.generated.consumer_group_describe import Assignment as CgdAssignment
-from codec.generated.consumer_group_describe import ConsumerGroupDescribeResponse
-from codec.generated.consumer_group_describe import DescribedGroup as CgdGroup
-from codec.generated.consumer_group_describe import Member as CgdMember
-from codec.generated.consumer_group_describe import TopicPartitions as CgdTopicPartitions
-from codec.generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
-from codec.generated.describe_topic_partitions import (
+from kgate.codec import api
+from kgate.codec.generated.consumer_group_describe import Assignment as CgdAssignment
+from kgate.codec.generated.consumer_group_describe import ConsumerGroupDescribeResponse
+from kgate.codec.generated.consumer_group_describe import DescribedGroup as CgdGroup
+from kgate.codec.generated.consumer_group_describe import Member as CgdMember
+from kgate.codec.generated.consumer_group_describe import TopicPartitions as CgdTopicPartitions
+from kgate.codec.generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+from kgate.codec.generated.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
     DescribeTopicPartitionsResponsePartition,
     DescribeTopicPartitionsResponseTopic,
     TopicRequest,
 )
-from codec.generated.offset_fetch import (
+from kgate.codec.generated.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopic,
@@ -53,15 +53,15 @@ from codec.generated.offset_fetch import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
-from codec.generated.share_group_describe import Assignment as SgdAssignment
-from codec.generated.share_group_describe import DescribedGroup as SgdGroup
-from codec.generated.share_group_describe import Member as SgdMember
-from codec.generated.share_group_describe import ShareGroupDescribeResponse
-from codec.generated.share_group_describe import TopicPartitions as SgdTopicPartitions
-from codec.generated.share_group_heartbeat import ShareGroupHeartbeatRequest
-from filters.api import FORWARD, Forward, Respond
-from filters.builtin.topic_visibility import DESCRIBE_REFUSED
-from filters.errors import error_response
+from kgate.codec.generated.share_group_describe import Assignment as SgdAssignment
+from kgate.codec.generated.share_group_describe import DescribedGroup as SgdGroup
+from kgate.codec.generated.share_group_describe import Member as SgdMember
+from kgate.codec.generated.share_group_describe import ShareGroupDescribeResponse
+from kgate.codec.generated.share_group_describe import TopicPartitions as SgdTopicPartitions
+from kgate.codec.generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+from kgate.filters.api import FORWARD, Forward, Respond
+from kgate.filters.builtin.topic_visibility import DESCRIBE_REFUSED
+from kgate.filters.errors import error_response
 
 OFFSET_FETCH, CGH, CGD, DTP, SGH, SGD = 9, 68, 69, 75, 76, 77
 DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 21, 23, 28, 47
@@ -411,7 +411,7 @@ def _error_topics(api_key: int, version: int, request: Any) -> list[Any]:
 
 # -- Metadata requests: a denied name never reaches the broker (it could create it) ---------------
 def _metadata_request(version: int, names: list[str], auto_create: bool = True) -> Any:
-    from codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.metadata import MetadataRequestTopic
 
     req = api.API_INFO[METADATA].request_class(topics=[MetadataRequestTopic(name=n) for n in names])
     req.allow_auto_topic_creation = auto_create
@@ -446,14 +446,14 @@ def test_metadata_v0_naming_only_denied_topics_is_answered_by_kgate() -> None:
 
 
 def _md_topic(name: str, topic_id: Any = OK_ID) -> Any:
-    from codec.generated.metadata import MetadataResponsePartition, MetadataResponseTopic
+    from kgate.codec.generated.metadata import MetadataResponsePartition, MetadataResponseTopic
 
     part = MetadataResponsePartition(partition_index=0, leader_id=1, replica_nodes=[1], isr_nodes=[1])
     return MetadataResponseTopic(error_code=0, name=name, topic_id=topic_id, partitions=[part])
 
 
 def test_metadata_by_id_keeps_the_id_and_hides_the_name() -> None:
-    from codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.metadata import MetadataRequestTopic
 
     req = api.API_INFO[METADATA].request_class(
         topics=[MetadataRequestTopic(name=None, topic_id=i) for i in (OK_ID, SECRET_ID)]
@@ -471,7 +471,7 @@ def test_metadata_by_id_keeps_the_id_and_hides_the_name() -> None:
 
 # -- DescribeProducers, DescribeTransactions -------------------------------------------------------
 async def test_describe_producers_refuses_denied_topics() -> None:
-    from codec.generated.describe_producers import TopicRequest as DpTopic
+    from kgate.codec.generated.describe_producers import TopicRequest as DpTopic
 
     req = api.API_INFO[DESCRIBE_PRODUCERS].request_class(
         topics=[DpTopic(name=n, partition_indexes=[0, 1]) for n in ("orders", "secret-pay")]
@@ -488,7 +488,7 @@ async def test_describe_producers_refuses_denied_topics() -> None:
 
 
 def test_describe_transactions_leaves_denied_topics_out() -> None:
-    from codec.generated.describe_transactions import TopicData, TransactionState
+    from kgate.codec.generated.describe_transactions import TopicData, TransactionState
 
     state = TransactionState(
         error_code=0,

@@ -15,9 +15,9 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, 
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
-from codec import api
-from codec.generated.describe_topic_partitions import TopicRequest
-from proxy.upstream_client import UpstreamClient
+from kgate.codec import api
+from kgate.codec.generated.describe_topic_partitions import TopicRequest
+from kgate.proxy.upstream_client import UpstreamClient
 
 OFFSET_FETCH, DESCRIBE_TOPIC_PARTITIONS = 9, 75
 

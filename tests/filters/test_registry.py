@@ -6,10 +6,10 @@ from typing import ClassVar
 
 import pytest
 
-from config import parse_config
-from config.errors import ConfigError
-from filters import Filter
-from filters.registry import FilterLookupError, filter_class, register_filter
+from kgate.config import parse_config
+from kgate.config.errors import ConfigError
+from kgate.filters import Filter
+from kgate.filters.registry import FilterLookupError, filter_class, register_filter
 
 
 def _cfg(name: str) -> dict:
@@ -30,7 +30,7 @@ def test_unrelated_name_lists_what_is_known() -> None:
 
 
 def test_builtin_class_whose_name_disagrees_is_refused(monkeypatch) -> None:
-    from filters import registry
+    from kgate.filters import registry
 
     class Misnamed(Filter):
         name: ClassVar[str] = "something-else"
@@ -53,10 +53,10 @@ def test_registered_classes_may_be_registered_under_any_name() -> None:
 def test_topic_key_finds_the_name_field_of_any_entry() -> None:
     import uuid
 
-    from codec.generated.fetch import FetchTopic
-    from codec.generated.offset_for_leader_epoch import OffsetForLeaderTopic
-    from codec.generated.produce import TopicProduceData
-    from filters.errors import topic_key
+    from kgate.codec.generated.fetch import FetchTopic
+    from kgate.codec.generated.offset_for_leader_epoch import OffsetForLeaderTopic
+    from kgate.codec.generated.produce import TopicProduceData
+    from kgate.filters.errors import topic_key
 
     zero, tid = uuid.UUID(int=0), uuid.uuid4()
     assert topic_key(TopicProduceData(name="orders", topic_id=zero)) == "orders"

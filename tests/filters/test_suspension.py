@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from support.inproc_kgate import InprocKgate, make_config
 
-from codec import api
-from filters import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
-from filters.registry import register_filter
-from proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.codec import api
+from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
+from kgate.filters.registry import register_filter
+from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 
 METADATA, API_VERSIONS = 3, 18
 SLOW_S = 0.6
@@ -56,7 +56,7 @@ class SlowTopics(Filter):
 
 
 def _topic(name: str) -> Any:
-    from codec.generated.metadata import MetadataResponseTopic
+    from kgate.codec.generated.metadata import MetadataResponseTopic
 
     return MetadataResponseTopic(error_code=0, name=name, is_internal=False, partitions=[])
 
@@ -65,7 +65,7 @@ register_filter("test-slow-topics", SlowTopics)
 
 
 def _metadata(*names: str) -> Any:
-    from codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.metadata import MetadataRequestTopic
 
     return api.API_INFO[METADATA].request_class(
         topics=[MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=False

@@ -35,8 +35,8 @@ from idtools import (
 from support.inproc_kgate import InprocKgate
 from support.wire import record_batch
 
-from codec.generated.api_versions import ApiVersionsRequest
-from codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.api_versions import ApiVersionsRequest
+from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 
 POLICY = {"allow": ["idt-*"], "deny": ["idt-secret-*"]}
 

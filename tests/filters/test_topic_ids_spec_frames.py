@@ -31,13 +31,13 @@ from spec_tools import (
     through_frames,
 )
 
-from codec import api
-from codec.generated.consumer_group_heartbeat import (
+from kgate.codec import api
+from kgate.codec.generated.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponseTopicPartitions,
     TopicPartitions,
 )
-from codec.generated.offset_commit import (
+from kgate.codec.generated.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
@@ -45,7 +45,7 @@ from codec.generated.offset_commit import (
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
 )
-from codec.generated.produce import (
+from kgate.codec.generated.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -53,14 +53,14 @@ from codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from codec.generated.share_fetch import FetchPartition as SharePartition
-from codec.generated.share_fetch import FetchTopic as ShareTopic
-from codec.generated.share_fetch import ForgottenTopic as ShareForgotten
-from codec.generated.share_fetch import ShareFetchRequest
-from filters.api import FORWARD, ApiKey, Forward, Respond
-from filters.builtin.topic_policy import TopicPolicy
-from filters.errors import error_response
-from filters.topics import TOPIC_LISTS, request_topics
+from kgate.codec.generated.share_fetch import FetchPartition as SharePartition
+from kgate.codec.generated.share_fetch import FetchTopic as ShareTopic
+from kgate.codec.generated.share_fetch import ForgottenTopic as ShareForgotten
+from kgate.codec.generated.share_fetch import ShareFetchRequest
+from kgate.filters.api import FORWARD, ApiKey, Forward, Respond
+from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.errors import error_response
+from kgate.filters.topics import TOPIC_LISTS, request_topics
 
 PRODUCE, OFFSET_COMMIT, CGH, SHARE_FETCH = 0, 8, 68, 78
 
@@ -323,7 +323,7 @@ def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
         assert out.error_code == AUTHZ and out.assignment is None
     # the response's assignment (ids) round-trips too
     resp_cls = api.API_INFO[CGH].response_class
-    from codec.generated.consumer_group_heartbeat import Assignment
+    from kgate.codec.generated.consumer_group_heartbeat import Assignment
 
     resp = resp_cls(
         throttle_time_ms=0,

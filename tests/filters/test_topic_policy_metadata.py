@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
-from codec import api
-from codec.generated.metadata import MetadataRequestTopic
-from proxy.upstream_client import UpstreamClient
+from kgate.codec import api
+from kgate.codec.generated.metadata import MetadataRequestTopic
+from kgate.proxy.upstream_client import UpstreamClient
 
 
 @pytest.fixture

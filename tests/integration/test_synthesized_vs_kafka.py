@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from codec.generated import delete_records as dr
-from codec.generated import fetch as fe
-from codec.generated import list_offsets as lo
-from codec.generated import metadata as md
-from codec.generated import offset_for_leader_epoch as ofle
-from codec.generated import produce as pr
-from codec.schema import Struct
-from filters.errors import error_response
-from proxy.upstream_client import UpstreamClient
+from kgate.codec.generated import delete_records as dr
+from kgate.codec.generated import fetch as fe
+from kgate.codec.generated import list_offsets as lo
+from kgate.codec.generated import metadata as md
+from kgate.codec.generated import offset_for_leader_epoch as ofle
+from kgate.codec.generated import produce as pr
+from kgate.codec.schema import Struct
+from kgate.filters.errors import error_response
+from kgate.proxy.upstream_client import UpstreamClient
 
 FETCH, PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 0, 2, 3, 21, 23
 
@@ -77,7 +77,7 @@ def diff(ours: Any, theirs: Any, path: str = "") -> list[str]:
 
 def same_shape(api_key: int, version: int, request: Any, kafkas: Any, code: int) -> list[str]:
     """Re-decode both through the wire (what a client sees) and diff them."""
-    from codec import api
+    from kgate.codec import api
 
     ours = error_response(api_key, version, request, code)
     assert ours is not None, "kgate knows no error shape for this api"

@@ -18,11 +18,11 @@ import pytest
 from support.ports import HOST
 from support.workloads import confluent_create_topic, unique
 
-from codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
-from codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from proxy.topic_names import UNKNOWN_TOPIC_ID, TopicNameError, TopicNameResolver
-from proxy.upstream_client import UpstreamClient
+from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.proxy.topic_names import UNKNOWN_TOPIC_ID, TopicNameError, TopicNameResolver
+from kgate.proxy.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(120)
 

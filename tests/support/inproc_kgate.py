@@ -15,8 +15,8 @@ from typing import Any
 
 import uvloop
 
-from config import KgateConfig, parse_config
-from proxy.server import Proxy, serve
+from kgate.config import KgateConfig, parse_config
+from kgate.proxy.server import Proxy, serve
 from support.ports import free_port, free_port_range
 
 

@@ -147,7 +147,7 @@ class Tansu(ManagedProcess):
 
 
 class Kgate(ManagedProcess):
-    """kgate run as ``python -m proxy run -c FILE.yaml`` with one virtual cluster.
+    """kgate run as ``python -m kgate run -c FILE.yaml`` with one virtual cluster.
 
     ``node_port(node_id)`` is where kgate serves a broker node.
     """
@@ -185,10 +185,10 @@ class Kgate(ManagedProcess):
         self.config_path = workdir / "kgate.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        super().__init__([PYTHON, "-m", "proxy", "run", "-c", str(self.config_path)],
+        super().__init__([PYTHON, "-m", "kgate", "run", "-c", str(self.config_path)],
                          workdir / "kgate.log", env=env)
         # KGATE_E2E_SRC: run kgate from another source tree (e.g. an export of a commit), since
-        # `python -m proxy` imports from the working directory first.
+        # `python -m kgate` imports from the working directory first.
         self.cwd = os.environ.get("KGATE_E2E_SRC") or str(REPO)
 
     @property

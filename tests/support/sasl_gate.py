@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import Any
 
-from codec import api
-from codec.headers import parse_request_header, peek_request, response_frame
+from kgate.codec import api
+from kgate.codec.headers import parse_request_header, peek_request, response_frame
 from support.ports import HOST, free_port
 
 API_VERSIONS = 18

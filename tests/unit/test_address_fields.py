@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from proxy import rewrite
+from kgate.proxy import rewrite
 
 SPECS = Path(__file__).resolve().parents[3] / "shared" / "kafka-message-specs"
 ADDRESS_FIELDS = {"Host", "Port", "Listeners", "NodeEndpoints", "Endpoints", "Coordinators", "Brokers"}
@@ -84,8 +84,8 @@ def test_every_address_field_a_broker_can_send_is_rewritten() -> None:
 
 
 def test_describe_quorum_hides_controller_listeners() -> None:
-    from codec import api
-    from codec.generated.describe_quorum import Listener, Node
+    from kgate.codec import api
+    from kgate.codec.generated.describe_quorum import Listener, Node
 
     resp = api.API_INFO[55].response_class(
         nodes=[Node(node_id=1, listeners=[Listener(name="CONTROLLER", host="10.1.2.3", port=9093)])]

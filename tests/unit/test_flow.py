@@ -15,7 +15,7 @@ import socket
 import pytest
 import uvloop
 
-from proxy.flow import ReadGate
+from kgate.proxy.flow import ReadGate
 
 
 class Gated(asyncio.Protocol):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from codec.framing import FrameReader
+from kgate.codec.framing import FrameReader
 
 
 def _frame(body: bytes) -> bytes:

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from codec.headers import (
+from kgate.codec.headers import (
     HeaderError,
     parse_request_header,
     peek_request,

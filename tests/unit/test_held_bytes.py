@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proxy.held_bytes import HeldBytes
+from kgate.proxy.held_bytes import HeldBytes
 
 
 class Conn:
@@ -60,11 +60,11 @@ def test_new_oldest_holder_resumes_even_while_over_the_cap() -> None:
 def test_a_closed_connection_never_reenters_the_account() -> None:
     """A connection torn down while its read was processed (its bytes already released) must not be
     counted again by the report at the end of that read: the account would keep it forever."""
-    from config import parse_config
-    from filters.chain import FilterChain
-    from proxy.cluster import VirtualCluster
-    from proxy.connection import ClientConnection
-    from proxy.held_bytes import HELD
+    from kgate.config import parse_config
+    from kgate.filters.chain import FilterChain
+    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.connection import ClientConnection
+    from kgate.proxy.held_bytes import HELD
 
     cfg = parse_config({"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19998", "upstream": "127.0.0.1:9"}]},
                        "test")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from codec import api
-from codec.generated import metadata as md
-from codec.headers import HeaderError, response_body_offset, response_frame
-from proxy import rewrite
-from proxy.metadata_brokers import rewrite_brokers
+from kgate.codec import api
+from kgate.codec.generated import metadata as md
+from kgate.codec.headers import HeaderError, response_body_offset, response_frame
+from kgate.proxy import rewrite
+from kgate.proxy.metadata_brokers import rewrite_brokers
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
 

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from codec import api
-from codec.generated import produce as pm
-from codec.headers import HeaderError, parse_request_header, request_frame
-from codec.peek import produce_prefix
-from config import parse_config
-from filters import FORWARD, ApiKey, Filter, FilterContext, on_request
-from filters.builtin.topic_policy import TopicPolicy
-from filters.chain import FilterChain
-from proxy.cluster import VirtualCluster
-from proxy.connection import ClientConnection
+from kgate.codec import api
+from kgate.codec.generated import produce as pm
+from kgate.codec.headers import HeaderError, parse_request_header, request_frame
+from kgate.codec.peek import produce_prefix
+from kgate.config import parse_config
+from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request
+from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.chain import FilterChain
+from kgate.proxy.cluster import VirtualCluster
+from kgate.proxy.connection import ClientConnection
 
 CHUNK = 65536
 

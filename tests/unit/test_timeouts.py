@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from config import ProxySettings
-from proxy.timeouts import Snapshot, first_watch, sweep_interval, verdict
+from kgate.config import ProxySettings
+from kgate.proxy.timeouts import Snapshot, first_watch, sweep_interval, verdict
 
 S = ProxySettings(idle_timeout_s=60, frame_timeout_s=10, upstream_timeout_s=30)
 QUIET = Snapshot(rx=1, up_rx=1, frames=1, mid_frame=False, owes=False, reading_paused=False,

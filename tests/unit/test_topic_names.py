@@ -18,18 +18,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
-from codec import api
-from codec.generated.create_topics import CreatableTopicResult, CreateTopicsResponse
-from codec.generated.delete_topics import DeletableTopicResult, DeleteTopicsResponse
-from codec.generated.metadata import MetadataResponse, MetadataResponseTopic
-from proxy.topic_names import (
+from kgate.codec import api
+from kgate.codec.generated.create_topics import CreatableTopicResult, CreateTopicsResponse
+from kgate.codec.generated.delete_topics import DeletableTopicResult, DeleteTopicsResponse
+from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
+from kgate.proxy.topic_names import (
     LOOKUP_FAILED,
     UNKNOWN_TOPIC_ID,
     ZERO_ID_ERROR,
     TopicNameError,
     TopicNameResolver,
 )
-from proxy.upstream_client import UpstreamError
+from kgate.proxy.upstream_client import UpstreamError
 
 ZERO = UUID(int=0)
 

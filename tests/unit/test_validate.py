@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from support.wire import metadata_request
 
-from codec import api
-from codec.headers import peek_request
-from proxy.validate import check_batches, check_request
+from kgate.codec import api
+from kgate.codec.headers import peek_request
+from kgate.proxy.validate import check_batches, check_request
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus-tansu"
 

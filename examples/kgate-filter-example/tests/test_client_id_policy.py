@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
-from codec.generated.produce import (
+from kgate.codec.generated.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -16,9 +16,9 @@ from codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from filters import FORWARD, ApiKey, ConnectionInfo, FilterConfigError, Forward, Respond
-from filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
-from proxy.topic_names import TopicNameError
+from kgate.filters import FORWARD, ApiKey, ConnectionInfo, FilterConfigError, Forward, Respond
+from kgate.filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
+from kgate.proxy.topic_names import TopicNameError
 
 from kgate_filter_example import ClientIdPolicy, count_records
 

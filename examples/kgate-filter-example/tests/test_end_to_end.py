@@ -111,7 +111,7 @@ def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_wi
 
 def test_kgate_config_loader_finds_and_validates_the_plugin() -> None:
     """Entry-point discovery and config validation as `kgate check-config` runs them."""
-    from config import ConfigError, parse_config
+    from kgate.config import ConfigError, parse_config
 
     base = {"virtual_clusters": [{"name": "a", "listen": "127.0.0.1:19192", "upstream": "127.0.0.1:9092"}]}
     cfg = parse_config({**base, "filters": [{"name": "client-id-policy", "config": {"allow": "svc-*"}}]}, "test")

@@ -39,9 +39,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from filters import ApiKey, Filter, FilterConfigError, FilterContext, Result, on_request, on_response
-from filters.errors import TOPIC_AUTHORIZATION_FAILED
-from filters.topics import TopicKey, merge_refused, refuse_topics, topic_key
+from kgate.filters import ApiKey, Filter, FilterConfigError, FilterContext, Result, on_request, on_response
+from kgate.filters.errors import TOPIC_AUTHORIZATION_FAILED
+from kgate.filters.topics import TopicKey, merge_refused, refuse_topics, topic_key
 from prometheus_client import Counter as PromCounter
 
 __all__ = ["RECORDS", "ClientIdPolicy", "count_records"]

@@ -1,0 +1,8 @@
+"""``python -m kgate ...`` is the same as the ``kgate`` command."""
+
+import sys
+
+from kgate.proxy.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
