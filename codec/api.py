@@ -11,6 +11,7 @@ import importlib
 from dataclasses import dataclass
 
 from kgate.codec.errors import CodecError
+from kgate.codec.generated.api_keys import ApiKey
 from kgate.codec.generated.index import APIS
 from kgate.codec.schema import Message
 
@@ -29,8 +30,8 @@ __all__ = [
     "response_header_version",
 ]
 
-API_VERSIONS_KEY = 18
-CONTROLLED_SHUTDOWN_KEY = 7
+API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
+CONTROLLED_SHUTDOWN_KEY = int(ApiKey.CONTROLLED_SHUTDOWN)
 
 
 @dataclass(frozen=True)

@@ -358,7 +358,7 @@ def _parse_filter(ctx: _Ctx, value: Any, path: str) -> FilterConfig:
         conf = {}
     if not isinstance(conf, Mapping):
         raise ctx.error(_join(path, "config"), f"expected a mapping, got {_show(conf)}")
-    from kgate.filters.api import FilterConfigError
+    from kgate.api import FilterConfigError
     from kgate.filters.registry import FilterLookupError, validate_filter_config
 
     try:

@@ -1,50 +1,5 @@
-"""kgate's filter API (see docs/filters.md) and its built-in filters.
+"""kgate's filter runtime (the chain, the registry) and its built-in filters.
 
-Filter authors import everything they need from here::
-
-    from kgate.filters import ApiKey, Filter, FilterContext, on_request, FORWARD, respond, error_response
+Plugins do not import from here: the public API is :mod:`kgate.api`, and the built-in filters
+use only that API, like any plugin.
 """
-
-from kgate.filters.api import (
-    DROP,
-    FORWARD,
-    ApiKey,
-    Close,
-    ConnectionInfo,
-    Drop,
-    Filter,
-    FilterConfigError,
-    FilterContext,
-    Forward,
-    HookSpec,
-    Respond,
-    Result,
-    close,
-    forward,
-    on_request,
-    on_response,
-    respond,
-)
-from kgate.filters.errors import error_response
-
-__all__ = [
-    "DROP",
-    "FORWARD",
-    "ApiKey",
-    "Close",
-    "ConnectionInfo",
-    "Drop",
-    "Filter",
-    "FilterConfigError",
-    "FilterContext",
-    "Forward",
-    "HookSpec",
-    "Respond",
-    "Result",
-    "close",
-    "error_response",
-    "forward",
-    "on_request",
-    "on_response",
-    "respond",
-]

@@ -14,8 +14,8 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from kgate.api import FORWARD, Close, Drop, Filter, FilterContext, Forward, Respond, Result
 from kgate.codec import api
-from kgate.filters.api import FORWARD, Close, Drop, Filter, FilterContext, Forward, Respond, Result
 
 BoundHook = Callable[[FilterContext, Any], Any]
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
-from kgate.filters.api import Filter, FilterConfigError
+from kgate.api import Filter, FilterConfigError
 
 ENTRY_POINT_GROUP = "kgate.filters"
 

@@ -20,6 +20,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
+from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
 from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from kgate.filters.chain import FilterChain
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgate.cluster")
 
 LISTEN_BACKLOG = 1024
-METADATA = 3
+METADATA = int(ApiKey.METADATA)
+#: what a Fetch partition says for an id the broker does not know (Kafka: 100; Tansu: 3)
+_UNKNOWN_TOPIC = (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.UNKNOWN_TOPIC_ID))
 DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
 REFUSAL_LOG_EVERY_S = 10.0  # connections refused at max_connections: one log line per listener per this
 BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s
@@ -397,19 +400,19 @@ class VirtualCluster:
         position.
         """
         names = self.topic_names
-        if api_key == 3:
+        if api_key == ApiKey.METADATA:
             if version >= 10:
                 names.observe_metadata_response(version, msg)
-        elif api_key == 19:
+        elif api_key == ApiKey.CREATE_TOPICS:
             if version >= 7:
                 validate_only = bool(getattr(request, "validate_only", False)) if request is not None else False
                 names.observe_create_topics_response(version, msg, validate_only=validate_only)
-        elif api_key == 20:
+        elif api_key == ApiKey.DELETE_TOPICS:
             names.observe_delete_topics_response(version, msg)
-        elif api_key == 1 and version >= 13:
+        elif api_key == ApiKey.FETCH and version >= 13:
             asked = request.topics if request is not None else ()
             for i, topic in enumerate(msg.responses):
-                if not any(p.error_code in (3, 100) for p in topic.partitions):
+                if not any(p.error_code in _UNKNOWN_TOPIC for p in topic.partitions):
                     continue
                 topic_id = topic.topic_id
                 if not topic_id.int and i < len(asked):

@@ -30,8 +30,8 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from kgate.api import ConnectionInfo
 from kgate.codec.framing import FrameReader
-from kgate.filters.api import ConnectionInfo
 from kgate.proxy.exchange import Exchange, close_upstream_gently
 from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD

@@ -6,11 +6,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from kgate.filters.api import ConnectionInfo
+from kgate.api import ConnectionInfo
 
 if TYPE_CHECKING:
+    from kgate.api import TopicNameError
     from kgate.proxy.cluster import VirtualCluster
-    from kgate.proxy.topic_names import TopicNameError
 
 
 class MessageContext:

@@ -6,27 +6,28 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from kgate.api import ApiKey, ErrorCode
 from kgate.codec.headers import HeaderError
 
 if TYPE_CHECKING:
+    from kgate.api import ConnectionInfo
     from kgate.codec.framing import FrameReader
     from kgate.config import ProxySettings
-    from kgate.filters.api import ConnectionInfo
     from kgate.filters.chain import FilterChain
     from kgate.proxy.cluster import VirtualCluster
     from kgate.proxy.flow import ReadGate
     from kgate.proxy.sasl import SaslState
 
-PRODUCE = 0
-FETCH = 1
-CREATE_TOPICS = 19
-METADATA = 3
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+CREATE_TOPICS = int(ApiKey.CREATE_TOPICS)
+METADATA = int(ApiKey.METADATA)
 # Small Fetch responses that may carry an unknown-topic error (errors, empty long polls) are decoded
 # when filters use topic names, so a dead id's error evicts it; large ones stream through undecoded
 # (see _start_stream and response_path._may_carry_unknown_topic).
 OBSERVE_FETCH_MAX = 64 * 1024
 RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
-REQUEST_TIMED_OUT = 7
+REQUEST_TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
 
 
 UPSTREAM_CLOSE_GRACE_S = 2.0

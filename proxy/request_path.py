@@ -13,6 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+from kgate.api import FORWARD, Close, Drop, Respond, error_response
 from kgate.codec import api
 from kgate.codec.generated.produce import TopicProduceData
 from kgate.codec.headers import (
@@ -27,9 +28,7 @@ from kgate.codec.headers import (
     frame as make_frame,
 )
 from kgate.codec.peek import produce_prefix
-from kgate.filters.api import FORWARD, Close, Drop, Respond
 from kgate.filters.chain import Outcome, peek_forwards, run_hooks
-from kgate.filters.errors import error_response
 from kgate.proxy.context import MessageContext
 from kgate.proxy.exchange import (
     CREATE_TOPICS,

@@ -12,9 +12,9 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
+from kgate.api import FORWARD, Close, ErrorCode
 from kgate.codec import api
 from kgate.codec.headers import HeaderError, peek_correlation_id, response_body_offset
-from kgate.filters.api import FORWARD, Close
 from kgate.filters.chain import Outcome, run_hooks
 from kgate.proxy import rewrite
 from kgate.proxy.context import MessageContext
@@ -211,7 +211,7 @@ class ResponsePath(ConnectionState):
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
-        if api_key == SASL_HANDSHAKE and version == 0 and msg.error_code == 0:
+        if api_key == SASL_HANDSHAKE and version == 0 and msg.error_code == ErrorCode.NONE:
             self.sasl.handshake_v0_accepted()
         elif api_key == SASL_AUTHENTICATE:
             self.sasl.authenticate_response(msg.error_code)

@@ -15,14 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import response_body_offset
 
-PRODUCE, FETCH, METADATA, FIND_COORDINATOR, API_VERSIONS = 0, 1, 3, 10, 18
-DESCRIBE_CLUSTER, SHARE_FETCH, SHARE_ACKNOWLEDGE = 60, 78, 79
-DESCRIBE_QUORUM = 55
-UNSUPPORTED_VERSION = 35
+PRODUCE, FETCH, METADATA = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.METADATA)
+FIND_COORDINATOR, API_VERSIONS = int(ApiKey.FIND_COORDINATOR), int(ApiKey.API_VERSIONS)
+DESCRIBE_CLUSTER, DESCRIBE_QUORUM = int(ApiKey.DESCRIBE_CLUSTER), int(ApiKey.DESCRIBE_QUORUM)
+SHARE_FETCH, SHARE_ACKNOWLEDGE = int(ApiKey.SHARE_FETCH), int(ApiKey.SHARE_ACKNOWLEDGE)
+UNSUPPORTED_VERSION = int(ErrorCode.UNSUPPORTED_VERSION)
 
 
 class NodeMapper(Protocol):
@@ -62,7 +64,7 @@ def _find_coordinator(msg: Any, version: int, mapper: NodeMapper) -> bool:
         targets = [msg]
     changed = False
     for c in targets:
-        if c.error_code != 0 or c.node_id < 0:
+        if c.error_code != ErrorCode.NONE or c.node_id < 0:
             continue
         addr = mapper(c.node_id, c.host, c.port)
         if addr is None:

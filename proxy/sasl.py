@@ -9,11 +9,12 @@ clear (PLAIN, SCRAM-*) and trusts it only once the broker accepted the authentic
 
 from __future__ import annotations
 
+from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
 from kgate.codec.headers import peek_request
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 
 def principal_from_token(mechanism: str, token: bytes) -> str | None:
@@ -110,7 +111,7 @@ class SaslState:
             self.candidate = principal_from_token(self.mechanism, token)
 
     def authenticate_response(self, error_code: int) -> None:
-        if error_code != 0:
+        if error_code != ErrorCode.NONE:
             self.candidate = None
             return
         self.auth_rounds += 1

@@ -37,45 +37,31 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+from kgate.api.topic_names import LOOKUP_FAILED, TopicNameError
 from kgate.codec import api
+from kgate.codec.error_codes import RETRIABLE_CODES as _KAFKA_RETRIABLE
+from kgate.codec.error_codes import ErrorCode
+from kgate.codec.generated.api_keys import ApiKey
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy import topic_names_metrics as _m
 from kgate.proxy.upstream_client import UpstreamError
 
 log = logging.getLogger("kgate.topic_names")
 
-METADATA = 3
-API_VERSIONS = 18
+METADATA = ApiKey.METADATA
+API_VERSIONS = ApiKey.API_VERSIONS
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
-#: kgate's code for "the lookup itself failed" (broker unreachable, timeout, undecodable answer).
-#: It is Kafka's UNKNOWN_SERVER_ERROR number; filters should map it to a retriable code of the
-#: RPC they answer (e.g. UNKNOWN_TOPIC_ID or REQUEST_TIMED_OUT) rather than send -1 to clients.
-LOOKUP_FAILED = -1
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
 
-#: Broker error codes for which asking again soon may give another answer.
-RETRIABLE_CODES = frozenset({5, 6, 7, 13, 14, 15, 56, 103, 129})
+#: Broker error codes for which asking again soon may give another answer: the ones Kafka marks
+#: retriable, plus REBOOTSTRAP_REQUIRED (kgate's next lookup reconnects, which is the rebootstrap),
+#: less "does not exist" (an id never comes back, so that answer is final).
+RETRIABLE_CODES = (_KAFKA_RETRIABLE | {ErrorCode.REBOOTSTRAP_REQUIRED}) - {UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID}
 #: Ids per Metadata request; more are split into several requests.
 MAX_IDS_PER_REQUEST = 1000
 
 _ZERO = UUID(int=0)
-
-
-@dataclass(frozen=True)
-class TopicNameError:
-    """Why an id has no name.
-
-    ``code`` is a Kafka error code: 100 (UNKNOWN_TOPIC_ID) when the cluster says the id does not
-    exist (Kafka's 100 and Tansu's 3 both map here), other broker codes passed through, or
-    ``LOOKUP_FAILED`` (-1) when kgate could not ask. ``retriable`` says whether resolving again may
-    succeed without the cluster changing: false for "does not exist" (an id never comes back),
-    true for lookup failures and transient broker errors.
-    """
-
-    code: int
-    message: str
-    retriable: bool
 
 
 ZERO_ID_ERROR = TopicNameError(UNKNOWN_TOPIC_ID, "the zero topic id names no topic", False)
@@ -408,7 +394,7 @@ class TopicNameResolver:
     @staticmethod
     def _topic_result(t: Any) -> str | TopicNameError:
         code = t.error_code
-        if code == 0:
+        if code == ErrorCode.NONE:
             if t.name and t.topic_id.int:
                 return t.name
             return TopicNameError(LOOKUP_FAILED, "broker answered without a name for this id", True)
@@ -438,7 +424,7 @@ class TopicNameResolver:
     def _parse_all(keys: list[int], resp: Any) -> dict[int, str | TopicNameError]:
         out: dict[int, str | TopicNameError] = {}
         for t in resp.topics:
-            if t.error_code == 0 and t.name and t.topic_id.int:
+            if t.error_code == ErrorCode.NONE and t.name and t.topic_id.int:
                 out[t.topic_id.int] = t.name
         gone = TopicNameError(UNKNOWN_TOPIC_ID, "topic id not among the cluster's topics", False)
         for k in keys:
@@ -528,7 +514,7 @@ class TopicNameResolver:
         for t in msg.topics:
             code = t.error_code
             key = t.topic_id.int
-            if code == 0:
+            if code == ErrorCode.NONE:
                 if key and t.name:
                     self._learn(key, t.name)
             elif code in (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID):
@@ -543,14 +529,14 @@ class TopicNameResolver:
         if version < 7 or validate_only:
             return
         for t in msg.topics:
-            if t.error_code == 0 and t.topic_id.int and t.name:
+            if t.error_code == ErrorCode.NONE and t.topic_id.int and t.name:
                 self._learn(t.topic_id.int, t.name)
 
     def observe_delete_topics_response(self, version: int, msg: Any) -> None:
         """Evict deleted topics by id (v6+) and by name (all ids that name had)."""
         for r in msg.responses:
             code = r.error_code
-            if code == 0:
+            if code == ErrorCode.NONE:
                 reason = "deleted"
             elif code in (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID):
                 reason = "unknown_id"

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
@@ -27,9 +28,9 @@ from kgate.proxy.sasl_client import SaslError, ScramClient, plain_token
 
 log = logging.getLogger("kgate.upstream")
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 
 class UpstreamError(Exception):

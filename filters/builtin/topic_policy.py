@@ -30,16 +30,22 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from kgate.filters.api import (
+from kgate.api import (
     FORWARD,
     ApiKey,
+    ErrorCode,
     Filter,
     FilterConfigError,
     FilterContext,
     Result,
+    TopicKey,
+    error_response,
     forward,
+    merge_refused,
     on_request,
     on_response,
+    refuse_topics,
+    request_topics,
     respond,
 )
 from kgate.filters.builtin.topic_visibility import (
@@ -52,17 +58,9 @@ from kgate.filters.builtin.topic_visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
 )
-from kgate.filters.errors import (
-    CLUSTER_AUTHORIZATION_FAILED,
-    INVALID_REQUEST,
-    TOPIC_AUTHORIZATION_FAILED,
-    UNKNOWN_TOPIC_ID,
-    error_response,
-)
-from kgate.filters.topics import TopicKey, merge_refused, refuse_topics, request_topics
 
 _ZERO = UUID(int=0)
-_UNRESOLVED = {"UNKNOWN_TOPIC_ID": UNKNOWN_TOPIC_ID, "TOPIC_AUTHORIZATION_FAILED": TOPIC_AUTHORIZATION_FAILED}
+_UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
 _KEYS = (
     ApiKey.PRODUCE,
     ApiKey.FETCH,
@@ -152,7 +150,8 @@ class TopicPolicy(Filter):
 
     def _codes(self, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]) -> dict[TopicKey, int]:
         """Error code per refused topic: denied ones, and ids that could not be resolved (fail closed)."""
-        codes: dict[TopicKey, int] = {k: TOPIC_AUTHORIZATION_FAILED for k, n in names.items() if not self.allowed(n)}
+        denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        codes: dict[TopicKey, int] = {k: denied for k, n in names.items() if not self.allowed(n)}
         for topic_id in unresolved:
             codes[topic_id] = self._unresolved_code
         return codes
@@ -162,7 +161,9 @@ class TopicPolicy(Filter):
         if ctx.api_key == ApiKey.ELECT_LEADERS and request.topic_partitions is None:
             # null asks for an election on every partition, the denied topics' too: refused whole,
             # as Kafka refuses a client without ALTER on the cluster
-            return respond(error_response(ctx.api_key, ctx.api_version, request, CLUSTER_AUTHORIZATION_FAILED))
+            return respond(
+                error_response(ctx.api_key, ctx.api_version, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+            )
         names, missing = self._known_names(ctx, request_topics(ctx.api_key, request))
         if missing:
             return self._check_after_lookup(ctx, request, names, missing)
@@ -201,9 +202,9 @@ class TopicPolicy(Filter):
             # INVALID_REQUEST (42), allowed or not; so does kgate, which therefore neither fails on
             # it nor reveals whether a denied id exists (the broker never sees it: Tansu answers
             # v10/v11 ids with a malformed response).
-            return respond(error_response(ApiKey.METADATA, ctx.api_version, request, INVALID_REQUEST))
+            return respond(error_response(ApiKey.METADATA, ctx.api_version, request, ErrorCode.INVALID_REQUEST))
         codes: dict[TopicKey, int] = {
-            t.name: TOPIC_AUTHORIZATION_FAILED
+            t.name: ErrorCode.TOPIC_AUTHORIZATION_FAILED
             for t in topics
             if t.name is not None and not getattr(t, "topic_id", _ZERO).int and not self.allowed(t.name)
         }
@@ -270,7 +271,7 @@ class TopicPolicy(Filter):
         """Subscribing to a denied topic by name: TOPIC_AUTHORIZATION_FAILED, as Kafka answers it."""
         if not denied_subscriptions(request, self.allowed):
             return FORWARD
-        return respond(error_response(ctx.api_key, ctx.api_version, request, TOPIC_AUTHORIZATION_FAILED))
+        return respond(error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
 
     @on_response(ApiKey.CONSUMER_GROUP_DESCRIBE)
     @on_response(ApiKey.SHARE_GROUP_DESCRIBE)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
-from kgate.filters.errors import TOPIC_AUTHORIZATION_FAILED
+from kgate.api import ErrorCode
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -59,7 +59,7 @@ def hide_described_topics(
         changed = True
         if asked_for_all:
             continue
-        topic.error_code = TOPIC_AUTHORIZATION_FAILED
+        topic.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         topic.partitions = []
         if getattr(topic, "topic_id", None) in asked_ids:
             topic.name = None
@@ -152,7 +152,7 @@ def refuse_groups_with_denied_assignments(response: Any, allowed: Allowed) -> bo
             continue
         changed = True
         refused = type(group)(group_id=group.group_id)
-        refused.error_code = TOPIC_AUTHORIZATION_FAILED
+        refused.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         refused.error_message = DESCRIBE_REFUSED
         response.groups[i] = refused
     return changed
@@ -228,7 +228,7 @@ def refuse_classic_groups_with_denied_assignments(response: Any, allowed: Allowe
             names = assignment_topics(member.member_assignment)
             if names is None or any(not allowed(n) for n in names):
                 refused = type(group)(group_id=group.group_id)
-                refused.error_code = TOPIC_AUTHORIZATION_FAILED
+                refused.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 if hasattr(refused, "error_message"):
                     refused.error_message = DESCRIBE_REFUSED
                 response.groups[i] = refused

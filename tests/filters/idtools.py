@@ -13,13 +13,16 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+from kgate.api import ErrorCode
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy.upstream_client import UpstreamClient
 
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, API_VERSIONS = 0, 1, 3, 8, 18
 ZERO = UUID(int=0)
-UNKNOWN_TOPIC_OR_PARTITION, TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID = 3, 29, 100
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+UNKNOWN_TOPIC_ID = ErrorCode.UNKNOWN_TOPIC_ID
 
 
 def unique(prefix: str) -> str:

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from kgate.codec import api
-from kgate.codec.headers import parse_request_header, request_frame, response_body_offset, response_frame
+from kgate import testing
+from kgate.api import LOOKUP_FAILED, ErrorCode, TopicNameError
 from kgate.filters.builtin.topic_policy import TopicPolicy
-from kgate.proxy.topic_names import LOOKUP_FAILED, TopicNameError
 
-AUTHZ, UNKNOWN_ID = 29, 100
+AUTHZ, UNKNOWN_ID = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID
 
 OK_ID, SECRET_ID, LATE_ID, GONE_ID, FLAKY_ID = (uuid.uuid4() for _ in range(5))
 CACHE = {OK_ID: "orders", SECRET_ID: "secret-pay"}  # known to kgate already
@@ -28,32 +26,11 @@ CLUSTER = {LATE_ID: "orders-eu"}  # resolvable by a lookup
 # GONE_ID: the cluster says "does not exist"; FLAKY_ID: the lookup itself fails (retriable)
 
 
-class FakeContext:
-    """What ``TopicPolicy`` uses of a ``FilterContext``."""
-
-    def __init__(self, api_key: int, api_version: int, request: Any = None) -> None:
-        self.api_key = api_key
-        self.api_version = api_version
-        self.correlation_id = 7
-        self.request = request  # in a response hook: the decoded request
-        self.state: dict[str, Any] = {}
-        self.lookups: list[list[UUID]] = []
-
-    def cached_topic_name(self, topic_id: UUID) -> str | None:
-        return CACHE.get(topic_id)
-
-    async def topic_names(self, topic_ids: Iterable[UUID]) -> dict[UUID, str | TopicNameError]:
-        ids = list(topic_ids)
-        self.lookups.append(ids)
-        out: dict[UUID, str | TopicNameError] = {}
-        for tid in ids:
-            if tid in CLUSTER:
-                out[tid] = CLUSTER[tid]
-            elif tid == FLAKY_ID:
-                out[tid] = TopicNameError(LOOKUP_FAILED, "broker unreachable", True)
-            else:
-                out[tid] = TopicNameError(UNKNOWN_ID, "topic id does not exist", False)
-        return out
+def FakeContext(api_key: int, api_version: int, request: Any = None) -> testing.FakeContext:
+    """kgate's scripted context with this module's cache and cluster (FLAKY_ID: the lookup fails)."""
+    flaky = TopicNameError(LOOKUP_FAILED, "broker unreachable", True)
+    cluster: dict[UUID, str | TopicNameError] = {**CLUSTER, FLAKY_ID: flaky}
+    return testing.FakeContext(api_key, api_version, request=request, correlation_id=7, cache=CACHE, cluster=cluster)
 
 
 def policy(**config: Any) -> TopicPolicy:
@@ -61,19 +38,9 @@ def policy(**config: Any) -> TopicPolicy:
     return TopicPolicy(TopicPolicy.validate_config(cfg))
 
 
-def through_frames(api_key: int, version: int, request: Any) -> Any:
-    """Encode ``request`` as a client would send it and decode it as kgate does."""
-    body = request.encode(version)
-    frame = request_frame(api_key, version, 42, "spec-client", api.request_header_version(api_key, version), body)
-    header = parse_request_header(memoryview(frame), api.request_header_version(api_key, version))
-    assert (header.api_key, header.api_version, header.correlation_id) == (api_key, version, 42)
-    return api.decode_request(api_key, version, memoryview(frame)[header.body_offset :])
-
-
-def response_through_frames(api_key: int, version: int, response: Any) -> Any:
-    hv = api.response_header_version(api_key, version)
-    frame = response_frame(42, hv, response.encode(version))
-    return api.decode_response(api_key, version, memoryview(frame)[response_body_offset(frame, hv) :])
+#: a message through real frame bytes: encoded as a client (or broker) sends it, decoded as kgate does
+through_frames = testing.round_trip_request
+response_through_frames = testing.round_trip_response
 
 
 async def run_check(p: TopicPolicy, ctx: FakeContext, request: Any) -> tuple[Any, bool]:

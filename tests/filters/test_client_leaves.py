@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 from support.wire import produce_request
 
-from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request
+from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.filters.registry import register_filter
 
 HOLD_S = 0.5

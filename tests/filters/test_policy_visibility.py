@@ -27,6 +27,7 @@ from spec_tools import (
     through_frames,
 )
 
+from kgate.api import FORWARD, Forward, Respond, error_response
 from kgate.codec import api
 from kgate.codec.generated.consumer_group_describe import Assignment as CgdAssignment
 from kgate.codec.generated.consumer_group_describe import ConsumerGroupDescribeResponse
@@ -59,9 +60,7 @@ from kgate.codec.generated.share_group_describe import Member as SgdMember
 from kgate.codec.generated.share_group_describe import ShareGroupDescribeResponse
 from kgate.codec.generated.share_group_describe import TopicPartitions as SgdTopicPartitions
 from kgate.codec.generated.share_group_heartbeat import ShareGroupHeartbeatRequest
-from kgate.filters.api import FORWARD, Forward, Respond
 from kgate.filters.builtin.topic_visibility import DESCRIBE_REFUSED
-from kgate.filters.errors import error_response
 
 OFFSET_FETCH, CGH, CGD, DTP, SGH, SGD = 9, 68, 69, 75, 76, 77
 DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 21, 23, 28, 47

@@ -6,9 +6,9 @@ from typing import ClassVar
 
 import pytest
 
+from kgate.api import Filter
 from kgate.config import parse_config
 from kgate.config.errors import ConfigError
-from kgate.filters import Filter
 from kgate.filters.registry import FilterLookupError, filter_class, register_filter
 
 
@@ -53,10 +53,10 @@ def test_registered_classes_may_be_registered_under_any_name() -> None:
 def test_topic_key_finds_the_name_field_of_any_entry() -> None:
     import uuid
 
+    from kgate.api import topic_key
     from kgate.codec.generated.fetch import FetchTopic
     from kgate.codec.generated.offset_for_leader_epoch import OffsetForLeaderTopic
     from kgate.codec.generated.produce import TopicProduceData
-    from kgate.filters.errors import topic_key
 
     zero, tid = uuid.UUID(int=0), uuid.uuid4()
     assert topic_key(TopicProduceData(name="orders", topic_id=zero)) == "orders"

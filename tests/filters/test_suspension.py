@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from support.inproc_kgate import InprocKgate, make_config
 
+from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
 from kgate.codec import api
-from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
 from kgate.filters.registry import register_filter
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 

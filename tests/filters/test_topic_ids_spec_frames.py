@@ -31,6 +31,7 @@ from spec_tools import (
     through_frames,
 )
 
+from kgate.api import FORWARD, TOPIC_LISTS, ApiKey, Forward, Respond, error_response, request_topics
 from kgate.codec import api
 from kgate.codec.generated.consumer_group_heartbeat import (
     ConsumerGroupHeartbeatRequest,
@@ -57,10 +58,7 @@ from kgate.codec.generated.share_fetch import FetchPartition as SharePartition
 from kgate.codec.generated.share_fetch import FetchTopic as ShareTopic
 from kgate.codec.generated.share_fetch import ForgottenTopic as ShareForgotten
 from kgate.codec.generated.share_fetch import ShareFetchRequest
-from kgate.filters.api import FORWARD, ApiKey, Forward, Respond
 from kgate.filters.builtin.topic_policy import TopicPolicy
-from kgate.filters.errors import error_response
-from kgate.filters.topics import TOPIC_LISTS, request_topics
 
 PRODUCE, OFFSET_COMMIT, CGH, SHARE_FETCH = 0, 8, 68, 78
 

@@ -38,6 +38,7 @@ from support.ports import HOST, free_port, free_port_range
 from support.sasl_gate import SaslGate
 from support.workloads import assert_exact, payloads, unique
 
+from kgate.api import FORWARD, LOOKUP_FAILED, ApiKey, Filter, FilterContext, TopicNameError, on_request
 from kgate.codec import api
 from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.codec.generated.metadata import MetadataRequest
@@ -45,10 +46,8 @@ from kgate.codec.generated.sasl_authenticate import SaslAuthenticateRequest
 from kgate.codec.generated.sasl_handshake import SaslHandshakeRequest
 from kgate.codec.headers import peek_correlation_id, request_frame, response_body_offset
 from kgate.config import parse_config
-from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.filters.registry import register_filter
 from kgate.proxy.sasl_client import ScramClient, plain_token
-from kgate.proxy.topic_names import LOOKUP_FAILED, TopicNameError
 from kgate.proxy.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(120)

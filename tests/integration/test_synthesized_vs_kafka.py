@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from kgate.api import error_response
 from kgate.codec.generated import delete_records as dr
 from kgate.codec.generated import fetch as fe
 from kgate.codec.generated import list_offsets as lo
@@ -25,7 +26,6 @@ from kgate.codec.generated import metadata as md
 from kgate.codec.generated import offset_for_leader_epoch as ofle
 from kgate.codec.generated import produce as pr
 from kgate.codec.schema import Struct
-from kgate.filters.errors import error_response
 from kgate.proxy.upstream_client import UpstreamClient
 
 FETCH, PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 0, 2, 3, 21, 23

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.codec import api
 from kgate.codec.generated import produce as pm
 from kgate.codec.headers import HeaderError, parse_request_header, request_frame
 from kgate.codec.peek import produce_prefix
 from kgate.config import parse_config
-from kgate.filters import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.filters.builtin.topic_policy import TopicPolicy
 from kgate.filters.chain import FilterChain
 from kgate.proxy.cluster import VirtualCluster

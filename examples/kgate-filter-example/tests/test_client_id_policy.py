@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 import pytest
+from kgate.api import FORWARD, ApiKey, ErrorCode, FilterConfigError, Forward, Respond
 from kgate.codec.generated.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
@@ -16,47 +17,21 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from kgate.filters import FORWARD, ApiKey, ConnectionInfo, FilterConfigError, Forward, Respond
-from kgate.filters.errors import TOPIC_AUTHORIZATION_FAILED, UNKNOWN_TOPIC_ID
-from kgate.proxy.topic_names import TopicNameError
+from kgate.testing import FakeContext, run_hook
 
 from kgate_filter_example import ClientIdPolicy, count_records
 
+DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
-class FakeContext:
-    """Just what a hook uses of kgate's FilterContext; records the topic-name lookups it gets."""
 
-    def __init__(self, client_id: str | None, version: int = 9, names: dict[uuid.UUID, str] | None = None,
-                 known: dict[uuid.UUID, str] | None = None) -> None:
-        self.api_key = ApiKey.PRODUCE
-        self.api_version = version
-        self.correlation_id = 7
-        self.connection = ConnectionInfo(client_address="127.0.0.1:5555", virtual_cluster="unit", client_id=client_id)
-        self.request: Any = None
-        self.state: dict[str, Any] = {}
-        self.cached = dict(names or {})  # what kgate already knows (sync path)
-        self.known = dict(known or {})  # what an upstream lookup would find (async path)
-        self.lookups: list[list[uuid.UUID]] = []
+def produce_context(client_id: str | None, version: int = 9, names: dict[uuid.UUID, str] | None = None,
+                known: dict[uuid.UUID, str] | None = None) -> FakeContext:
+    """kgate's scripted context for a Produce: ``names`` kgate already knows, ``known`` the cluster would find.
 
-    async def send_request(self, api_key: int, message: Any, version: int | None = None) -> Any:
-        raise AssertionError("client-id-policy sends no requests of its own")
-
-    def cached_topic_name(self, topic_id: uuid.UUID) -> str | None:
-        return self.cached.get(topic_id)
-
-    async def topic_names(self, topic_ids: Any) -> dict[uuid.UUID, Any]:
-        ids = list(topic_ids)
-        self.lookups.append(ids)
-        return {
-            i: self.known[i] if i in self.known else TopicNameError(UNKNOWN_TOPIC_ID, "no such topic id", False)
-            for i in ids
-        }
-
-    def response_context(self) -> FakeContext:
-        """The context of the response hook of the same exchange: same state, the request."""
-        ctx = FakeContext(self.connection.client_id, self.api_version, self.cached, self.known)
-        ctx.state, ctx.lookups = self.state, self.lookups
-        return ctx
+    No ``upstream`` answers are scripted: client-id-policy sends no requests of its own, so one
+    would fail the test.
+    """
+    return FakeContext(ApiKey.PRODUCE, version, client_id=client_id, cache=names, cluster=known)
 
 
 def batch(records: int) -> bytes:
@@ -91,12 +66,6 @@ def broker_answer(request: ProduceRequest, error: int = 0) -> ProduceResponse:
             for t in request.topic_data
         ]
     )
-
-
-async def run(hook: Any, ctx: Any, message: Any) -> Any:
-    """Call a hook the way kgate does: a plain result, or an awaitable to wait for."""
-    result = hook(ctx, message)
-    return await result if inspect.isawaitable(result) else result
 
 
 def policy(**config: Any) -> ClientIdPolicy:
@@ -137,50 +106,50 @@ def test_frozen_config_from_kgate_is_accepted() -> None:
 # -- request and response hooks --------------------------------------------------------------------
 async def test_allowed_client_passes_unchanged_and_is_counted() -> None:
     f = policy(allow=["svc-*"])
-    ctx = FakeContext("svc-billing")
+    ctx = produce_context("svc-billing")
     req = produce(("orders", {0: 3, 1: 2}))
     assert f.check_produce(ctx, req) is FORWARD  # unchanged: kgate forwards the original bytes
-    rctx = ctx.response_context()
-    assert await run(f.count_produce, rctx, broker_answer(req)) is FORWARD
+    rctx = ctx.for_response()
+    assert await run_hook(f.count_produce, rctx, broker_answer(req)) is FORWARD
     assert f.counts == {("orders", "written"): 5}
 
 
 async def test_broker_errors_are_counted_as_failed() -> None:
     f = policy(allow=["svc-*"])
-    ctx = FakeContext("svc-billing")
+    ctx = produce_context("svc-billing")
     req = produce(("orders", {0: 4}))
     f.check_produce(ctx, req)
-    await run(f.count_produce, ctx.response_context(), broker_answer(req, error=6))
+    await run_hook(f.count_produce, ctx.for_response(), broker_answer(req, error=6))
     assert f.counts == {("orders", "failed"): 4}
 
 
 @pytest.mark.parametrize("client_id", ["intruder", None, "svc"])
 async def test_refused_client_is_answered_directly(client_id: str | None) -> None:
     f = policy(allow=["svc-*"])
-    ctx = FakeContext(client_id)
+    ctx = produce_context(client_id)
     result = f.check_produce(ctx, produce(("orders", {0: 3, 2: 1}), ("audit", {0: 1})))
     assert isinstance(result, Respond)  # every topic refused: nothing goes upstream
-    assert codes(result.message) == {"orders": [TOPIC_AUTHORIZATION_FAILED] * 2, "audit": [TOPIC_AUTHORIZATION_FAILED]}
+    assert codes(result.message) == {"orders": [DENIED] * 2, "audit": [DENIED]}
     assert f.counts == {("orders", "refused"): 4, ("audit", "refused"): 1}
 
 
 async def test_only_guarded_topics_are_refused_and_merged_into_the_answer() -> None:
     f = policy(allow=["svc-*"], topics=["orders-*"])
-    ctx = FakeContext("intruder")
+    ctx = produce_context("intruder")
     req = produce(("orders-eu", {0: 2}), ("audit", {0: 5, 1: 1}))
     result = f.check_produce(ctx, req)
     assert isinstance(result, Forward) and result.message is req
     assert [t.name for t in req.topic_data] == ["audit"]  # what goes upstream
     resp = broker_answer(req)  # the broker answers the topics it got
-    merged = await run(f.count_produce, ctx.response_context(), resp)
+    merged = await run_hook(f.count_produce, ctx.for_response(), resp)
     assert isinstance(merged, Forward)
-    assert codes(merged.message) == {"audit": [0, 0], "orders-eu": [TOPIC_AUTHORIZATION_FAILED]}
+    assert codes(merged.message) == {"audit": [0, 0], "orders-eu": [DENIED]}
     assert f.counts == {("orders-eu", "refused"): 2, ("audit", "written"): 6}
 
 
 async def test_acks0_is_counted_unacknowledged() -> None:
     f = policy(allow=["svc-*"], topics=["orders-*"])
-    ctx = FakeContext("svc-a")
+    ctx = produce_context("svc-a")
     assert f.check_produce(ctx, produce(("orders-x", {0: 3}), acks=0)) is FORWARD
     assert ctx.state == {}  # nothing for a response hook: none will come
     assert f.counts == {("orders-x", "unacknowledged"): 3}
@@ -192,7 +161,7 @@ ORDERS_ID, AUDIT_ID, GONE_ID = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
 
 async def test_cached_names_decide_synchronously() -> None:
     f = policy(allow=["svc-*"], topics=["orders-*"])
-    ctx = FakeContext("intruder", version=13, names={ORDERS_ID: "orders-eu", AUDIT_ID: "audit"})
+    ctx = produce_context("intruder", version=13, names={ORDERS_ID: "orders-eu", AUDIT_ID: "audit"})
     req = produce((ORDERS_ID, {0: 1}), (AUDIT_ID, {0: 1}))
     result = f.check_produce(ctx, req)
     assert not inspect.isawaitable(result)  # no task, no future
@@ -202,27 +171,27 @@ async def test_cached_names_decide_synchronously() -> None:
 
 async def test_unknown_ids_are_looked_up_and_unresolvable_ones_refused() -> None:
     f = policy(allow=["svc-*"], topics=["orders-*"])
-    ctx = FakeContext("intruder", version=13, known={ORDERS_ID: "orders-eu", AUDIT_ID: "audit"})
+    ctx = produce_context("intruder", version=13, known={ORDERS_ID: "orders-eu", AUDIT_ID: "audit"})
     req = produce((ORDERS_ID, {0: 1}), (AUDIT_ID, {0: 2}), (GONE_ID, {0: 1}))
     pending = f.check_produce(ctx, req)
     assert inspect.isawaitable(pending)  # kgate suspends this request only
     result = await pending
     assert ctx.lookups == [[ORDERS_ID, AUDIT_ID, GONE_ID]]
     assert isinstance(result, Forward) and [t.topic_id for t in req.topic_data] == [AUDIT_ID]
-    merged = await run(f.count_produce, ctx.response_context(), broker_answer(req))
+    merged = await run_hook(f.count_produce, ctx.for_response(), broker_answer(req))
     # fail closed: an id nobody can name is refused, not let through
-    assert codes(merged.message) == {AUDIT_ID: [0], ORDERS_ID: [TOPIC_AUTHORIZATION_FAILED],
-                                     GONE_ID: [TOPIC_AUTHORIZATION_FAILED]}
+    assert codes(merged.message) == {AUDIT_ID: [0], ORDERS_ID: [DENIED],
+                                     GONE_ID: [DENIED]}
     assert f.counts == {("orders-eu", "refused"): 1, (str(GONE_ID), "refused"): 1, ("audit", "written"): 2}
 
 
 async def test_allowed_client_never_waits_names_are_found_for_counting() -> None:
     f = policy(allow=["svc-*"])
-    ctx = FakeContext("svc-a", version=13, known={ORDERS_ID: "orders-eu"})
+    ctx = produce_context("svc-a", version=13, known={ORDERS_ID: "orders-eu"})
     req = produce((ORDERS_ID, {0: 4}))
     assert f.check_produce(ctx, req) is FORWARD  # synchronous although the id is not cached
     assert ctx.lookups == []
-    pending = f.count_produce(ctx.response_context(), broker_answer(req))
+    pending = f.count_produce(ctx.for_response(), broker_answer(req))
     assert inspect.isawaitable(pending)  # the response hook looks the name up
     assert await pending is FORWARD
     assert ctx.lookups == [[ORDERS_ID]]

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
-from conftest import Kgate, requires_plugin
+import yaml
+from conftest import requires_plugin
+from kgate.api import ErrorCode
+from kgate.testing.processes import RunningKgate
 
 pytestmark = requires_plugin
 confluent_kafka = pytest.importorskip("confluent_kafka")
-TOPIC_AUTHORIZATION_FAILED = 29
+POLICY = {"name": "client-id-policy", "config": {"allow": ["trusted-*"], "topics": ["orders-*"]}}
 
 
 def unique(prefix: str) -> str:
@@ -72,7 +78,7 @@ def consume_all(bootstrap: str, topic: str, expected: int, partitions: int = 2, 
         c.close()
 
 
-def metric(k: Kgate, topic: str, outcome: str) -> float:
+def metric(k: RunningKgate, topic: str, outcome: str) -> float:
     """A sample of the filter's counter from kgate's /metrics (labels in any order)."""
     want = {"cluster": "example", "topic": topic, "outcome": outcome}
     for m in re.finditer(r"^kgate_client_id_policy_records_total\{([^}]*)\} (\S+)$", k.metrics(), re.M):
@@ -81,8 +87,8 @@ def metric(k: Kgate, topic: str, outcome: str) -> float:
     return 0.0
 
 
-def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_with_policy: Kgate) -> None:
-    k = kgate_with_policy
+def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_proxy) -> None:
+    k = kgate_proxy([POLICY], name="example")
     orders, audit = unique("orders"), unique("audit")  # orders-* is guarded, audit-* is not
     create_topic(k.bootstrap, orders)
     create_topic(k.bootstrap, audit)
@@ -95,7 +101,7 @@ def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_wi
     assert delivered == 0
     assert len(errors) == 7
     assert {e.code() for e in errors} == {confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED}
-    assert confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED == TOPIC_AUTHORIZATION_FAILED
+    assert confluent_kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
     # the same client may write to a topic the policy does not guard
     assert produce(k.bootstrap, "intruder", audit, [b"a1", b"a2", b"a3"]) == (3, [])
@@ -109,12 +115,19 @@ def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_wi
     assert metric(k, audit, "written") == 3
 
 
-def test_kgate_config_loader_finds_and_validates_the_plugin() -> None:
-    """Entry-point discovery and config validation as `kgate check-config` runs them."""
-    from kgate.config import ConfigError, parse_config
+def check_config(tmp_path: Path, filters: list[dict]) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "kgate.yaml"
+    path.write_text(yaml.safe_dump({"virtual_clusters": [{"name": "a", "listen": "127.0.0.1:19192",
+                                                          "upstream": "127.0.0.1:9092"}], "filters": filters}))
+    return subprocess.run([sys.executable, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
 
-    base = {"virtual_clusters": [{"name": "a", "listen": "127.0.0.1:19192", "upstream": "127.0.0.1:9092"}]}
-    cfg = parse_config({**base, "filters": [{"name": "client-id-policy", "config": {"allow": "svc-*"}}]}, "test")
-    assert dict(cfg.filters[0].config) == {"allow": ("svc-*",), "topics": None}
-    with pytest.raises(ConfigError, match=r"filters\[0\]\.config: allow: required key is missing"):
-        parse_config({**base, "filters": [{"name": "client-id-policy"}]}, "test")
+
+def test_kgate_check_config_finds_and_validates_the_plugin(tmp_path: Path) -> None:
+    """Entry-point discovery and config validation, as `kgate check-config` reports them to a user."""
+    ok = check_config(tmp_path, [{"name": "client-id-policy", "config": {"allow": "svc-*"}}])
+    assert ok.returncode == 0, ok.stderr
+    assert "client-id-policy" in ok.stdout
+    bad = check_config(tmp_path, [{"name": "client-id-policy"}])
+    assert bad.returncode == 2
+    assert "filters[0].config: allow: required key is missing" in bad.stderr

@@ -39,9 +39,20 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
-from kgate.filters import ApiKey, Filter, FilterConfigError, FilterContext, Result, on_request, on_response
-from kgate.filters.errors import TOPIC_AUTHORIZATION_FAILED
-from kgate.filters.topics import TopicKey, merge_refused, refuse_topics, topic_key
+from kgate.api import (
+    ApiKey,
+    ErrorCode,
+    Filter,
+    FilterConfigError,
+    FilterContext,
+    Result,
+    TopicKey,
+    merge_refused,
+    on_request,
+    on_response,
+    refuse_topics,
+    topic_key,
+)
 from prometheus_client import Counter as PromCounter
 
 __all__ = ["RECORDS", "ClientIdPolicy", "count_records"]
@@ -175,9 +186,9 @@ class ClientIdPolicy(Filter):
     ) -> Result:
         codes: dict[TopicKey, int] = {}
         if not allowed:
-            codes = {key: TOPIC_AUTHORIZATION_FAILED for key, name in names.items() if self.guards(name)}
+            codes = {key: ErrorCode.TOPIC_AUTHORIZATION_FAILED for key, name in names.items() if self.guards(name)}
             for topic_id in unresolved:
-                codes[topic_id] = TOPIC_AUTHORIZATION_FAILED  # cannot tell it is unguarded: refuse
+                codes[topic_id] = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # cannot tell it is unguarded: refuse
         sent: dict[TopicKey, tuple[str | None, dict[int, int]]] = {}
         for topic in request.topic_data:
             key = topic_key(topic)

@@ -29,27 +29,14 @@ so that Kafka's per-connection ordering holds; other connections run on).
 
 from __future__ import annotations
 
-import enum
-import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 from uuid import UUID
 
+from kgate.api.topic_names import TopicNameError
 from kgate.codec import api
-
-if TYPE_CHECKING:
-    from kgate.proxy.topic_names import TopicNameError
-
-
-def _const_name(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
-
-
-#: Kafka api keys by name, e.g. ``ApiKey.FETCH == 1``; generated from the codec's spec data.
-ApiKey = enum.IntEnum(  # type: ignore[misc]
-    "ApiKey", {_const_name(info.name): key for key, info in sorted(api.API_INFO.items())}
-)
+from kgate.codec.generated.api_keys import ApiKey
 
 
 class FilterConfigError(ValueError):
@@ -159,7 +146,7 @@ def on_request(
     that must not happen twice. Applies when every request hook for that Produce version peeks,
     and when the request names a single topic (the others' names only come after the records).
     """
-    if peek and int(api_key) != 0:
+    if peek and int(api_key) != ApiKey.PRODUCE:
         raise ValueError("peek is only available for Produce requests")
     return _hook("request", api_key, min_version, max_version, peek=peek)
 

@@ -12,29 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from uuid import UUID
 
-from kgate.filters.api import FORWARD, FilterContext, Result, forward, respond
-from kgate.filters.errors import error_response, topic_key
-
-TopicKey = str | UUID
+from kgate.api.errors import TopicKey, error_response, topic_key
+from kgate.api.filter import FORWARD, FilterContext, Result, forward, respond
+from kgate.codec.generated.api_keys import ApiKey
 
 # api key -> (request list attribute, name attribute in it, response list attribute)
 TOPIC_LISTS: dict[int, tuple[str, str, str]] = {
-    0: ("topic_data", "name", "responses"),  # Produce
-    1: ("topics", "topic", "responses"),  # Fetch
-    2: ("topics", "name", "topics"),  # ListOffsets
-    3: ("topics", "name", "topics"),  # Metadata
-    8: ("topics", "name", "topics"),  # OffsetCommit
-    20: ("topics", "name", "responses"),  # DeleteTopics (v6+; older versions use topic_names)
-    21: ("topics", "name", "topics"),  # DeleteRecords
-    23: ("topics", "topic", "topics"),  # OffsetForLeaderEpoch
-    28: ("topics", "name", "topics"),  # TxnOffsetCommit
-    43: ("topic_partitions", "topic", "replica_election_results"),  # ElectLeaders (null: every partition)
-    47: ("topics", "name", "topics"),  # OffsetDelete
-    61: ("topics", "name", "topics"),  # DescribeProducers
-    78: ("topics", "topic_id", "responses"),  # ShareFetch (ids only)
-    79: ("topics", "topic_id", "responses"),  # ShareAcknowledge (ids only)
+    ApiKey.PRODUCE: ("topic_data", "name", "responses"),
+    ApiKey.FETCH: ("topics", "topic", "responses"),
+    ApiKey.LIST_OFFSETS: ("topics", "name", "topics"),
+    ApiKey.METADATA: ("topics", "name", "topics"),
+    ApiKey.OFFSET_COMMIT: ("topics", "name", "topics"),
+    ApiKey.DELETE_TOPICS: ("topics", "name", "responses"),  # v6+; older versions use topic_names
+    ApiKey.DELETE_RECORDS: ("topics", "name", "topics"),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: ("topics", "topic", "topics"),
+    ApiKey.TXN_OFFSET_COMMIT: ("topics", "name", "topics"),
+    ApiKey.ELECT_LEADERS: ("topic_partitions", "topic", "replica_election_results"),  # null: every partition
+    ApiKey.OFFSET_DELETE: ("topics", "name", "topics"),
+    ApiKey.DESCRIBE_PRODUCERS: ("topics", "name", "topics"),
+    ApiKey.SHARE_FETCH: ("topics", "topic_id", "responses"),  # ids only
+    ApiKey.SHARE_ACKNOWLEDGE: ("topics", "topic_id", "responses"),  # ids only
 }
 
 _STATE_KEY = "kgate.refused"
@@ -42,7 +40,7 @@ _STATE_KEY = "kgate.refused"
 
 def _entries(api_key: int, request: Any) -> tuple[str, str, list[Any]]:
     list_attr, name_attr, _resp = TOPIC_LISTS[api_key]
-    if api_key == 20 and not getattr(request, "topics", None):
+    if api_key == ApiKey.DELETE_TOPICS and not getattr(request, "topics", None):
         return "topic_names", "", list(request.topic_names)
     return list_attr, name_attr, list(getattr(request, list_attr) or [])
 

@@ -6,26 +6,19 @@ reports errors that way, so the client's normal error handling (refresh metadata
 the send) runs. ``error_response`` mirrors the request's topics and partitions into a response
 object with ``code`` everywhere; ``topic_codes`` lets the code differ per topic.
 
-Kafka error codes used by kgate are named here for filter authors.
+Error codes are :class:`kgate.api.ErrorCode` members (generated from Kafka's own table).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+from uuid import UUID
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import ApiKey
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-REQUEST_TIMED_OUT = 7
-TOPIC_AUTHORIZATION_FAILED = 29
-CLUSTER_AUTHORIZATION_FAILED = 31
-INVALID_REQUEST = 42
-POLICY_VIOLATION = 44
-UNKNOWN_TOPIC_ID = 100
-
-TopicKey = Any  # a topic name (str) or id (UUID), whichever the request carries
+TopicKey = str | UUID  # a topic name or id, whichever the request carries
 
 
 def _struct(cls: type, field_name: str) -> type:
@@ -201,20 +194,20 @@ def _per_partition(name_attr: str, index_attr: str, **fixed: Any) -> Builder:
 
 
 _BUILDERS: dict[int, Builder] = {
-    0: _produce,
-    1: _fetch,
-    2: _list_offsets,
-    3: _metadata,
-    8: _offset_commit,
-    20: _delete_topics,
-    21: _per_partition("name", "partition_index", low_watermark=-1),  # DeleteRecords
-    23: _per_partition("topic", "partition", leader_epoch=-1, end_offset=-1),  # OffsetForLeaderEpoch
-    28: _per_partition("name", "partition_index"),  # TxnOffsetCommit
-    43: _elect_leaders,
-    47: _per_partition("name", "partition_index"),  # OffsetDelete
-    61: _describe_producers,
-    78: _share,
-    79: _share,
+    ApiKey.PRODUCE: _produce,
+    ApiKey.FETCH: _fetch,
+    ApiKey.LIST_OFFSETS: _list_offsets,
+    ApiKey.METADATA: _metadata,
+    ApiKey.OFFSET_COMMIT: _offset_commit,
+    ApiKey.DELETE_TOPICS: _delete_topics,
+    ApiKey.DELETE_RECORDS: _per_partition("name", "partition_index", low_watermark=-1),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: _per_partition("topic", "partition", leader_epoch=-1, end_offset=-1),
+    ApiKey.TXN_OFFSET_COMMIT: _per_partition("name", "partition_index"),
+    ApiKey.ELECT_LEADERS: _elect_leaders,
+    ApiKey.OFFSET_DELETE: _per_partition("name", "partition_index"),
+    ApiKey.DESCRIBE_PRODUCERS: _describe_producers,
+    ApiKey.SHARE_FETCH: _share,
+    ApiKey.SHARE_ACKNOWLEDGE: _share,
 }
 
 
@@ -241,13 +234,13 @@ def error_response(
     builder = _BUILDERS.get(api_key)
     if builder is not None:
         builder(request, resp, code_for)
-        if api_key == 3 and api_version < 12:
+        if api_key == ApiKey.METADATA and api_version < 12:
             # a topic asked for by id alone has no name; below v12 the answer's name cannot be null,
             # and Kafka sends it empty
             for t in resp.topics:
                 if t.name is None:
                     t.name = ""
-        if hasattr(resp, "error_code") and api_key != 1:
+        if hasattr(resp, "error_code") and api_key != ApiKey.FETCH:
             resp.error_code = code
         return resp
     if hasattr(resp, "error_code"):

@@ -1,0 +1,165 @@
+"""kgate's layering, and its Kafka constants, checked on the source so neither can regress.
+
+Layers (a package may import only the ones listed for it; see docs/architecture.md, "Layering"):
+
+    codec    <- api <- filters <- config <- proxy <- kgate (python -m kgate)
+                 ^
+                 testing (a plugin's test kit: api and codec only)
+
+``kgate.api`` is what plugins import; it must not reach the proxy, the configuration or the
+filter runtime, or a plugin would depend on kgate's internals (and on their import cost). The
+check reads every import statement, including lazy ones inside functions and those under
+``TYPE_CHECKING``, so a type-only import is a dependency too.
+
+Api keys and error codes come from the generated ``ApiKey`` and ``ErrorCode``; a number written
+by hand drifts from Kafka silently. The AST checks below catch the shapes such numbers took
+before: ``METADATA = 3`` at module level, ``api_key == 3`` / ``error_code != 0`` comparisons, and
+dicts keyed by bare api-key numbers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from kgate.codec.error_codes import ErrorCode
+from kgate.codec.generated.api_keys import ApiKey
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = {"codec": REPO / "codec", "config": REPO / "config", "filters": REPO / "filters",
+            "proxy": REPO / "proxy", "api": REPO / "kgate" / "api", "testing": REPO / "kgate" / "testing"}
+ALLOWED: dict[str, set[str]] = {
+    "codec": set(),
+    "api": {"codec"},
+    "testing": {"api", "codec"},
+    "filters": {"api", "codec"},
+    "config": {"api", "codec", "filters"},
+    "proxy": {"api", "codec", "filters", "config"},
+}
+OLD_TOP_LEVEL = {"codec", "config", "filters", "proxy"}
+
+
+def _modules(package: str) -> list[Path]:
+    root = PACKAGES[package]
+    return sorted(p for p in root.rglob("*.py") if "generated" not in p.parts and p.name != "error_codes.py")
+
+
+def _imported(tree: ast.AST) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def _layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "kgate" or len(parts) < 2:
+        return None
+    return parts[1] if parts[1] in PACKAGES else None
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_its_lower_layers(package: str) -> None:
+    wrong = []
+    for path in _modules(package):
+        for name in _imported(ast.parse(path.read_text(), str(path))):
+            layer = _layer(name)
+            if layer is not None and layer != package and layer not in ALLOWED[package]:
+                wrong.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_allowed_layers_have_no_cycle() -> None:
+    seen: dict[str, int] = {}
+
+    def visit(p: str, depth: int = 0) -> None:
+        assert depth <= len(ALLOWED), f"cycle through {p}"
+        for q in ALLOWED[p]:
+            visit(q, depth + 1)
+        seen[p] = depth
+
+    for p in ALLOWED:
+        visit(p)
+
+
+def _all_python() -> list[Path]:
+    skip = {".venv", ".git", "build", "dist", "kgate"}  # kgate/ links the packages: read them once
+    out = []
+    for p in REPO.rglob("*.py"):
+        rel = p.relative_to(REPO)
+        if rel.parts[0] in skip and not (rel.parts[0] == "kgate" and rel.parts[1] in {"api", "testing"}):
+            continue
+        if "generated" in rel.parts or any(part.endswith(".egg-info") for part in rel.parts):
+            continue
+        out.append(p)
+    return out
+
+
+def test_nothing_imports_the_old_top_level_packages() -> None:
+    """Everything installed is under kgate.*; a stray ``import proxy`` would load a second copy."""
+    wrong = []
+    for path in _all_python():
+        for name in _imported(ast.parse(path.read_text(), str(path))):
+            if name.split(".")[0] in OLD_TOP_LEVEL:
+                wrong.append(f"{path.relative_to(REPO)} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+_CONSTANT_NAMES = {k.name for k in ApiKey} | {e.name for e in ErrorCode}
+_KEY_LIKE = {"api_key", "error_code", "code"}
+
+
+def _constant_name(name: str) -> bool:
+    """``METADATA``, ``_METADATA`` and ``API_VERSIONS_KEY`` all name an api key or error code."""
+    bare = name.lstrip("_")
+    return bare in _CONSTANT_NAMES or bare.removesuffix("_KEY") in _CONSTANT_NAMES
+
+
+def _hand_written_numbers(tree: ast.AST) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+            pairs += [(t, v) for t in node.targets if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                      for t, v in zip(t.elts, node.value.elts, strict=False)]
+            for t, v in pairs:
+                if (isinstance(t, ast.Name) and _constant_name(t.id) and isinstance(v, ast.Constant)
+                        and type(v.value) is int):
+                    found.append((node.lineno, f"{t.id} = {v.value}"))
+        elif isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            named = [o for o in operands if (isinstance(o, ast.Name) and o.id in _KEY_LIKE)
+                     or (isinstance(o, ast.Attribute) and o.attr in _KEY_LIKE)]
+            numbers = [o for o in operands if isinstance(o, ast.Constant) and type(o.value) is int]
+            numbers += [e for o in operands if isinstance(o, ast.Tuple | ast.Set) for e in o.elts
+                        if isinstance(e, ast.Constant) and type(e.value) is int]
+            if named and numbers:
+                found.append((node.lineno, ast.unparse(node)))
+        elif isinstance(node, ast.Dict) and len(node.keys) >= 2 and all(
+            isinstance(k, ast.Constant) and type(k.value) is int and 0 <= k.value < 100 for k in node.keys
+        ):
+            found.append((node.lineno, "a dict keyed by bare numbers (api keys?)"))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_no_api_key_or_error_code_is_written_by_hand(package: str) -> None:
+    wrong = []
+    for path in _modules(package):
+        for line, what in _hand_written_numbers(ast.parse(path.read_text(), str(path))):
+            wrong.append(f"{path.relative_to(REPO)}:{line}: {what}")
+    assert not wrong, "use ApiKey / ErrorCode:\n" + "\n".join(wrong)
+
+
+def test_the_number_check_catches_what_it_is_for() -> None:
+    bad = ast.parse("METADATA = 3\nif api_key == 1: pass\nif t.error_code in (3, 100): pass\nX = {0: 'a', 1: 'b'}\n"
+                    "FETCH, SASL_HANDSHAKE_KEY = 1, 17\n")
+    assert sorted(line for line, _ in _hand_written_numbers(bad)) == [1, 2, 3, 4, 5, 5]
+    good = ast.parse("METADATA = ApiKey.METADATA\nif api_key == ApiKey.FETCH: pass\nif len(buf) < 2: pass\n")
+    assert _hand_written_numbers(good) == []
