@@ -42,8 +42,8 @@ class ApiInfo:
     max_version: int
     request_flexible_min: int | None
     response_flexible_min: int | None
-    request_class: type
-    response_class: type
+    request_class: type[Message]
+    response_class: type[Message]
 
 
 def _build() -> dict[int, ApiInfo]:

@@ -35,7 +35,7 @@ class FrameReader:
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._chunks: list[bytes] = []  # partial frame (or partial size prefix) so far
+        self._chunks: list[bytes | bytearray | memoryview] = []  # partial frame (or partial size prefix) so far
         self._have = 0  # bytes held in _chunks
         self._need = 0  # total bytes of the frame being assembled, 0 while its size is unknown
         self.error: FramingError | None = None
@@ -45,7 +45,7 @@ class FrameReader:
         """Bytes of an incomplete frame held back (for metrics and leak checks)."""
         return self._have
 
-    def feed(self, data: bytes) -> list[memoryview]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Return every frame completed by ``data``, in order."""
         if self.error is not None:
             return []
@@ -71,7 +71,7 @@ class FrameReader:
         assert self._have == 0, "split() while a partial frame is buffered"
         return self._frames(data)
 
-    def _frames(self, data: bytes | memoryview) -> tuple[list[memoryview], int]:
+    def _frames(self, data: bytes | bytearray | memoryview) -> tuple[list[memoryview], int]:
         frames: list[memoryview] = []
         view = memoryview(data)
         end = len(data)
@@ -88,7 +88,7 @@ class FrameReader:
             pos = stop
         return frames, pos
 
-    def _split(self, data: bytes) -> list[memoryview]:
+    def _split(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         frames, pos = self._frames(data)
         view = memoryview(data)
         end = len(data)
@@ -100,7 +100,7 @@ class FrameReader:
             self._need = 4 + unpack(tail, 0)[0] if len(tail) >= 4 else 0
         return frames
 
-    def _feed_pending(self, data: bytes) -> list[memoryview]:
+    def _feed_pending(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         self._chunks.append(data)
         self._have += len(data)
         if self._need == 0:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import struct
 import uuid
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 from kgate.codec import primitives as P
 from kgate.codec.errors import CodecError
@@ -132,7 +133,7 @@ class Struct:
                 return False
         return (self._unknown_tagged or None) == (other._unknown_tagged or None)
 
-    __hash__ = None  # mutable
+    __hash__ = None  # type: ignore[assignment]  # mutable: not hashable
 
     def __repr__(self):
         parts = [f"{f.name}={_fmt_value(getattr(self, f.name, None))}" for f in self._FIELDS]
@@ -165,6 +166,11 @@ class Message(Struct):
     MIN_VERSION: int = 0
     MAX_VERSION: int = 0
     FLEXIBLE_MIN: int | None = None
+
+    if TYPE_CHECKING:
+        # fields are set from each class's generated _FIELDS table, not declared one by one
+        def __getattr__(self, name: str) -> Any: ...
+        def __setattr__(self, name: str, value: Any) -> None: ...
 
     @classmethod
     def is_flexible(cls, version: int) -> bool:

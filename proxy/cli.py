@@ -30,12 +30,10 @@ log = logging.getLogger("kgate.cli")
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    """The version kgate was built as (pyproject reads it from ``kgate.__version__``: one source)."""
+    from kgate import __version__
 
-        return version("kgate")
-    except Exception:  # not installed as a distribution (e.g. running from a bare checkout)
-        return "unknown"
+    return __version__
 
 
 def _log_level(value: str) -> str:

@@ -213,7 +213,7 @@ class VirtualCluster:
     def listening_ports(self) -> dict[int | None, int]:
         """kgate port per node id (None = bootstrap); for tests and the startup log."""
         ports: dict[int | None, int] = {None: self.cfg.listen.port}
-        ports.update(self._node_ports)
+        ports.update(self._node_ports.items())
         return ports
 
     # -- connection limit ------------------------------------------------------------------

@@ -223,16 +223,16 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
                 # The client left while kgate was connecting: what it sent before leaving still goes
                 # (a broker would have processed it; acks=0 Produce data must not be lost).
                 if self._early:
-                    transport.writelines(self._early)  # type: ignore[attr-defined]
+                    transport.writelines(self._early)
                     self._early.clear()
                 transport.close()
                 return
-            transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)  # type: ignore[attr-defined]
+            transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
             protocol.adopted = True
-            self.upstream = transport  # type: ignore[assignment]
-            self.upstream_gate.attach(transport)  # type: ignore[arg-type]
+            self.upstream = transport
+            self.upstream_gate.attach(transport)
             if self._early:
-                transport.writelines(self._early)  # type: ignore[attr-defined]
+                transport.writelines(self._early)
                 self._early.clear()
             self.gate.resume("connecting")
             return

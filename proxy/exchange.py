@@ -118,6 +118,14 @@ class ConnectionState:
     _backlog_bytes: int
     _held_reported: int
 
+    if TYPE_CHECKING:  # defined by ClientConnection or by the other half; declared for the type checker
+
+        @property
+        def peer(self) -> str: ...
+        def _flush(self) -> None: ...
+        def _filter_failed(self, api_key: int, version: int, exc: Exception) -> None: ...
+        def _spawn(self, coro: Any) -> None: ...
+
     def close(self, reason: str, error: str | None = None) -> None:
         raise NotImplementedError
 

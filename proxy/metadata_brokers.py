@@ -106,7 +106,7 @@ def rewrite_brokers(frame: memoryview, offset: int, version: int, mapper: NodeMa
         b += tags
         kept.append(bytes(b))
     out += write_uvarint(len(kept) + 1) if flexible else _I32.pack(len(kept))
-    for b in kept:
-        out += b
+    for k in kept:
+        out += k
     out += frame[pos:]
     return b"".join((_I32.pack(len(out)), out))

@@ -56,12 +56,8 @@ class OwnListeners:
 
     def remove(self, key: tuple[str, int], advertised_host: str) -> None:
         self._learned.clear()
-        for table, k in ((self._bound, key), (self._advertised, normalise_host(advertised_host))):
-            n = table.get(k, 0) - 1  # type: ignore[call-overload]
-            if n > 0:
-                table[k] = n  # type: ignore[index]
-            else:
-                table.pop(k, None)  # type: ignore[call-overload]
+        _release(self._bound, key)
+        _release(self._advertised, normalise_host(advertised_host))
 
     @property
     def ports(self) -> set[int]:
@@ -129,3 +125,12 @@ class OwnListeners:
 
 #: the process-wide registry every virtual cluster registers its listeners in
 OWN_LISTENERS = OwnListeners()
+
+
+def _release(table: dict[Any, int], key: Any) -> None:
+    """One user fewer of ``key``; forget it at zero."""
+    n = table.get(key, 0) - 1
+    if n > 0:
+        table[key] = n
+    else:
+        table.pop(key, None)

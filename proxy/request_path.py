@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from kgate.api import FORWARD, Close, Drop, Respond, error_response
@@ -69,7 +69,7 @@ class RequestPath(ConnectionState):
             # bounded per connection: reading resumes in _flush once answers went out
             self.gate.pause("inflight-limit")
 
-    def _filtered_data(self, data: bytes) -> None:
+    def _filtered_data(self, data: bytes | memoryview) -> None:
         """Filter mode: frames a hook wants are decoded and run through the chain."""
         if self._req_stream_left:
             data = self._continue_request_stream(data)
@@ -156,7 +156,7 @@ class RequestPath(ConnectionState):
         self._req_stream_left = size + 4 - len(head)
         return True
 
-    def _continue_request_stream(self, data: bytes) -> bytes | memoryview:
+    def _continue_request_stream(self, data: bytes | memoryview) -> bytes | memoryview:
         """Forward the next bytes of a peeked Produce; return what follows it in ``data``."""
         n = self._req_stream_left
         if len(data) <= n:
@@ -353,10 +353,10 @@ class RequestPath(ConnectionState):
             return
         if type(outcome) is not tuple:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self.suspended_request = True
-            self._spawn(self._finish_suspended_request(outcome, frame, header, ctx, msg))
+            self._spawn(self._finish_suspended_request(cast("Awaitable[Outcome]", outcome), frame, header, ctx, msg))
             return
         try:
-            self._apply_request(outcome, frame, header, ctx)  # type: ignore[arg-type]
+            self._apply_request(outcome, frame, header, ctx)
         except Exception as exc:  # e.g. a filter's answer that does not encode
             self._filter_failed(api_key, version, exc)
 

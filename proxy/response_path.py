@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kgate.api import FORWARD, Close, ErrorCode
 from kgate.codec import api
@@ -211,10 +211,10 @@ class ResponsePath(ConnectionState):
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
-        if api_key == SASL_HANDSHAKE and version == 0 and msg.error_code == ErrorCode.NONE:
+        if api_key == SASL_HANDSHAKE and version == 0 and getattr(msg, "error_code", None) == ErrorCode.NONE:
             self.sasl.handshake_v0_accepted()
         elif api_key == SASL_AUTHENTICATE:
-            self.sasl.authenticate_response(msg.error_code)
+            self.sasl.authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
             self.info.principal = self.sasl.principal
         if not hooks:
             ex.response = self._rewritten(ex, frame, offset, msg) if changed else frame
@@ -226,12 +226,13 @@ class ResponsePath(ConnectionState):
             self._filter_failed(api_key, version, exc)
             return
         if type(outcome) is not tuple:  # run_hooks returned its coroutine (cheaper than isawaitable)
-            self._spawn(self._finish_suspended_response(outcome, ex, frame, offset, changed))
+            pending = cast("Awaitable[Outcome]", outcome)
+            self._spawn(self._finish_suspended_response(pending, ex, frame, offset, changed))
             if self._answers_waiting() > self.settings.max_queued_requests:
                 self.upstream_gate.pause("answers-blocked")
             return
         try:
-            self._apply_response(outcome, ex, frame, offset, changed)  # type: ignore[arg-type]
+            self._apply_response(outcome, ex, frame, offset, changed)
         except Exception as exc:
             self._filter_failed(api_key, version, exc)
 

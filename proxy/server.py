@@ -154,7 +154,7 @@ def run(config: KgateConfig) -> int:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency; plain asyncio still works
-        uvloop = None
+        uvloop = None  # type: ignore[assignment]
     try:
         if uvloop is not None:
             forced = uvloop.run(serve(config))

@@ -317,9 +317,8 @@ class TopicNameResolver:
             if isinstance(r, str) and len(self._entries) < self.max_entries and key not in self._entries:
                 self._learn(key, r)
         for key in batch:
-            r = results.get(key)
-            if r is None:
-                r = TopicNameError(LOOKUP_FAILED, "no answer for this id", True)
+            got = results.get(key)
+            r = TopicNameError(LOOKUP_FAILED, "no answer for this id", True) if got is None else got
             if isinstance(r, str):
                 neg = self._negative.get(key)
                 if neg is not None and neg.since >= started:
@@ -473,11 +472,11 @@ class TopicNameResolver:
         evicted = 0
         for key in idle:
             r = results.get(key)
-            e = self._entries.get(key)
-            if e is None:
+            entry = self._entries.get(key)
+            if entry is None:
                 continue
             if isinstance(r, str):
-                e.epoch = self._epoch  # validated: not asked again for idle_revalidate_s
+                entry.epoch = self._epoch  # validated: not asked again for idle_revalidate_s
                 self._entries.move_to_end(key)
             elif r is not None and r.code == UNKNOWN_TOPIC_ID:
                 self._evict(key, "sweep")

@@ -78,7 +78,7 @@ class _HotPathCollector:
         yield size
 
 
-REGISTRY.register(_HotPathCollector())  # type: ignore[arg-type]
+REGISTRY.register(_HotPathCollector())
 
 
 def register(resolver: TopicNameResolver) -> None:

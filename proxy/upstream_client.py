@@ -123,7 +123,7 @@ class UpstreamClient:
                 continue
             finally:
                 self._handshaking = None
-            self._transport, self._protocol = transport, protocol  # type: ignore[assignment]
+            self._transport, self._protocol = transport, protocol
             return
         raise UpstreamError("no broker reachable: " + "; ".join(errors))
 

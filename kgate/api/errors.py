@@ -24,7 +24,7 @@ TopicKey = str | UUID  # a topic name or id, whichever the request carries
 def _struct(cls: type, field_name: str) -> type:
     for f in cls._FIELDS:  # type: ignore[attr-defined]
         if f.name == field_name:
-            return f.struct  # type: ignore[no-any-return]
+            return f.struct
     raise KeyError(f"{cls.__name__} has no field {field_name}")
 
 

@@ -78,13 +78,13 @@ def refuse_topics(
     setattr(request, attr, refused)
     errors = error_response(api_key, ctx.api_version, request, 0, codes)
     setattr(request, attr, kept)
-    ctx.state[_STATE_KEY] = errors  # type: ignore[attr-defined]
+    ctx.state[_STATE_KEY] = errors
     return forward(request)
 
 
 def merge_refused(ctx: FilterContext, response: Any) -> Result:
     """In a response hook: add the error entries ``refuse_topics`` kept back for this exchange."""
-    state = ctx.state  # type: ignore[attr-defined]
+    state = ctx.state
     errors = state.get(_STATE_KEY) if state else None
     if errors is None:
         return FORWARD

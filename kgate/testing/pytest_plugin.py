@@ -20,7 +20,7 @@ the reason.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -65,11 +65,13 @@ def kgate_proxy(
     assert not unclean, f"kgate did not drain cleanly (exit codes {unclean}); see the kgate log sections"
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failed test shows the tail of every kgate log it started."""
-    outcome = yield
-    rep = outcome.get_result()
+    rep = yield
     if rep.failed:
         for k in item.stash.get(_RUNNING, []):
             rep.sections.append((f"kgate log ({k.bootstrap})", k.log_text()[-10_000:]))
+    return rep
