@@ -76,6 +76,22 @@ def kafka(tmp_path_factory):
     k.stop()
 
 
+@pytest.fixture(scope="module", params=["tansu", "kafka"])
+def broker(request, tmp_path_factory):
+    """The module's broker, once Tansu and once Apache Kafka: for tests of behaviour that is the
+    broker's (topic ids, delete/recreate, the HA fleet, topic-policy, address rewriting).
+
+    Both have ``bootstrap``, ``port``, ``node_id`` and ``kind``. The Kafka one is the session's
+    (see ``kafka``; skipped with its reason where it cannot run), Tansu one per module.
+    """
+    if request.param == "kafka":
+        yield request.getfixturevalue("kafka")
+        return
+    t = _start_tansu(tmp_path_factory.mktemp("tansu"))
+    yield t
+    t.kill()
+
+
 @pytest.fixture
 def fresh_tansu(tmp_path):
     """A Tansu of the test's own, for tests that may disturb the broker."""

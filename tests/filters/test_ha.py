@@ -1,4 +1,4 @@
-"""Two kgate instances (an HA fleet) in front of one Tansu: a client gets Metadata from one
+"""Two kgate instances (an HA fleet) in front of one broker (Tansu, then Apache Kafka): a client gets Metadata from one
 instance and fetches by topic id through the other, whose topic-name cache is empty.
 
 Routing (loopback has many addresses): instance B listens on 127.0.0.2 (bootstrap and node
@@ -11,7 +11,7 @@ listener binds on 127.0.0.1, no clash.
 What the test proves, and how it rules out passive learning: B's topic-name cache can learn an
 id only (a) passively, from a Metadata v10+ / CreateTopics / DeleteTopics response that passes
 through B, or (b) actively, with a Metadata lookup over B's own upstream connection, counted by
-``kgate_topic_names_lookups_total``. The topic is created and filled directly at Tansu (no kgate
+``kgate_topic_names_lookups_total``. The topic is created and filled directly at the broker (no kgate
 sees it), the consumer is bootstrapped at A only, and B's Metadata request counter
 (``kgate_requests_total{api_key="3"}``) is read right after the first message arrives. If it
 is 0, no Metadata passed through B before the first Fetch was served, so the lookups counter
@@ -20,7 +20,7 @@ first would make this test fail on that precondition (not on kgate), which the m
 (librdkafka observed: one Metadata through A, none through B, Fetch only through B: v15 with
 kgate's default ``leader_hints: false``, v16 with ``leader_hints: true``; both are run, and the
 version is read from ``kgate_requests_total{api_version}``.)
-A ``ConnectionWatcher`` on this process checks that the consumer never connected to Tansu.
+A ``ConnectionWatcher`` on this process checks that the consumer never connected to the broker.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import yaml
 from idtools import create_topic, produce, unique, wait_until
 from support import netconn
 from support.ports import free_port, free_port_range, port_open
-from support.procs import PYTHON, TANSU_NODE_ID, ManagedProcess
+from support.procs import PYTHON, ManagedProcess
 
 B_HOST = "127.0.0.2"
 
@@ -102,7 +102,7 @@ def _config(
 
 
 @pytest.fixture(params=[False, True], ids=["fetch-v15", "fetch-v16-leader-hints"])
-def fleet(request, tansu, tmp_path):
+def fleet(request, broker, tmp_path):
     """A and B; ``leader_hints`` off (kgate caps Fetch at v15, topic ids) or on (v16+, KIP-951)."""
     hints = request.param
     base = free_port_range(256)
@@ -111,14 +111,14 @@ def fleet(request, tansu, tmp_path):
     b_metrics = free_port()
     b = KgateProc(
         tmp_path / "b",
-        _config(f"{B_HOST}:{pb}", B_HOST, tansu.bootstrap, base, b_metrics, policy, hints),
+        _config(f"{B_HOST}:{pb}", B_HOST, broker.bootstrap, base, b_metrics, policy, hints),
         (B_HOST, pb),
         b_metrics,
     )
     a_metrics = free_port()
     a = KgateProc(
         tmp_path / "a",
-        _config(f"127.0.0.1:{pa}", B_HOST, tansu.bootstrap, base, a_metrics, [], hints),
+        _config(f"127.0.0.1:{pa}", B_HOST, broker.bootstrap, base, a_metrics, [], hints),
         ("127.0.0.1", pa),
         a_metrics,
     )
@@ -126,7 +126,7 @@ def fleet(request, tansu, tmp_path):
     try:
         wait_until(lambda: "discovered nodes" in b.log_text(), 15, what="B's node discovery")
         wait_until(lambda: "discovered nodes" in a.log_text(), 15, what="A's node discovery")
-        node_port = base + TANSU_NODE_ID
+        node_port = base + broker.node_id
         assert port_open(node_port, B_HOST), "B did not open node 111's listener at start-up"
         yield a, b, node_port, hints
     finally:
@@ -180,19 +180,19 @@ def _no_sockets_to(port: int) -> bool:
 
 
 @pytest.mark.timeout(90)
-def test_fetch_through_an_instance_that_never_saw_the_metadata(tansu, fleet) -> None:
+def test_fetch_through_an_instance_that_never_saw_the_metadata(broker, fleet) -> None:
     a, b, node_port, hints = fleet
     topic = unique("ha-t")
     vals = {p: [f"{topic}-{p}-{i}".encode() for i in range(40)] for p in (0, 1)}
-    create_topic(tansu.bootstrap, topic, partitions=2)
+    create_topic(broker.bootstrap, topic, partitions=2)
     for p, vs in vals.items():
-        produce(tansu.bootstrap, topic, vs, partition=p)
+        produce(broker.bootstrap, topic, vs, partition=p)
     # the direct clients above are gone before the consumer starts (the watcher checks this process)
-    wait_until(lambda: _no_sockets_to(tansu.port), 10, what="direct Tansu sockets to close")
+    wait_until(lambda: _no_sockets_to(broker.port), 10, what="direct broker sockets to close")
     assert b.metric("kgate_topic_names_lookups_total") == 0
 
     b_metadata_at_first: list[float] = []
-    with netconn.ConnectionWatcher(forbidden_ports={tansu.port}) as watch:
+    with netconn.ConnectionWatcher(forbidden_ports={broker.port}) as watch:
         got = _consume(
             f"127.0.0.1:{a.listen[1]}",
             [(topic, 0), (topic, 1)],

@@ -1,4 +1,4 @@
-"""``topic-policy`` hides denied topics' committed offsets and descriptions (real Tansu, real clients).
+"""``topic-policy`` hides denied topics' committed offsets and descriptions (real clients; Tansu and Apache Kafka).
 
 Offsets are committed straight to the broker (kgate would refuse the commit for the denied topic),
 then read back through kgate: asked for by name, the denied partition answers
@@ -23,17 +23,17 @@ OFFSET_FETCH, DESCRIBE_TOPIC_PARTITIONS = 9, 75
 
 
 @pytest.fixture
-def kgate(tansu):
-    k = InprocKgate(make_config(tansu.bootstrap, [{"name": "topic-policy", "config": {"deny": ["hidden-*"]}}])).start()
+def kgate(broker):
+    k = InprocKgate(make_config(broker.bootstrap, [{"name": "topic-policy", "config": {"deny": ["hidden-*"]}}])).start()
     yield k
     k.stop()
 
 
 @pytest.fixture
-def topics(tansu) -> tuple[str, str]:
+def topics(broker) -> tuple[str, str]:
     tag = uuid.uuid4().hex[:6]
     shown, hidden = f"shown-{tag}", f"hidden-{tag}"
-    admin = AdminClient({"bootstrap.servers": tansu.bootstrap})
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     for f in admin.create_topics([NewTopic(n, 1, 1) for n in (shown, hidden)]).values():
         f.result(10)
     return shown, hidden
@@ -60,25 +60,25 @@ def _listed(bootstrap: str, group: str) -> dict[str, int]:
     return {tp.topic: tp.offset for tp in result.topic_partitions}
 
 
-def test_committed_offsets_of_a_denied_topic_are_hidden(tansu, kgate, topics) -> None:
+def test_committed_offsets_of_a_denied_topic_are_hidden(broker, kgate, topics) -> None:
     shown, hidden = topics
     group = f"g-{uuid.uuid4().hex[:6]}"
-    c = _consumer(tansu.bootstrap, group)
+    c = _consumer(broker.bootstrap, group)
     try:
         c.commit(offsets=[TopicPartition(shown, 0, 5), TopicPartition(hidden, 0, 7)], asynchronous=False)
     finally:
         c.close()
 
-    assert _committed(tansu.bootstrap, group, shown, hidden) == {shown: (5, None), hidden: (7, None)}  # control
+    assert _committed(broker.bootstrap, group, shown, hidden) == {shown: (5, None), hidden: (7, None)}  # control
     via = _committed(kgate.bootstrap, group, shown, hidden)
     assert via[shown] == (5, None)
     assert via[hidden][1] == KafkaError.TOPIC_AUTHORIZATION_FAILED and via[hidden][0] != 7
 
-    assert _listed(tansu.bootstrap, group) == {shown: 5, hidden: 7}  # control: the group has both
+    assert _listed(broker.bootstrap, group) == {shown: 5, hidden: 7}  # control: the group has both
     assert _listed(kgate.bootstrap, group) == {shown: 5}
 
 
-async def test_describe_topic_partitions_hides_denied_topics(tansu, kgate, topics) -> None:
+async def test_describe_topic_partitions_hides_denied_topics(broker, kgate, topics) -> None:
     shown, hidden = topics
     req = api.API_INFO[DESCRIBE_TOPIC_PARTITIONS].request_class(
         topics=[TopicRequest(name=shown), TopicRequest(name=hidden)]
@@ -92,7 +92,7 @@ async def test_describe_topic_partitions_hides_denied_topics(tansu, kgate, topic
             c.close()
         return {t.name: (t.error_code, len(t.partitions), t.topic_id.int != 0) for t in resp.topics}
 
-    direct = await describe(tansu.port)
+    direct = await describe(broker.port)
     assert direct[hidden] == (0, 1, True)  # control: the broker describes it, id included
     via = await describe(kgate.port)
     assert via[shown] == direct[shown]

@@ -1,9 +1,9 @@
 """Topic-id resolution and fail-closed filtering end to end: in-process kgate with the built-in
-``topic-policy`` filter in front of a real Tansu, requests built with kgate's codec classes and
-sent by ``UpstreamClient`` (a pipelining Kafka client) to kgate or, for the ground truth,
-straight to Tansu.
+``topic-policy`` filter in front of a real broker (each test runs against Tansu and against
+Apache Kafka 4.0), requests built with kgate's codec classes and sent by ``UpstreamClient`` (a
+pipelining Kafka client) to kgate or, for the ground truth, straight to the broker.
 
-Topics are created and filled directly at Tansu unless a test says otherwise, so kgate's
+Topics are created and filled directly at the broker unless a test says otherwise, so kgate's
 topic-name cache is cold: every id it knows it either looked up itself or saw in a response.
 """
 
@@ -39,20 +39,22 @@ from kgate.codec.generated.api_versions import ApiVersionsRequest
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 
 POLICY = {"allow": ["idt-*"], "deny": ["idt-secret-*"]}
+# Kafka refuses ApiVersions v3+ without a client software name and version (INVALID_REQUEST)
+API_VERSIONS_V3 = ApiVersionsRequest(client_software_name="kgate-test", client_software_version="1.0")
 
 
-def _start(tansu: Any, unresolved: str | None = None, **topic_names: Any) -> InprocKgate:
+def _start(broker: Any, unresolved: str | None = None, **topic_names: Any) -> InprocKgate:
     cfg = dict(POLICY)
     if unresolved:
         cfg["unresolved_error"] = unresolved
     return InprocKgate(
-        kgate_config(tansu.bootstrap, [{"name": "topic-policy", "config": cfg}], topic_names or None)
+        kgate_config(broker.bootstrap, [{"name": "topic-policy", "config": cfg}], topic_names or None)
     ).start()
 
 
 @pytest.fixture
-def kg(tansu):
-    k = _start(tansu, negative_ttl_s=0.3)
+def kg(broker):
+    k = _start(broker, negative_ttl_s=0.3)
     yield k
     k.stop()
 
@@ -66,12 +68,12 @@ def _cached(k: InprocKgate, tid: uuid.UUID) -> str | None:
     return k.call(lambda: k.cluster.topic_names.cached(tid))  # type: ignore[no-any-return]
 
 
-async def _topic_at_tansu(tansu: Any, prefix: str, vals: list[bytes], partitions: int = 1) -> tuple[str, uuid.UUID]:
+async def _topic_at_broker(broker: Any, prefix: str, vals: list[bytes], partitions: int = 1) -> tuple[str, uuid.UUID]:
     name = unique(prefix)
-    await asyncio.to_thread(create_topic, tansu.bootstrap, name, partitions)
+    await asyncio.to_thread(create_topic, broker.bootstrap, name, partitions)
     if vals:
-        await asyncio.to_thread(produce, tansu.bootstrap, name, vals)
-    direct = client(tansu.port)
+        await asyncio.to_thread(produce, broker.bootstrap, name, vals)
+    direct = client(broker.port)
     try:
         tid = await topic_id(direct, name)
     finally:
@@ -86,9 +88,9 @@ async def _fetch(c: Any, topics: list[tuple[uuid.UUID, list[int]]], version: int
 
 # -- 2. single flight --------------------------------------------------------------------------
 @pytest.mark.timeout(90)
-async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(tansu, kg) -> None:
+async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(broker, kg) -> None:
     vals = [f"sf-{i}".encode() for i in range(20)]
-    name, tid = await _topic_at_tansu(tansu, "idt-sf", vals)
+    name, tid = await _topic_at_broker(broker, "idt-sf", vals)
     assert _stats(kg).lookups == 0
     metric_before = lookups_metric()
 
@@ -96,7 +98,7 @@ async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(tansu, k
     try:
         # connect all 20 first (ApiVersions only: Tansu answers an empty Metadata topic list with
         # every topic, which would teach kgate the id passively)
-        await asyncio.gather(*(c.request(API_VERSIONS, ApiVersionsRequest(), 3) for c in conns))
+        await asyncio.gather(*(c.request(API_VERSIONS, API_VERSIONS_V3, 3) for c in conns))
         assert _stats(kg).lookups == 0 and _cached(kg, tid) is None
         # Hold the lookup's answer until every connection's first Fetch has joined it: otherwise a
         # fast lookup can finish before the other connections' Fetches arrive (1 run in 3), and
@@ -138,11 +140,11 @@ async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(tansu, k
 
 # -- 3. delete and recreate ----------------------------------------------------------------------
 @pytest.mark.timeout(90)
-async def test_delete_and_recreate_through_kgate_never_serves_the_old_id(tansu, kg) -> None:
+async def test_delete_and_recreate_through_kgate_never_serves_the_old_id(broker, kg) -> None:
     old_vals = [f"old-{i}".encode() for i in range(5)]
-    name, id1 = await _topic_at_tansu(tansu, "idt-dr", old_vals)
+    name, id1 = await _topic_at_broker(broker, "idt-dr", old_vals)
     c = client(kg.port)
-    direct = client(tansu.port)
+    direct = client(broker.port)
     try:
         assert await _fetch(c, [(id1, [0])]) == [(id1, 0, 0, old_vals)]
         assert _cached(kg, id1) == name
@@ -151,7 +153,7 @@ async def test_delete_and_recreate_through_kgate_never_serves_the_old_id(tansu, 
         assert _cached(kg, id1) is None, "DeleteTopics through kgate did not evict the id"
         await asyncio.to_thread(create_topic, kg.bootstrap, name, 1)
         new_vals = [f"new-{i}".encode() for i in range(7)]
-        await asyncio.to_thread(produce, tansu.bootstrap, name, new_vals)
+        await asyncio.to_thread(produce, broker.bootstrap, name, new_vals)
         id2 = await topic_id(direct, name)
         assert id2 != id1
 
@@ -175,7 +177,7 @@ async def test_delete_and_recreate_through_kgate_never_serves_the_old_id(tansu, 
 
 
 @pytest.mark.timeout(90)
-async def test_delete_and_recreate_behind_kgates_back_evicts_the_old_id(tansu, kg) -> None:
+async def test_delete_and_recreate_behind_kgates_back_evicts_the_old_id(broker, kg) -> None:
     """Another fleet instance (here: a client straight at Tansu) deletes and recreates the topic.
 
     kgate still maps id1 to the name; the first Fetch with id1 is allowed by name and reaches
@@ -183,17 +185,17 @@ async def test_delete_and_recreate_behind_kgates_back_evicts_the_old_id(tansu, k
     that answer to the request by position, evict id1, and refuse the next Fetch itself.
     """
     old_vals = [f"old-{i}".encode() for i in range(5)]
-    name, id1 = await _topic_at_tansu(tansu, "idt-drb", old_vals)
+    name, id1 = await _topic_at_broker(broker, "idt-drb", old_vals)
     c = client(kg.port)
-    direct = client(tansu.port)
+    direct = client(broker.port)
     try:
         assert await _fetch(c, [(id1, [0])]) == [(id1, 0, 0, old_vals)]
         assert _cached(kg, id1) == name
 
-        await asyncio.to_thread(delete_topic, tansu.bootstrap, name)
-        await asyncio.to_thread(create_topic, tansu.bootstrap, name, 1)
+        await asyncio.to_thread(delete_topic, broker.bootstrap, name)
+        await asyncio.to_thread(create_topic, broker.bootstrap, name, 1)
         new_vals = [f"new-{i}".encode() for i in range(7)]
-        await asyncio.to_thread(produce, tansu.bootstrap, name, new_vals)
+        await asyncio.to_thread(produce, broker.bootstrap, name, new_vals)
         id2 = await topic_id(direct, name)
         assert id2 != id1
         assert _cached(kg, id1) == name  # kgate saw nothing of it
@@ -235,8 +237,8 @@ def _produce_v13(tid: uuid.UUID, partitions: list[int]) -> ProduceRequest:
     ("unresolved", "code"),
     [(None, UNKNOWN_TOPIC_ID), ("TOPIC_AUTHORIZATION_FAILED", TOPIC_AUTHORIZATION_FAILED)],
 )
-async def test_unresolvable_id_is_refused_in_fetch_and_produce_v13(tansu, unresolved, code) -> None:
-    k = _start(tansu, unresolved)
+async def test_unresolvable_id_is_refused_in_fetch_and_produce_v13(broker, unresolved, code) -> None:
+    k = _start(broker, unresolved)
     c = client(k.port)
     try:
         rand = uuid.uuid4()
@@ -248,7 +250,7 @@ async def test_unresolvable_id_is_refused_in_fetch_and_produce_v13(tansu, unreso
         assert [(t.topic_id.int != 0, [(p.index, p.error_code) for p in t.partition_responses])
                 for t in resp.responses] == [(True, [(0, code), (3, code)])]
         # the same connection is still open and serves a later request
-        _v, md = await c.request(API_VERSIONS, ApiVersionsRequest(), 3)
+        _v, md = await c.request(API_VERSIONS, API_VERSIONS_V3, 3)
         assert md.error_code == 0 and md.api_keys
         assert c._transport is transport and not transport.is_closing()
         assert k.call(lambda: len(k.cluster.connections)) == 1
@@ -258,10 +260,10 @@ async def test_unresolvable_id_is_refused_in_fetch_and_produce_v13(tansu, unreso
 
 
 @pytest.mark.timeout(60)
-async def test_fetch_mixing_a_known_topic_a_denied_topic_and_a_random_id(tansu, kg) -> None:
+async def test_fetch_mixing_a_known_topic_a_denied_topic_and_a_random_id(broker, kg) -> None:
     vals = [f"mix-{i}".encode() for i in range(6)]
-    name, known = await _topic_at_tansu(tansu, "idt-mix", vals, partitions=2)
-    _secret, denied = await _topic_at_tansu(tansu, "idt-secret", [b"s1", b"s2"])
+    name, known = await _topic_at_broker(broker, "idt-mix", vals, partitions=2)
+    _secret, denied = await _topic_at_broker(broker, "idt-secret", [b"s1", b"s2"])
     rand = uuid.uuid4()
     c = client(kg.port)
     try:

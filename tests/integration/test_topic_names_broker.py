@@ -1,4 +1,4 @@
-"""TopicNameResolver against a real Tansu broker through a real UpstreamClient.
+"""TopicNameResolver against a real broker (Tansu, then Apache Kafka) through a real UpstreamClient.
 
 Topics are created with confluent-kafka's AdminClient (and, where the test needs to observe the
 broker's own answer, with CreateTopics / DeleteTopics sent over kgate's UpstreamClient); their
@@ -27,8 +27,8 @@ from kgate.proxy.upstream_client import UpstreamClient
 pytestmark = pytest.mark.timeout(120)
 
 
-def client_for(tansu) -> UpstreamClient:
-    return UpstreamClient(lambda: [(HOST, tansu.port)], client_id="kgate-topic-names-test")
+def client_for(broker) -> UpstreamClient:
+    return UpstreamClient(lambda: [(HOST, broker.port)], client_id="kgate-topic-names-test")
 
 
 async def ids_by_name(client: UpstreamClient, names: list[str]) -> dict[str, UUID]:
@@ -68,10 +68,10 @@ async def wait_gone(client: UpstreamClient, name: str) -> None:
         await asyncio.sleep(0.1)
 
 
-async def test_resolve_ids_unknown_and_negative_cache(tansu):
-    client = client_for(tansu)
+async def test_resolve_ids_unknown_and_negative_cache(broker):
+    client = client_for(broker)
     names = [unique("tn-a"), unique("tn-b"), unique("tn-c")]
-    await create(tansu.bootstrap, *names)
+    await create(broker.bootstrap, *names)
     ids = await ids_by_name(client, names)
     r = TopicNameResolver(client, cluster="it-resolve")
     try:
@@ -92,7 +92,7 @@ async def test_resolve_ids_unknown_and_negative_cache(tansu):
         client.close()
 
 
-async def test_fallback_all_topics_against_real_broker(tansu):
+async def test_fallback_all_topics_against_real_broker(broker):
     """A broker without Metadata v12 (simulated by capping the version kgate may use): the
     resolver asks v11 for all topics and never sends an id below v12."""
 
@@ -102,12 +102,12 @@ async def test_fallback_all_topics_against_real_broker(tansu):
                 hi = 11 if hi is None else min(hi, 11)
             return super().pick_version(api_key, lo, hi)
 
-    client = client_for(tansu)
+    client = client_for(broker)
     name = unique("tn-fallback")
-    await create(tansu.bootstrap, name)
+    await create(broker.bootstrap, name)
     tid = (await ids_by_name(client, [name]))[name]
     client.close()
-    capped = Capped(lambda: [(HOST, tansu.port)])
+    capped = Capped(lambda: [(HOST, broker.port)])
     r = TopicNameResolver(capped, cluster="it-fallback")
     try:
         unknown = uuid.uuid4()
@@ -120,11 +120,11 @@ async def test_fallback_all_topics_against_real_broker(tansu):
         capped.close()
 
 
-async def test_delete_recreate_observed_responses(tansu):
+async def test_delete_recreate_observed_responses(broker):
     """Delete and recreate with kgate's own requests; the resolver sees the broker's answers."""
-    client = client_for(tansu)
+    client = client_for(broker)
     name = unique("tn-observed")
-    await create(tansu.bootstrap, name)
+    await create(broker.bootstrap, name)
     old = (await ids_by_name(client, [name]))[name]
     r = TopicNameResolver(client, cluster="it-observed")
     try:
@@ -156,19 +156,19 @@ async def test_delete_recreate_observed_responses(tansu):
         client.close()
 
 
-async def test_delete_recreate_unseen_sweep_evicts_old_id(tansu):
+async def test_delete_recreate_unseen_sweep_evicts_old_id(broker):
     """Delete and recreate behind kgate's back (another client, another fleet member): the old
     id's entry is dead until the sweep re-validates it; it never resolves to the new topic."""
-    client = client_for(tansu)
+    client = client_for(broker)
     name = unique("tn-sweep")
-    await create(tansu.bootstrap, name)
+    await create(broker.bootstrap, name)
     old = (await ids_by_name(client, [name]))[name]
     r = TopicNameResolver(client, cluster="it-sweep", idle_revalidate_s=0, negative_ttl_s=0.2)
     try:
         assert (await r.resolve([old])) == {old: name}
-        await admin_delete(tansu.bootstrap, name)
+        await admin_delete(broker.bootstrap, name)
         await wait_gone(client, name)
-        await create(tansu.bootstrap, name)
+        await create(broker.bootstrap, name)
         new = (await ids_by_name(client, [name]))[name]
         assert new != old
 

@@ -79,6 +79,7 @@ class Kafka(ManagedProcess):
         self.port = port or free_port()
         self.controller_port = free_port()
         self.node_id = NODE_ID
+        self.kind = "kafka"
         self.data_dir = self.workdir / "data"
         self.config_path = self.workdir / "server.properties"
         self.config_path.write_text(self._properties())

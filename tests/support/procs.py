@@ -127,6 +127,8 @@ class Tansu(ManagedProcess):
     def __init__(self, log_path: Path, port: int | None = None, advertised_port: int | None = None):
         self.port = port or free_port()
         self.advertised_port = advertised_port or self.port
+        self.node_id = TANSU_NODE_ID
+        self.kind = "tansu"
         argv = [
             tansu_binary(), "broker",
             "--listener-url", f"tcp://{HOST}:{self.port}",
