@@ -9,16 +9,23 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED = REPO_ROOT.parent / "shared"
 CORPUS_DIR = SHARED / "corpus-tansu"
+#: recorded against Apache Kafka 4.0.2 by tools/record_kafka_corpus.py; in the repository
+KAFKA_CORPUS_DIR = REPO_ROOT / "tests" / "data" / "corpus-kafka"
 SPEC_DIR = SHARED / "kafka-message-specs"
 
 
-def corpus_rows() -> list[dict]:
-    with open(CORPUS_DIR / "index.jsonl", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def corpus_rows(corpus_dir: Path = CORPUS_DIR) -> list[dict]:
+    """The corpus's index rows; each knows its corpus (``load_frame`` reads from there)."""
+    with open(corpus_dir / "index.jsonl", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    for row in rows:
+        row["corpus_dir"] = corpus_dir
+    return rows
 
 
 def row_id(row: dict) -> str:
-    return f"{row['seq']:06d}-{row['direction']}-{row['api_name']}-v{row['api_version']}"
+    tag = "kafka-" if row.get("corpus_dir") == KAFKA_CORPUS_DIR else ""
+    return f"{tag}{row['seq']:06d}-{row['direction']}-{row['api_name']}-v{row['api_version']}"
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
@@ -68,4 +75,4 @@ def parse_response_header(frame: bytes, header_version: int) -> tuple[dict, int]
 
 
 def load_frame(row: dict) -> bytes:
-    return (CORPUS_DIR / row["file"]).read_bytes()
+    return (row.get("corpus_dir", CORPUS_DIR) / row["file"]).read_bytes()

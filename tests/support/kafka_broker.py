@@ -72,11 +72,13 @@ class Kafka(ManagedProcess):
 
     name = "kafka"
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, advertised_port: int | None = None) -> None:
+        """``advertised_port``: what Metadata tells clients (a relay in front); default ``port``."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home = distribution()
         self.port = port or free_port()
+        self.advertised_port = advertised_port or self.port
         self.controller_port = free_port()
         self.node_id = NODE_ID
         self.kind = "kafka"
@@ -98,7 +100,7 @@ class Kafka(ManagedProcess):
             "node.id": str(NODE_ID),
             "controller.quorum.voters": f"{NODE_ID}@{HOST}:{self.controller_port}",
             "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{self.advertised_port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
