@@ -20,7 +20,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from kgate.api import ApiKey, ErrorCode
+from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from kgate.filters.chain import FilterChain
@@ -29,8 +29,8 @@ from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
 from kgate.proxy.timeouts import sweep_forever
-from kgate.proxy.topic_names import TopicNameResolver
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.topic_ids import TopicNameResolver
 
 if TYPE_CHECKING:
     from kgate.proxy.connection import ClientConnection
@@ -39,8 +39,6 @@ log = logging.getLogger("kgate.cluster")
 
 LISTEN_BACKLOG = 1024
 METADATA = int(ApiKey.METADATA)
-#: what a Fetch partition says for an id the broker does not know (Kafka: 100; Tansu: 3)
-_UNKNOWN_TOPIC = (int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), int(ErrorCode.UNKNOWN_TOPIC_ID))
 DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
 REFUSAL_LOG_EVERY_S = 10.0  # connections refused at max_connections: one log line per listener per this
 BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s
@@ -394,30 +392,10 @@ class VirtualCluster:
     def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
         """Let the topic-name service learn from a decoded response passing by.
 
-        ``request`` is the decoded request where kgate has it: CreateTopics needs its
-        validate_only flag (a dry run's id names nothing), and a Fetch error for a dead id may
-        come back with a zero id (Tansu), so response topics are matched to the request's by
-        position.
+        What each api key's response teaches is ``kgate.topic_ids.observers.OBSERVERS``; ``request``
+        is the decoded request where kgate has it (CreateTopics' validate_only, Fetch positions).
         """
-        names = self.topic_names
-        if api_key == ApiKey.METADATA:
-            if version >= 10:
-                names.observe_metadata_response(version, msg)
-        elif api_key == ApiKey.CREATE_TOPICS:
-            if version >= 7:
-                validate_only = bool(getattr(request, "validate_only", False)) if request is not None else False
-                names.observe_create_topics_response(version, msg, validate_only=validate_only)
-        elif api_key == ApiKey.DELETE_TOPICS:
-            names.observe_delete_topics_response(version, msg)
-        elif api_key == ApiKey.FETCH and version >= 13:
-            asked = request.topics if request is not None else ()
-            for i, topic in enumerate(msg.responses):
-                if not any(p.error_code in _UNKNOWN_TOPIC for p in topic.partitions):
-                    continue
-                topic_id = topic.topic_id
-                if not topic_id.int and i < len(asked):
-                    topic_id = asked[i].topic_id
-                names.observe_unknown_id(topic_id)
+        self.topic_names.observe(api_key, version, msg, request)
 
     @property
     def names_in_use(self) -> bool:

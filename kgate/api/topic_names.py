@@ -1,6 +1,6 @@
 """What ``FilterContext.topic_names`` answers for an id it cannot name.
 
-Here rather than beside the resolver (``kgate.proxy.topic_names``) so a plugin, and its tests,
+Here rather than beside the resolver (``kgate.topic_ids``) so a plugin, and its tests,
 can name the type without importing kgate's proxy runtime.
 """
 

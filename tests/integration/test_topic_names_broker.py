@@ -18,11 +18,13 @@ import pytest
 from support.ports import HOST
 from support.workloads import confluent_create_topic, unique
 
+from kgate.api import TopicNameError
 from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from kgate.proxy.topic_names import UNKNOWN_TOPIC_ID, TopicNameError, TopicNameResolver
 from kgate.proxy.upstream_client import UpstreamClient
+from kgate.topic_ids import TopicNameResolver
+from kgate.topic_ids.lookup import UNKNOWN_TOPIC_ID
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -3,7 +3,8 @@
 Layers (a package may import only the ones listed for it; see docs/architecture.md, "Layering"):
 
     codec    <- api <- filters <- config <- proxy <- kgate (python -m kgate)
-                 ^
+                 ^  ^                        |
+                 |  topic_ids <---------------+  (the id -> name resolver: api and codec only)
                  testing (a plugin's test kit: api and codec only)
 
 ``kgate.api`` is what plugins import; it must not reach the proxy, the configuration or the
@@ -29,14 +30,16 @@ from kgate.codec.generated.api_keys import ApiKey
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {"codec": REPO / "codec", "config": REPO / "config", "filters": REPO / "filters",
-            "proxy": REPO / "proxy", "api": REPO / "kgate" / "api", "testing": REPO / "kgate" / "testing"}
+            "proxy": REPO / "proxy", "api": REPO / "kgate" / "api", "testing": REPO / "kgate" / "testing",
+            "topic_ids": REPO / "kgate" / "topic_ids"}
 ALLOWED: dict[str, set[str]] = {
     "codec": set(),
     "api": {"codec"},
     "testing": {"api", "codec"},
     "filters": {"api", "codec"},
+    "topic_ids": {"api", "codec"},
     "config": {"api", "codec", "filters"},
-    "proxy": {"api", "codec", "filters", "config"},
+    "proxy": {"api", "codec", "filters", "config", "topic_ids"},
 }
 OLD_TOP_LEVEL = {"codec", "config", "filters", "proxy"}
 
@@ -93,7 +96,7 @@ def _all_python() -> list[Path]:
     out = []
     for p in REPO.rglob("*.py"):
         rel = p.relative_to(REPO)
-        if rel.parts[0] in skip and not (rel.parts[0] == "kgate" and rel.parts[1] in {"api", "testing"}):
+        if rel.parts[0] in skip and not (rel.parts[0] == "kgate" and rel.parts[1] in {"api", "testing", "topic_ids"}):
             continue
         if "generated" in rel.parts or any(part.endswith(".egg-info") for part in rel.parts):
             continue

@@ -18,18 +18,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from kgate.api import LOOKUP_FAILED, TopicNameError
 from kgate.codec import api
 from kgate.codec.generated.create_topics import CreatableTopicResult, CreateTopicsResponse
 from kgate.codec.generated.delete_topics import DeletableTopicResult, DeleteTopicsResponse
 from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
-from kgate.proxy.topic_names import (
-    LOOKUP_FAILED,
-    UNKNOWN_TOPIC_ID,
-    ZERO_ID_ERROR,
-    TopicNameError,
-    TopicNameResolver,
-)
 from kgate.proxy.upstream_client import UpstreamError
+from kgate.topic_ids import ZERO_ID_ERROR, TopicNameResolver
+from kgate.topic_ids.lookup import UNKNOWN_TOPIC_ID
 
 ZERO = UUID(int=0)
 
@@ -637,10 +633,10 @@ def test_cache_invariants_hold_under_random_operations(ops, max_entries):
             r.observe_unknown_id(tid)
             assert r.cached(tid) is None
         else:
-            r._epoch += 1  # what a sweep does to the clock
+            r.cache.epoch += 1  # what a sweep does to the clock
         assert len(r) <= max_entries
-        epochs = [e.epoch for e in r._entries.values()]
+        epochs = [e.epoch for e in r.cache.entries.values()]
         assert epochs == sorted(epochs)
-        indexed = {(k, name) for name, keys in r._by_name.items() for k in keys}
-        assert indexed == {(k, e.name) for k, e in r._entries.items()}
-        assert all(keys for keys in r._by_name.values())
+        indexed = {(k, name) for name, keys in r.cache.by_name.items() for k in keys}
+        assert indexed == {(k, e.name) for k, e in r.cache.entries.items()}
+        assert all(keys for keys in r.cache.by_name.values())

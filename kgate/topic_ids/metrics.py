@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from kgate.proxy.topic_names import TopicNameResolver
+    from kgate.topic_ids.resolver import TopicNameResolver
 
 LOOKUPS = Counter(
     "kgate_topic_names_lookups",
