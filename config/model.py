@@ -111,8 +111,8 @@ class ProxySettings:
     max_frame_bytes: int = 100 * 1024 * 1024
     drain_timeout_s: float = 10.0
     connect_timeout_s: float = 10.0
-    high_water_bytes: int = 4 * 1024 * 1024
-    low_water_bytes: int = 1 * 1024 * 1024
+    high_water_bytes: int = 64 * 1024
+    low_water_bytes: int = 16 * 1024
     filter_timeout_s: float = 30.0
     """A suspended filter hook that takes longer gets a defined outcome (error answer or close)."""
     max_queued_requests: int = 1000

@@ -416,7 +416,7 @@ def test_metrics_port_must_not_collide_with_cluster_ports():
     ("proxy", "path", "problem"),
     [
         ({"low_water_bytes": 100, "high_water_bytes": 100}, "proxy.low_water_bytes", "must be less than"),
-        ({"high_water_bytes": 1000}, "proxy.high_water_bytes", "low_water_bytes (1048576) must be less than"),
+        ({"high_water_bytes": 1000}, "proxy.high_water_bytes", "low_water_bytes (16384) must be less than"),
         ({"low_water_bytes": 8 * 1024 * 1024}, "proxy.low_water_bytes", "(8388608) must be less than"),
         ({"max_frame_bytes": 0}, "proxy.max_frame_bytes", "must be >= 1, got 0"),
         ({"high_water_bytes": -5}, "proxy.high_water_bytes", "must be >= 1"),
