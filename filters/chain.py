@@ -3,13 +3,18 @@
 The chain is indexed once per (direction, api key, version) so that the data path asks a
 dict whether any hook wants a frame; frames nobody wants are never decoded.
 
-``run_hooks`` calls hooks in configured order. As long as hooks return plain values it stays
-synchronous (no task, no future). The first hook that returns an awaitable turns the rest of
-the run into a coroutine; the caller decides how to wait for it (with a timeout).
+``run_hooks`` calls hooks in configured order and returns one typed ``Decision`` for requests
+and responses alike. As long as hooks return plain values it stays synchronous (no task, no
+future: a passthrough-with-policy request costs one call per hook). The first hook that returns
+an awaitable turns the rest of the run into a coroutine; ``settle`` awaits it with the timeout
+and maps a timeout or an exception to a ``Decision`` too, so the connection core handles every
+way a hook run can end in one place per direction.
 """
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -19,8 +24,42 @@ from kgate.codec import api
 
 BoundHook = Callable[[FilterContext, Any], Any]
 
-#: (final result, final message, whether any hook replaced or changed the message)
-Outcome = tuple[Result, Any, bool]
+
+class Verdict(enum.Enum):
+    """How a run of hooks over one message ended."""
+
+    FORWARD = "forward"  # pass the message on (``Decision.changed``: re-encode it)
+    RESPOND = "respond"  # answer the client with ``Decision.result.message`` (requests only)
+    DROP = "drop"  # swallow the message (requests only; only acks=0 Produce expects no answer)
+    CLOSE = "close"  # close the connection, ``Decision.result.reason`` says why
+    FAILED = "failed"  # a hook raised, or returned something that is not a result (``Decision.error``)
+    TIMED_OUT = "timed-out"  # a suspended hook took longer than ``filter_timeout_s``
+
+
+class Decision:
+    """The typed end of one hook run: what to do, with which message, and why (cheap: slots)."""
+
+    __slots__ = ("changed", "error", "message", "result", "verdict")
+
+    def __init__(
+        self,
+        verdict: Verdict,
+        message: Any,
+        changed: bool = False,
+        result: Result | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        self.verdict = verdict
+        self.message = message  # the final message (a hook may have replaced it)
+        self.changed = changed  # whether any hook replaced or changed it
+        self.result = result  # the hook's Respond / Drop / Close, when that ended the run
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Decision({self.verdict.name}, changed={self.changed}, result={self.result!r}, error={self.error!r})"
+
+
+_VERDICTS: dict[type, Verdict] = {Respond: Verdict.RESPOND, Drop: Verdict.DROP, Close: Verdict.CLOSE}
 
 
 class FilterChain:
@@ -79,20 +118,37 @@ class FilterChain:
             await f.close()
 
 
-def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> Outcome | Awaitable[Outcome]:
-    """Run ``hooks`` over ``message``: the Outcome tuple, or (once a hook returns an awaitable) a coroutine."""
+def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> Decision | Awaitable[Decision]:
+    """Run ``hooks`` over ``message``: a ``Decision``, or (once a hook returns an awaitable) a coroutine.
+
+    A hook that raises ends the run with ``Verdict.FAILED``: a filter bug closes its connection,
+    never the process.
+    """
     changed = False
-    for i, hook in enumerate(hooks):
-        result = hook(ctx, message)
-        if result is None or result is FORWARD:
-            continue
-        if inspect.isawaitable(result):
-            return _continue_async(result, hooks, i + 1, ctx, message, changed)
-        outcome = _apply(result, message, changed)
-        if outcome[0] is not FORWARD:
-            return outcome
-        _r, message, changed = outcome
-    return FORWARD, message, changed
+    try:
+        for i, hook in enumerate(hooks):
+            result = hook(ctx, message)
+            if result is None or result is FORWARD:
+                continue
+            if inspect.isawaitable(result):
+                return _continue_async(result, hooks, i + 1, ctx, message, changed)
+            decision = _apply(result, message, changed)
+            if decision.verdict is not Verdict.FORWARD:
+                return decision
+            message, changed = decision.message, decision.changed
+    except Exception as exc:
+        return Decision(Verdict.FAILED, message, changed, error=exc)
+    return Decision(Verdict.FORWARD, message, changed)
+
+
+async def settle(pending: Awaitable[Decision], timeout_s: float, message: Any) -> Decision:
+    """Await a suspended hook run: its ``Decision``, or TIMED_OUT / FAILED (never an exception)."""
+    try:
+        return await asyncio.wait_for(pending, timeout_s)
+    except TimeoutError:
+        return Decision(Verdict.TIMED_OUT, message)
+    except Exception as exc:  # a filter bug must not leave the connection hanging
+        return Decision(Verdict.FAILED, message, error=exc)
 
 
 def peek_forwards(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> bool:
@@ -111,14 +167,18 @@ def peek_forwards(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) 
     return True
 
 
-def _apply(result: Any, message: Any, changed: bool) -> Outcome:
+def _apply(result: Any, message: Any, changed: bool) -> Decision:
     if isinstance(result, Forward):
         if result.message is None:
-            return FORWARD, message, changed
-        return FORWARD, result.message, True
-    if isinstance(result, Respond | Drop | Close):
-        return result, message, changed
-    raise TypeError(f"a filter hook returned {result!r}; expected a kgate filter result or None")
+            return Decision(Verdict.FORWARD, message, changed)
+        return Decision(Verdict.FORWARD, result.message, True)
+    verdict = _VERDICTS.get(type(result))
+    if verdict is None and isinstance(result, Respond | Drop | Close):  # a subclass of one
+        verdict = next(v for cls, v in _VERDICTS.items() if isinstance(result, cls))
+    if verdict is not None:
+        return Decision(verdict, message, changed, result=result)
+    error = TypeError(f"a filter hook returned {result!r}; expected a kgate filter result or None")
+    return Decision(Verdict.FAILED, message, changed, error=error)
 
 
 async def _continue_async(
@@ -128,21 +188,21 @@ async def _continue_async(
     ctx: FilterContext,
     message: Any,
     changed: bool,
-) -> Outcome:
+) -> Decision:
     result = await pending
     if result is not None and result is not FORWARD:
-        outcome = _apply(result, message, changed)
-        if outcome[0] is not FORWARD:
-            return outcome
-        _r, message, changed = outcome
+        decision = _apply(result, message, changed)
+        if decision.verdict is not Verdict.FORWARD:
+            return decision
+        message, changed = decision.message, decision.changed
     for hook in hooks[start:]:
         result = hook(ctx, message)
         if inspect.isawaitable(result):
             result = await result
         if result is None or result is FORWARD:
             continue
-        outcome = _apply(result, message, changed)
-        if outcome[0] is not FORWARD:
-            return outcome
-        _r, message, changed = outcome
-    return FORWARD, message, changed
+        decision = _apply(result, message, changed)
+        if decision.verdict is not Verdict.FORWARD:
+            return decision
+        message, changed = decision.message, decision.changed
+    return Decision(Verdict.FORWARD, message, changed)

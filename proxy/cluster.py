@@ -25,9 +25,11 @@ from kgate.codec import api
 from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from kgate.filters.chain import FilterChain
 from kgate.proxy import rewrite
+from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
+from kgate.proxy.plans import Plans
 from kgate.proxy.timeouts import sweep_forever
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 from kgate.topic_ids import TopicNameResolver
@@ -77,6 +79,8 @@ class VirtualCluster:
             key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))
             for key, (lo, hi) in self.chain.version_limits().items()
         }
+        #: what the data path does with each request and response (decided once per api key and version)
+        self.plans = Plans(self.chain, self.filter_limits, self.names_in_use)
         self.settings = settings
         HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
         self.name = cfg.name
@@ -205,7 +209,7 @@ class VirtualCluster:
     def close_drained(self) -> None:
         for conn in list(self.connections):
             if conn.drained:
-                conn.close("drained for shutdown")
+                conn.close(CloseReason.DRAINED, "drained for shutdown")
 
     @property
     def listening_ports(self) -> dict[int | None, int]:
@@ -418,7 +422,7 @@ class VirtualCluster:
 
     def close_connections(self) -> None:
         for conn in list(self.connections):
-            conn.close("kgate is shutting down")
+            conn.close(CloseReason.SHUTDOWN, "kgate is shutting down")
 
     async def wait_closed(self) -> None:
         if self._sweeper is not None:

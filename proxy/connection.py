@@ -1,50 +1,59 @@
-"""One client connection and its upstream connection: all per-connection state lives here.
+"""One client connection on asyncio: the sockets around a ``ConnectionCore`` (proxy/core.py).
 
-Client to broker: a ``FrameReader`` splits the stream into frames. When no filter hooks any
-request of this cluster, frames are only peeked at for bookkeeping and the bytes go out as
-the chunk that arrived. Otherwise each frame a hook wants is decoded and run through the
-chain; frames nobody wants go out as their original bytes.
+The core holds every protocol decision and no I/O; this module carries out its actions on the
+two transports (write, pause and resume reading, await a suspended hook run, report held bytes,
+close) and feeds it the transports' events. It also owns what only sockets have: connecting
+upstream (trying targets, refusing kgate's own listeners), the client's bytes that arrive
+before the upstream is connected, flow control by the transports' water marks (``ReadGate``:
+when one side's write buffer is full, reading from the other side pauses, and resumes when it
+drains), and the teardown (the broker side half-closed gently so it can finish acks=0 data).
 
-Every request that expects an answer becomes an ``Exchange`` in ``pending`` (the order the
-client must get answers in). Forwarded ones also wait in ``upstream_waiting`` (the order the
-broker answers in). A response is matched to the head of ``upstream_waiting``, processed
-(address rewrite, topic-name learning, response hooks) and stored on its exchange; ``_flush``
-writes answers from the head of ``pending`` as soon as they are ready. Answers kgate makes
-itself (a filter's ``respond``) take their place in the same queue, so order always holds.
-
-Suspension: a hook that awaits suspends only its own message. Requests behind a suspended
-request wait in ``backlog`` (forwarding them first would reorder them at the broker);
-reading from the client pauses while the backlog is over its limit. A response hook that
-awaits only delays delivery: later responses are processed and wait in ``pending``.
-
-Flow control uses the transports' water marks: when one side's write buffer is full, reading
-from the other side pauses (``ReadGate``), and resumes when it drains.
-
-Bad input closes only this connection, with a log line naming the peer and the reason.
+The client transport calls ``core.receive_client`` directly (``data_received`` is the core's
+bound method), so the data path pays no extra call for this split.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kgate.api import ConnectionInfo
-from kgate.codec.framing import FrameReader
-from kgate.proxy.exchange import Exchange, close_upstream_gently
+from kgate.filters.chain import Decision, settle
+from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.core import ConnectionCore, Suspension
 from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.own_listeners import OWN_LISTENERS
-from kgate.proxy.request_path import RequestPath
-from kgate.proxy.response_path import ResponsePath
-from kgate.proxy.sasl import SaslState
 from kgate.proxy.timeouts import Snapshot
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from kgate.proxy.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.connection")
+UPSTREAM_CLOSE_GRACE_S = 2.0
+
+
+def close_upstream_gently(upstream: asyncio.Transport) -> None:
+    """Half-close the broker side, then close it after a grace period.
+
+    A broker may still be working through requests the client sent just before leaving (acks=0
+    Produce especially); some brokers (Tansu) drop those once the peer has closed fully. Sending
+    FIN first and reading on briefly lets them finish; the answers have nowhere to go and are
+    discarded.
+    """
+    if upstream.is_closing():
+        return
+    try:
+        if upstream.can_write_eof():
+            upstream.write_eof()
+            asyncio.get_running_loop().call_later(UPSTREAM_CLOSE_GRACE_S, upstream.close)
+            return
+    except (OSError, RuntimeError):
+        pass
+    upstream.close()
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -55,14 +64,12 @@ class UpstreamProtocol(asyncio.Protocol):
     once) must not close the client, since the next target may serve it.
     """
 
-    __slots__ = ("adopted", "conn")
+    __slots__ = ("adopted", "conn", "data_received")
 
     def __init__(self, conn: ClientConnection) -> None:
         self.conn = conn
         self.adopted = False
-
-    def data_received(self, data: bytes) -> None:
-        self.conn.upstream_data(data)
+        self.data_received = conn.core.receive_broker  # type: ignore[method-assign]
 
     def eof_received(self) -> bool:
         return False
@@ -78,97 +85,133 @@ class UpstreamProtocol(asyncio.Protocol):
             self.conn.upstream_lost(exc)
 
 
-class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
-    """A client connection, its upstream, and the exchanges in flight between them."""
+class ClientConnection(asyncio.Protocol):
+    """A client connection and its upstream: carries out a ``ConnectionCore``'s actions."""
 
     def __init__(self, cluster: VirtualCluster, node_id: int | None) -> None:
         self.cluster = cluster
-        self.chain = cluster.chain
         self.node_id = node_id
-        settings = cluster.settings
-        self.settings = settings
-        self.reader = FrameReader(settings.max_frame_bytes)
-        self.upstream_reader = FrameReader(settings.max_frame_bytes)
+        self.settings = cluster.settings
+        self.info = ConnectionInfo(client_address="?", virtual_cluster=cluster.name)
         self.gate = ReadGate()  # pauses reading from the client
         self.upstream_gate = ReadGate()  # pauses reading from the broker
-        self.pending: deque[Exchange] = deque()  # answers owed to the client, in request order
-        self.upstream_waiting: deque[Exchange] = deque()  # forwarded, in the order the broker answers
-        self.backlog: deque[memoryview] = deque()  # requests behind a suspended one
-        self.suspended_request = False
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
-        self.info = ConnectionInfo(client_address="?", virtual_cluster=cluster.name)
-        self.sasl = SaslState()
-        self.closed = False
-        self.client_gone = False  # the client left while requests it sent were still queued in kgate
-        # raw mode forwards request bytes as they arrive; validation must see each request whole first
-        self._raw_requests = not self.chain.has_request_hooks and not settings.validate_requests
+        self.core = ConnectionCore(cluster, self.info, self)
+        self.data_received = self.core.receive_client  # type: ignore[method-assign]
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._stream_left = 0  # bytes of a cut-through response still to forward
-        self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
-        self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
-        self._acks0: deque[int] = deque(maxlen=256)  # correlation ids of recent acks=0 Produce
-        self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
-        self._held_len = 0
-        self._held_need = 0  # bytes to collect before trying again
-        self.rx_chunks = 0  # reads from the client so far (the timeout sweep compares it between sweeps)
-        self.up_chunks = 0  # reads from the broker so far
-        self.frames_in = 0  # request frames started so far
-        self._backlog_bytes = 0  # bytes of the frames in backlog
         self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
+        self._torn_down = False
 
+    # -- what the rest of kgate asks of a connection -----------------------------------------
     @property
     def peer(self) -> str:
         return self.info.client_address
 
-    def begin_drain(self) -> None:
-        self.gate.pause("draining")
+    @property
+    def closed(self) -> bool:
+        return self.core.closed
+
+    @property
+    def client_gone(self) -> bool:
+        return self.core.client_gone
 
     @property
     def drained(self) -> bool:
-        """Owes the client nothing: no answer pending, nothing queued, nothing streaming."""
-        return (
-            not self.pending
-            and not self.backlog
-            and not self._stream_left
-            and not self._req_stream_left
-            and not self.suspended_request
-        )
+        return self.core.drained
 
     @property
     def inflight_count(self) -> int:
-        return len(self.pending) + len(self.backlog) + (1 if self._stream_left else 0)
+        return self.core.inflight_count
+
+    def begin_drain(self) -> None:
+        self.gate.pause("draining")
+
+    def close(self, reason: CloseReason, detail: str = "") -> None:
+        self.core.close(reason, detail)
 
     def timeout_snapshot(self) -> Snapshot:
         """What the timeout sweep needs (proxy/timeouts.py); read once per sweep interval."""
-        mid_frame = (
-            self.rx_chunks == 0
-            or bool(self._held)
-            or self._req_skip > 0
-            or self._req_stream_left > 0
-            or self.reader.buffered > 0
-        )
+        core = self.core
         return Snapshot(
-            rx=self.rx_chunks,
-            up_rx=self.up_chunks,
-            frames=self.frames_in,
-            mid_frame=mid_frame,
-            owes=not self.drained,
+            rx=core.rx_chunks,
+            up_rx=core.up_chunks,
+            frames=core.frames_in,
+            mid_frame=core.mid_frame,
+            owes=not core.drained,
             reading_paused=self.gate.paused,
             upstream_paused=self.upstream_gate.paused,
-            head=self.upstream_waiting[0] if self.upstream_waiting else None,
+            head=core.upstream_waiting[0] if core.upstream_waiting else None,
         )
 
-    # -- client side -----------------------------------------------------------------------
+    def held_cap_pause(self) -> None:
+        self.gate.pause("held-cap")
+
+    def held_cap_resume(self) -> None:
+        self.gate.resume("held-cap")
+
+    # -- the core's actions (proxy.core.Actions) ---------------------------------------------
+    def send_upstream(self, data: bytes | memoryview) -> None:
+        upstream = self.upstream
+        if upstream is not None:
+            upstream.write(data)
+        elif not self.core.closed:
+            # Reading is paused until the upstream connects, but a transport may still deliver
+            # what it had already read; hold it (bounded by one read) until then.
+            self._early.append(data)
+
+    def send_client(self, data: bytes | memoryview) -> None:
+        transport = self.transport
+        if transport is not None:
+            transport.write(data)
+
+    def pause_client(self, reason: str) -> None:
+        self.gate.pause(reason)
+
+    def resume_client(self, reason: str) -> None:
+        self.gate.resume(reason)
+
+    def pause_broker(self, reason: str) -> None:
+        self.upstream_gate.pause(reason)
+
+    def resume_broker(self, reason: str) -> None:
+        self.upstream_gate.resume(reason)
+
+    def spawn(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
+        task = asyncio.get_running_loop().create_task(self._settle(pending, suspension))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
+        decision = await settle(pending, self.settings.filter_timeout_s, suspension.message)
+        try:
+            self.core.hook_done(suspension, decision)
+        except Exception:  # a bug in kgate: this connection only, never the process
+            log.exception("finishing a suspended message for %s failed", self.peer)
+            self.core.close(CloseReason.INTERNAL, "internal error after a suspended filter")
+
+    def report_held(self, held: int) -> None:
+        if self.core.closed:
+            return  # torn down (and released) while this read was processed: never re-enter the account
+        self._held_reported = held
+        HELD.update(self, held)
+
+    def close_sockets(self, reason: CloseReason) -> None:
+        transport = self.transport
+        if transport is not None:
+            self.transport = None
+            transport.close()  # what was written (the answers the core flushed) still goes out first
+        self._teardown()
+
+    # -- client side -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
         self.info.client_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         if not self.cluster.admit(self.node_id, self.info.client_address):
-            self.closed = True  # never admitted: nothing to tear down but the socket
-            transport.close()
+            self.core.close(CloseReason.REFUSED, "over max_connections")
             return
         s = self.settings
         transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
@@ -185,7 +228,7 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         if task.cancelled() or task.exception() is None:
             return
         log.error("connecting upstream for %s failed", self.peer, exc_info=task.exception())
-        self.close("internal error while connecting upstream", error="internal")
+        self.core.close(CloseReason.INTERNAL, "internal error while connecting upstream")
 
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
@@ -219,13 +262,13 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
                 metrics.upstream_connect_failures.inc()
                 errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
                 continue
-            if self.closed:
+            if self.core.closed:
                 # The client left while kgate was connecting: what it sent before leaving still goes
                 # (a broker would have processed it; acks=0 Produce data must not be lost).
                 if self._early:
                     transport.writelines(self._early)
                     self._early.clear()
-                transport.close()
+                close_upstream_gently(transport)  # a full close right away can make Tansu drop the last frame
                 return
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
             protocol.adopted = True
@@ -236,7 +279,7 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
                 self._early.clear()
             self.gate.resume("connecting")
             return
-        self.close(f"no upstream reachable ({'; '.join(errors)})", error="upstream-unreachable")
+        self.core.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
 
     def eof_received(self) -> bool:
         return False
@@ -248,49 +291,25 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         self.upstream_gate.resume("client-buffer-full")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed and (self.suspended_request or self.backlog) and self.upstream is not None:
-            # Requests kgate has read but not sent yet (behind a suspended filter) still go: a broker
-            # processes what it has read from a client that left, and acks=0 data must not be lost.
-            log.debug("client %s went away; finishing %d request(s) read from it", self.peer, len(self.backlog) + 1)
-            self.client_gone = True
-            self.transport = None
-            self.gate.pause("client-gone")
-            return
-        if not self.closed and self.pending:
-            log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.pending))
-        self._teardown()
-
-    def finish_if_client_gone(self) -> None:
-        """After a suspended request: once the client has left and nothing read from it is left, close."""
-        if self.client_gone and not self.suspended_request and not self.backlog and not self.closed:
+        self.transport = None
+        if self.core.closed:
             self._teardown()
+        elif self.upstream is None:
+            self.core.close(CloseReason.CLIENT_LEFT, "client left before the upstream was connected")
+        else:
+            self.core.client_closed()  # requests read from it and not sent yet still go
 
-    # -- broker side -----------------------------------------------------------------------
-
+    # -- broker side -------------------------------------------------------------------------
     def upstream_lost(self, exc: Exception | None) -> None:
         self.upstream = None
-        if not self.closed:
-            reason = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
-            self.close(reason)
+        detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
+        self.core.close(CloseReason.BROKER_CLOSED, detail)
 
-    # -- teardown --------------------------------------------------------------------------
-    def close(self, reason: str, error: str | None = None) -> None:
-        """Close both sides; answers already written to the client are flushed first."""
-        if self.closed:
-            return
-        if error is not None:
-            log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, reason)
-            self.cluster.metrics.closed_on_error(error)
-        else:
-            log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, reason)
-        self._flush()
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-        self._teardown()
-
+    # -- teardown ----------------------------------------------------------------------------
     def _teardown(self) -> None:
-        self.closed = True
+        if self._torn_down:
+            return
+        self._torn_down = True
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
         for task in list(self._tasks):
@@ -298,8 +317,6 @@ class ClientConnection(RequestPath, ResponsePath, asyncio.Protocol):
         if self.upstream is not None:
             close_upstream_gently(self.upstream)
             self.upstream = None
-        self.backlog.clear()
-        self._backlog_bytes = 0
         if self._held_reported:
             self._held_reported = 0
             HELD.release(self)

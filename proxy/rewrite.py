@@ -123,7 +123,9 @@ def needs_rewrite(api_key: int, api_version: int) -> bool:
 
 
 #: responses decoded even without a filter: SASL progress and topic-name learning
-OBSERVED_KEYS = frozenset({17, 19, 20, 36})  # SaslHandshake, CreateTopics, DeleteTopics, SaslAuthenticate
+OBSERVED_KEYS = frozenset(
+    int(k) for k in (ApiKey.SASL_HANDSHAKE, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS, ApiKey.SASL_AUTHENTICATE)
+)
 
 
 def _decode(frame: memoryview, api_key: int, version: int) -> tuple[int, Any]:

@@ -28,6 +28,8 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from kgate.proxy.close_reason import CloseReason
+
 if TYPE_CHECKING:
     from kgate.config import ProxySettings
     from kgate.proxy.cluster import VirtualCluster
@@ -112,7 +114,7 @@ async def sweep_forever(cluster: VirtualCluster) -> None:
             reason = verdict(watch, snap, now, settings)
             if reason is not None:
                 cluster.metrics.timed_out(_KINDS[reason.split(" ", 1)[0]])
-                conn.close(reason, error="timeout")
+                conn.close(CloseReason.TIMEOUT, reason)
         for conn in [c for c in watches if c not in live]:
             del watches[conn]
 

@@ -62,19 +62,21 @@ def test_a_closed_connection_never_reenters_the_account() -> None:
     counted again by the report at the end of that read: the account would keep it forever."""
     from kgate.config import parse_config
     from kgate.filters.chain import FilterChain
+    from kgate.proxy.close_reason import CloseReason
     from kgate.proxy.cluster import VirtualCluster
     from kgate.proxy.connection import ClientConnection
     from kgate.proxy.held_bytes import HELD
 
     cfg = parse_config({"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19998", "upstream": "127.0.0.1:9"}]},
                        "test")
-    conn = ClientConnection(VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names), None)
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
     before = HELD.total
-    conn.closed = True
-    conn._report_held(1000)
+    closed = ClientConnection(cluster, None)
+    closed.close(CloseReason.CLIENT_LEFT)
+    closed.report_held(1000)  # what the end of the read being processed would report
     assert HELD.total == before
-    conn.closed = False
-    conn._report_held(1000)
+    live = ClientConnection(cluster, None)
+    live.report_held(1000)
     assert HELD.total == before + 1000
-    HELD.release(conn)
+    HELD.release(live)
     assert HELD.total == before

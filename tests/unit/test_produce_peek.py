@@ -1,6 +1,6 @@
 """Peeked Produce: a single-topic request a filter allows streams on before it has fully arrived.
 
-The connection runs with stand-in transports that record bytes (no sockets): these tests are
+The connection core runs with a recorder for its actions (no sockets, tests/support/core_driver.py): these tests are
 about which bytes leave when, which a socket test could not observe reliably. End to end the
 same path runs under the real-client tests with topic-policy and in the benchmark.
 """
@@ -12,49 +12,17 @@ import uuid
 from typing import Any
 
 import pytest
+from support.core_driver import Sink, make_core
 
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.codec import api
 from kgate.codec.generated import produce as pm
 from kgate.codec.headers import HeaderError, parse_request_header, request_frame
 from kgate.codec.peek import produce_prefix
-from kgate.config import parse_config
 from kgate.filters.builtin.topic_policy import TopicPolicy
-from kgate.filters.chain import FilterChain
-from kgate.proxy.cluster import VirtualCluster
-from kgate.proxy.connection import ClientConnection
+from kgate.proxy.core import ConnectionCore
 
 CHUNK = 65536
-
-
-class Recorder:
-    """Stands in for a transport: keeps what was written and when."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, d: Any) -> None:
-        self.data += bytes(d)
-
-    def writelines(self, parts: Any) -> None:
-        for p in parts:
-            self.write(p)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def pause_reading(self) -> None:
-        pass
-
-    def is_reading(self) -> bool:
-        return True
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class NoPeek(Filter):
@@ -65,22 +33,11 @@ class NoPeek(Filter):
         return FORWARD
 
 
-def _conn(filters: list[Filter]) -> tuple[ClientConnection, Recorder, Recorder]:
+def _conn(filters: list[Filter]) -> tuple[ConnectionCore, Sink, Sink]:
     # Peeking streams a Produce on before its end has arrived: only without request validation,
     # which checks each request whole first (and these records are random bytes, not batches).
-    cfg = parse_config(
-        {
-            "proxy": {"validate_requests": False},
-            "virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}],
-        },
-        "test",
-    )
-    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain(filters), cfg.topic_names)
-    conn = ClientConnection(cluster, None)
-    client, upstream = Recorder(), Recorder()
-    conn.transport, conn.upstream = client, upstream  # type: ignore[assignment]
-    conn.gate.attach(client)  # type: ignore[arg-type]
-    return conn, client, upstream
+    core, actions = make_core(filters, validate_requests=False)
+    return core, actions.client, actions.upstream
 
 
 def _policy() -> TopicPolicy:
@@ -106,11 +63,11 @@ def test_allowed_single_topic_streams_before_it_is_complete() -> None:
     conn, _client, upstream = _conn([_policy()])
     frame = _produce(["orders"])
     chunks = _chunks(frame)
-    conn.data_received(chunks[0])
+    conn.receive_client(chunks[0])
     assert bytes(upstream.data) == chunks[0]  # forwarded before the rest arrived
     assert conn.reader.buffered == 0
     for c in chunks[1:]:
-        conn.data_received(c)
+        conn.receive_client(c)
     assert bytes(upstream.data) == frame  # exactly the client's bytes
     assert [(e.cid, e.api_key) for e in conn.pending] == [(5, 0)]
     assert conn._req_stream_left == 0
@@ -120,7 +77,7 @@ def test_denied_topic_is_held_and_refused_not_streamed() -> None:
     conn, client, upstream = _conn([_policy()])
     frame = _produce(["secret-x"])
     for c in _chunks(frame):
-        conn.data_received(c)
+        conn.receive_client(c)
         assert bytes(upstream.data) == b""
     resp = api.decode_response(0, 9, memoryview(bytes(client.data))[9:])
     assert [(t.name, [p.error_code for p in t.partition_responses]) for t in resp.responses] == [("secret-x", [29])]
@@ -131,9 +88,9 @@ def test_two_topics_wait_for_the_whole_request() -> None:
     frame = _produce(["a", "b"])
     chunks = _chunks(frame)
     for c in chunks[:-1]:
-        conn.data_received(c)
+        conn.receive_client(c)
     assert bytes(upstream.data) == b""  # the second topic's name comes after the first's records
-    conn.data_received(chunks[-1])
+    conn.receive_client(chunks[-1])
     assert bytes(upstream.data) == frame
 
 
@@ -141,10 +98,10 @@ def test_a_hook_that_cannot_peek_keeps_the_request_whole() -> None:
     conn, _client, upstream = _conn([_policy(), NoPeek({})])
     frame = _produce(["orders"])
     chunks = _chunks(frame)
-    conn.data_received(chunks[0])
+    conn.receive_client(chunks[0])
     assert bytes(upstream.data) == b""
     for c in chunks[1:]:
-        conn.data_received(c)
+        conn.receive_client(c)
     assert bytes(upstream.data) == frame
 
 
@@ -153,9 +110,9 @@ def test_frames_after_a_streamed_one_in_the_same_read() -> None:
     first, second = _produce(["orders"], cid=1), _produce(["orders"], size=1000, cid=2)
     stream = first + second + _produce(["secret-y"], size=1000, cid=3)
     cut = len(first) - 100  # the last read holds the end of the first frame and both others
-    conn.data_received(stream[:CHUNK])
-    conn.data_received(stream[CHUNK:cut])
-    conn.data_received(stream[cut:])
+    conn.receive_client(stream[:CHUNK])
+    conn.receive_client(stream[CHUNK:cut])
+    conn.receive_client(stream[cut:])
     assert bytes(upstream.data) == first + second  # the third (denied) was answered, not forwarded
     assert [e.cid for e in conn.pending] == [1, 2, 3]
     assert conn.pending[2].response is not None  # kgate's own answer, waiting its turn
@@ -165,7 +122,7 @@ def test_acks0_peeked_produce_expects_no_answer() -> None:
     conn, _client, upstream = _conn([_policy()])
     frame = _produce(["orders"], acks=0, cid=9)
     for c in _chunks(frame):
-        conn.data_received(c)
+        conn.receive_client(c)
     assert bytes(upstream.data) == frame
     assert not conn.pending and 9 in conn._acks0
 
@@ -198,8 +155,8 @@ def test_whole_small_frames_are_forwarded_without_a_full_decode(monkeypatch: pyt
         return real(key, version, buf)
 
     monkeypatch.setattr(api, "decode_request", counting)
-    conn.data_received(frame)
+    conn.receive_client(frame)
     assert bytes(upstream.data) == frame
     assert decoded == []  # the topic-only peek decided
-    conn.data_received(_produce(["secret-z"], size=300, cid=6))
+    conn.receive_client(_produce(["secret-z"], size=300, cid=6))
     assert decoded == [0]  # refused: decoded whole to build the per-partition answer

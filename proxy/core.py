@@ -1,0 +1,886 @@
+"""The connection core: one client connection's protocol logic, without sockets (sans-IO).
+
+Events go in as method calls: ``receive_client`` and ``receive_broker`` (bytes), ``hook_done``
+(a suspended hook run ended), ``client_closed`` and ``close`` (kgate, a timeout or the broker
+ends it). Actions go out through ``Actions``: ``send_upstream``, ``send_client``, pausing and
+resuming reading on either side, ``spawn`` (await a suspended hook run), ``report_held`` and
+``close_sockets``. ``proxy/connection.py`` carries them out on asyncio transports; the tests drive the
+core with a recorder (tests/proxy/), including hypothesis state machines, with no event loop.
+Actions are calls on an object rather than a returned list so the data path allocates nothing
+per chunk: most chunks produce exactly one action (forward these bytes).
+
+Client to broker: a ``FrameReader`` splits the stream into frames. Each frame's ``RequestPlan``
+(proxy/plans.py) says whether it is only tracked from its header (the bytes go out as the chunk
+that arrived: a 1 MiB Produce is never assembled), decoded for kgate's own bookkeeping, or
+decoded and run through the request hooks. Without request hooks and validation the core runs
+in raw mode (``_raw_data``): bookkeeping from headers only.
+
+Every request that expects an answer becomes an ``Exchange`` in ``pending`` (the order the
+client must get answers in). Forwarded ones also wait in ``upstream_waiting`` (the order the
+broker answers in). A response is matched to the head of ``upstream_waiting``, handled by the
+exchange's ``ResponsePlan`` and stored on it; ``_flush`` writes answers from the head of
+``pending`` as soon as they are ready. Answers kgate makes itself (a filter's ``respond``) take
+their place in the same queue, so order always holds.
+
+Suspension: a hook that awaits suspends only its own message (the lifecycle is the table in
+proxy/states.py). Requests behind a suspended request wait in ``backlog``; reading from the
+client pauses while the backlog is over its limit. A response hook that awaits only delays
+delivery: later responses are processed and wait in ``pending``.
+
+Bad input closes only this connection, with a ``CloseReason`` and a log line naming the peer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any, Protocol
+from uuid import UUID
+
+from kgate.api import Close, ConnectionInfo, ErrorCode, Respond, error_response
+from kgate.codec import api
+from kgate.codec.framing import FrameReader
+from kgate.codec.generated.produce import TopicProduceData
+from kgate.codec.headers import (
+    HeaderError,
+    RequestHeader,
+    parse_request_header,
+    peek_correlation_id,
+    peek_request,
+    produce_acks,
+    response_body_offset,
+    response_frame,
+)
+from kgate.codec.headers import (
+    frame as make_frame,
+)
+from kgate.codec.peek import produce_prefix
+from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
+from kgate.proxy import rewrite
+from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.context import MessageContext
+from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
+from kgate.proxy.metadata_brokers import rewrite_brokers
+from kgate.proxy.plans import (
+    METADATA,
+    OBSERVE_FETCH_MAX,
+    PRODUCE,
+    RequestPlan,
+    ResponsePlan,
+    may_carry_unknown_topic,
+)
+from kgate.proxy.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslState
+from kgate.proxy.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, State, advance
+from kgate.proxy.validate import check_request
+
+if TYPE_CHECKING:
+    from kgate.proxy.cluster import VirtualCluster
+
+log = logging.getLogger("kgate.connection")
+_ZERO = UUID(int=0)
+REQUEST_TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
+_PASS, _WATCH_FETCH, _BROKERS_ONLY = ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.BROKERS_ONLY
+_CAP_VERSIONS, _DECODE, _RAW_SASL_PLAN = ResponsePlan.CAP_VERSIONS, ResponsePlan.DECODE, ResponsePlan.RAW_SASL
+_TRACK, _OBSERVE, _REFUSE = RequestPlan.TRACK, RequestPlan.OBSERVE, RequestPlan.REFUSE
+
+
+class Actions(Protocol):
+    """What the core asks its carrier to do (proxy/connection.py on asyncio; a recorder in tests)."""
+
+    def send_upstream(self, data: bytes | memoryview) -> None: ...
+    def send_client(self, data: bytes | memoryview) -> None: ...
+    def pause_client(self, reason: str) -> None: ...
+    def resume_client(self, reason: str) -> None: ...
+    def pause_broker(self, reason: str) -> None: ...
+    def resume_broker(self, reason: str) -> None: ...
+    def spawn(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
+        """Await ``pending`` (``settle``, with the filter timeout), then call ``core.hook_done``."""
+
+    def report_held(self, held: int) -> None:
+        """The bytes this connection now holds in kgate (for the process-wide cap)."""
+
+    def close_sockets(self, reason: CloseReason) -> None:
+        """The core has closed: close both sockets (answers already written go first)."""
+
+
+class Suspension:
+    """A hook run that awaits: what the core needs back when it ends (``hook_done``)."""
+
+    __slots__ = ("changed", "ctx", "exchange", "frame", "header", "message", "offset")
+
+    def __init__(
+        self,
+        frame: memoryview,
+        message: Any,
+        ctx: MessageContext,
+        header: RequestHeader | None = None,
+        exchange: Exchange | None = None,
+        offset: int = 0,
+        changed: bool = False,
+    ) -> None:
+        self.frame = frame
+        self.message = message
+        self.ctx = ctx
+        self.header = header  # set for a request
+        self.exchange = exchange  # set for a response
+        self.offset = offset  # response: where its body starts
+        self.changed = changed  # response: whether its addresses were rewritten
+
+
+class ConnectionCore:
+    """One client connection's requests, answers, suspensions and framing; no I/O."""
+
+    def __init__(self, cluster: VirtualCluster, info: ConnectionInfo, out: Actions) -> None:
+        self.cluster = cluster
+        self.chain = cluster.chain
+        self.plans = cluster.plans
+        settings = cluster.settings
+        self.settings = settings
+        self.info = info
+        self.out = out
+        # hot actions, bound once
+        self._send_up = out.send_upstream
+        self._send_client = out.send_client
+        self.reader = FrameReader(settings.max_frame_bytes)
+        self.upstream_reader = FrameReader(settings.max_frame_bytes)
+        self.pending: deque[Exchange] = deque()  # answers owed to the client, in request order
+        self.upstream_waiting: deque[Exchange] = deque()  # forwarded, in the order the broker answers
+        self.backlog: deque[memoryview] = deque()  # requests behind a suspended one
+        self.sasl = SaslState()
+        self.state = State.OPEN
+        # derived from ``state`` by ``_to`` only (read on every frame, so kept as plain attributes)
+        self.closed = False
+        self.suspended = False
+        self.client_gone = False
+        # raw mode forwards request bytes as they arrive; validation must see each request whole first
+        self.raw_requests = not self.chain.has_request_hooks and not settings.validate_requests
+        self._stream_left = 0  # bytes of a cut-through response still to forward
+        self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
+        self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
+        self._acks0: deque[int] = deque(maxlen=256)  # correlation ids of recent acks=0 Produce
+        self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
+        self._held_len = 0
+        self._held_need = 0  # bytes to collect before trying again
+        self.rx_chunks = 0  # reads from the client so far (the timeout sweep compares it between sweeps)
+        self.up_chunks = 0  # reads from the broker so far
+        self.frames_in = 0  # request frames started so far
+        self._backlog_bytes = 0  # bytes of the frames in backlog
+        self._held_told = 0  # what was last reported through ``report_held``
+
+    # -- lifecycle (proxy/states.py) ----------------------------------------------------------
+    def _to(self, event: Event) -> None:
+        state = self.state = advance(self.state, event)
+        self.closed = state is State.CLOSED
+        self.suspended = state in SUSPENDED_STATES
+        self.client_gone = state in CLIENT_GONE_STATES
+
+    @property
+    def drained(self) -> bool:
+        """Owes the client nothing: no answer pending, nothing queued, nothing streaming."""
+        return (
+            not self.pending
+            and not self.backlog
+            and not self._stream_left
+            and not self._req_stream_left
+            and not self.suspended
+        )
+
+    @property
+    def inflight_count(self) -> int:
+        return len(self.pending) + len(self.backlog) + (1 if self._stream_left else 0)
+
+    @property
+    def mid_frame(self) -> bool:
+        """Whether a request has begun but not wholly arrived (the frame timeout watches this)."""
+        return (
+            self.rx_chunks == 0
+            or bool(self._held)
+            or self._req_skip > 0
+            or self._req_stream_left > 0
+            or self.reader.buffered > 0
+        )
+
+    @property
+    def peer(self) -> str:
+        return self.info.client_address
+
+    def client_closed(self) -> None:
+        """The client's socket closed. Requests read from it but not sent yet (behind a suspended
+        hook) still go: a broker processes what it has read from a client that left, and acks=0
+        data must not be lost."""
+        if self.closed:
+            return
+        if self.suspended:
+            log.debug("client %s went away; finishing %d request(s) read from it", self.peer, len(self.backlog) + 1)
+            self._to(Event.CLIENT_CLOSED)
+            return
+        if self.pending:
+            log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.pending))
+        self.close(CloseReason.CLIENT_LEFT, "client closed the connection")
+
+    def close(self, reason: CloseReason, detail: str = "") -> None:
+        """Close both sides; answers already made for the client are written first."""
+        if self.closed:
+            return
+        text = detail or reason.value
+        if reason.is_error:
+            log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
+            self.cluster.metrics.closed_on_error(reason.value)
+        elif reason is CloseReason.CLIENT_LEFT:
+            # the client ended it, not kgate: "closing client" would read as kgate's decision
+            log.debug("client %s (cluster %s) left: %s", self.peer, self.cluster.name, text)
+        else:
+            log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
+        self._flush()
+        self._to(Event.CLOSE)
+        self.backlog.clear()
+        self._backlog_bytes = 0
+        self.out.close_sockets(reason)
+
+    def _finish_if_client_gone(self) -> None:
+        """Once a departed client's last read request has gone upstream, the connection ends."""
+        if self.state is State.CLIENT_GONE and not self.backlog:
+            self._to(Event.FINISHED)
+            self.out.close_sockets(CloseReason.CLIENT_LEFT)
+
+    # -- client to broker ---------------------------------------------------------------------
+    def receive_client(self, data: bytes) -> None:
+        """Bytes from the client."""
+        self.rx_chunks += 1
+        if self.closed:
+            return
+        if self.raw_requests:
+            self._raw_data(data)
+        else:
+            self._filtered_data(data)
+            self._report_held()
+        if len(self.pending) >= self.settings.max_inflight_requests:
+            # bounded per connection: reading resumes in _flush once answers went out
+            self.out.pause_client("inflight-limit")
+
+    def _report_held(self) -> None:
+        held = self.reader.buffered + self._backlog_bytes
+        if held != self._held_told and not self.closed:
+            self._held_told = held
+            self.out.report_held(held)
+
+    def _filtered_data(self, data: bytes | memoryview) -> None:
+        """Filter mode: frames a hook wants are decoded and run through the chain."""
+        if self._req_stream_left:
+            data = self._continue_request_stream(data)
+            if not data:
+                return
+        reader = self.reader
+        tail: memoryview | None = None
+        if reader.buffered:
+            frames = reader.feed(data)
+        else:
+            frames, end = reader.split(data)
+            if end < len(data):
+                tail = memoryview(data)[end:]
+        self.frames_in += len(frames)
+        try:
+            for frame in frames:
+                if self.closed:
+                    return
+                if self.suspended:
+                    self._queue_behind_suspended(frame)
+                else:
+                    self._request(frame)
+        except HeaderError as exc:
+            self._refuse(exc)
+            return
+        if reader.error is not None:
+            self.close(CloseReason.BAD_FRAME, f"bad frame from client: {reader.error}")
+            return
+        if tail is not None and not self.closed and not (not self.suspended and self._peek_produce(tail)):
+            reader.feed(tail)
+
+    def _peek_produce(self, head: memoryview) -> bool:
+        """Let a single-topic Produce go on if every hook forwards it from its topic alone.
+
+        ``head`` is a whole frame or the start of one whose rest has not arrived. True: it went
+        upstream (and ``_req_stream_left`` bytes of it are still to come); False: decode it whole.
+        Never while validating: a request is checked whole before any of it goes upstream.
+        """
+        if self.settings.validate_requests or len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
+            return False
+        _key, version, cid = peek_request(head)
+        if self.plans.request(PRODUCE, version) is not RequestPlan.PEEK:
+            return False  # no hook, a hook that cannot peek, or a version the full path refuses
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if size < 8 or size > self.settings.max_frame_bytes:
+            return False  # let the reader report it
+        try:
+            header = parse_request_header(head, api.request_header_version(PRODUCE, version))
+            prefix = produce_prefix(head, header.body_offset, version)
+        except (HeaderError, api.CodecError):
+            return False
+        if prefix.topic_count != 1:
+            return False
+        peeked = api.API_INFO[PRODUCE].request_class(
+            transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
+        )
+        peeked.topic_data = [
+            TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
+        ]
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
+        try:
+            if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
+                return False
+        except Exception:  # the full request will run the hook again and report its failure
+            return False
+        self.cluster.metrics.count_request(PRODUCE, version)
+        self.frames_in += 1
+        if prefix.acks == 0:
+            self._acks0.append(cid)
+            self._send_up(head)
+        else:
+            self._forward(head, self._exchange(cid, PRODUCE, version, None, ctx._state))
+        self._req_stream_left = size + 4 - len(head)
+        return True
+
+    def _continue_request_stream(self, data: bytes | memoryview) -> bytes | memoryview:
+        """Forward the next bytes of a peeked Produce; return what follows it in ``data``."""
+        n = self._req_stream_left
+        if len(data) <= n:
+            self._req_stream_left = n - len(data)
+            self._send_up(data)
+            return b""
+        view = memoryview(data)
+        self._send_up(view[:n])
+        self._req_stream_left = 0
+        return view[n:]
+
+    def _raw_data(self, data: bytes) -> None:
+        """No filter hooks requests: bookkeeping from headers only, bytes forwarded as they came.
+
+        A frame is tracked as soon as its header has arrived; the rest of it is skipped, not
+        assembled (a 1 MiB Produce is never copied). Only a frame whose header is split across
+        reads, or a frame decoded whole (SASL, CreateTopics), is held until it can be read; its
+        pieces are kept in a list and joined once, when enough has arrived.
+        """
+        if self._held:
+            self._held.append(data)
+            self._held_len += len(data)
+            if self._held_len < self._held_need:
+                self._send_up(data)
+                return
+            held = self._held_len - len(data)
+            buf: bytes | memoryview = b"".join(self._held)
+            self._held, self._held_len, self._held_need = [], 0, 0
+        else:
+            held = 0
+            buf = data
+        pos = 0
+        if self._req_skip:
+            pos = min(self._req_skip, len(buf))
+            self._req_skip -= pos
+            if pos == len(buf):  # the middle of a large request: nothing to look at
+                self._send_up(data)
+                return
+        frames, tail = self.reader.split(memoryview(buf)[pos:])
+        tail += pos
+        done = pos  # end of the frames tracked so far, in buf
+        try:
+            for frame in frames:
+                self._track(frame)
+                done += len(frame)
+            self.frames_in += len(frames)
+            if self.reader.error is None and tail < len(buf):
+                head = memoryview(buf)[tail:]
+                if self._track_head(head):
+                    self._req_skip = int.from_bytes(head[:4], "big", signed=True) + 4 - len(head)
+                else:
+                    self._hold(head)
+        except HeaderError as exc:
+            self._forward_prefix(data, done - held)  # whole frames before the bad one still go
+            self._refuse(exc)
+            return
+        if self.reader.error is not None:
+            self._forward_prefix(data, done - held)
+            self.close(CloseReason.BAD_FRAME, f"bad frame from client: {self.reader.error}")
+            return
+        self._send_up(data)
+
+    def _refuse(self, exc: HeaderError) -> None:
+        if isinstance(exc, VersionRefused):
+            self.close(CloseReason.REFUSED_VERSION, str(exc))
+        else:
+            self.close(CloseReason.MALFORMED_REQUEST, f"malformed request: {exc}")
+
+    def _forward_prefix(self, data: bytes, end: int) -> None:
+        if end > 0:
+            self._send_up(memoryview(data)[:end])
+
+    def _hold(self, head: memoryview) -> None:
+        """Keep the start of a frame that cannot be tracked yet, and how much to wait for."""
+        self._held = [bytes(head)]
+        self._held_len = len(head)
+        if len(head) < 12:
+            self._held_need = 12
+            return
+        size = int.from_bytes(head[:4], "big", signed=True) + 4
+        if self.sasl.raw or self._plan_of(head) is _OBSERVE:
+            self._held_need = size  # decoded whole
+        else:
+            self._held_need = min(size, 2 * len(head))  # header fields still missing: grow geometrically
+
+    def _plan_of(self, head: memoryview) -> RequestPlan:
+        api_key = int.from_bytes(head[4:6], "big", signed=True)
+        version = int.from_bytes(head[6:8], "big", signed=True)
+        return self.plans.request(api_key, version)
+
+    def _track_head(self, head: memoryview) -> bool:
+        """Track a frame from its first bytes only; False when more of it is needed."""
+        if len(head) < 12 or self.sasl.raw or self._plan_of(head) is _OBSERVE:
+            return False  # decoded whole (rare, small)
+        try:
+            self._track(head)
+        except HeaderError:
+            return False  # header fields not all here yet
+        self.frames_in += 1
+        return True
+
+    def _exchange(
+        self, cid: int, api_key: int, version: int, request: Any = None, state: dict[str, Any] | None = None
+    ) -> Exchange:
+        """A new exchange, with the plan for its answer fixed now (proxy/plans.py)."""
+        return Exchange(cid, api_key, version, request, state, self.plans.response(api_key, version, bool(state)))
+
+    def _track(self, frame: memoryview) -> None:
+        """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
+        if self.sasl.raw:
+            if self.sasl.is_raw_token(frame):
+                ex = Exchange(0, RAW_SASL, 0, plan=_RAW_SASL_PLAN)
+                self.pending.append(ex)
+                self.upstream_waiting.append(ex)
+                return
+            self.info.principal = self.sasl.principal  # bare-token exchange just ended
+        api_key, version, cid = peek_request(frame)
+        plan = self.plans.request(api_key, version)
+        if plan is _REFUSE:
+            lo, hi = self.cluster.filter_limits[api_key]
+            raise VersionRefused(f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{lo}-v{hi} only")
+        if api_key == PRODUCE:
+            header = parse_request_header(frame, 2 if version >= 9 else 1)
+            if produce_acks(frame, header.body_offset, version) == 0:
+                self.cluster.metrics.count_request(api_key, version)
+                self._acks0.append(cid)
+                return  # acks=0: the broker sends no response, so nothing waits for one
+        request = None
+        if plan is _OBSERVE:
+            if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
+                self._observe_sasl_request(frame, api_key, version)
+            else:  # CreateTopics: its validate_only decides what the answer teaches
+                request = self._decode_quietly(frame, api_key, version)
+        self.cluster.metrics.count_request(api_key, version)
+        ex = self._exchange(cid, api_key, version, request)
+        self.pending.append(ex)
+        self.upstream_waiting.append(ex)
+
+    @staticmethod
+    def _decode_quietly(frame: memoryview, api_key: int, version: int) -> Any:
+        """The decoded request, or None when kgate cannot read it (it is forwarded all the same)."""
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+            return api.decode_request(api_key, version, frame[header.body_offset :])
+        except (HeaderError, api.CodecError):
+            return None
+
+    def _observe_sasl_request(self, frame: memoryview, api_key: int, version: int) -> None:
+        msg = self._decode_quietly(frame, api_key, version)
+        if msg is None:
+            return
+        if api_key == SASL_HANDSHAKE:
+            self.sasl.handshake_request(str(msg.mechanism))
+        else:
+            self.sasl.authenticate_request(bytes(msg.auth_bytes))
+
+    def _request(self, frame: memoryview) -> None:
+        if self.sasl.raw:
+            if self.sasl.is_raw_token(frame):
+                self._forward(frame, Exchange(0, RAW_SASL, 0, plan=_RAW_SASL_PLAN))
+                return
+            self.info.principal = self.sasl.principal  # bare-token exchange just ended
+        api_key, version, cid = peek_request(frame)
+        plan = self.plans.request(api_key, version)
+        checked = None
+        if self.settings.validate_requests:
+            problem, checked = check_request(frame, api_key, version)
+            if problem is not None:
+                name = api.API_INFO[api_key].name if api_key in api.API_INFO else str(api_key)
+                self.close(CloseReason.MALFORMED_REQUEST, f"malformed {name} v{version} request refused: {problem}")
+                return
+        if plan is _TRACK or plan is _OBSERVE or plan is _REFUSE:
+            self._track(frame)
+            self._send_up(frame)
+            return
+        if plan is RequestPlan.PEEK and self._peek_produce(frame):
+            return  # decided from its topic alone: no full decode of the partitions
+        self.cluster.metrics.count_request(api_key, version)
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+            msg = checked if checked is not None else api.decode_request(api_key, version, frame[header.body_offset :])
+        except (HeaderError, api.CodecError) as exc:
+            # A filter must see this api key; kgate cannot read this one: never bypass it.
+            self.close(
+                CloseReason.UNDECODABLE_REQUEST, f"cannot decode {api_key} v{version} request a filter must see: {exc}"
+            )
+            return
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        decision = run_hooks(self.chain.hooks("request", api_key, version), ctx, msg)
+        if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
+            self._to(Event.SUSPEND)
+            self.out.spawn(decision, Suspension(frame, msg, ctx, header=header))  # type: ignore[arg-type]
+            return
+        self._apply_request(decision, frame, header, ctx)
+
+    def _queue_behind_suspended(self, frame: memoryview) -> None:
+        self.backlog.append(frame)
+        self._backlog_bytes += len(frame)
+        if self._backlog_full():
+            self.out.pause_client("backlog-full")
+
+    def _backlog_full(self) -> bool:
+        """Per connection, at most ``max_queued_requests`` requests or one max-size frame's worth wait."""
+        s = self.settings
+        return len(self.backlog) >= s.max_queued_requests or self._backlog_bytes >= s.max_frame_bytes
+
+    # -- hook runs that awaited ---------------------------------------------------------------
+    def hook_done(self, suspension: Suspension, decision: Decision) -> None:
+        """A suspended hook run ended (``settle`` mapped timeouts and exceptions to a verdict)."""
+        if self.closed:
+            return
+        if suspension.exchange is not None:
+            self._apply_response(decision, suspension)
+            self._flush()
+            return
+        self._to(Event.HOOK_DONE)
+        header = suspension.header
+        assert header is not None
+        if decision.verdict is Verdict.TIMED_OUT:
+            decision = self._request_timed_out(header, suspension.message)
+        self._apply_request(decision, suspension.frame, header, suspension.ctx)
+        try:
+            while self.backlog and not self.suspended and not self.closed:
+                frame = self.backlog.popleft()
+                self._backlog_bytes -= len(frame)
+                self._request(frame)
+        except HeaderError as exc:
+            self._refuse(exc)
+            return
+        if self.closed:
+            return
+        if not self._backlog_full():
+            self.out.resume_client("backlog-full")
+        self._report_held()
+        self._finish_if_client_gone()
+
+    def _request_timed_out(self, header: RequestHeader, msg: Any) -> Decision:
+        """A request hook that took too long: Kafka's REQUEST_TIMED_OUT in the api's error shape."""
+        name = api.API_INFO[header.api_key].name
+        log.warning(
+            "filter timed out after %.1fs on %s v%d from %s: answering REQUEST_TIMED_OUT",
+            self.settings.filter_timeout_s,
+            name,
+            header.api_version,
+            self.peer,
+        )
+        self.cluster.metrics.closed_on_error("filter-timeout")
+        resp = error_response(header.api_key, header.api_version, msg, REQUEST_TIMED_OUT)
+        if resp is None:
+            reason = f"filter timed out on {name}, which has no error response kgate can build"
+            return Decision(Verdict.CLOSE, msg, result=Close(reason))
+        return Decision(Verdict.RESPOND, msg, result=Respond(resp))
+
+    def _filter_failed(self, api_key: int, version: int, exc: BaseException | None, what: str = "") -> None:
+        name = api.API_INFO[api_key].name if api_key in api.API_INFO else str(api_key)
+        log.error("filter failed on %s v%d%s for %s", name, version, what, self.peer, exc_info=exc)
+        self.close(CloseReason.FILTER_ERROR, f"filter error: {exc}")
+
+    def _apply_request(self, decision: Decision, frame: memoryview, header: RequestHeader, ctx: MessageContext) -> None:
+        api_key, version, cid = header.api_key, header.api_version, header.correlation_id
+        verdict, msg = decision.verdict, decision.message
+        if verdict is Verdict.FAILED:
+            self._filter_failed(api_key, version, decision.error)
+            return
+        acks0 = api_key == PRODUCE and msg.acks == 0
+        try:
+            if verdict is Verdict.FORWARD:
+                if decision.changed:
+                    frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
+                if acks0:
+                    self._acks0.append(cid)
+                    self._send_up(frame)
+                else:
+                    self._forward(frame, self._exchange(cid, api_key, version, msg, ctx._state))
+            elif verdict is Verdict.RESPOND:
+                if acks0:
+                    return  # the client expects no answer to acks=0
+                hv = api.response_header_version(api_key, version)
+                ex = Exchange(cid, api_key, version, msg)
+                ex.response = response_frame(cid, hv, decision.result.message.encode(version))  # type: ignore[union-attr]
+                self.pending.append(ex)
+                self._flush()
+            elif verdict is Verdict.DROP:
+                if not acks0:
+                    self.close(
+                        CloseReason.FILTER_DROP,
+                        f"a filter dropped a {api.API_INFO[api_key].name} request that expects an answer",
+                    )
+            else:
+                self.close(CloseReason.FILTER_CLOSE, f"closed by filter: {decision.result.reason}")  # type: ignore[union-attr]
+        except Exception as exc:  # e.g. a filter's answer that does not encode: this connection only
+            self._filter_failed(api_key, version, exc)
+
+    def _forward(self, frame: memoryview, ex: Exchange) -> None:
+        self.pending.append(ex)
+        self.upstream_waiting.append(ex)
+        self._send_up(frame)
+
+    # -- broker to client ---------------------------------------------------------------------
+    def receive_broker(self, data: bytes | memoryview) -> None:
+        """Bytes from the broker."""
+        self.up_chunks += 1
+        if self.closed:
+            return  # the client is gone; the broker is only finishing what it had (close_upstream_gently)
+        if self._stream_left:
+            data = self._continue_stream(data)
+            if not data:
+                return
+        reader = self.upstream_reader
+        if reader.buffered:
+            frames = reader.feed(data)
+            tail = len(data)
+        else:
+            frames, tail = reader.split(data)
+        for frame in frames:
+            if self.closed:
+                return
+            self._response(frame)
+        if reader.error is not None:
+            self.close(CloseReason.BAD_UPSTREAM_FRAME, f"bad frame from broker: {reader.error}")
+            return
+        self._flush()
+        if tail < len(data) and not self.closed:
+            rest = memoryview(data)[tail:]
+            if not self._start_stream(rest):
+                reader.feed(rest)
+
+    def _start_stream(self, head: memoryview) -> bool:
+        """Cut-through: forward a response's first bytes before the rest has arrived.
+
+        Only for a response whose plan lets it stream (nobody needs to decode it) and that is next
+        in line for the client; the rest of its bytes go straight on as they come
+        (``_continue_stream``). This keeps a large Fetch response from being held whole in kgate,
+        which would add its transfer time.
+        """
+        if len(head) < 8 or not self.upstream_waiting or self.client_gone:
+            return False
+        ex = self.upstream_waiting[0]
+        if not self.pending or self.pending[0] is not ex:
+            return False  # an earlier answer is still being prepared
+        size = int.from_bytes(head[:4], "big", signed=True)
+        if size < 4 or size > self.settings.max_frame_bytes:
+            return False  # the reader reports the bad size
+        plan = ex.plan
+        if plan is not _RAW_SASL_PLAN and (not plan.streams or int.from_bytes(head[4:8], "big", signed=True) != ex.cid):
+            return False
+        self.upstream_waiting.popleft()
+        self.pending.popleft()
+        self._send_client(head)
+        self._stream_left = size + 4 - len(head)
+        return True
+
+    def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
+        """Forward the next bytes of a streamed response; return what follows it in ``data``."""
+        n = self._stream_left
+        if len(data) <= n:
+            self._stream_left = n - len(data)
+            if not self.client_gone:
+                self._send_client(data)
+            rest: bytes | memoryview = b""
+        else:
+            view = memoryview(data)
+            if not self.client_gone:
+                self._send_client(view[:n])
+            self._stream_left = 0
+            rest = view[n:]
+        if self._stream_left == 0:
+            self._flush()  # answers that queued behind the streamed one
+        return rest
+
+    def _response(self, frame: memoryview) -> None:
+        head = self.upstream_waiting[0] if self.upstream_waiting else None
+        if head is None or head.plan is not _RAW_SASL_PLAN:
+            try:
+                got = peek_correlation_id(frame)
+            except HeaderError as exc:
+                self.close(CloseReason.BAD_UPSTREAM_FRAME, f"malformed response from broker: {exc}")
+                return
+            if (head is None or got != head.cid) and got in self._acks0:
+                # Some brokers (Tansu) answer acks=0 Produce; the client expects nothing: drop it.
+                log.debug("dropping the broker's answer to acks=0 Produce %d from %s", got, self.peer)
+                return
+            if head is None:
+                self.close(CloseReason.UNEXPECTED_RESPONSE, "broker sent a response nobody asked for")
+                return
+            if got != head.cid:
+                self.close(CloseReason.OUT_OF_ORDER, f"broker answered correlation id {got}, expected {head.cid}")
+                return
+        ex = self.upstream_waiting.popleft()
+        plan = ex.plan
+        if plan is _PASS or plan is _RAW_SASL_PLAN:
+            ex.response = frame
+        elif plan is _WATCH_FETCH:
+            if len(frame) <= OBSERVE_FETCH_MAX and may_carry_unknown_topic(frame):
+                self._decoded_response(ex, frame)
+            else:
+                ex.response = frame
+        elif plan is _BROKERS_ONLY:
+            self._metadata_brokers_only(ex, frame)
+        elif plan is _CAP_VERSIONS:
+            ex.response = self._api_versions(frame, ex.api_version)
+        else:
+            self._decoded_response(ex, frame)
+
+    def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
+        """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
+        try:
+            offset = response_body_offset(frame, api.response_header_version(METADATA, ex.api_version))
+            ex.response = rewrite_brokers(frame, offset, ex.api_version, self.cluster.client_address)
+        except (HeaderError, api.CodecError) as exc:
+            self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
+            return
+        self.cluster.metrics.count_rewrite(METADATA)
+
+    def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
+        """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
+        try:
+            new = rewrite.cap_api_versions(frame, version, self.cluster.version_limits)
+        except rewrite.RewriteError as exc:
+            # uncapped ranges could let a client send what a filter must see but kgate cannot read
+            self.close(CloseReason.UNDECODABLE_RESPONSE, str(exc))
+            return None
+        if new is None:
+            return frame
+        self.cluster.metrics.count_rewrite(rewrite.API_VERSIONS)
+        return new
+
+    def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:
+        api_key, version = ex.api_key, ex.api_version
+        chain = self.chain
+        hooks = chain.hooks("response", api_key, version, bool(ex.state)) if chain.has_response_hooks else ()
+        must_rewrite = rewrite.needs_rewrite(api_key, version)
+        try:
+            offset = response_body_offset(frame, api.response_header_version(api_key, version))
+            msg = api.decode_response(api_key, version, frame[offset:])
+        except (HeaderError, api.CodecError) as exc:
+            if must_rewrite or hooks:
+                self.close(
+                    CloseReason.UNDECODABLE_RESPONSE,
+                    f"cannot decode {api_key} v{version} response kgate must inspect: {exc}",
+                )
+            else:
+                ex.response = frame  # only watched for topic names: pass it on untouched
+            return
+        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self.cluster.client_address)
+        if changed:
+            self.cluster.metrics.count_rewrite(api_key)
+        self.cluster.observe_response(api_key, version, msg, ex.request)
+        if api_key == SASL_HANDSHAKE and version == 0 and getattr(msg, "error_code", None) == ErrorCode.NONE:
+            self.sasl.handshake_v0_accepted()
+        elif api_key == SASL_AUTHENTICATE:
+            self.sasl.authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+            self.info.principal = self.sasl.principal
+        if not hooks:
+            ex.response = self._rewritten(ex, frame, offset, msg) if changed else frame
+            return
+        ctx = MessageContext(self.cluster, self.info, api_key, version, ex.cid, ex.request, ex.state)
+        decision = run_hooks(hooks, ctx, msg)
+        suspension = Suspension(frame, msg, ctx, exchange=ex, offset=offset, changed=changed)
+        if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
+            self.out.spawn(decision, suspension)  # type: ignore[arg-type]
+            if self._answers_waiting() > self.settings.max_queued_requests:
+                self.out.pause_broker("answers-blocked")
+            return
+        self._apply_response(decision, suspension)
+
+    def _apply_response(self, decision: Decision, s: Suspension) -> None:
+        ex = s.exchange
+        assert ex is not None
+        verdict = decision.verdict
+        name = api.API_INFO[ex.api_key].name
+        if verdict is Verdict.FAILED:
+            self._filter_failed(ex.api_key, ex.api_version, decision.error, " response")
+            return
+        if verdict is Verdict.TIMED_OUT:
+            self.close(CloseReason.FILTER_CLOSE, f"filter timed out on a {name} response")
+            return
+        if verdict is Verdict.CLOSE:
+            self.close(CloseReason.FILTER_CLOSE, f"closed by filter: {decision.result.reason}")  # type: ignore[union-attr]
+            return
+        if verdict is not Verdict.FORWARD:
+            self.close(
+                CloseReason.FILTER_MISUSE,
+                f"a response hook returned {decision.result!r}; only forward or close apply to responses",
+            )
+            return
+        try:
+            if decision.changed:
+                # A hook's changes must not undo the address rewrite, so the addresses are mapped
+                # again, but only to what kgate already routes: the message was rewritten once, its
+                # addresses are kgate's own now, and learning from them would route the node to
+                # kgate itself.
+                msg = decision.message
+                rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.mapped_address)
+                ex.response = rewrite.reframe(s.frame, s.offset, msg.encode(ex.api_version))
+            elif s.changed:
+                ex.response = self._rewritten(ex, s.frame, s.offset, decision.message)
+            else:
+                ex.response = s.frame
+        except Exception as exc:  # a hook's message that does not encode: this connection only
+            self._filter_failed(ex.api_key, ex.api_version, exc, " response")
+
+    def _rewritten(self, ex: Exchange, frame: memoryview, offset: int, msg: Any) -> bytes | memoryview:
+        """The answer with only its addresses rewritten (``msg`` is the decoded, rewritten message).
+
+        Metadata copies its topics as bytes and rewrites the broker list in place, instead of
+        encoding every topic again (what a policy filter that reads Metadata paid per answer).
+        """
+        if ex.api_key == METADATA:
+            try:
+                return rewrite_brokers(frame, offset, ex.api_version, self.cluster.mapped_address)
+            except HeaderError:
+                pass  # decoded fine, so encoding it works too
+        return rewrite.reframe(frame, offset, msg.encode(ex.api_version))
+
+    def _flush(self) -> None:
+        """Write every answer that is ready, in request order."""
+        pending = self.pending
+        if self.closed or self.client_gone or self._stream_left:
+            if self.client_gone:  # answers to a client that left: nobody to give them to
+                while pending and pending[0].response is not None:
+                    pending.popleft()
+            return  # while a response streams through, nothing else may be written
+        send = self._send_client
+        while pending and pending[0].response is not None:
+            send(pending.popleft().response)  # type: ignore[arg-type]
+        if self._answers_waiting() <= self.settings.max_queued_requests:
+            self.out.resume_broker("answers-blocked")
+        if len(pending) < self.settings.max_inflight_requests:
+            self.out.resume_client("inflight-limit")
+
+    def _answers_waiting(self) -> int:
+        """Answers that arrived (or are being prepared) but cannot be delivered yet.
+
+        Requests the broker has not answered do not count: pausing the broker for them would
+        stop the very answers that drain the queue.
+        """
+        return len(self.pending) - len(self.upstream_waiting)

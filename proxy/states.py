@@ -1,0 +1,69 @@
+"""The connection core's lifecycle: its states and every allowed transition, in one table.
+
+A connection is OPEN until a request hook awaits (SUSPENDED: later requests wait in the backlog,
+since forwarding them first would reorder them at the broker). A client that leaves while a
+request is suspended does not lose what it sent: the connection finishes the requests it has
+read (GONE_SUSPENDED, then CLIENT_GONE while the backlog replays), because a broker processes
+what it has read from a client that left and acks=0 data must not be lost. CLOSED is final.
+
+Framing within a state (a request or response streaming through, a header held until it is
+whole) is not lifecycle: it is the byte counts in ``ConnectionCore`` (``_req_skip``,
+``_req_stream_left``, ``_stream_left``, ``_held``), see docs/architecture.md.
+
+An event the table does not list for a state is a bug in kgate, not in a peer's bytes:
+``advance`` raises, and the tests (tests/proxy/test_core_states.py) drive every pair.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class State(enum.Enum):
+    OPEN = "open"
+    SUSPENDED = "suspended"
+    GONE_SUSPENDED = "gone-suspended"
+    CLIENT_GONE = "client-gone"
+    CLOSED = "closed"
+
+
+class Event(enum.Enum):
+    SUSPEND = "suspend"  # a request hook returned an awaitable
+    HOOK_DONE = "hook-done"  # that hook run ended (any verdict)
+    CLIENT_CLOSED = "client-closed"  # the client's socket closed
+    FINISHED = "finished"  # nothing read from a departed client is left to send
+    CLOSE = "close"  # kgate closes (an error, a filter, a timeout, shutdown, the broker left)
+
+
+S, E = State, Event
+
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (S.OPEN, E.SUSPEND): S.SUSPENDED,
+    (S.OPEN, E.CLIENT_CLOSED): S.CLOSED,
+    (S.OPEN, E.CLOSE): S.CLOSED,
+    (S.SUSPENDED, E.HOOK_DONE): S.OPEN,
+    (S.SUSPENDED, E.CLIENT_CLOSED): S.GONE_SUSPENDED,
+    (S.SUSPENDED, E.CLOSE): S.CLOSED,
+    (S.GONE_SUSPENDED, E.HOOK_DONE): S.CLIENT_GONE,
+    (S.GONE_SUSPENDED, E.CLOSE): S.CLOSED,
+    (S.CLIENT_GONE, E.SUSPEND): S.GONE_SUSPENDED,
+    (S.CLIENT_GONE, E.FINISHED): S.CLOSED,
+    (S.CLIENT_GONE, E.CLOSE): S.CLOSED,
+    # once closed, late events (a hook finishing, the other socket's loss) change nothing
+    **{(S.CLOSED, e): S.CLOSED for e in Event},
+}
+
+SUSPENDED_STATES = frozenset({S.SUSPENDED, S.GONE_SUSPENDED})
+CLIENT_GONE_STATES = frozenset({S.GONE_SUSPENDED, S.CLIENT_GONE})
+
+
+class TransitionError(RuntimeError):
+    """An event the state table does not allow: a bug in kgate."""
+
+
+def advance(state: State, event: Event) -> State:
+    """The state after ``event``; raises ``TransitionError`` for a pair the table does not list."""
+    try:
+        return TRANSITIONS[(state, event)]
+    except KeyError:
+        raise TransitionError(f"event {event.value} is not allowed in state {state.value}") from None

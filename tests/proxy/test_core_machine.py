@@ -1,0 +1,303 @@
+"""The connection core under hypothesis state machines: no sockets, no event loop.
+
+A model client pipelines Metadata requests (hooked by a test filter: some suspend until the test
+settles them, as forward, kgate's own answer, or a timeout) and Produce requests (acks=1 and
+acks=0), fed in arbitrary chunks; a model broker answers in order, also in arbitrary chunks;
+the client may leave and the broker may close at any point. After every step the machine checks
+what a client and a broker could observe:
+
+- the broker has received exactly the forwarded requests, in the client's order, up to the first
+  request still held by a suspended hook (nothing overtakes a suspended request);
+- the client has received exactly the answers that are ready, in request order, and none for
+  acks=0 Produce;
+- the per-connection limits hold (backlog and in-flight pause reading from the client);
+- a client that leaves while a request is suspended loses nothing it sent: the suspended request
+  and those queued behind it still go upstream, then the connection closes;
+- after a close, nothing more is sent either way.
+
+The machine runs twice: with the filter (filter mode, frames decoded where hooked) and without
+any filter (raw mode: bytes forwarded as they arrive, bookkeeping from headers only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from support.core_driver import RecordingActions, make_core
+
+from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request
+from kgate.codec import api
+from kgate.codec.framing import FrameReader
+from kgate.codec.generated import metadata as mm
+from kgate.codec.generated import produce as pm
+from kgate.codec.headers import request_frame, response_frame
+from kgate.filters.chain import Decision, Verdict
+from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.core import ConnectionCore
+from kgate.proxy.states import State
+
+METADATA_V, PRODUCE_V = 12, 9
+MAX_QUEUED, MAX_INFLIGHT = 3, 6
+
+
+class Lookup:
+    """An awaitable that never runs here: the test settles the hook run itself (``hook_done``)."""
+
+    def __await__(self) -> Any:
+        yield None
+
+
+class Suspender(Filter):
+    """Suspends Metadata requests that name a topic starting with "wait" (a lookup, say)."""
+
+    name = "test-suspender"
+
+    @on_request(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        if any((t.name or "").startswith("wait") for t in request.topics or ()):
+            return Lookup()  # an awaitable: the core suspends this message
+        return None
+
+
+@dataclass
+class Sent:
+    cid: int
+    kind: str  # "metadata", "produce", "produce-acks0"
+    frame: bytes
+    suspends: bool
+    fate: str = "undecided"  # "forward" | "kgate" (kgate answered) | "undecided" (suspended, unsettled)
+    answered: bool = False  # the broker's answer has been fed whole
+
+
+def metadata_request(cid: int, suspends: bool) -> bytes:
+    req = mm.MetadataRequest(topics=[mm.MetadataRequestTopic(name=f"{'wait' if suspends else 'go'}-{cid}")])
+    hv = api.request_header_version(int(ApiKey.METADATA), METADATA_V)
+    return request_frame(int(ApiKey.METADATA), METADATA_V, cid, "m", hv, req.encode(METADATA_V))
+
+
+def produce_request(cid: int, acks: int) -> bytes:
+    req = pm.ProduceRequest(acks=acks, timeout_ms=1000, transactional_id=None)
+    req.topic_data = [pm.TopicProduceData(name="t", partition_data=[pm.PartitionProduceData(index=0, records=None)])]
+    hv = api.request_header_version(int(ApiKey.PRODUCE), PRODUCE_V)
+    return request_frame(int(ApiKey.PRODUCE), PRODUCE_V, cid, "m", hv, req.encode(PRODUCE_V))
+
+
+def broker_answer(s: Sent) -> bytes:
+    key, version = (int(ApiKey.METADATA), METADATA_V) if s.kind == "metadata" else (int(ApiKey.PRODUCE), PRODUCE_V)
+    body = api.API_INFO[key].response_class().encode(version)
+    return response_frame(s.cid, api.response_header_version(key, version), body)
+
+
+def cids(data: bytes | bytearray, first: int) -> list[int]:
+    """Correlation ids of the whole frames in ``data`` (requests: ``first``=8, responses: 4)."""
+    frames, _end = FrameReader(1 << 30).split(bytes(data))
+    return [int.from_bytes(f[first : first + 4], "big", signed=True) for f in frames]
+
+
+class CoreMachine(RuleBasedStateMachine):
+    filters: tuple[Filter, ...] = (Suspender({}),)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core: ConnectionCore
+        self.out: RecordingActions
+        self.core, self.out = make_core(
+            self.filters, max_queued_requests=MAX_QUEUED, max_inflight_requests=MAX_INFLIGHT
+        )
+        self.sent: list[Sent] = []
+        self.client_bytes = b""  # sent by the model client, not yet fed to the core
+        self.broker_bytes = b""  # answered by the model broker, not yet fed to the core
+        self.next_cid = 1
+        self.client_left = False
+        self.broker_closed = False
+        self.client_bytes_at_leave = 0
+        self.fed = 0  # client bytes fed to the core
+        self.fed_broker = b""  # broker bytes fed to the core
+        self.queued_answers: set[int] = set()
+
+    # -- the model client ----------------------------------------------------------------------
+    @precondition(lambda self: not self.client_left and not self.core.closed and len(self.sent) < 40)
+    @rule(kind=st.sampled_from(["metadata", "metadata-wait", "metadata-wait", "produce", "produce-acks0"]))
+    def client_writes(self, kind: str) -> None:
+        cid = self.next_cid
+        self.next_cid += 1
+        suspends = kind == "metadata-wait" and bool(self.filters)
+        if kind.startswith("metadata"):
+            frame = metadata_request(cid, kind == "metadata-wait")
+            kind = "metadata"
+        else:
+            frame = produce_request(cid, 0 if kind == "produce-acks0" else 1)
+        s = Sent(cid, kind, frame, suspends, fate="undecided" if suspends else "forward")
+        self.sent.append(s)
+        self.client_bytes += frame
+
+    @precondition(lambda self: self.client_bytes and not self.client_left)
+    @rule(cut=st.integers(min_value=1, max_value=400))
+    def client_bytes_arrive(self, cut: int) -> None:
+        data, self.client_bytes = self.client_bytes[:cut], self.client_bytes[cut:]
+        self.fed += len(data)
+        self.core.receive_client(data)
+        if not self.core.closed and len(self.core.pending) >= MAX_INFLIGHT:
+            assert "inflight-limit" in self.out.client_paused
+
+    @precondition(lambda self: not self.client_left and not self.core.closed and len(self.sent) >= 2)
+    @rule(now=st.integers(0, 3))
+    def client_leaves(self, now: int) -> None:
+        if now:
+            return  # an ending: rarer than the other steps, so the runs get somewhere first
+        self.client_left = True
+        self.client_bytes_at_leave = len(self.out.client.data)
+        # what the client sent before leaving but the socket had not delivered is lost with it
+        self.client_bytes = b""
+        suspended = self.core.suspended
+        event(f"client leaves: suspended={suspended}, backlog={bool(self.core.backlog)}")
+        self.core.client_closed()
+        assert self.core.closed != suspended, "a suspended request keeps the connection to finish it"
+
+    # -- hooks -----------------------------------------------------------------------------------
+    @precondition(lambda self: self.out.spawned and not self.core.closed)
+    @rule(how=st.sampled_from(["forward", "respond", "timeout"]))
+    def hook_settles(self, how: str) -> None:
+        event(f"hook settles ({how}) after the client left: {self.client_left}")
+        suspension = self.out.spawned.pop(0)
+        cid = suspension.ctx.correlation_id
+        s = next(x for x in self.sent if x.cid == cid)
+        msg = suspension.message
+        if how == "forward":
+            decision = Decision(Verdict.FORWARD, msg)
+            s.fate = "forward"
+        elif how == "respond":
+            answer = error_response(int(ApiKey.METADATA), METADATA_V, msg, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            decision = Decision(Verdict.RESPOND, msg, result=Respond(answer))
+            s.fate = "kgate"
+        else:
+            decision = Decision(Verdict.TIMED_OUT, msg)  # the core answers REQUEST_TIMED_OUT
+            s.fate = "kgate"
+        self.core.hook_done(suspension, decision)
+
+    # -- the model broker ------------------------------------------------------------------------
+    @precondition(lambda self: not self.broker_closed and not self.core.closed)
+    @rule()
+    def broker_answers_next(self) -> None:
+        """The broker answers the oldest request it has received and not answered (acks=0: never)."""
+        received = set(cids(self.out.upstream.data, 8))
+        for s in self.sent:
+            if s.cid in received and s.cid not in self.queued_answers and s.kind != "produce-acks0":
+                self.queued_answers.add(s.cid)
+                self.broker_bytes += broker_answer(s)
+                return
+
+    @precondition(lambda self: self.broker_bytes and not self.core.closed)
+    @rule(cut=st.integers(min_value=1, max_value=300))
+    def broker_bytes_arrive(self, cut: int) -> None:
+        data, self.broker_bytes = self.broker_bytes[:cut], self.broker_bytes[cut:]
+        self.core.receive_broker(data)
+        # every answer whose bytes have now all been fed is answered
+        self.fed_broker += data
+        fed_whole = set(cids(self.fed_broker, 4))
+        for s in self.sent:
+            if s.cid in fed_whole:
+                s.answered = True
+
+    @precondition(lambda self: not self.core.closed and len(self.sent) >= 2)
+    @rule(now=st.integers(0, 5))
+    def broker_closes(self, now: int) -> None:
+        if now:
+            return
+        self.broker_closed = True
+        self.core.close(CloseReason.BROKER_CLOSED, "broker closed the connection")
+
+    @precondition(lambda self: self.core.closed)
+    @rule(data=st.binary(min_size=1, max_size=64))
+    def late_events_change_nothing(self, data: bytes) -> None:
+        """After a close, bytes from either side and hook runs ending are ignored."""
+        before = (bytes(self.out.client.data), bytes(self.out.upstream.data), self.out.close_reason)
+        self.core.receive_client(data)
+        self.core.receive_broker(data)
+        for suspension in self.out.spawned:
+            self.core.hook_done(suspension, Decision(Verdict.FORWARD, suspension.message))
+        self.core.client_closed()
+        self.core.close(CloseReason.SHUTDOWN)
+        assert (bytes(self.out.client.data), bytes(self.out.upstream.data), self.out.close_reason) == before
+
+    # -- what peers can observe ------------------------------------------------------------------
+    def _expected_upstream(self) -> list[int]:
+        expected = []
+        pos = 0
+        for s in self.sent:
+            pos += len(s.frame)
+            if pos > self.fed:
+                break  # not wholly delivered to kgate yet
+            if s.fate == "undecided":
+                break  # nothing overtakes a suspended request
+            if s.fate == "forward":
+                expected.append(s.cid)
+        return expected
+
+    @invariant()
+    def broker_sees_requests_in_order(self) -> None:
+        got = cids(self.out.upstream.data, 8)
+        expected = self._expected_upstream()
+        if self.client_left and self.out.close_reason is CloseReason.CLIENT_LEFT:
+            assert got == expected, "a departed client's requests were lost"
+        elif self.core.closed or self.client_left:
+            assert got == expected[: len(got)]  # a close may stop the rest; a departed client's are on the way
+        else:
+            assert got == expected
+
+    @invariant()
+    def client_gets_answers_in_order(self) -> None:
+        got = cids(self.out.client.data, 4)
+        owed = [s for s in self.sent if s.kind != "produce-acks0"]
+        expected = []
+        for s in owed:
+            if s.fate == "kgate" or (s.fate == "forward" and s.answered):
+                expected.append(s.cid)
+            else:
+                break
+        if self.client_left:
+            assert len(self.out.client.data) == self.client_bytes_at_leave, "wrote to a client that left"
+            assert got == expected[: len(got)]
+        elif self.core.closed:
+            assert got == expected[: len(got)]
+        else:
+            assert got == expected
+        acks0 = {s.cid for s in self.sent if s.kind == "produce-acks0"}
+        assert not acks0 & set(got), "answered an acks=0 Produce"
+
+    @invariant()
+    def limits_hold(self) -> None:
+        if self.core.closed:
+            return
+        assert len(self.core.backlog) <= MAX_QUEUED + 40  # reading pauses; frames of one read may still queue
+        if len(self.core.backlog) >= MAX_QUEUED:
+            assert "backlog-full" in self.out.client_paused
+
+    @invariant()
+    def state_is_consistent(self) -> None:
+        core = self.core
+        assert core.closed == (core.state is State.CLOSED)
+        assert core.closed == (self.out.close_reason is not None)
+        if core.suspended:
+            assert self.out.spawned, "suspended without a hook run to wait for"
+        if self.client_left and not core.suspended and not core.backlog:
+            assert core.closed, "a departed client's connection lingers"
+        if self.client_left and core.closed and not self.broker_closed:
+            assert self.out.close_reason is CloseReason.CLIENT_LEFT
+
+
+class RawCoreMachine(CoreMachine):
+    """No filter hooks requests: raw mode (bytes forwarded as they arrive)."""
+
+    filters = ()
+
+
+SETTINGS = settings(max_examples=400, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck))
+TestCoreWithFilter = CoreMachine.TestCase
+TestCoreWithFilter.settings = SETTINGS
+TestCoreRaw = RawCoreMachine.TestCase
+TestCoreRaw.settings = SETTINGS
