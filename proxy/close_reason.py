@@ -12,6 +12,8 @@ import enum
 
 
 class CloseReason(enum.Enum):
+    __hash__ = object.__hash__  # identity hashing in C (see proxy/states.py)
+
     # ordinary ends
     CLIENT_LEFT = "client-left"
     BROKER_CLOSED = "broker-closed"

@@ -25,6 +25,7 @@ from kgate.codec import api
 from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from kgate.filters.chain import FilterChain
 from kgate.proxy import rewrite
+from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
@@ -74,6 +75,8 @@ class VirtualCluster:
         self.chain = chain if chain is not None else FilterChain([])
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
         self.version_limits = rewrite.version_limits(self.chain.version_limits(), settings.leader_hints)
+        #: ApiVersions and Metadata broker-list rewrites, remembered (proxy/answer_memo.py)
+        self.answers = AnswerMemo(self.version_limits)
         #: api keys filters must see -> the versions they (and the codec) handle; others are refused
         self.filter_limits = {
             key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))

@@ -241,10 +241,9 @@ class ClientConnection(asyncio.Protocol):
                 errors.append(f"{host}:{port}: leads back to one of kgate's own listeners, refusing to connect")
                 continue
             try:
-                transport, protocol = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamProtocol(self), host, port),
-                    settings.connect_timeout_s,
-                )
+                # asyncio.timeout, not wait_for: wait_for wraps the connect in one more task per connection
+                async with asyncio.timeout(settings.connect_timeout_s):
+                    transport, protocol = await loop.create_connection(lambda: UpstreamProtocol(self), host, port)
             except (OSError, TimeoutError) as exc:
                 metrics.upstream_connect_failures.inc()
                 errors.append(f"{host}:{port}: {exc or type(exc).__name__}")

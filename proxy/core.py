@@ -167,6 +167,12 @@ class ConnectionCore:
         self.frames_in = 0  # request frames started so far
         self._backlog_bytes = 0  # bytes of the frames in backlog
         self._held_told = 0  # what was last reported through ``report_held``
+        # limits read on every chunk, and whether this core paused for them (so the common
+        # case, not paused, calls nothing on the way out of _flush)
+        self._max_inflight = settings.max_inflight_requests
+        self._max_queued = settings.max_queued_requests
+        self._inflight_paused = False
+        self._answers_paused = False
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -255,8 +261,9 @@ class ConnectionCore:
         else:
             self._filtered_data(data)
             self._report_held()
-        if len(self.pending) >= self.settings.max_inflight_requests:
+        if len(self.pending) >= self._max_inflight and not self._inflight_paused:
             # bounded per connection: reading resumes in _flush once answers went out
+            self._inflight_paused = True
             self.out.pause_client("inflight-limit")
 
     def _report_held(self) -> None:
@@ -754,7 +761,8 @@ class ConnectionCore:
         """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
         try:
             offset = response_body_offset(frame, api.response_header_version(METADATA, ex.api_version))
-            ex.response = rewrite_brokers(frame, offset, ex.api_version, self.cluster.client_address)
+            cluster = self.cluster
+            ex.response = cluster.answers.metadata_brokers(frame, offset, ex.api_version, cluster.client_address)
         except (HeaderError, api.CodecError) as exc:
             self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
             return
@@ -763,7 +771,7 @@ class ConnectionCore:
     def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
         try:
-            new = rewrite.cap_api_versions(frame, version, self.cluster.version_limits)
+            new = self.cluster.answers.api_versions(frame, version)
         except rewrite.RewriteError as exc:
             # uncapped ranges could let a client send what a filter must see but kgate cannot read
             self.close(CloseReason.UNDECODABLE_RESPONSE, str(exc))
@@ -807,7 +815,8 @@ class ConnectionCore:
         suspension = Suspension(frame, msg, ctx, exchange=ex, offset=offset, changed=changed)
         if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self.out.spawn(decision, suspension)  # type: ignore[arg-type]
-            if self._answers_waiting() > self.settings.max_queued_requests:
+            if self._answers_waiting() > self._max_queued and not self._answers_paused:
+                self._answers_paused = True
                 self.out.pause_broker("answers-blocked")
             return
         self._apply_response(decision, suspension)
@@ -872,9 +881,11 @@ class ConnectionCore:
         send = self._send_client
         while pending and pending[0].response is not None:
             send(pending.popleft().response)  # type: ignore[arg-type]
-        if self._answers_waiting() <= self.settings.max_queued_requests:
+        if self._answers_paused and len(pending) - len(self.upstream_waiting) <= self._max_queued:
+            self._answers_paused = False
             self.out.resume_broker("answers-blocked")
-        if len(pending) < self.settings.max_inflight_requests:
+        if self._inflight_paused and len(pending) < self._max_inflight:
+            self._inflight_paused = False
             self.out.resume_client("inflight-limit")
 
     def _answers_waiting(self) -> int:

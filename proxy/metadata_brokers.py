@@ -59,14 +59,32 @@ def rewrite_brokers(frame: memoryview, offset: int, version: int, mapper: NodeMa
     Brokers the mapper cannot serve are left out, as in the full rewrite. Raises HeaderError on
     a body that does not parse (the caller must then not forward it).
     """
+    start = broker_list_start(frame, offset, version)
+    end, new_list, _ = rewrite_broker_list(frame, start, version, mapper)
+    return assemble(frame, offset, start, new_list, end)
+
+
+def broker_list_start(frame: memoryview, offset: int, version: int) -> int:
+    """Where the broker list begins: after ``throttle_time_ms`` (v3+)."""
+    if version < 3:
+        return offset
+    if offset + 4 > len(frame):
+        raise HeaderError("truncated throttle_time_ms")
+    return offset + 4
+
+
+def assemble(frame: memoryview, offset: int, start: int, new_list: bytes, end: int) -> bytes:
+    """The frame with the bytes between ``start`` and ``end`` (the broker list) replaced."""
+    size = len(frame) - 4 - (end - start) + len(new_list)
+    return b"".join((_I32.pack(size), frame[4:start], new_list, frame[end:]))
+
+
+def rewrite_broker_list(
+    frame: memoryview, pos: int, version: int, mapper: NodeMapper
+) -> tuple[int, bytes, bool]:
+    """Read the broker list at ``pos``: where it ends, its mapped encoding, and whether every
+    broker was mapped (none left out)."""
     flexible = version >= FLEXIBLE_FROM
-    pos = offset
-    out = bytearray(frame[4:offset])  # the response header, unchanged
-    if version >= 3:
-        if pos + 4 > len(frame):
-            raise HeaderError("truncated throttle_time_ms")
-        out += frame[pos : pos + 4]
-        pos += 4
     if flexible:
         count, pos = read_uvarint(frame, pos)
         count -= 1
@@ -105,8 +123,5 @@ def rewrite_brokers(frame: memoryview, offset: int, version: int, mapper: NodeMa
             _put_string(b, rack, flexible)
         b += tags
         kept.append(bytes(b))
-    out += write_uvarint(len(kept) + 1) if flexible else _I32.pack(len(kept))
-    for k in kept:
-        out += k
-    out += frame[pos:]
-    return b"".join((_I32.pack(len(out)), out))
+    head = write_uvarint(len(kept) + 1) if flexible else _I32.pack(len(kept))
+    return pos, b"".join((head, *kept)), len(kept) == count

@@ -43,12 +43,14 @@ class OwnListeners:
         self._advertised: dict[str, int] = {}  # client-facing host -> reference count
         self._self_targets: set[tuple[str, int]] = set()  # upstream targets found to lead back here
         self._learned: dict[tuple[str, int], bool] = {}  # learned_is_own answers, while listeners stay
+        self._ports: frozenset[int] = frozenset()  # the bound ports, checked before any address is parsed
 
     def add(self, sock: socket.socket, advertised_host: str) -> tuple[str, int]:
         """Record a bound listening socket; returns the key to ``remove`` it with."""
         name = sock.getsockname()
         key = (_ip(str(name[0])), int(name[1]))
         self._bound[key] = self._bound.get(key, 0) + 1
+        self._ports = frozenset(port for _host, port in self._bound)
         self._learned.clear()
         adv = normalise_host(advertised_host)
         self._advertised[adv] = self._advertised.get(adv, 0) + 1
@@ -57,11 +59,12 @@ class OwnListeners:
     def remove(self, key: tuple[str, int], advertised_host: str) -> None:
         self._learned.clear()
         _release(self._bound, key)
+        self._ports = frozenset(port for _host, port in self._bound)
         _release(self._advertised, normalise_host(advertised_host))
 
     @property
     def ports(self) -> set[int]:
-        return {port for _host, port in self._bound}
+        return set(self._ports)
 
     def learned_is_own(self, host: str, port: int) -> bool:
         """Whether a broker address from a response names one of kgate's own listeners.
@@ -112,6 +115,8 @@ class OwnListeners:
         """
         if not isinstance(peer, tuple) or not isinstance(local, tuple):
             return False  # not an inet socket (tests with pipes, unix sockets): nothing to compare
+        if int(peer[1]) not in self._ports:
+            return False  # every upstream connection asks: parsing their addresses was a visible part of each set-up
         pip, pport = _ip(str(peer[0])), int(peer[1])
         for bip, bport in self._bound:
             if bport != pport:

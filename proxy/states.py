@@ -20,6 +20,10 @@ import enum
 
 
 class State(enum.Enum):
+    # identity hashing in C: Enum's own __hash__ is a Python call, and every transition hashes
+    # twice (the table's key) and more (the state sets); ~10 such calls per connection
+    __hash__ = object.__hash__
+
     OPEN = "open"
     SUSPENDED = "suspended"
     GONE_SUSPENDED = "gone-suspended"
@@ -28,6 +32,8 @@ class State(enum.Enum):
 
 
 class Event(enum.Enum):
+    __hash__ = object.__hash__
+
     SUSPEND = "suspend"  # a request hook returned an awaitable
     HOOK_DONE = "hook-done"  # that hook run ended (any verdict)
     CLIENT_CLOSED = "client-closed"  # the client's socket closed

@@ -1,0 +1,128 @@
+"""AnswerMemo (proxy/answer_memo.py): a remembered rewrite is byte for byte the fresh one, and
+nothing is remembered that could be stale (a list with a broker kgate left out, an unreadable answer)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kgate.codec import api
+from kgate.codec.generated import metadata as md
+from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.headers import HeaderError, response_body_offset, response_frame
+from kgate.proxy import rewrite
+from kgate.proxy.answer_memo import MAX_BROKER_LISTS, AnswerMemo
+from kgate.proxy.metadata_brokers import rewrite_brokers
+
+
+class CountingMapper:
+    """Maps every node except ``refused``; counts calls (the memo must skip them on a hit)."""
+
+    def __init__(self, refused: int | None = None) -> None:
+        self.calls = 0
+        self.refused = refused
+
+    def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
+        self.calls += 1
+        return None if node_id == self.refused else ("kgate.example", 7000 + node_id)
+
+
+def _metadata(version: int, nodes: tuple[int, ...], topics: int, seed: int = 1, correlation_id: int = 7) -> memoryview:
+    rng = random.Random(seed)
+    resp = md.MetadataResponse(throttle_time_ms=rng.randint(0, 99), cluster_id="c" if version >= 2 else None)
+    resp.brokers = [
+        md.MetadataResponseBroker(node_id=n, host=f"b{n}.internal", port=9092 + n, rack=None) for n in nodes
+    ]
+    resp.topics = [
+        md.MetadataResponseTopic(error_code=0, name=f"t{rng.randint(0, 999)}-{i}", is_internal=False, partitions=[])
+        for i in range(topics)
+    ]
+    return memoryview(response_frame(correlation_id, api.response_header_version(3, version), resp.encode(version)))
+
+
+def _offset(frame: memoryview, version: int) -> int:
+    return response_body_offset(frame, api.response_header_version(3, version))
+
+
+@pytest.mark.parametrize("version", range(api.API_INFO[3].max_version + 1))
+def test_metadata_hit_is_the_fresh_rewrite_and_skips_the_mapper(version: int) -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    first = _metadata(version, (1, 2), topics=2, seed=1)
+    assert memo.metadata_brokers(first, _offset(first, version), version, mapper) == rewrite_brokers(
+        first, _offset(first, version), version, CountingMapper()
+    )
+    calls = mapper.calls
+    # same brokers, other topics, other correlation id: the memo answers, the tail is this frame's
+    second = _metadata(version, (1, 2), topics=5, seed=2, correlation_id=99)
+    got = memo.metadata_brokers(second, _offset(second, version), version, mapper)
+    assert mapper.calls == calls
+    assert got == rewrite_brokers(second, _offset(second, version), version, CountingMapper())
+
+
+def test_metadata_other_brokers_miss() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    a, b = _metadata(12, (1, 2), 1), _metadata(12, (1, 3), 1)
+    memo.metadata_brokers(a, _offset(a, 12), 12, mapper)
+    calls = mapper.calls
+    got = memo.metadata_brokers(b, _offset(b, 12), 12, mapper)
+    assert mapper.calls == calls + 2
+    assert got == rewrite_brokers(b, _offset(b, 12), 12, CountingMapper())
+
+
+def test_metadata_with_a_refused_broker_is_never_remembered() -> None:
+    """Each refusal is counted by the mapper (a metric), so such a list is rewritten every time."""
+    memo, mapper = AnswerMemo({}), CountingMapper(refused=2)
+    frame = _metadata(12, (1, 2), 1)
+    for _ in range(3):
+        memo.metadata_brokers(frame, _offset(frame, 12), 12, mapper)
+    assert mapper.calls == 6
+
+
+def test_metadata_lists_are_bounded() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    for n in range(MAX_BROKER_LISTS + 5):
+        frame = _metadata(12, (n,), 0)
+        memo.metadata_brokers(frame, _offset(frame, 12), 12, mapper)
+    assert len(memo._broker_lists[12]) == MAX_BROKER_LISTS
+
+
+def test_metadata_truncated_raises_even_after_a_hit() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    frame = _metadata(12, (1, 2), 1)
+    memo.metadata_brokers(frame, _offset(frame, 12), 12, mapper)
+    cut = frame[: _offset(frame, 12) + 10]  # inside the (remembered) broker list
+    with pytest.raises(HeaderError):
+        memo.metadata_brokers(cut, _offset(frame, 12), 12, mapper)
+
+
+def _api_versions(entries: list[tuple[int, int, int]], correlation_id: int) -> memoryview:
+    msg = api.API_INFO[18].response_class(error_code=0)
+    msg.api_keys = [ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in entries]
+    return memoryview(response_frame(correlation_id, 0, msg.encode(3)))
+
+
+def test_api_versions_hit_keeps_this_frames_correlation_id() -> None:
+    limits = rewrite.version_limits()
+    memo = AnswerMemo(limits)
+    wide = [(3, 0, api.API_INFO[3].max_version + 5), (0, 0, 11)]
+    first = memo.api_versions(_api_versions(wide, 1), 3)
+    second = memo.api_versions(_api_versions(wide, 42), 3)
+    assert first == rewrite.cap_api_versions(_api_versions(wide, 1), 3, limits)
+    assert second == rewrite.cap_api_versions(_api_versions(wide, 42), 3, limits)
+    assert second is not None and int.from_bytes(second[4:8], "big") == 42
+
+
+def test_api_versions_unchanged_stays_unchanged() -> None:
+    memo = AnswerMemo(rewrite.version_limits())
+    narrow = [(3, 0, 12), (18, 0, 3)]
+    assert memo.api_versions(_api_versions(narrow, 1), 3) is None
+    assert memo.api_versions(_api_versions(narrow, 2), 3) is None
+
+
+def test_api_versions_unreadable_raises_every_time() -> None:
+    memo = AnswerMemo(rewrite.version_limits())
+    junk = memoryview(response_frame(1, 0, b"\x00\x00\xff\xff\xff\xff"))
+    for _ in range(2):
+        with pytest.raises(rewrite.RewriteError):
+            memo.api_versions(junk, 3)
