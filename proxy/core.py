@@ -171,6 +171,7 @@ class ConnectionCore:
         # case, not paused, calls nothing on the way out of _flush)
         self._max_inflight = settings.max_inflight_requests
         self._max_queued = settings.max_queued_requests
+        self._max_frame = settings.max_frame_bytes
         self._inflight_paused = False
         self._answers_paused = False
 
@@ -370,6 +371,25 @@ class ConnectionCore:
         reads, or a frame decoded whole (SASL, CreateTopics), is held until it can be read; its
         pieces are kept in a list and joined once, when enough has arrived.
         """
+        n = len(data)
+        if (
+            not self._held
+            and not self._req_skip
+            and n >= 12
+            and int.from_bytes(data[:4], "big", signed=True) + 4 == n
+            and n <= self._max_frame
+        ):
+            # The common case (request and answer in turn): one whole frame in one read. Same as
+            # below without the splitting; a request round trip costs ~8 µs over the raw relay,
+            # and every step skipped here counts.
+            try:
+                self._track(memoryview(data))
+            except HeaderError as exc:
+                self._refuse(exc)
+                return
+            self.frames_in += 1
+            self._send_up(data)
+            return
         if self._held:
             self._held.append(data)
             self._held_len += len(data)
@@ -662,6 +682,11 @@ class ConnectionCore:
             if not data:
                 return
         reader = self.upstream_reader
+        n = len(data)
+        if not reader.buffered and n >= 8 and int.from_bytes(data[:4], "big", signed=True) + 4 == n <= self._max_frame:
+            self._response(memoryview(data))  # one whole answer in one read (see _raw_data)
+            self._flush()
+            return
         if reader.buffered:
             frames = reader.feed(data)
             tail = len(data)

@@ -93,7 +93,8 @@ class OwnListeners:
         self._self_targets.add((normalise_host(host), port))
 
     def known_self_target(self, host: str, port: int) -> bool:
-        return (normalise_host(host), port) in self._self_targets
+        """Asked before every upstream connect; almost always with no such target known."""
+        return bool(self._self_targets) and (normalise_host(host), port) in self._self_targets
 
     def connected_to_self(self, transport: Any) -> bool:
         """``is_self_connection`` for a connected asyncio transport.
