@@ -906,7 +906,7 @@ class ConnectionCore:
         send = self._send_client
         while pending and pending[0].response is not None:
             send(pending.popleft().response)  # type: ignore[arg-type]
-        if self._answers_paused and len(pending) - len(self.upstream_waiting) <= self._max_queued:
+        if self._answers_paused and self._answers_waiting() <= self._max_queued:
             self._answers_paused = False
             self.out.resume_broker("answers-blocked")
         if self._inflight_paused and len(pending) < self._max_inflight:
