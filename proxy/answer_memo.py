@@ -16,34 +16,50 @@ What makes this safe:
   is remembered only when every broker in it was mapped, i.e. after the mapper's side effects
   (a node listener bound, the bootstrap node found) have happened once; a list with a broker
   kgate left out (its own address) is rewritten every time so each refusal is still counted.
-- Both are bounded (a few entries per version; the oldest goes) and ``clear()`` forgets all,
+- Whole Metadata answers: a client that asks again (a periodic refresh, an idle cluster, a
+  producer connecting) mostly gets the very bytes it got before, apart from the correlation id.
+  An answer of at most ``MAX_METADATA_BYTES`` whose broker list was fully mapped is remembered
+  whole, keyed on everything after the correlation id, so a repeat skips the header walk and the
+  list search (the Metadata row: 44 -> ~38 µs of proxy CPU per round trip, relay 34). A miss
+  costs one copy of at most 8 KiB and a dictionary insert.
+- All are bounded (a few entries per version; the oldest goes) and ``clear()`` forgets all,
   for whoever changes the node mapping or the limits.
 """
 
 from __future__ import annotations
 
+from kgate.codec import api
+from kgate.codec.generated.api_keys import ApiKey
+from kgate.codec.headers import response_body_offset
 from kgate.proxy import rewrite
 from kgate.proxy.metadata_brokers import assemble, broker_list_start, rewrite_broker_list
 from kgate.proxy.rewrite import NodeMapper
+
+_METADATA = int(ApiKey.METADATA)
 
 #: ApiVersions answers remembered (distinct broker builds and versions a fleet sees)
 MAX_API_VERSIONS = 32
 #: broker lists remembered per Metadata version (brokers may order their lists differently)
 MAX_BROKER_LISTS = 8
+#: whole Metadata answers remembered, and the largest one remembered (64 x 8 KiB: at most 0.5 MiB)
+MAX_METADATA_ANSWERS = 64
+MAX_METADATA_BYTES = 8192
 _UNCHANGED = b""  # remembered "forward as is" (a real rewritten body is never empty)
 
 
 class AnswerMemo:
-    __slots__ = ("_api_versions", "_broker_lists", "limits")
+    __slots__ = ("_api_versions", "_broker_lists", "_metadata", "limits")
 
     def __init__(self, limits: dict[int, tuple[int, int]]) -> None:
         self.limits = limits
         self._api_versions: dict[tuple[int, bytes], bytes] = {}
         self._broker_lists: dict[int, list[tuple[bytes, bytes]]] = {}
+        self._metadata: dict[tuple[int, bytes], bytes] = {}
 
     def clear(self) -> None:
         self._api_versions.clear()
         self._broker_lists.clear()
+        self._metadata.clear()
 
     def api_versions(self, frame: memoryview, version: int) -> bytes | None:
         """``rewrite.cap_api_versions(frame, version, limits)``, remembered by body bytes.
@@ -63,8 +79,29 @@ class AnswerMemo:
             return None
         return rewrite.reframe(frame, 8, body)
 
-    def metadata_brokers(self, frame: memoryview, offset: int, version: int, mapper: NodeMapper) -> bytes:
-        """``metadata_brokers.rewrite_brokers``, with the broker list's rewrite remembered.
+    def metadata(self, frame: memoryview, version: int, mapper: NodeMapper) -> bytes:
+        """A Metadata answer with its broker list mapped (``metadata_brokers.rewrite_brokers``).
+
+        Remembered whole when small and fully mapped. Raises ``HeaderError`` on a body that does
+        not parse.
+        """
+        small = len(frame) <= MAX_METADATA_BYTES
+        if small:
+            key = (version, bytes(frame[8:]))
+            body = self._metadata.get(key)
+            if body is not None:
+                return rewrite.reframe(frame, 8, body)
+        offset = response_body_offset(frame, api.response_header_version(_METADATA, version))
+        new, complete = self.metadata_brokers(frame, offset, version, mapper)
+        if small and complete:
+            if len(self._metadata) >= MAX_METADATA_ANSWERS:
+                del self._metadata[next(iter(self._metadata))]
+            self._metadata[key] = new[8:]
+        return new
+
+    def metadata_brokers(self, frame: memoryview, offset: int, version: int, mapper: NodeMapper) -> tuple[bytes, bool]:
+        """``metadata_brokers.rewrite_brokers``, with the broker list's rewrite remembered; and
+        whether every broker was mapped.
 
         Raises ``HeaderError`` on a body that does not parse.
         """
@@ -75,10 +112,10 @@ class AnswerMemo:
         for original, mapped in seen:
             end = start + len(original)
             if frame[start:end] == original:
-                return assemble(frame, offset, start, mapped, end)
+                return assemble(frame, offset, start, mapped, end), True
         end, mapped, complete = rewrite_broker_list(frame, start, version, mapper)
         if complete:
             if len(seen) >= MAX_BROKER_LISTS:
                 del seen[0]
             seen.append((bytes(frame[start:end]), mapped))
-        return assemble(frame, offset, start, mapped, end)
+        return assemble(frame, offset, start, mapped, end), complete

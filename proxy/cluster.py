@@ -179,7 +179,9 @@ class VirtualCluster:
         from kgate.proxy.connection import ClientConnection
 
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(lambda: ClientConnection(self, node_id), sock=sock, backlog=LISTEN_BACKLOG)
+        server = await loop.create_server(
+            lambda: ClientConnection(self, node_id, loop), sock=sock, backlog=LISTEN_BACKLOG
+        )
         self._servers.append(server)
         if self.stopping:
             server.close()  # bound just before shutdown began
@@ -347,8 +349,13 @@ class VirtualCluster:
         self._node_ports[node_id] = kport
         self._refused.discard(node_id)
         if self._bind_attempts.pop(node_id, 0):
-            log.info("cluster %s: node %d listener bound on %s:%d after retrying", self.name, node_id,
-                     self.cfg.listen.host, kport)
+            log.info(
+                "cluster %s: node %d listener bound on %s:%d after retrying",
+                self.name,
+                node_id,
+                self.cfg.listen.host,
+                kport,
+            )
         self._unserved.add(sock)
         task = asyncio.get_running_loop().create_task(self._serve(sock, node_id))
         self._serve_tasks.add(task)

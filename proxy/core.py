@@ -135,6 +135,7 @@ class ConnectionCore:
         self.cluster = cluster
         self.chain = cluster.chain
         self.plans = cluster.plans
+        self._requests_counted = cluster.metrics.requests  # kgate_requests: (api key, version) -> count
         settings = cluster.settings
         self.settings = settings
         self.info = info
@@ -488,14 +489,14 @@ class ConnectionCore:
                 return
             self.info.principal = self.sasl.principal  # bare-token exchange just ended
         api_key, version, cid = peek_request(frame)
-        plan = self.plans.request(api_key, version)
+        plan, answer_plan, label = self.plans.route(api_key, version)
         if plan is _REFUSE:
             lo, hi = self.cluster.filter_limits[api_key]
             raise VersionRefused(f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{lo}-v{hi} only")
+        self._requests_counted[label] += 1
         if api_key == PRODUCE:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
-                self.cluster.metrics.count_request(api_key, version)
                 self._acks0.append(cid)
                 return  # acks=0: the broker sends no response, so nothing waits for one
         request = None
@@ -504,8 +505,7 @@ class ConnectionCore:
                 self._observe_sasl_request(frame, api_key, version)
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(frame, api_key, version)
-        self.cluster.metrics.count_request(api_key, version)
-        ex = self._exchange(cid, api_key, version, request)
+        ex = Exchange(cid, api_key, version, request, None, answer_plan)
         self.pending.append(ex)
         self.upstream_waiting.append(ex)
 
@@ -785,9 +785,8 @@ class ConnectionCore:
     def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
         """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
         try:
-            offset = response_body_offset(frame, api.response_header_version(METADATA, ex.api_version))
             cluster = self.cluster
-            ex.response = cluster.answers.metadata_brokers(frame, offset, ex.api_version, cluster.client_address)
+            ex.response = cluster.answers.metadata(frame, ex.api_version, cluster.client_address)
         except (HeaderError, api.CodecError) as exc:
             self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
             return

@@ -27,12 +27,12 @@ class ReadGate:
         self._transport: asyncio.Transport | None = None
         self._reasons: set[str] = set()
 
-    def attach(self, transport: asyncio.Transport) -> None:
+    def attach(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._transport = transport
         if self._reasons:
             transport.pause_reading()
             # uvloop (re)starts reading an accepted transport after connection_made: pause again then
-            asyncio.get_running_loop().call_soon(self._enforce)
+            (loop or asyncio.get_running_loop()).call_soon(self._enforce)
 
     def _enforce(self) -> None:
         """Make the transport's reading state agree with the reasons (called on the next loop turn)."""

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.proxy import rewrite
+from kgate.proxy.metrics import request_label
 
 if TYPE_CHECKING:
     from kgate.filters.chain import FilterChain
@@ -57,7 +58,7 @@ class ResponsePlan(enum.Enum):
 class Plans:
     """The plans of one virtual cluster (its filter chain is fixed for the cluster's life)."""
 
-    __slots__ = ("_chain", "_limits", "_names_in_use", "_requests", "_responses")
+    __slots__ = ("_chain", "_limits", "_names_in_use", "_requests", "_responses", "_routes")
 
     def __init__(self, chain: FilterChain, filter_limits: dict[int, tuple[int, int]], names_in_use: bool) -> None:
         self._chain = chain
@@ -65,6 +66,20 @@ class Plans:
         self._names_in_use = names_in_use
         self._requests: dict[tuple[int, int], RequestPlan] = {}
         self._responses: dict[tuple[int, int, bool], ResponsePlan] = {}
+        self._routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, tuple[int, int]]] = {}
+
+    def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, tuple[int, int]]:
+        """A request's plan, its answer's plan (no hook state), and its ``kgate_requests`` label,
+        in one lookup: the header-only path runs this for every request."""
+        key = (api_key, version)
+        found = self._routes.get(key)
+        if found is None:
+            found = self._routes[key] = (
+                self.request(api_key, version),
+                self.response(api_key, version, False),
+                request_label(api_key, version),
+            )
+        return found
 
     def request(self, api_key: int, version: int) -> RequestPlan:
         key = (api_key, version)

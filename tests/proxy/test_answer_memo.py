@@ -12,7 +12,7 @@ from kgate.codec.generated import metadata as md
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import HeaderError, response_body_offset, response_frame
 from kgate.proxy import rewrite
-from kgate.proxy.answer_memo import MAX_BROKER_LISTS, AnswerMemo
+from kgate.proxy.answer_memo import MAX_BROKER_LISTS, MAX_METADATA_ANSWERS, MAX_METADATA_BYTES, AnswerMemo
 from kgate.proxy.metadata_brokers import rewrite_brokers
 
 
@@ -45,17 +45,21 @@ def _offset(frame: memoryview, version: int) -> int:
     return response_body_offset(frame, api.response_header_version(3, version))
 
 
+def _brokers(memo: AnswerMemo, frame: memoryview, version: int, mapper: CountingMapper) -> bytes:
+    return memo.metadata_brokers(frame, _offset(frame, version), version, mapper)[0]
+
+
 @pytest.mark.parametrize("version", range(api.API_INFO[3].max_version + 1))
 def test_metadata_hit_is_the_fresh_rewrite_and_skips_the_mapper(version: int) -> None:
     memo, mapper = AnswerMemo({}), CountingMapper()
     first = _metadata(version, (1, 2), topics=2, seed=1)
-    assert memo.metadata_brokers(first, _offset(first, version), version, mapper) == rewrite_brokers(
+    assert _brokers(memo, first, version, mapper) == rewrite_brokers(
         first, _offset(first, version), version, CountingMapper()
     )
     calls = mapper.calls
     # same brokers, other topics, other correlation id: the memo answers, the tail is this frame's
     second = _metadata(version, (1, 2), topics=5, seed=2, correlation_id=99)
-    got = memo.metadata_brokers(second, _offset(second, version), version, mapper)
+    got = _brokers(memo, second, version, mapper)
     assert mapper.calls == calls
     assert got == rewrite_brokers(second, _offset(second, version), version, CountingMapper())
 
@@ -63,9 +67,9 @@ def test_metadata_hit_is_the_fresh_rewrite_and_skips_the_mapper(version: int) ->
 def test_metadata_other_brokers_miss() -> None:
     memo, mapper = AnswerMemo({}), CountingMapper()
     a, b = _metadata(12, (1, 2), 1), _metadata(12, (1, 3), 1)
-    memo.metadata_brokers(a, _offset(a, 12), 12, mapper)
+    _brokers(memo, a, 12, mapper)
     calls = mapper.calls
-    got = memo.metadata_brokers(b, _offset(b, 12), 12, mapper)
+    got = _brokers(memo, b, 12, mapper)
     assert mapper.calls == calls + 2
     assert got == rewrite_brokers(b, _offset(b, 12), 12, CountingMapper())
 
@@ -75,7 +79,7 @@ def test_metadata_with_a_refused_broker_is_never_remembered() -> None:
     memo, mapper = AnswerMemo({}), CountingMapper(refused=2)
     frame = _metadata(12, (1, 2), 1)
     for _ in range(3):
-        memo.metadata_brokers(frame, _offset(frame, 12), 12, mapper)
+        _brokers(memo, frame, 12, mapper)
     assert mapper.calls == 6
 
 
@@ -83,17 +87,63 @@ def test_metadata_lists_are_bounded() -> None:
     memo, mapper = AnswerMemo({}), CountingMapper()
     for n in range(MAX_BROKER_LISTS + 5):
         frame = _metadata(12, (n,), 0)
-        memo.metadata_brokers(frame, _offset(frame, 12), 12, mapper)
+        _brokers(memo, frame, 12, mapper)
     assert len(memo._broker_lists[12]) == MAX_BROKER_LISTS
 
 
 def test_metadata_truncated_raises_even_after_a_hit() -> None:
     memo, mapper = AnswerMemo({}), CountingMapper()
     frame = _metadata(12, (1, 2), 1)
-    memo.metadata_brokers(frame, _offset(frame, 12), 12, mapper)
+    _brokers(memo, frame, 12, mapper)
     cut = frame[: _offset(frame, 12) + 10]  # inside the (remembered) broker list
     with pytest.raises(HeaderError):
-        memo.metadata_brokers(cut, _offset(frame, 12), 12, mapper)
+        _brokers(memo, cut, 12, mapper)
+
+
+@pytest.mark.parametrize("version", range(api.API_INFO[3].max_version + 1))
+def test_whole_metadata_answer_hit_is_the_fresh_rewrite_with_this_correlation_id(version: int) -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    first = _metadata(version, (1, 2), topics=3, seed=4, correlation_id=1)
+    assert memo.metadata(first, version, mapper) == rewrite_brokers(
+        first, _offset(first, version), version, CountingMapper()
+    )
+    calls = mapper.calls
+    again = _metadata(version, (1, 2), topics=3, seed=4, correlation_id=12345)
+    got = memo.metadata(again, version, mapper)
+    assert mapper.calls == calls  # answered from the memo
+    assert got == rewrite_brokers(again, _offset(again, version), version, CountingMapper())
+    assert got[4:8] == (12345).to_bytes(4, "big")
+
+
+def test_whole_metadata_answer_with_a_refused_broker_is_never_remembered() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper(refused=2)
+    frame = _metadata(12, (1, 2), 1)
+    for _ in range(3):
+        assert memo.metadata(frame, 12, mapper) == rewrite_brokers(
+            frame, _offset(frame, 12), 12, CountingMapper(refused=2)
+        )
+    assert mapper.calls == 6
+    assert not memo._metadata
+
+
+def test_whole_metadata_answers_are_bounded_in_count_and_size() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    for seed in range(MAX_METADATA_ANSWERS + 10):
+        memo.metadata(_metadata(12, (1,), 1, seed=seed * 7919), 12, mapper)
+    assert len(memo._metadata) == MAX_METADATA_ANSWERS
+    memo.clear()
+    big = _metadata(12, (1,), 400)
+    assert len(big) > MAX_METADATA_BYTES
+    assert memo.metadata(big, 12, mapper) == rewrite_brokers(big, _offset(big, 12), 12, CountingMapper())
+    assert not memo._metadata
+
+
+def test_whole_metadata_truncated_after_a_hit_still_raises() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    frame = _metadata(12, (1, 2), 2)
+    memo.metadata(frame, 12, mapper)
+    with pytest.raises(HeaderError):
+        memo.metadata(frame[: _offset(frame, 12) + 10], 12, mapper)  # inside the broker list
 
 
 def _api_versions(entries: list[tuple[int, int, int]], correlation_id: int) -> memoryview:
