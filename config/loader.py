@@ -7,6 +7,7 @@ Everything here is pure: no sockets are opened. Validation errors raise
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -18,18 +19,26 @@ import yaml
 
 from .errors import ConfigError
 from .model import (
+    CLIENT_AUTH_MODES,
+    DEFAULT_TRUSTED_SOURCES,
+    PROXY_PROTOCOL_MODES,
+    TLS_VERSIONS,
     WILDCARD_HOSTS,
     FilterConfig,
     HostPort,
     KgateConfig,
     MetricsConfig,
     NodePorts,
+    ProxyProtocolConfig,
     ProxySettings,
+    ServerTlsConfig,
     TopicNamesConfig,
     UpstreamAuth,
+    UpstreamTlsConfig,
     VirtualClusterConfig,
 )
 from .self_address import loops_back
+from .tls_context import TlsFileError, server_context, upstream_context
 
 __all__ = ["DEFAULT_CONFIG_SOURCE", "LOG_LEVELS", "load_config", "parse_config", "quick_config"]
 
@@ -72,7 +81,33 @@ _CLUSTER_KEYS = (
     "bootstrap_serves_node",
     "upstream_auth",
     "max_connections",
+    "tls",
+    "upstream_tls",
+    "proxy_protocol",
 )
+_TLS_KEYS = (
+    "cert_file",
+    "key_file",
+    "key_password",
+    "key_password_env",
+    "client_ca_file",
+    "client_auth",
+    "min_version",
+    "ciphers",
+    "reload_interval_s",
+)
+_UPSTREAM_TLS_KEYS = (
+    "verify",
+    "ca_file",
+    "server_hostname",
+    "cert_file",
+    "key_file",
+    "key_password",
+    "key_password_env",
+    "min_version",
+    "reload_interval_s",
+)
+_PROXY_PROTOCOL_KEYS = ("mode", "trusted_sources")
 _AUTH_KEYS = ("mechanism", "username", "password", "password_env")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _NODE_PORTS_KEYS = ("base", "count", "first_node_id")
@@ -309,7 +344,13 @@ def _parse_cluster(ctx: _Ctx, value: Any, path: str) -> VirtualClusterConfig:
     serves = ctx.boolean(m.get("bootstrap_serves_node", True), _join(path, "bootstrap_serves_node"))
     auth = _parse_auth(ctx, m.get("upstream_auth"), _join(path, "upstream_auth"))
     max_conns = ctx.integer(m.get("max_connections", 10_000), _join(path, "max_connections"), minimum=1)
+    tls = _parse_tls(ctx, m.get("tls"), _join(path, "tls"))
+    upstream_tls = _parse_upstream_tls(ctx, m.get("upstream_tls"), _join(path, "upstream_tls"))
+    proxy_protocol = _parse_proxy_protocol(ctx, m.get("proxy_protocol"), _join(path, "proxy_protocol"))
     return VirtualClusterConfig(
+        tls=tls,
+        upstream_tls=upstream_tls,
+        proxy_protocol=proxy_protocol,
         max_connections=max_conns,
         upstream_auth=auth,
         name=name,
@@ -346,6 +387,125 @@ def _parse_auth(ctx: _Ctx, value: Any, path: str) -> UpstreamAuth | None:
     return UpstreamAuth(
         mechanism=mechanism, username=ctx.string(m["username"], _join(path, "username")), password=password
     )
+
+
+def _choice(ctx: _Ctx, value: Any, path: str, choices: tuple[str, ...]) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ctx.error(path, f"expected one of {', '.join(choices)}, got {_show(value)}")
+    return value
+
+
+def _key_password(ctx: _Ctx, m: Mapping[str, Any], path: str) -> str | None:
+    """A private key's password, from the file or (better) from the environment."""
+    if "key_password" in m and "key_password_env" in m:
+        raise ctx.error(path, "give at most one of key_password and key_password_env")
+    if "key_password_env" in m:
+        var = ctx.string(m["key_password_env"], _join(path, "key_password_env"))
+        if var not in os.environ:
+            raise ctx.error(_join(path, "key_password_env"), f"environment variable {var} is not set")
+        return os.environ[var]
+    if "key_password" in m:
+        return ctx.string(m["key_password"], _join(path, "key_password"))
+    return None
+
+
+def _parse_tls(ctx: _Ctx, value: Any, path: str) -> ServerTlsConfig | None:
+    """TLS towards clients; the files are loaded here, so a bad one stops kgate before it binds."""
+    if value is None:
+        return None
+    m = ctx.mapping(value, path, _TLS_KEYS)
+    for required in ("cert_file", "key_file"):
+        if required not in m:
+            raise ctx.error(_join(path, required), "required key is missing")
+    kw: dict[str, Any] = {
+        "cert_file": ctx.string(m["cert_file"], _join(path, "cert_file")),
+        "key_file": ctx.string(m["key_file"], _join(path, "key_file")),
+        "key_password": _key_password(ctx, m, path),
+    }
+    if m.get("client_ca_file") is not None:
+        kw["client_ca_file"] = ctx.string(m["client_ca_file"], _join(path, "client_ca_file"))
+    if "client_auth" in m:
+        kw["client_auth"] = _choice(ctx, m["client_auth"], _join(path, "client_auth"), CLIENT_AUTH_MODES)
+    if "min_version" in m:
+        kw["min_version"] = _choice(ctx, m["min_version"], _join(path, "min_version"), TLS_VERSIONS)
+    if m.get("ciphers") is not None:
+        kw["ciphers"] = ctx.string(m["ciphers"], _join(path, "ciphers"))
+    if "reload_interval_s" in m:
+        kw["reload_interval_s"] = ctx.positive_number(m["reload_interval_s"], _join(path, "reload_interval_s"))
+    cfg = ServerTlsConfig(**kw)
+    if cfg.client_auth != "none" and not cfg.client_ca_file:
+        raise ctx.error(
+            _join(path, "client_ca_file"), f"required with client_auth: {cfg.client_auth} (the CA clients chain to)"
+        )
+    if cfg.client_auth == "none" and cfg.client_ca_file:
+        raise ctx.error(
+            _join(path, "client_auth"),
+            "client_ca_file is set but client_auth is none (the default), so no client certificate would be "
+            "asked for; set client_auth: required (or requested)",
+        )
+    try:
+        server_context(cfg)
+    except TlsFileError as exc:
+        raise ctx.error(_join(path, exc.key), exc.problem) from None
+    return cfg
+
+
+def _parse_upstream_tls(ctx: _Ctx, value: Any, path: str) -> UpstreamTlsConfig | None:
+    """TLS towards the brokers; ``true`` or ``{}`` means verified TLS with the system's CAs."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    m = ctx.mapping(value, path, _UPSTREAM_TLS_KEYS)
+    kw: dict[str, Any] = {"key_password": _key_password(ctx, m, path)}
+    if "verify" in m:
+        kw["verify"] = ctx.boolean(m["verify"], _join(path, "verify"))
+    for key in ("ca_file", "server_hostname", "cert_file", "key_file"):
+        if m.get(key) is not None:
+            kw[key] = ctx.string(m[key], _join(path, key))
+    if "min_version" in m:
+        kw["min_version"] = _choice(ctx, m["min_version"], _join(path, "min_version"), TLS_VERSIONS)
+    if "reload_interval_s" in m:
+        kw["reload_interval_s"] = ctx.positive_number(m["reload_interval_s"], _join(path, "reload_interval_s"))
+    cfg = UpstreamTlsConfig(**kw)
+    if bool(cfg.cert_file) != bool(cfg.key_file):
+        missing = "key_file" if cfg.cert_file else "cert_file"
+        raise ctx.error(_join(path, missing), "cert_file and key_file go together (kgate's client certificate)")
+    try:
+        upstream_context(cfg)
+    except TlsFileError as exc:
+        raise ctx.error(_join(path, exc.key), exc.problem) from None
+    return cfg
+
+
+def _cidr(ctx: _Ctx, value: Any, path: str) -> str:
+    text = ctx.string(value, path)
+    try:
+        return str(ipaddress.ip_network(text, strict=False))
+    except ValueError as exc:
+        raise ctx.error(path, f"expected a CIDR such as 10.0.0.0/8 or an address ({exc})") from None
+
+
+def _parse_proxy_protocol(ctx: _Ctx, value: Any, path: str) -> ProxyProtocolConfig | None:
+    """``v1``/``v2``/``any``/``off`` (YAML reads a bare off as false), or {mode, trusted_sources}."""
+    if value is None or value is False or value == "off":
+        return None
+    if isinstance(value, str):
+        return ProxyProtocolConfig(mode=_choice(ctx, value, path, (*PROXY_PROTOCOL_MODES, "off")))
+    m = ctx.mapping(value, path, _PROXY_PROTOCOL_KEYS)
+    if "mode" not in m:
+        raise ctx.error(_join(path, "mode"), "required key is missing (v1, v2, any or off)")
+    mode = m["mode"]
+    if mode is False or mode == "off":
+        return None
+    mode = _choice(ctx, mode, _join(path, "mode"), (*PROXY_PROTOCOL_MODES, "off"))
+    trusted = DEFAULT_TRUSTED_SOURCES
+    if "trusted_sources" in m:
+        tpath = _join(path, "trusted_sources")
+        trusted = ctx.list_of(m["trusted_sources"], tpath, lambda v, p: _cidr(ctx, v, p))
+        if not trusted:
+            raise ctx.error(tpath, "at least one CIDR (with none, every connection would be refused)")
+    return ProxyProtocolConfig(mode=mode, trusted_sources=trusted)
 
 
 def _parse_filter(ctx: _Ctx, value: Any, path: str) -> FilterConfig:

@@ -88,6 +88,60 @@ class UpstreamAuth:
     password: str = field(repr=False)
 
 
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
+CLIENT_AUTH_MODES = ("none", "requested", "required")
+PROXY_PROTOCOL_MODES = ("v1", "v2", "any")
+DEFAULT_TRUSTED_SOURCES = ("127.0.0.0/8", "::1/128")
+
+
+@dataclass(frozen=True)
+class ServerTlsConfig:
+    """TLS towards clients on every listener of a virtual cluster (bootstrap and node ports)."""
+
+    cert_file: str
+    """PEM: the server certificate, then any intermediates."""
+    key_file: str
+    """PEM private key of ``cert_file``."""
+    key_password: str | None = field(default=None, repr=False)
+    client_ca_file: str | None = None
+    """PEM CA bundle that client certificates must chain to (mTLS)."""
+    client_auth: str = "none"
+    """none, requested (verified if sent) or required (no certificate, no connection)."""
+    min_version: str = "TLSv1.2"
+    ciphers: str | None = None
+    """OpenSSL cipher string for TLS 1.2; TLS 1.3 suites are OpenSSL's (all strong)."""
+    reload_interval_s: float = 30.0
+    """How often the files are checked for changes; changed files are loaded for new handshakes."""
+
+
+@dataclass(frozen=True)
+class UpstreamTlsConfig:
+    """TLS towards the brokers: client connections' upstream sides and kgate's own connection."""
+
+    verify: bool = True
+    """Verify the broker's certificate chain and host name. Off only for tests and migrations."""
+    ca_file: str | None = None
+    """PEM CA bundle for the brokers' certificates; default: the system's trust store."""
+    server_hostname: str | None = None
+    """Name sent as SNI and checked against the certificate; default: the host connected to."""
+    cert_file: str | None = None
+    """Client certificate (PEM) when brokers require mTLS; with ``key_file``."""
+    key_file: str | None = None
+    key_password: str | None = field(default=None, repr=False)
+    min_version: str = "TLSv1.2"
+    reload_interval_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class ProxyProtocolConfig:
+    """PROXY protocol (HAProxy v1 text / v2 binary) expected before a client's first byte."""
+
+    mode: str
+    """v1, v2 or any (either, told apart by the first bytes)."""
+    trusted_sources: tuple[str, ...] = DEFAULT_TRUSTED_SOURCES
+    """CIDRs the header is accepted from; connections from elsewhere are refused at accept."""
+
+
 @dataclass(frozen=True)
 class VirtualClusterConfig:
     name: str
@@ -104,6 +158,12 @@ class VirtualClusterConfig:
     max_connections: int = 10_000
     """Client connections each listener of this cluster (bootstrap, every node port) holds at once;
     more are closed as they arrive, logged and counted, so one flood cannot take every descriptor."""
+    tls: ServerTlsConfig | None = None
+    """TLS towards clients; None: plaintext listeners."""
+    upstream_tls: UpstreamTlsConfig | None = None
+    """TLS towards the brokers; None: plaintext."""
+    proxy_protocol: ProxyProtocolConfig | None = None
+    """PROXY protocol on the client listeners; None: off."""
 
 
 @dataclass(frozen=True)

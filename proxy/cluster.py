@@ -23,15 +23,19 @@ from typing import TYPE_CHECKING, Any
 from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
+from kgate.config.tls_context import TlsFileError
 from kgate.filters.chain import FilterChain
 from kgate.proxy import rewrite
 from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
 from kgate.proxy.plans import Plans
+from kgate.proxy.proxy_protocol import SourceFilter
 from kgate.proxy.timeouts import sweep_forever
+from kgate.proxy.tls import ReloadingContext
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 from kgate.topic_ids import TopicNameResolver
 
@@ -97,12 +101,15 @@ class VirtualCluster:
         self._rr = 0
         single = cfg.upstream[0] if len(cfg.upstream) == 1 else None
         self._bootstrap_addr = (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
+        self._setup_tls_and_proxy_protocol(cfg)
         self.own_client = UpstreamClient(
             lambda: self.upstream_targets(None),
             connect_timeout_s=settings.connect_timeout_s,
             max_frame_bytes=settings.max_frame_bytes,
             auth=cfg.upstream_auth,
             refuse_own_listeners=True,
+            tls=self.upstream_tls,
+            server_hostname=self.upstream_server_hostname,
         )
         self._discovery: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None  # idle, frame and upstream timeouts
@@ -128,6 +135,37 @@ class VirtualCluster:
             lookup_timeout_s=tn.lookup_timeout_s,
         )
 
+    def _setup_tls_and_proxy_protocol(self, cfg: VirtualClusterConfig) -> None:
+        """Contexts (reloaded as their files change) and the PROXY protocol's trusted sources.
+
+        The loader built both contexts once already, so a failure here means the files changed
+        between load and start: a start-up failure (exit 1) naming the key, never a half-TLS cluster.
+        """
+        #: client-facing TLS; None: plaintext listeners
+        self.client_tls: ReloadingContext | None = None
+        #: TLS towards the brokers, for client connections and kgate's own; None: plaintext
+        self.upstream_tls: ReloadingContext | None = None
+        self.upstream_server_hostname = cfg.upstream_tls.server_hostname if cfg.upstream_tls else None
+        self.proxy_protocol = cfg.proxy_protocol
+        self.proxy_sources = SourceFilter(cfg.proxy_protocol.trusted_sources if cfg.proxy_protocol else ())
+        self.doors: set[FrontDoor] = set()  # connections still in their PROXY header or TLS handshake
+        self.refusals = RefusalLog()
+        try:
+            if cfg.tls is not None:
+                self.client_tls = ReloadingContext.for_clients(cfg.name, cfg.tls)
+                self._listening_ssl = self.client_tls.listening_context()
+            if cfg.upstream_tls is not None:
+                self.upstream_tls = ReloadingContext.for_brokers(cfg.name, cfg.upstream_tls)
+        except TlsFileError as exc:
+            which = "tls" if self.client_tls is None and cfg.tls is not None else "upstream_tls"
+            raise OSError(f"cluster {cfg.name}: {which}.{exc.key}: {exc.problem}") from None
+        if cfg.upstream_tls is not None and not cfg.upstream_tls.verify:
+            log.warning(
+                "cluster %s: upstream_tls.verify is false: broker certificates are NOT checked "
+                "(anyone on the path can pose as the brokers)",
+                cfg.name,
+            )
+
     # -- listeners -------------------------------------------------------------------------
     def _bind(self, port: int) -> socket.socket:
         """Bind a listener of this cluster and record it as one of kgate's own addresses."""
@@ -150,6 +188,9 @@ class VirtualCluster:
             self.cfg.listen,
             ", ".join(str(u) for u in self.cfg.upstream),
         )
+        for tls in (self.client_tls, self.upstream_tls):
+            if tls is not None:
+                tls.start()
         self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
         self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(self))
         self.topic_names.start()
@@ -179,9 +220,20 @@ class VirtualCluster:
         from kgate.proxy.connection import ClientConnection
 
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: ClientConnection(self, node_id, loop), sock=sock, backlog=LISTEN_BACKLOG
-        )
+        if self.proxy_protocol is not None:  # the header first, then TLS if any (proxy/front_door.py)
+            server = await loop.create_server(lambda: FrontDoor(self, node_id, loop), sock=sock, backlog=LISTEN_BACKLOG)
+        elif self.client_tls is not None:
+            server = await loop.create_server(
+                lambda: TlsClientConnection(self, node_id, loop),
+                sock=sock,
+                backlog=LISTEN_BACKLOG,
+                ssl=self._listening_ssl,
+                ssl_handshake_timeout=self.settings.frame_timeout_s,
+            )
+        else:
+            server = await loop.create_server(
+                lambda: ClientConnection(self, node_id, loop), sock=sock, backlog=LISTEN_BACKLOG
+            )
         self._servers.append(server)
         if self.stopping:
             server.close()  # bound just before shutdown began
@@ -431,12 +483,17 @@ class VirtualCluster:
         return sum(c.inflight_count for c in self.connections)
 
     def close_connections(self) -> None:
+        for door in list(self.doors):
+            door.close()
         for conn in list(self.connections):
             conn.close(CloseReason.SHUTDOWN, "kgate is shutting down")
 
     async def wait_closed(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for tls in (self.client_tls, self.upstream_tls):
+            if tls is not None:
+                tls.stop()
         for task in list(self._serve_tasks):
             task.cancel()
         await self.topic_names.close()

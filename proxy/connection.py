@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.own_listeners import OWN_LISTENERS
 from kgate.proxy.timeouts import Snapshot
+from kgate.proxy.tls import tls_problem
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -243,10 +245,15 @@ class ClientConnection(asyncio.Protocol):
 
     # -- client side -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
         peer = transport.get_extra_info("peername")
-        self.info.client_address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        if not self.cluster.admit(self.node_id, self.info.client_address):
+        self.start(transport, f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer))
+
+    def start(self, transport: asyncio.BaseTransport, client_address: str) -> None:
+        """Begin serving ``transport``: on accept, or after the front door (proxy/front_door.py) read a
+        PROXY header (``client_address`` is then the header's source) or completed a TLS handshake."""
+        self.transport = transport  # type: ignore[assignment]  # uvloop's transports are not subclasses
+        self.info.client_address = client_address
+        if not self.cluster.admit(self.node_id, client_address):
             self.core.close(CloseReason.REFUSED, "over max_connections")
             return
         s = self.settings
@@ -281,8 +288,19 @@ class ClientConnection(asyncio.Protocol):
         task = self._connect_task
         self._timed_out = False
         timer = loop.call_later(self.settings.connect_timeout_s, self._connect_timeout, task)
+        tls = self.cluster.upstream_tls
         try:
-            transport, protocol = await loop.create_connection(lambda: UpstreamProtocol(self), host, port)
+            if tls is None:
+                transport, protocol = await loop.create_connection(lambda: UpstreamProtocol(self), host, port)
+            else:
+                transport, protocol = await loop.create_connection(
+                    lambda: UpstreamProtocol(self),
+                    host,
+                    port,
+                    ssl=tls.current,
+                    server_hostname=self.cluster.upstream_server_hostname or host,
+                    ssl_handshake_timeout=self.settings.connect_timeout_s,
+                )
         except asyncio.CancelledError:
             if self._timed_out and task is not None and task.uncancel() == 0:
                 raise TimeoutError from None
@@ -310,7 +328,8 @@ class ClientConnection(asyncio.Protocol):
                 transport, protocol = await self._connect_once(host, port)
             except (OSError, TimeoutError) as exc:
                 metrics.upstream_connect_failures.inc()
-                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
+                errors.append(f"{host}:{port}: {why}")
                 continue
             if transport.is_closing():
                 # The broker closed (or reset) the connection before kgate could use it.

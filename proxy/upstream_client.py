@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from kgate.codec.headers import HeaderError, peek_correlation_id, request_frame,
 from kgate.config import UpstreamAuth
 from kgate.proxy.own_listeners import OWN_LISTENERS
 from kgate.proxy.sasl_client import SaslError, ScramClient, plain_token
+from kgate.proxy.tls import ReloadingContext, tls_problem
 
 log = logging.getLogger("kgate.upstream")
 
@@ -64,7 +66,12 @@ class UpstreamClient:
         max_frame_bytes: int = 100 * 1024 * 1024,
         auth: UpstreamAuth | None = None,
         refuse_own_listeners: bool = False,
+        tls: ReloadingContext | None = None,
+        server_hostname: str | None = None,
     ) -> None:
+        #: TLS towards the brokers (the cluster's ``upstream_tls``, reloaded as its files change)
+        self.tls = tls
+        self.server_hostname = server_hostname
         self._targets = targets
         #: kgate's own connection never goes to one of its listeners (a loop); other users of this
         #: client in the same process (tests, tools talking to an embedded kgate) may
@@ -100,12 +107,23 @@ class UpstreamClient:
             if self.refuse_own_listeners and OWN_LISTENERS.known_self_target(host, port):
                 errors.append(f"{host}:{port}: leads back to one of kgate's own listeners")
                 continue
+            tls = self.tls
             try:
-                transport, protocol = await asyncio.wait_for(
-                    loop.create_connection(lambda: _Protocol(self), host, port), self.connect_timeout_s
-                )
+                if tls is None:
+                    connecting = loop.create_connection(lambda: _Protocol(self), host, port)
+                else:
+                    connecting = loop.create_connection(
+                        lambda: _Protocol(self),
+                        host,
+                        port,
+                        ssl=tls.current,
+                        server_hostname=self.server_hostname or host,
+                        ssl_handshake_timeout=self.connect_timeout_s,
+                    )
+                transport, protocol = await asyncio.wait_for(connecting, self.connect_timeout_s)
             except (OSError, TimeoutError) as exc:
-                errors.append(f"{host}:{port}: {exc or type(exc).__name__}")
+                why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
+                errors.append(f"{host}:{port}: {why}")
                 continue
             if self.refuse_own_listeners and OWN_LISTENERS.connected_to_self(transport):
                 transport.abort()  # kgate's own listener: asking itself would loop

@@ -274,3 +274,27 @@ class Relay(ManagedProcess):
         except OSError:
             return []
         return [json.loads(line) for line in lines if line.strip()]
+
+
+class TlsRelay(ManagedProcess):
+    """tests/support/tls_relay.py: TLS in front of a plaintext broker (a stand-in for a TLS broker)."""
+
+    name = "tls-relay"
+
+    def __init__(self, log_path: Path, port: int, upstream: str, cert: Path, key: Path,
+                 client_ca: Path | None = None):
+        self.port = port
+        argv = [PYTHON, str(REPO / "tests" / "support" / "tls_relay.py"), "--listen", str(port),
+                "--upstream", upstream, "--cert", str(cert), "--key", str(key)]
+        if client_ca is not None:
+            argv += ["--client-ca", str(client_ca)]
+        super().__init__(argv, log_path)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def start(self):
+        super().start()
+        wait_port(self.port, 15, self.proc, "tls-relay")
+        return self

@@ -1,0 +1,240 @@
+"""The first moments of a connection on a TLS or PROXY-protocol listener, before kgate proper.
+
+A listener with neither feature hands every accepted socket straight to a ``ClientConnection``
+(proxy/connection.py), as it always has: this module costs plaintext listeners nothing.
+
+**TLS only**: the listener is an asyncio TLS server (uvloop's TLS, the fastest there is here);
+``TlsClientConnection`` only adds the mTLS principal when the handshake is done. The context
+follows its files (proxy/tls.py: ``listening_context``).
+
+**PROXY protocol** (with or without TLS): a ``FrontDoor`` takes the socket first. The peer must be
+a trusted source (else refused at once, logged, counted); the header is read **exactly** (a
+``BufferedProtocol`` offering only as many bytes as cannot overrun it, proxy/proxy_protocol.py),
+so a client's TLS ClientHello stays in the socket for ``loop.start_tls`` with the current context,
+whose failure (no or untrusted client certificate, wrong protocol) is logged with the peer. The
+header's source becomes the connection's client address. The socket (or its TLS transport) then
+goes to a ``ClientConnection``, whose data path is the same whatever came before. Header and
+handshake are bounded by ``frame_timeout_s``; a front door still waiting is closed at shutdown;
+any failure closes only this connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from kgate.proxy.connection import ClientConnection
+from kgate.proxy.proxy_protocol import ProxyProtocolError, parse, safe_read_size
+from kgate.proxy.tls import principal_of
+
+if TYPE_CHECKING:
+    from kgate.proxy.cluster import VirtualCluster
+
+log = logging.getLogger("kgate.connection")
+LOG_EVERY_S = 10.0  # refusals of one kind: one warning per cluster per this, with the count since
+
+
+class RefusalLog:
+    """Refusals logged at most once per ``LOG_EVERY_S`` per kind: a scan or a misconfigured balancer
+    must not flood the log. The first of each burst is logged with its peer and reason."""
+
+    __slots__ = ("_last", "_since")
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._since: dict[str, int] = {}
+
+    def refused(self, cluster: str, kind: str, peer: str, why: str, now: float) -> None:
+        if now - self._last.get(kind, -LOG_EVERY_S) >= LOG_EVERY_S:
+            more = self._since.pop(kind, 0)
+            log.warning(
+                "cluster %s: %s from %s: %s%s", cluster, kind, peer, why, f" ({more} more since the last report)"
+                if more else ""
+            )
+            self._last[kind] = now
+        else:
+            self._since[kind] = self._since.get(kind, 0) + 1
+
+
+class TlsClientConnection(ClientConnection):
+    """A client connection on a TLS listener: the handshake is done when it starts; note who it is."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.info.principal = principal_of(transport)
+        super().connection_made(transport)
+
+
+class FrontDoor(asyncio.BufferedProtocol):
+    """Reads a PROXY header, then the TLS handshake if the cluster has TLS, then hands over (module doc)."""
+
+    def __init__(self, cluster: VirtualCluster, node_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
+        self.cluster = cluster
+        self.node_id = node_id
+        self.loop = loop
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.address = "?"  # the client's address: the peer's, or the PROXY header's source
+        assert cluster.proxy_protocol is not None
+        self._mode = cluster.proxy_protocol.mode
+        self._buf = bytearray()
+        self._scratch = bytearray(256)
+        self._need = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.done = False
+
+    # -- accept ------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = self.address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        cluster = self.cluster
+        if cluster.stopping:
+            transport.close()
+            return
+        cluster.doors.add(self)
+        self._timer = self.loop.call_later(cluster.settings.frame_timeout_s, self._expired)
+        host = peer[0] if isinstance(peer, tuple) else ""
+        if not cluster.proxy_sources.trusted(host):
+            self._refuse(
+                "proxy_protocol_untrusted",
+                "PROXY protocol connection from a source outside proxy_protocol.trusted_sources; refused",
+            )
+            return
+        self._need = safe_read_size(b"", self._mode)
+
+    # -- PROXY header ------------------------------------------------------------------------
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return memoryview(self._scratch)[: max(self._need, 1)]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self.done:
+            return
+        self._buf += self._scratch[:nbytes]
+        try:
+            self._need = safe_read_size(self._buf, self._mode)
+            if self._need:
+                if self._need > len(self._scratch):
+                    self._scratch = bytearray(self._need)
+                return
+            header = parse(bytes(self._buf), self._mode)
+        except ProxyProtocolError as exc:
+            self._refuse("proxy_protocol_malformed", f"bad PROXY protocol header: {exc}")
+            return
+        assert header is not None and header.length == len(self._buf)
+        transport = self.transport
+        assert transport is not None
+        transport.pause_reading()
+        if header.source_text is not None:
+            self.address = header.source_text
+        log.debug("cluster %s: %s is %s (PROXY v%d)", self.cluster.name, self.peer, self.address, header.version)
+        if self.cluster.client_tls is not None:
+            self._begin_tls()
+        else:
+            self._hand_over(transport, None)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done:
+            self._finish()
+
+    # -- TLS ---------------------------------------------------------------------------------
+    def _begin_tls(self) -> None:
+        self._task = self.loop.create_task(self._handshake())
+
+    async def _handshake(self) -> None:
+        tls = self.cluster.client_tls
+        transport = self.transport
+        assert tls is not None and transport is not None
+        conn = ClientConnection(self.cluster, self.node_id, self.loop)
+        try:
+            tls_transport = await self.loop.start_tls(
+                transport,
+                conn,
+                tls.current,
+                server_side=True,
+                ssl_handshake_timeout=self.cluster.settings.frame_timeout_s,
+            )
+        except asyncio.CancelledError:
+            transport.abort()
+            raise
+        except (OSError, ssl.SSLError, ConnectionError, TimeoutError, EOFError) as exc:
+            why = _handshake_problem(exc)
+            self._refuse("tls_handshake", f"TLS handshake failed: {why}")
+            return
+        except Exception:
+            log.exception("cluster %s: TLS handshake with %s failed", self.cluster.name, self.peer)
+            self._refuse("tls_handshake", "TLS handshake failed (internal error)")
+            return
+        if tls_transport is None or self.done or tls_transport.is_closing():
+            if tls_transport is not None:
+                tls_transport.close()
+            self._finish()
+            return
+        self._hand_over(tls_transport, conn)
+
+    # -- hand-over and failure ---------------------------------------------------------------
+    def _hand_over(self, transport: asyncio.Transport, conn: Any) -> None:
+        self._finish()
+        if self.cluster.stopping:
+            transport.close()
+            return
+        if conn is None:
+            conn = ClientConnection(self.cluster, self.node_id, self.loop)
+            transport.set_protocol(conn)
+        else:
+            conn.info.principal = principal_of(transport)
+        conn.start(transport, self.address)
+        if not conn.closed and not conn.gate.paused:
+            transport.resume_reading()
+
+    def _refuse(self, kind: str, why: str) -> None:
+        self.cluster.metrics.refused_connection(kind)
+        self.cluster.refusals.refused(self.cluster.name, kind.replace("_", " "), self.address, why, self.loop.time())
+        transport = self.transport
+        self._finish()
+        if transport is not None:
+            transport.abort()
+
+    def _expired(self) -> None:
+        self._timer = None
+        if not self.done:
+            what = "TLS handshake" if self._task is not None else "PROXY protocol header"
+            self.cluster.metrics.timed_out("front_door")
+            self._refuse("front_door_timeout", f"no complete {what} within frame_timeout_s")
+            if self._task is not None:
+                self._task.cancel()
+
+    def close(self) -> None:
+        """At shutdown: a connection still at the door goes."""
+        if not self.done:
+            transport = self.transport
+            task = self._task
+            self._finish()
+            if task is not None:
+                task.cancel()
+            if transport is not None:
+                transport.abort()
+
+    def _finish(self) -> None:
+        self.done = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.cluster.doors.discard(self)
+
+
+def _handshake_problem(exc: BaseException) -> str:
+    """A short reason an operator can act on (OpenSSL's reason code, not its whole error string)."""
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        reason = exc.reason
+        if reason in ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_REQUIRED"):
+            return f"{reason} (client_auth: required and the client sent no certificate)"
+        return reason
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
