@@ -37,7 +37,7 @@ def _readable(key: str, path: str) -> None:
 
 def _why(exc: Exception) -> str:
     if isinstance(exc, ssl.SSLError):
-        return exc.reason or exc.strerror or str(exc)
+        return getattr(exc, "reason", None) or exc.strerror or str(exc)
     return str(exc)
 
 

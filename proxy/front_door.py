@@ -230,8 +230,8 @@ class FrontDoor(asyncio.BufferedProtocol):
 
 def _handshake_problem(exc: BaseException) -> str:
     """A short reason an operator can act on (OpenSSL's reason code, not its whole error string)."""
-    if isinstance(exc, ssl.SSLError) and exc.reason:
-        reason = exc.reason
+    reason = getattr(exc, "reason", None)
+    if isinstance(exc, ssl.SSLError) and reason:
         if reason in ("PEER_DID_NOT_RETURN_A_CERTIFICATE", "CERTIFICATE_REQUIRED"):
             return f"{reason} (client_auth: required and the client sent no certificate)"
         return reason

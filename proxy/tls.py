@@ -88,7 +88,7 @@ def tls_problem(exc: ssl.SSLError) -> str:
     """An upstream TLS failure as one clear line: verification failures say what did not verify."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"TLS: broker certificate not trusted: {exc.verify_message} (upstream_tls.ca_file, server_hostname)"
-    return f"TLS handshake failed: {exc.reason or exc}"
+    return f"TLS handshake failed: {getattr(exc, 'reason', None) or exc}"
 
 
 def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
