@@ -204,7 +204,6 @@ class FrontDoor(asyncio.BufferedProtocol):
         self._timer = None
         if not self.done:
             what = "TLS handshake" if self._task is not None else "PROXY protocol header"
-            self.cluster.metrics.timed_out("front_door")
             self._refuse("front_door_timeout", f"no complete {what} within frame_timeout_s")
             if self._task is not None:
                 self._task.cancel()
