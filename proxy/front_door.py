@@ -188,6 +188,11 @@ class FrontDoor(asyncio.BufferedProtocol):
             transport.set_protocol(conn)
         else:
             conn.info.principal = principal_of(transport)
+            if conn.closed:
+                # The TLS layer delivers what arrived with the handshake before start_tls returns;
+                # the core may already have refused it (a bad first frame): nothing to start.
+                transport.close()
+                return
         conn.start(transport, self.address)
         if not conn.closed and not conn.gate.paused:
             transport.resume_reading()

@@ -72,8 +72,15 @@ class Kafka(ManagedProcess):
 
     name = "kafka"
 
-    def __init__(self, workdir: Path, port: int | None = None, advertised_port: int | None = None) -> None:
-        """``advertised_port``: what Metadata tells clients (a relay in front); default ``port``."""
+    def __init__(self, workdir: Path, port: int | None = None, advertised_port: int | None = None,
+                 ssl_listener: tuple[Path, Path] | None = None) -> None:
+        """``advertised_port``: what Metadata tells clients (a relay in front); default ``port``.
+
+        ``ssl_listener``: (PEM keystore: private key then certificate chain, PEM CA bundle) adds an
+        SSL listener on ``ssl_port`` beside the plaintext one (Kafka reads PEM stores itself).
+        """
+        self.ssl_listener = ssl_listener
+        self.ssl_port = free_port() if ssl_listener is not None else None
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home = distribution()
@@ -120,11 +127,28 @@ class Kafka(ManagedProcess):
             "auto.create.topics.enable": "true",
             "log.flush.interval.messages": "1",  # durability tests kill the broker
         }
+        if self.ssl_listener is not None:
+            keystore, truststore = self.ssl_listener
+            props["listeners"] += f",SSL://{HOST}:{self.ssl_port}"
+            props["advertised.listeners"] += f",SSL://{HOST}:{self.ssl_port}"
+            props["listener.security.protocol.map"] += ",SSL:SSL"
+            props.update({
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(keystore),
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(truststore),
+                "ssl.client.auth": "none",
+            })
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def ssl_bootstrap(self) -> str:
+        assert self.ssl_port is not None, "started without ssl_listener"
+        return f"{HOST}:{self.ssl_port}"
 
     def _format(self) -> None:
         if self._formatted or (self.data_dir / "meta.properties").exists():
