@@ -221,6 +221,19 @@ def summarize(config: KgateConfig, source: str) -> str:
         )
         lines.append(f"      bootstrap_serves_node: {str(vc.bootstrap_serves_node).lower()}")
         lines.append(f"      max_connections: {vc.max_connections} per listener")
+        if vc.tls is not None:  # shown only when set: plaintext summaries stay as they were
+            lines.append(
+                f"      tls: {vc.tls.cert_file} (client_auth {vc.tls.client_auth}, min {vc.tls.min_version})"
+            )
+        if vc.upstream_tls is not None:
+            ut = vc.upstream_tls
+            lines.append(
+                f"      upstream_tls: verify {str(ut.verify).lower()}, CA {ut.ca_file or 'system'}"
+                + (f", client cert {ut.cert_file}" if ut.cert_file else "")
+            )
+        if vc.proxy_protocol is not None:
+            pp = vc.proxy_protocol
+            lines.append(f"      proxy_protocol: {pp.mode} from {', '.join(pp.trusted_sources)}")
     if config.filters:
         lines.append(f"filters: {', '.join(f.name for f in config.filters)}")
     else:
