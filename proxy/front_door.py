@@ -58,11 +58,22 @@ class RefusalLog:
             self._since[kind] = self._since.get(kind, 0) + 1
 
 
+def adopt_tls_principal(conn: ClientConnection, transport: asyncio.BaseTransport) -> None:
+    """The client certificate's principal becomes the connection's, and stays it unless SASL wins.
+
+    It is also the SASL state's starting principal: the core copies that state's principal into
+    ``info`` after every SASL step, and the state changes it only once an exchange succeeds. So a
+    completed SASL exchange replaces the certificate's name (as on a Kafka SASL_SSL listener),
+    while an exchange in progress or failed leaves the certificate's name in place.
+    """
+    conn.info.principal = conn.core.sasl.principal = principal_of(transport)
+
+
 class TlsClientConnection(ClientConnection):
     """A client connection on a TLS listener: the handshake is done when it starts; note who it is."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.info.principal = principal_of(transport)
+        adopt_tls_principal(self, transport)
         super().connection_made(transport)
 
 
@@ -187,7 +198,7 @@ class FrontDoor(asyncio.BufferedProtocol):
             conn = ClientConnection(self.cluster, self.node_id, self.loop)
             transport.set_protocol(conn)
         else:
-            conn.info.principal = principal_of(transport)
+            adopt_tls_principal(conn, transport)
             if conn.closed:
                 # The TLS layer delivers what arrived with the handshake before start_tls returns;
                 # the core may already have refused it (a bad first frame): nothing to start.

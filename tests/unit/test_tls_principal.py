@@ -25,3 +25,21 @@ def test_escaping_multivalued_and_email():
 def test_no_certificate():
     assert principal_from_peercert(None) is None
     assert principal_from_peercert({}) is None
+
+
+def test_sasl_replaces_the_certificate_principal_only_once_it_succeeds():
+    """front_door.adopt_tls_principal seeds the SASL state; the core copies it into info after each step."""
+    from kgate.api import ErrorCode
+    from kgate.proxy.sasl import SaslState
+    from kgate.proxy.sasl_client import plain_token
+
+    sasl = SaslState()
+    sasl.principal = "CN=alice,O=kgate tests"
+    sasl.handshake_request("PLAIN")
+    sasl.authenticate_request(plain_token("bob", "pw"))
+    sasl.authenticate_response(ErrorCode.SASL_AUTHENTICATION_FAILED)
+    assert sasl.principal == "CN=alice,O=kgate tests"  # failed: the certificate's name stays
+    sasl.handshake_request("PLAIN")
+    sasl.authenticate_request(plain_token("bob", "pw"))
+    sasl.authenticate_response(ErrorCode.NONE)
+    assert sasl.principal == "bob"  # completed: SASL wins, as on a Kafka SASL_SSL listener
