@@ -28,6 +28,7 @@ from support.ports import HOST, free_port, free_port_range
 from support.workloads import unique
 
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request
+from kgate.codec import api
 from kgate.config import parse_config
 from kgate.filters.registry import register_filter
 
@@ -180,6 +181,16 @@ def test_librdkafka_mtls_both_ways_principal_reaches_filter(pki, tls_broker, kga
     the client certificate's subject as Kafka would name it."""
     SEEN.clear()
     k = kgate_factory_inproc(tls_config(pki, tls_broker.relay.bootstrap))
+    # kgate's own connection speaks TLS too: discovery learned the node before any client came ...
+    deadline = time.monotonic() + 10
+    while not k.call(lambda: dict(k.cluster.upstream_nodes)):
+        assert time.monotonic() < deadline, "node discovery over upstream TLS did not finish"
+        time.sleep(0.05)
+    # ... and a lookup over it (what the topic-id resolver and ctx.send_request use) is answered
+    req = api.API_INFO[int(ApiKey.METADATA)].request_class(topics=[], allow_auto_topic_creation=False)
+    _v, resp = asyncio.run_coroutine_threadsafe(
+        k.cluster.own_client.request(int(ApiKey.METADATA), req, lo=1), k.loop).result(10)
+    assert [b.port for b in resp.brokers] == [tls_broker.relay.port]
     confluent_roundtrip(k.bootstrap, confluent_ssl(pki, pki.alice))
     assert principals_seen() == {"CN=alice,OU=payments,O=kgate tests"}
     # node connections went through TLS too: kgate learned node 111 and served it on its own port
