@@ -12,6 +12,8 @@ import time
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.certs import TestCA
 from support.inproc_kgate import InprocKgate
 from support.ports import HOST, free_port, free_port_range
@@ -217,3 +219,33 @@ def test_proxy_protocol_then_mtls(tansu, tmp_path):
         assert SEEN == [("198.51.100.20:777", "CN=alice,O=kgate tests")]
     finally:
         k.stop()
+
+
+@pytest.fixture(scope="module")
+def kgate_v2_module(tansu):
+    k = make_kgate(tansu.bootstrap, "any")
+    yield k
+    k.stop()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(garbage=st.one_of(
+    st.binary(min_size=1, max_size=120),
+    st.binary(max_size=40).map(lambda b: b"PROXY " + b),
+    st.binary(max_size=60).map(lambda b: V2_SIGNATURE + b),
+))
+def test_live_garbage_headers_close_only_their_connection(kgate_v2_module, garbage):
+    """Whatever a peer sends instead of a header, kgate closes that connection (or serves it, if it
+    happens to be a valid header) and keeps serving others."""
+    k = kgate_v2_module
+    with connect(k.port) as s:
+        s.settimeout(5)
+        try:
+            s.sendall(garbage + metadata_request())
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+    with connect(k.port) as s:
+        assert exchange(s, v1("192.0.2.9", 9) + metadata_request()), "kgate stopped serving"

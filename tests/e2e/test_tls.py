@@ -272,6 +272,12 @@ def test_client_without_certificate_refused_when_required(pki, tls_broker, kgate
     assert s is None, "a client without a certificate was served"
     s, _why = _handshake(k.port, client_context(pki, pki.rogue_client))
     assert s is None, "a certificate from another CA was accepted"
+    with socket.create_connection((HOST, k.port), timeout=10) as plain:  # a plaintext client on a TLS port
+        plain.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")
+        try:
+            assert plain.recv(65536) == b""
+        except ConnectionResetError:
+            pass
     ok, why = _handshake(k.port, client_context(pki, pki.alice))
     assert ok is not None, why
     ok.close()
