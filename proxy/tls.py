@@ -1,8 +1,8 @@
 """TLS at run time: contexts that follow their files, and the principal of a client certificate.
 
 **Reload.** Certificates are rotated (cert-manager, ACME) while kgate runs. ``ReloadingContext``
-checks its files every ``reload_interval_s`` (size, mtime and inode, so an atomic rename counts)
-and, when they changed and load, builds a new context: new handshakes use it, established
+reads its files every ``reload_interval_s`` (a digest of their contents, so an atomic rename and a
+same-size renewal both count) and, when they changed and load, builds a new context: new handshakes use it, established
 connections keep theirs. A set of files that does not load (the certificate replaced but its key
 not yet) is logged once and the old context stays until the next check finds them consistent.
 
@@ -16,8 +16,8 @@ Subject alternative names are not used, as in Kafka without ``ssl.principal.mapp
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
-import os
 import ssl
 from collections.abc import Callable
 from typing import Any
@@ -91,15 +91,21 @@ def tls_problem(exc: ssl.SSLError) -> str:
     return f"TLS handshake failed: {getattr(exc, 'reason', None) or exc}"
 
 
-def _stamp(files: tuple[str, ...]) -> tuple[tuple[int, int, int], ...]:
-    out = []
+def _stamp(files: tuple[str, ...]) -> bytes:
+    """A digest of the files' contents: certificates are a few KB, read every ``reload_interval_s``.
+
+    Contents rather than mtime and size: a renewed certificate often has the same size, and two
+    writes within one kernel clock tick can share an mtime, so a stat could miss a rotation.
+    """
+    digest = hashlib.sha256()
     for name in files:
         try:
-            st = os.stat(name)
-            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-        except OSError:
-            out.append((0, 0, 0))
-    return tuple(out)
+            with open(name, "rb") as fh:
+                digest.update(fh.read())
+        except OSError as exc:
+            digest.update(f"unreadable: {exc.errno}".encode())
+        digest.update(b"\0")
+    return digest.digest()
 
 
 class ReloadingContext:
@@ -112,7 +118,7 @@ class ReloadingContext:
         self.interval_s = interval_s
         self._stamp = _stamp(files)
         self.current = build()
-        self._failed_stamp: tuple[tuple[int, int, int], ...] | None = None
+        self._failed_stamp: bytes | None = None
         self.reloads = 0
         self.reload_failures = 0
         self._task: asyncio.Task[None] | None = None

@@ -249,3 +249,43 @@ def test_live_garbage_headers_close_only_their_connection(kgate_v2_module, garba
             pass
     with connect(k.port) as s:
         assert exchange(s, v1("192.0.2.9", 9) + metadata_request()), "kgate stopped serving"
+
+
+def test_header_and_client_hello_in_one_segment(tansu, tmp_path):
+    """A balancer that passes TLS through sends the header and the client's ClientHello back to back,
+    often in one segment: kgate must read the header exactly and leave the ClientHello to TLS."""
+    ca = TestCA(tmp_path)
+    server = ca.issue("kgate", "kgate.test", server=True)
+    SEEN.clear()
+    k = make_kgate(tansu.bootstrap, "any", tls={"cert_file": str(server.cert), "key_file": str(server.key)})
+    try:
+        ctx = ssl.create_default_context(cafile=str(ca.cert_path))
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        tls = ctx.wrap_bio(incoming, outgoing, server_hostname=HOST)
+        with connect(k.port) as raw:
+            with pytest.raises(ssl.SSLWantReadError):
+                tls.do_handshake()
+            raw.sendall(v1("203.0.113.50", 5050) + outgoing.read())  # one write: header + ClientHello
+            while True:
+                try:
+                    tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    if outgoing.pending:
+                        raw.sendall(outgoing.read())
+                    data = raw.recv(65536)
+                    assert data, "kgate closed the connection during the handshake"
+                    incoming.write(data)
+            tls.write(metadata_request())
+            raw.sendall(outgoing.read())
+            answer = b""
+            while len(answer) < 4:
+                try:
+                    answer += tls.read(65536)
+                except ssl.SSLWantReadError:
+                    data = raw.recv(65536)
+                    assert data
+                    incoming.write(data)
+        assert SEEN == [("203.0.113.50:5050", None)]
+    finally:
+        k.stop()
