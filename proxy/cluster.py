@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from typing import TYPE_CHECKING, Any
 
 from kgate.api import ApiKey
@@ -145,6 +146,7 @@ class VirtualCluster:
         self.client_tls: ReloadingContext | None = None
         #: TLS towards the brokers, for client connections and kgate's own; None: plaintext
         self.upstream_tls: ReloadingContext | None = None
+        self._listening_ssl: ssl.SSLContext | None = None  # what the TLS listeners are created with
         self.upstream_server_hostname = cfg.upstream_tls.server_hostname if cfg.upstream_tls else None
         self.proxy_protocol = cfg.proxy_protocol
         self.proxy_sources = SourceFilter(cfg.proxy_protocol.trusted_sources if cfg.proxy_protocol else ())
