@@ -49,10 +49,8 @@ class RefusalLog:
     def refused(self, cluster: str, kind: str, peer: str, why: str, now: float) -> None:
         if now - self._last.get(kind, -LOG_EVERY_S) >= LOG_EVERY_S:
             more = self._since.pop(kind, 0)
-            log.warning(
-                "cluster %s: %s from %s: %s%s", cluster, kind, peer, why, f" ({more} more since the last report)"
-                if more else ""
-            )
+            since = f" ({more} more since the last report)" if more else ""
+            log.warning("cluster %s: %s from %s: %s%s", cluster, kind, peer, why, since)
             self._last[kind] = now
         else:
             self._since[kind] = self._since.get(kind, 0) + 1
