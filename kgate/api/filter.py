@@ -169,10 +169,10 @@ def on_response(
 class ConnectionInfo:
     """Facts about the client connection a message came from."""
 
-    client_address: str
+    client_address: str  # "host:port" of the peer, or the original client a PROXY protocol header names
     virtual_cluster: str
     client_id: str | None = None  # from the latest request header
-    principal: str | None = None  # SASL principal once authentication succeeded
+    principal: str | None = None  # mTLS certificate subject (Kafka's form), replaced by SASL's once it succeeds
 
 
 class FilterContext(Protocol):
