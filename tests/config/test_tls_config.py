@@ -119,3 +119,20 @@ def test_bad_certificate_exits_2_naming_the_key(pki, tmp_path):
 def test_key_password_is_not_in_repr(pki):
     c = parse_config(cfg(tls=server_tls(pki, key_password="hunter2")), "k.yaml")
     assert "hunter2" not in repr(c)
+
+
+def test_encrypted_key_with_password_from_environment(pki, tmp_path, monkeypatch):
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(pki["server"].key.read_bytes(), password=None)
+    enc = tmp_path / "enc.key"
+    enc.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.BestAvailableEncryption(b"s3cret")))
+    monkeypatch.setenv("KGATE_TEST_KEY_PW", "s3cret")
+    c = parse_config(cfg(tls=server_tls(pki, key_file=str(enc), key_password_env="KGATE_TEST_KEY_PW")), "k.yaml")
+    assert c.virtual_clusters[0].tls.key_password == "s3cret"
+    monkeypatch.setenv("KGATE_TEST_KEY_PW", "wrong")
+    assert "virtual_clusters[0].tls.key_file: not the PEM private key" in error(
+        cfg(tls=server_tls(pki, key_file=str(enc), key_password_env="KGATE_TEST_KEY_PW")))
+    assert "give at most one of key_password and key_password_env" in error(
+        cfg(tls=server_tls(pki, key_password="a", key_password_env="KGATE_TEST_KEY_PW")))
