@@ -24,8 +24,6 @@ Config::
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
@@ -48,6 +46,7 @@ from kgate.api import (
     request_topics,
     respond,
 )
+from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
 from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_described_topics,
@@ -60,6 +59,7 @@ from kgate.filters.builtin.topic_visibility import (
 )
 
 _ZERO = UUID(int=0)
+_ANYONE = Identity()  # topic-policy's rules name topics only: every client gets the same verdict
 _UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
 _KEYS = (
     ApiKey.PRODUCE,
@@ -106,18 +106,15 @@ class TopicPolicy(Filter):
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
-        self._deny = re.compile("|".join(fnmatch.translate(p) for p in config["deny"])) if config["deny"] else None
-        allow = config["allow"]
-        self._allow = re.compile("|".join(fnmatch.translate(p) for p in allow)) if allow is not None else None
+        # the allow/deny lists are sugar over the authorizer's rules (filters.builtin.acl_rules)
+        self.rules = RuleSet(*topic_policy_rules(config["deny"], config["allow"]))
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self._verdicts: dict[str, bool] = {}
 
     def allowed(self, name: str) -> bool:
         verdict = self._verdicts.get(name)
         if verdict is None:
-            verdict = not (self._deny is not None and self._deny.match(name)) and (
-                self._allow is None or bool(self._allow.match(name))
-            )
+            verdict = self.rules.decide(_ANYONE, Res.TOPIC, name, Op.READ)
             if len(self._verdicts) < 100_000:
                 self._verdicts[name] = verdict
         return verdict
