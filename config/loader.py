@@ -72,6 +72,7 @@ _CLUSTER_KEYS = (
     "bootstrap_serves_node",
     "upstream_auth",
     "max_connections",
+    "filters",
 )
 _AUTH_KEYS = ("mechanism", "username", "password", "password_env")
 _MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -309,7 +310,12 @@ def _parse_cluster(ctx: _Ctx, value: Any, path: str) -> VirtualClusterConfig:
     serves = ctx.boolean(m.get("bootstrap_serves_node", True), _join(path, "bootstrap_serves_node"))
     auth = _parse_auth(ctx, m.get("upstream_auth"), _join(path, "upstream_auth"))
     max_conns = ctx.integer(m.get("max_connections", 10_000), _join(path, "max_connections"), minimum=1)
+    filters = None
+    if m.get("filters") is not None:
+        fpath = _join(path, "filters")
+        filters = ctx.list_of(m["filters"], fpath, lambda v, p: _parse_filter(ctx, v, p))
     return VirtualClusterConfig(
+        filters=filters,
         max_connections=max_conns,
         upstream_auth=auth,
         name=name,

@@ -136,6 +136,7 @@ class Authorizer(Filter):
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._configs,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self._group_heartbeat,
             ApiKey.SHARE_GROUP_HEARTBEAT: self._group_heartbeat,
+            ApiKey.ELECT_LEADERS: self._whole,  # cluster alter, then describe per topic
         }
         for key in TABLE:
             if key in self._requests:
