@@ -222,7 +222,8 @@ def summarize(config: KgateConfig, source: str) -> str:
         lines.append(f"      bootstrap_serves_node: {str(vc.bootstrap_serves_node).lower()}")
         lines.append(f"      max_connections: {vc.max_connections} per listener")
         if vc.filters is not None:
-            lines.append(f"      filters: {', '.join(f.name for f in vc.filters) or 'none'} (replaces the top-level list)")
+            own = ", ".join(f.name for f in vc.filters) or "none"
+            lines.append(f"      filters: {own} (replaces the top-level list)")
     if config.filters:
         lines.append(f"filters: {', '.join(f.name for f in config.filters)}")
     else:

@@ -108,9 +108,8 @@ def test_identity_matching() -> None:
     )
     for topic in ("by-principal", "by-client", "by-host", "anyone"):
         assert rs.allowed(ALICE, Res.TOPIC, topic, Op.READ), topic
-    assert [t for t in ("by-principal", "by-client", "by-host", "anyone") if rs.allowed(BOB, Res.TOPIC, t, Op.READ)] == [
-        "anyone"
-    ]
+    topics = ("by-principal", "by-client", "by-host", "anyone")
+    assert [t for t in topics if rs.allowed(BOB, Res.TOPIC, t, Op.READ)] == ["anyone"]
     v6 = Identity("x", "", "::1")
     assert rs.allowed(v6, Res.TOPIC, "by-host", Op.READ)
 

@@ -102,7 +102,8 @@ def topics_req(key: int, name: str) -> Any:
         return req(key, replica_id=-1, topics=[
             struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])])
     if key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
-        return req(key, topics=[struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])])
+        return req(key, topics=[
+            struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])])
     if key == ApiKey.DESCRIBE_PRODUCERS:
         return req(key, topics=[struct(c, "topics", name=name, partition_indexes=[0])])
     if key == ApiKey.OFFSET_COMMIT:
