@@ -37,16 +37,16 @@ from kgate.api import FilterConfigError
 class Op(enum.IntEnum):
     """Operations, as Kafka names them (``AclOperation``)."""
 
-    READ = 1
-    WRITE = 2
-    CREATE = 3
-    DELETE = 4
-    ALTER = 5
-    DESCRIBE = 6
-    DESCRIBE_CONFIGS = 7
-    ALTER_CONFIGS = 8
-    IDEMPOTENT_WRITE = 9
-    CLUSTER_ACTION = 10  # inter-broker RPCs; no client needs it
+    READ = enum.auto()
+    WRITE = enum.auto()
+    CREATE = enum.auto()
+    DELETE = enum.auto()
+    ALTER = enum.auto()
+    DESCRIBE = enum.auto()
+    DESCRIBE_CONFIGS = enum.auto()
+    ALTER_CONFIGS = enum.auto()
+    IDEMPOTENT_WRITE = enum.auto()
+    CLUSTER_ACTION = enum.auto()  # inter-broker RPCs; no client needs it
 
 
 class Res(enum.IntEnum):
@@ -199,6 +199,13 @@ class RuleSet:
                 return False
             matched_allow = True
         return matched_allow or self.default_allow
+
+    def denied(self, who: Identity, res: Res, name: str, op: Op) -> bool:
+        """Whether a deny rule matches (not the default): a topic-level deny beats a cluster-level allow."""
+        index = self._index.get((res, op))
+        if index is None:
+            return False
+        return any(not r.allow and r.matches_identity(who) for r in index.candidates(name))
 
     def allowed_somewhere(self, who: Identity, res: Res, op: Op) -> bool:
         """Whether ``who`` may do ``op`` on at least some resource of type ``res``.

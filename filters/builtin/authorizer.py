@@ -115,11 +115,12 @@ class Authorizer(Filter):
             raise FilterConfigError(f"unresolved_error: expected one of {sorted(_UNRESOLVED)}, got {unresolved!r}")
         return {"rules": list(config.get("rules") or []), "default": default, "unresolved_error": unresolved}
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], *, rules: RuleSet | None = None, report_as: str = "") -> None:
+        """``rules``/``report_as``: for topic-policy, which applies its own rule set through these handlers."""
         super().__init__(config)
-        self.rules = RuleSet(parse_rules(config["rules"]), config["default"] == "allow")
+        self.rules = rules or RuleSet(parse_rules(config["rules"]), config["default"] == "allow")
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
-        self.report = DecisionReport(self.name)
+        self.report = DecisionReport(report_as or self.name)
         self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
         self._denials = 0  # checks refused so far; a request's count decides its decision label
         self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
@@ -357,12 +358,19 @@ class Authorizer(Filter):
 
         return self._refuse_entries(ctx, request, spec, verdict)
 
-    def _create_topics(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
-        cluster_create = self.rules.allowed(who, Res.CLUSTER, CLUSTER_NAME, Op.CREATE)
+    def _may_create(self, who: Identity, name: str) -> bool:
+        """Create on the topic, or on the cluster unless a rule denies creating this topic (deny wins)."""
+        if self.rules.allowed(who, Res.TOPIC, name, Op.CREATE):
+            return True
+        return self.rules.allowed(who, Res.CLUSTER, CLUSTER_NAME, Op.CREATE) and not self.rules.denied(
+            who, Res.TOPIC, name, Op.CREATE
+        )
 
+    def _create_topics(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
         def verdict(name: str) -> int | None:
-            if cluster_create or self._ok(ctx, who, Res.TOPIC, name, Op.CREATE):
+            if self._may_create(who, name):
                 return None
+            self._ok(ctx, who, Res.TOPIC, name, Op.CREATE)  # logs and counts the refusal
             return TOPIC_DENIED
 
         return self._refuse_entries(ctx, request, _ENTRY_LISTS[ApiKey.CREATE_TOPICS], verdict)
@@ -430,10 +438,7 @@ class Authorizer(Filter):
         }
         changed = False
         if getattr(request, "allow_auto_topic_creation", False) and ctx.api_version >= 4:
-            may_create = self.rules.allowed(who, Res.CLUSTER, CLUSTER_NAME, Op.CREATE) or all(
-                self.rules.allowed(who, Res.TOPIC, n, Op.CREATE) for n in named if n not in codes
-            )
-            if not may_create:
+            if not all(self._may_create(who, n) for n in named if n not in codes):
                 request.allow_auto_topic_creation = False
                 changed = True
         if codes:

@@ -47,6 +47,7 @@ from kgate.api import (
     respond,
 )
 from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
+from kgate.filters.builtin.authorizer import Authorizer
 from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_described_topics,
@@ -75,6 +76,15 @@ _KEYS = (
     ApiKey.SHARE_FETCH,
     ApiKey.SHARE_ACKNOWLEDGE,
     ApiKey.ELECT_LEADERS,
+)
+
+
+_ADMIN_KEYS = (
+    ApiKey.CREATE_TOPICS,
+    ApiKey.CREATE_PARTITIONS,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
 )
 
 
@@ -108,6 +118,9 @@ class TopicPolicy(Filter):
         super().__init__(config)
         # the allow/deny lists are sugar over the authorizer's rules (filters.builtin.acl_rules)
         self.rules = RuleSet(*topic_policy_rules(config["deny"], config["allow"]))
+        # admin RPCs on topics go through the authorizer's handlers, with this rule set
+        admin_config = Authorizer.validate_config({"unresolved_error": config["unresolved_error"]})
+        self._admin = Authorizer(admin_config, rules=self.rules, report_as=self.name)
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self._verdicts: dict[str, bool] = {}
 
@@ -290,6 +303,26 @@ class TopicPolicy(Filter):
             return forward(response)
         return FORWARD
 
+    # -- administration: creating topics and their configs (through the authorizer's handlers) ---------
+    def admin(self, ctx: FilterContext, request: Any) -> Result | Any:
+        """CreateTopics, CreatePartitions and the config RPCs of denied topics are refused before the broker.
+
+        So that none of them reveals a denied topic (CreateTopics would answer TOPIC_ALREADY_EXISTS,
+        DescribeConfigs its configs) or changes it; see filters.builtin.authorizer.
+        """
+        return self._admin.check(ctx, request)
+
+    @on_response(ApiKey.CREATE_TOPICS)
+    def created_topics(self, ctx: FilterContext, response: Any) -> Result:
+        return self._admin.created_topics(ctx, response)
+
+    def admin_merge(self, ctx: FilterContext, response: Any) -> Result:
+        return self._admin.merge(ctx, response)
+
+    for _key in _ADMIN_KEYS:
+        admin = on_request(_key)(admin)
+        if _key != ApiKey.CREATE_TOPICS:
+            admin_merge = on_response(_key, needs_state=True)(admin_merge)
     for _key in _KEYS:
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
