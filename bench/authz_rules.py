@@ -35,7 +35,7 @@ def make_rules(n: int, seed: int = 1) -> list[dict]:
     rules: list[dict] = []
     teams = [f"team{i}" for i in range(50)]
     for i in range(n):
-        team = teams[i % len(teams)]
+        team = teams[(i // 10) % len(teams)]
         kind = i % 10
         rule: dict = {"allow": rnd.choice([["read"], ["write"], ["read", "write"], ["describe"]]),
                       "principal": f"User:{team}"}
@@ -95,23 +95,34 @@ def main() -> None:
     compiled = parse_rules(raw)
     rs = RuleSet(compiled, False)
     print(f"{a.rules} rules: parse + compile {1000 * (time.perf_counter() - t0):.1f} ms")
-    who = Identity("team3", "team3-app", "10.1.2.3")
+    def first(kind: str) -> dict:
+        return next(r for r in raw if isinstance(r.get("topic"), dict if kind != "literal" else str)
+                    and (kind == "literal" or kind in r["topic"]) and "allow" in r and "read" in r["allow"]
+                    and "client_id" not in r and "host" not in r)
+
+    lit, pre, glob = first("literal"), first("prefix"), first("glob")
     cases = {
-        "literal hit": "team3.topic-203",
-        "prefix hit": "team3.svc253.orders",
-        "glob hit": "team3.eu.events-273",
-        "no rule (default)": "unknown.topic",
+        "literal hit": (lit["principal"], lit["topic"]),
+        "prefix hit": (pre["principal"], pre["topic"]["prefix"] + "orders"),
+        "glob hit": (glob["principal"], glob["topic"]["glob"].replace("*", "eu")),
+        "no rule (default)": (lit["principal"], "unknown.topic"),
     }
+    for label, (principal, name) in cases.items():
+        expected = label != "no rule (default)"
+        got = rs.decide(Identity(principal[5:], "x", "10.1.2.3"), Res.TOPIC, name, Op.READ)
+        assert got is expected, (label, principal, name, got)
     n = a.n
     print(f"{'case':<20} {'decide (no cache)':>18} {'allowed (cached)':>17} {'naive':>10}")
-    for label, name in cases.items():
-        d = per_call_ns(lambda name=name: rs.decide(who, Res.TOPIC, name, Op.READ), n)
-        c = per_call_ns(lambda name=name: rs.allowed(who, Res.TOPIC, name, Op.READ), n)
-        nv = per_call_ns(lambda name=name: naive(compiled, False, who, Res.TOPIC, name, Op.READ), max(1, n // 50))
+    for label, (principal, name) in cases.items():
+        who = Identity(principal[5:], "x", "10.1.2.3")
+        d = per_call_ns(lambda name=name, who=who: rs.decide(who, Res.TOPIC, name, Op.READ), n)
+        c = per_call_ns(lambda name=name, who=who: rs.allowed(who, Res.TOPIC, name, Op.READ), n)
+        nv = per_call_ns(lambda name=name, who=who: naive(compiled, False, who, Res.TOPIC, name, Op.READ),
+                         max(1, n // 50))
         print(f"{label:<20} {d:>15.0f} ns {c:>14.0f} ns {nv / 1000:>7.1f} us")
 
-    f = Authorizer(Authorizer.validate_config({"rules": raw + [{"allow": "all", "topic": {"prefix": "team3."},
-                                                                 "principal": "team3"}]}))
+    team3 = {"allow": "all", "topic": {"prefix": "team3."}, "principal": "team3"}
+    f = Authorizer(Authorizer.validate_config({"rules": [*raw, team3]}))
     produce_cls = api.API_INFO[ApiKey.PRODUCE].request_class
     tcls = next(x.struct for x in produce_cls._FIELDS if x.name == "topic_data")
     pcls = next(x.struct for x in tcls._FIELDS if x.name == "partition_data")
@@ -127,6 +138,11 @@ def main() -> None:
     assert f.check(pctx, produce) is not None and f.check(fctx, fetch) is not None
     print(f"authorizer hook, Produce (1 topic):  {per_call_ns(lambda: f.check(pctx, produce), n) / 1000:.2f} us")
     print(f"authorizer hook, Fetch (5 topics):   {per_call_ns(lambda: f.check(fctx, fetch), n) / 1000:.2f} us")
+    from kgate.filters.builtin.topic_policy import TopicPolicy
+
+    tp = TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
+    print(f"(topic-policy hook, same Produce:    {per_call_ns(lambda: tp.check(pctx, produce), n) / 1000:.2f} us)")
+    print(f"(topic-policy hook, same Fetch:      {per_call_ns(lambda: tp.check(fctx, fetch), n) / 1000:.2f} us)")
 
 
 if __name__ == "__main__":

@@ -121,16 +121,26 @@ class Rule:
         )
 
 
-class _Index:
-    """The rules of one (resource type, operation), indexed by how they name resources."""
+_WILDCARDS = re.compile(r"[*?\[]")
 
-    __slots__ = ("any", "globs", "literal", "prefix_lengths", "prefixes")
+
+class _Index:
+    """The rules of one (resource type, operation), indexed by how they name resources.
+
+    Literal names: one dict lookup. Prefixes: one dict lookup per distinct prefix length. Globs:
+    bucketed by their literal head (the text before the first wildcard) the same way, so a glob is
+    matched as a regex only against names that start with its head; globs that start with a
+    wildcard are matched against every name, last.
+    """
+
+    __slots__ = ("any", "glob_heads", "glob_lengths", "globs_anywhere", "literal", "prefix_lengths", "prefixes")
 
     def __init__(self, rules: Iterable[Rule]) -> None:
         self.literal: dict[str, list[Rule]] = {}
         self.prefixes: dict[str, list[Rule]] = {}
         self.any: list[Rule] = []
-        self.globs: list[tuple[re.Pattern[str], Rule]] = []
+        self.glob_heads: dict[str, list[tuple[re.Pattern[str], Rule]]] = {}
+        self.globs_anywhere: list[tuple[re.Pattern[str], Rule]] = []
         for r in rules:
             if r.covers_every_name():
                 self.any.append(r)
@@ -139,8 +149,15 @@ class _Index:
             elif r.kind == "prefix":
                 self.prefixes.setdefault(r.pattern, []).append(r)
             else:
-                self.globs.append((re.compile(fnmatch.translate(r.pattern)), r))
+                compiled = (re.compile(fnmatch.translate(r.pattern)), r)
+                wildcard = _WILDCARDS.search(r.pattern)
+                head = r.pattern[: wildcard.start()] if wildcard else r.pattern
+                if head:
+                    self.glob_heads.setdefault(head, []).append(compiled)
+                else:
+                    self.globs_anywhere.append(compiled)
         self.prefix_lengths = sorted({len(p) for p in self.prefixes})
+        self.glob_lengths = sorted({len(h) for h in self.glob_heads})
 
     def candidates(self, name: str) -> list[Rule]:
         found = list(self.any)
@@ -154,10 +171,22 @@ class _Index:
             hit = self.prefixes.get(name[:length])
             if hit:
                 found += hit
-        for rx, r in self.globs:
+        for length in self.glob_lengths:
+            if length > n:
+                break
+            globs = self.glob_heads.get(name[:length])
+            if globs:
+                found += [r for rx, r in globs if rx.match(name)]
+        for rx, r in self.globs_anywhere:
             if rx.match(name):
                 found.append(r)
         return found
+
+    def all_rules(self) -> list[Rule]:
+        rules = list(self.any) + [r for rs in self.literal.values() for r in rs]
+        rules += [r for rs in self.prefixes.values() for r in rs]
+        rules += [r for gs in self.glob_heads.values() for _rx, r in gs] + [r for _rx, r in self.globs_anywhere]
+        return rules
 
 
 class RuleSet:
@@ -222,9 +251,7 @@ class RuleSet:
             return False
         if self.default_allow or rules:
             return True
-        others = [r for rs in index.literal.values() for r in rs] + [r for rs in index.prefixes.values() for r in rs]
-        others += [r for _rx, r in index.globs]
-        return any(r.allow and r.matches_identity(who) for r in others)
+        return any(r.allow and r.matches_identity(who) for r in index.all_rules())
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from uuid import UUID
 
 from kgate.api import (
     FORWARD,
+    TOPIC_LISTS,
     ApiKey,
     ConnectionInfo,
     ErrorCode,
@@ -182,8 +183,8 @@ class Authorizer(Filter):
         result = self._requests[ctx.api_key](ctx, request, self._who(ctx.connection))
         if hasattr(result, "__await__"):
             return self._count_later(ctx, result, before)
-        if ctx.api_key != ApiKey.PRODUCE or self._decided(request):
-            self._count(ctx, before)
+        if result is FORWARD or ctx.api_key != ApiKey.PRODUCE or self._decided(request):
+            self._count(ctx, before)  # (a peek that does not forward is asked again whole: counted then)
         return result
 
     async def _count_later(self, ctx: FilterContext, pending: Any, before: int) -> Any:
@@ -288,10 +289,31 @@ class Authorizer(Filter):
             if code is not None:
                 return self._refuse_whole(ctx, request, code)
         op = _TOPIC_OP[key]
+        if self._all_allowed(ctx, request, who, op):
+            return FORWARD
         names, missing = _known_names(ctx, request_topics(key, request))
         if missing:
             return self._topic_list_after_lookup(ctx, request, who, op, names, missing)
         return refuse_topics(ctx, request, self._topic_codes(ctx, who, op, names, ()))
+
+    def _all_allowed(self, ctx: FilterContext, request: Any, who: Identity, op: Op) -> bool:
+        """The hot path: every topic named (or a known id) and allowed; no list or dict is built."""
+        attr, name_attr, _resp = TOPIC_LISTS[ctx.api_key]
+        entries = getattr(request, attr, None)
+        if not entries or (ctx.api_key == ApiKey.DELETE_TOPICS and not getattr(request, "topics", None)):
+            return False
+        allowed = self.rules.allowed
+        for t in entries:
+            topic_id = getattr(t, "topic_id", None)
+            if topic_id is not None and topic_id.int:
+                name = ctx.cached_topic_name(topic_id)
+                if name is None:
+                    return False
+            else:
+                name = getattr(t, name_attr)
+            if name is None or not allowed(who, Res.TOPIC, name, op):
+                return False
+        return True
 
     async def _topic_list_after_lookup(
         self, ctx: FilterContext, request: Any, who: Identity, op: Op, names: dict[TopicKey, str], missing: list[UUID]
