@@ -476,3 +476,23 @@ def test_peeked_produce_of_an_allowed_topic_forwards_without_counting_twice() ->
     whole = topics_req(ApiKey.PRODUCE, "secret-x")
     f.check(ctx, whole)
     assert f.report.counts == {("test", ApiKey.PRODUCE, False): 1}
+
+
+def test_denials_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kgate.filters.builtin import authz_report
+
+    now = [1000.0]
+    monkeypatch.setattr(authz_report.time, "monotonic", lambda: now[0])
+    f = authorizer()
+    ctx = testing.FakeContext(ApiKey.PRODUCE, 9, principal="alice", client_id="app-1")
+    with caplog.at_level("WARNING", logger="kgate.authz"):
+        for _ in range(authz_report.LOG_BURST + 5):
+            f.check(ctx, topics_req(ApiKey.PRODUCE, "secret-pay"))
+        now[0] += authz_report.LOG_WINDOW_S
+        f.check(ctx, topics_req(ApiKey.PRODUCE, "secret-pay"))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == authz_report.LOG_BURST + 2  # a burst, the summary of the rest, the next window's first
+    assert lines[0] == ("authz authorizer: denied cluster=test principal=alice client_id='app-1' "
+                        "address=127.0.0.1:50000 api=PRODUCE resource=topic:secret-pay operation=write")
+    assert lines[-2] == "authz authorizer: 5 more denied checks in the last window not logged"
+    assert f.report.counts == {("test", ApiKey.PRODUCE, False): authz_report.LOG_BURST + 6}
