@@ -101,6 +101,7 @@ def _make(cls: type, **fields: Any) -> Any:
 
 class Authorizer(Filter):
     name = "authorizer"
+    refuses_unknown_api_keys = True  # an api key newer than kgate's codec would pass unseen
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:
