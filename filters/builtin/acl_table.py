@@ -50,10 +50,13 @@ _BROKER_ONLY = "inter-broker / controller RPC: no client needs it"
 #: api keys every client needs before or without naming a resource: never checked
 UNCHECKED: frozenset[int] = frozenset(
     {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
-     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY}
+     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY,
+     ApiKey.DESCRIBE_CLUSTER}  # as Kafka: the brokers, which Metadata shows to anyone too
 )
 
 TABLE: dict[int, tuple[Need, ...]] = {
+    ApiKey.ADD_RAFT_VOTER: _cluster(Op.ALTER),
+    ApiKey.REMOVE_RAFT_VOTER: _cluster(Op.ALTER),
     ApiKey.PRODUCE: (
         Need(X, Op.WRITE, "transactional_id", TXN_DENIED, "request", "only when a transactional id is set"),
         Need(T, Op.WRITE, "topic_data[].name / topic_id", TOPIC_DENIED, "entry"),
@@ -171,7 +174,6 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: _cluster(Op.ALTER),
     ApiKey.DESCRIBE_QUORUM: _cluster(Op.DESCRIBE),
     ApiKey.UPDATE_FEATURES: _cluster(Op.ALTER),
-    ApiKey.DESCRIBE_CLUSTER: _cluster(Op.DESCRIBE),
     ApiKey.DESCRIBE_PRODUCERS: (Need(T, Op.READ, "topics[].name", TOPIC_DENIED, "entry"),),
     ApiKey.DESCRIBE_TRANSACTIONS: (
         Need(X, Op.DESCRIBE, "transactional_ids[]", TXN_DENIED, "entry"),
@@ -213,8 +215,8 @@ for _key in (
     ApiKey.WRITE_TXN_MARKERS, ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
     ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
     ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS,
-    ApiKey.CONTROLLER_REGISTRATION, ApiKey.ASSIGN_REPLICAS_TO_DIRS, ApiKey.ADD_RAFT_VOTER,
-    ApiKey.REMOVE_RAFT_VOTER, ApiKey.UPDATE_RAFT_VOTER, ApiKey.INITIALIZE_SHARE_GROUP_STATE,
+    ApiKey.CONTROLLER_REGISTRATION, ApiKey.ASSIGN_REPLICAS_TO_DIRS, ApiKey.UPDATE_RAFT_VOTER,
+    ApiKey.INITIALIZE_SHARE_GROUP_STATE,
     ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.DELETE_SHARE_GROUP_STATE,
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY,
 ):
@@ -233,5 +235,5 @@ def markdown_table() -> str:
                 f"`{need.field or '-'}` | {need.error.name} | {need.scope} | {need.note} |"
             )
     for key in sorted(UNCHECKED):
-        lines.append(f"| {ApiKey(key).name} | - | - | - | - | never checked | needed before or without a resource |")
+        lines.append(f"| {ApiKey(key).name} | - | - | - | - | never checked | needs no resource (as in Kafka) |")
     return "\n".join(lines)
