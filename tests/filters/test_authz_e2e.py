@@ -310,3 +310,22 @@ async def test_wire_level_describe_configs_of_a_denied_topic_never_reaches_the_b
     finally:
         c.close()
     assert [(r.resource_name, r.error_code, r.configs) for r in resp.results] == [(s.secret, TOPIC_DENIED, [])]
+
+
+def test_transactions_through_the_authorizer(authz) -> None:
+    """An allowed transactional id runs a whole transaction (InitProducerId, FindCoordinator for the
+    transaction, AddPartitionsToTxn, Produce, EndTxn); the allowed producer cannot add a denied topic."""
+    s = authz
+    p = Producer({"bootstrap.servers": s.k.bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}",
+                  "transaction.timeout.ms": 60000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(s.shown, value=b"in-txn")
+    p.commit_transaction(30)
+    p.begin_transaction()
+    reports: list[Any] = []
+    p.produce(s.secret, value=b"denied", on_delivery=lambda err, _m: reports.append(err))
+    with pytest.raises(KafkaException):
+        p.commit_transaction(30)  # the transaction fails; the delivery report says why
+    p.poll(0)
+    assert [e.code() for e in reports] == [TOPIC_DENIED]
