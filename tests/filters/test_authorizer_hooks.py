@@ -496,3 +496,30 @@ def test_denials_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monke
                         "address=127.0.0.1:50000 api=PRODUCE resource=topic:secret-pay operation=write")
     assert lines[-2] == "authz authorizer: 5 more denied checks in the last window not logged"
     assert f.report.counts == {("test", ApiKey.PRODUCE, False): authz_report.LOG_BURST + 6}
+
+
+def _by_id(key: int, topic_id: uuid.UUID) -> Any:
+    c = rq(key)
+    if key == ApiKey.PRODUCE:
+        return req(key, acks=-1, timeout_ms=1000, topic_data=[struct(
+            c, "topic_data", topic_id=topic_id, partition_data=[struct(c, "topic_data.partition_data", index=0)])])
+    if key == ApiKey.OFFSET_COMMIT:
+        return req(key, group_id="g", topics=[struct(
+            c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+    return req(key, group_id="g", member_id="m", topics=[struct(
+        c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+
+
+BY_ID = [(ApiKey.PRODUCE, 13), (ApiKey.OFFSET_COMMIT, 10), (ApiKey.SHARE_FETCH, 0), (ApiKey.SHARE_ACKNOWLEDGE, 0)]
+
+
+@pytest.mark.parametrize("key, version", BY_ID, ids=[ApiKey(k).name for k, _v in BY_ID])
+async def test_rules_hold_for_topic_ids(key: int, version: int) -> None:
+    """Versions that name topics by id only: the id is named through the topic-name service first."""
+    f = authorizer()
+    assert (await run(f, key, version, _by_id(key, OK_ID)))[0] is FORWARD
+    denied, _ = await run(f, key, version, _by_id(key, SECRET_ID))
+    assert codes(answer(key, version, denied)) == {TOPIC_DENIED}
+    gone, ctx = await run(f, key, version, _by_id(key, uuid.uuid4()))
+    assert codes(answer(key, version, gone)) == {ErrorCode.UNKNOWN_TOPIC_ID}  # fail closed
+    assert ctx.lookups  # it was looked up, not guessed
