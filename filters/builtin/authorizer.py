@@ -2,7 +2,8 @@
 
 Rules (``filters.builtin.acl_rules``) say who (principal, client id, source address) may do which
 operations on which topics, groups, transactional ids and the cluster; ``filters.builtin.acl_table``
-says, per api key, which checks a request needs. This module applies the table to messages:
+says, per api key, which checks a request needs; ``filters.builtin.authz_shapes`` where each RPC
+lists what it is refused by. This module applies the table to messages:
 
 * a check that covers the whole request refuses it with the api's own error (per topic and
   partition where the api reports errors that way), and nothing goes upstream;
@@ -23,7 +24,6 @@ from its topic alone (``peek``) and streams through.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
@@ -53,6 +53,20 @@ from kgate.codec import api
 from kgate.filters.builtin.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.acl_table import TABLE, UNCHECKED
 from kgate.filters.builtin.authz_report import DecisionReport
+from kgate.filters.builtin.authz_shapes import (
+    CONFIG_RESOURCES,
+    DENIED_MESSAGE,
+    ENTRY_LISTS,
+    GROUP_DENIED,
+    TOPIC_DENIED,
+    TOPIC_LIST_KEYS,
+    TOPIC_OP,
+    TXN_DENIED,
+    Entries,
+    element_class,
+    known_names,
+    look_up,
+)
 from kgate.filters.builtin.topic_visibility import (
     hide_described_topics,
     hide_log_dir_topics,
@@ -67,36 +81,7 @@ _ZERO = UUID(int=0)
 _UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
 _DEFAULTS = ("allow", "deny")
 _STATE = "authorizer.refused"  # error entries waiting for the broker's answer
-TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
-TXN_DENIED = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
-DENIED_MESSAGE = "Authorization failed."
-
-
-class ConfigResource(enum.IntEnum):
-    """DescribeConfigs / AlterConfigs resource types (Kafka's ``ConfigResource.Type``)."""
-
-    TOPIC = 2
-    BROKER = 4
-    BROKER_LOGGER = 8
-    CLIENT_METRICS = 16
-    GROUP = 32
-
-
-_CONFIG_RESOURCES = {ConfigResource.TOPIC: (Res.TOPIC, TOPIC_DENIED), ConfigResource.GROUP: (Res.GROUP, GROUP_DENIED)}
-
-
-def _element_class(cls: type, attr: str) -> type:
-    for f in cls._FIELDS:  # type: ignore[attr-defined]
-        if f.name == attr:
-            return f.struct
-    raise KeyError(f"{cls.__name__} has no field {attr}")
-
-
-def _make(cls: type, **fields: Any) -> Any:
-    slots = set(getattr(cls, "__slots__", ()))
-    return cls(**{k: v for k, v in fields.items() if k in slots})
 
 
 class Authorizer(Filter):
@@ -146,9 +131,9 @@ class Authorizer(Filter):
                 continue
             needs = TABLE[key]
             entry = [n for n in needs if n.scope == "entry"]
-            if key in _TOPIC_LIST_KEYS:
+            if key in TOPIC_LIST_KEYS:
                 self._requests[key] = self._topic_list
-            elif entry and key in _ENTRY_LISTS:
+            elif entry and key in ENTRY_LISTS:
                 self._requests[key] = self._entry_list
             elif all(n.scope in ("request", "answer") for n in needs):
                 self._requests[key] = self._whole
@@ -292,10 +277,10 @@ class Authorizer(Filter):
             code = self._first_refusal(ctx, request, who)
             if code is not None:
                 return self._refuse_whole(ctx, request, code)
-        op = _TOPIC_OP[key]
+        op = TOPIC_OP[key]
         if self._all_allowed(ctx, request, who, op):
             return FORWARD
-        names, missing = _known_names(ctx, request_topics(key, request))
+        names, missing = known_names(ctx, request_topics(key, request))
         if missing:
             return self._topic_list_after_lookup(ctx, request, who, op, names, missing)
         return refuse_topics(ctx, request, self._topic_codes(ctx, who, op, names, ()))
@@ -322,7 +307,7 @@ class Authorizer(Filter):
     async def _topic_list_after_lookup(
         self, ctx: FilterContext, request: Any, who: Identity, op: Op, names: dict[TopicKey, str], missing: list[UUID]
     ) -> Result:
-        unresolved = await _look_up(ctx, names, missing)
+        unresolved = await look_up(ctx, names, missing)
         return refuse_topics(ctx, request, self._topic_codes(ctx, who, op, names, unresolved))
 
     def _topic_codes(
@@ -347,12 +332,12 @@ class Authorizer(Filter):
         code = self._first_refusal(ctx, request, who)
         if code is not None:
             return self._refuse_whole(ctx, request, code)
-        spec = _ENTRY_LISTS[ctx.api_key]
+        spec = ENTRY_LISTS[ctx.api_key]
         res, op, error = spec.check
         return self._refuse_entries(ctx, request, spec, lambda e: None if self._ok(ctx, who, res, e, op) else error)
 
     def _refuse_entries(
-        self, ctx: FilterContext, request: Any, spec: _Entries, verdict: Callable[[Any], int | None]
+        self, ctx: FilterContext, request: Any, spec: Entries, verdict: Callable[[Any], int | None]
     ) -> Result:
         """Refuse the entries ``verdict`` gives an error; forward the rest, merging errors into the answer."""
         entries = list(getattr(request, spec.request_list) or [])
@@ -375,10 +360,10 @@ class Authorizer(Filter):
 
     def _configs(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
         op = Op.DESCRIBE_CONFIGS if ctx.api_key == ApiKey.DESCRIBE_CONFIGS else Op.ALTER_CONFIGS
-        spec = _ENTRY_LISTS[ctx.api_key]
+        spec = ENTRY_LISTS[ctx.api_key]
 
         def verdict(entry: Any) -> int | None:
-            res, error = _CONFIG_RESOURCES.get(entry.resource_type, (Res.CLUSTER, CLUSTER_DENIED))
+            res, error = CONFIG_RESOURCES.get(entry.resource_type, (Res.CLUSTER, CLUSTER_DENIED))
             name = entry.resource_name if res is not Res.CLUSTER else CLUSTER_NAME
             return None if self._ok(ctx, who, res, name, op) else error
 
@@ -399,7 +384,7 @@ class Authorizer(Filter):
             self._ok(ctx, who, Res.TOPIC, name, Op.CREATE)  # logs and counts the refusal
             return TOPIC_DENIED
 
-        return self._refuse_entries(ctx, request, _ENTRY_LISTS[ApiKey.CREATE_TOPICS], verdict)
+        return self._refuse_entries(ctx, request, ENTRY_LISTS[ApiKey.CREATE_TOPICS], verdict)
 
     def _find_coordinator(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
         res, error = (Res.TRANSACTIONAL_ID, TXN_DENIED) if request.key_type == 1 else (Res.GROUP, GROUP_DENIED)
@@ -409,7 +394,7 @@ class Authorizer(Filter):
             resp = api.API_INFO[ApiKey.FIND_COORDINATOR].response_class(error_code=error)
             resp.node_id, resp.host, resp.port, resp.error_message = -1, "", -1, DENIED_MESSAGE
             return respond(resp)
-        spec = _ENTRY_LISTS[ApiKey.FIND_COORDINATOR]
+        spec = ENTRY_LISTS[ApiKey.FIND_COORDINATOR]
         return self._refuse_entries(
             ctx, request, spec, lambda key: None if self._ok(ctx, who, res, key, Op.DESCRIBE) else error
         )
@@ -419,7 +404,7 @@ class Authorizer(Filter):
             if self._ok(ctx, who, Res.GROUP, request.group_id, Op.DESCRIBE):
                 return FORWARD
             return self._refuse_whole(ctx, request, GROUP_DENIED)
-        spec = _ENTRY_LISTS[ApiKey.OFFSET_FETCH]
+        spec = ENTRY_LISTS[ApiKey.OFFSET_FETCH]
         return self._refuse_entries(
             ctx, request, spec, lambda g: None if self._ok(ctx, who, Res.GROUP, g, Op.DESCRIBE) else GROUP_DENIED
         )
@@ -439,8 +424,8 @@ class Authorizer(Filter):
                 return FORWARD
             codes = {t.name: TOPIC_DENIED if t.name in denied else ErrorCode.OPERATION_NOT_ATTEMPTED for t in topics}
         resp_cls = api.API_INFO[ApiKey.ADD_PARTITIONS_TO_TXN].response_class
-        tcls = _element_class(resp_cls, "results_by_topic_v3_and_below")
-        pcls = _element_class(tcls, "results_by_partition")
+        tcls = element_class(resp_cls, "results_by_topic_v3_and_below")
+        pcls = element_class(tcls, "results_by_partition")
         resp = resp_cls()
         resp.results_by_topic_v3_and_below = [
             tcls(name=t.name, results_by_partition=[
@@ -523,7 +508,7 @@ class Authorizer(Filter):
         """Committed offsets of topics the client may not describe are hidden; ids resolved first."""
         self.merge(ctx, response)  # groups refused up front come back as error entries
         keys = offset_fetch_topic_keys(response, ctx.api_version)
-        names, missing = _known_names(ctx, keys)
+        names, missing = known_names(ctx, keys)
         if missing:
             return self._offset_fetch_after_lookup(ctx, response, names, missing)
         return self._hide_offsets(ctx, response, names, ())
@@ -531,7 +516,7 @@ class Authorizer(Filter):
     async def _offset_fetch_after_lookup(
         self, ctx: FilterContext, response: Any, names: dict[TopicKey, str], missing: list[UUID]
     ) -> Result:
-        unresolved = await _look_up(ctx, names, missing)
+        unresolved = await look_up(ctx, names, missing)
         return self._hide_offsets(ctx, response, names, unresolved)
 
     def _hide_offsets(
@@ -609,100 +594,3 @@ class Authorizer(Filter):
     del _key
 
 
-# -- topic names (ids resolved through the context's topic-name service) --------------------------
-def _known_names(ctx: FilterContext, keys: Iterable[TopicKey]) -> tuple[dict[TopicKey, str], list[UUID]]:
-    names: dict[TopicKey, str] = {}
-    missing: list[UUID] = []
-    for key in keys:
-        if isinstance(key, UUID):
-            name = ctx.cached_topic_name(key)
-            if name is None:
-                missing.append(key)
-            else:
-                names[key] = name
-        elif key is not None:
-            names[key] = key
-    return names, missing
-
-
-async def _look_up(ctx: FilterContext, names: dict[TopicKey, str], missing: list[UUID]) -> list[UUID]:
-    unresolved = []
-    for topic_id, found in (await ctx.topic_names(missing)).items():
-        if isinstance(found, str):
-            names[topic_id] = found
-        else:
-            unresolved.append(topic_id)
-    return unresolved
-
-
-_TOPIC_OP: dict[int, Op] = {
-    ApiKey.PRODUCE: Op.WRITE,
-    ApiKey.FETCH: Op.READ,
-    ApiKey.LIST_OFFSETS: Op.DESCRIBE,
-    ApiKey.OFFSET_COMMIT: Op.READ,
-    ApiKey.DELETE_TOPICS: Op.DELETE,
-    ApiKey.DELETE_RECORDS: Op.DELETE,
-    ApiKey.OFFSET_FOR_LEADER_EPOCH: Op.DESCRIBE,
-    ApiKey.TXN_OFFSET_COMMIT: Op.READ,
-    ApiKey.OFFSET_DELETE: Op.READ,
-    ApiKey.DESCRIBE_PRODUCERS: Op.READ,
-    ApiKey.SHARE_FETCH: Op.READ,
-    ApiKey.SHARE_ACKNOWLEDGE: Op.READ,
-    ApiKey.ELECT_LEADERS: Op.DESCRIBE,
-}
-_TOPIC_LIST_KEYS = frozenset(_TOPIC_OP) - {ApiKey.ELECT_LEADERS}
-
-
-class _Entries:
-    """How one RPC lists the entries it is refused by, in its request and in its answer."""
-
-    def __init__(
-        self,
-        request_list: str,
-        request_name: str,
-        response_list: str,
-        response_name: str,
-        check: tuple[Res, Op, int] = (Res.TOPIC, Op.DESCRIBE, TOPIC_DENIED),
-        copy: tuple[str, ...] = (),
-        **fixed: Any,
-    ) -> None:
-        self.request_list, self.request_name = request_list, request_name
-        self.response_list, self.response_name = response_list, response_name
-        self.check, self.copy, self.fixed = check, copy, fixed
-
-    def name_of(self, entry: Any) -> Any:
-        """The name checked (the entry itself for lists of strings; the whole entry for configs)."""
-        if self.request_name == "*":
-            return entry
-        return getattr(entry, self.request_name) if self.request_name else entry
-
-    def error_entry(self, ctx: FilterContext, request: Any, entry: Any, code: int) -> Any:
-        cls = _element_class(api.API_INFO[ctx.api_key].response_class, self.response_list)
-        name = getattr(entry, self.request_name) if self.request_name and self.request_name != "*" else entry
-        fields = {a: getattr(entry, a) for a in self.copy}
-        if self.request_name != "*":
-            fields[self.response_name] = name
-        return _make(cls, **fields, error_code=code, error_message=DENIED_MESSAGE, **self.fixed)
-
-
-_ENTRY_LISTS: dict[int, _Entries] = {
-    ApiKey.CREATE_TOPICS: _Entries("topics", "name", "topics", "name", num_partitions=-1, replication_factor=-1),
-    ApiKey.CREATE_PARTITIONS: _Entries("topics", "name", "results", "name", (Res.TOPIC, Op.ALTER, TOPIC_DENIED)),
-    ApiKey.DESCRIBE_CONFIGS: _Entries("resources", "*", "results", "", copy=("resource_type", "resource_name"),
-                                      configs=[]),
-    ApiKey.ALTER_CONFIGS: _Entries("resources", "*", "responses", "", copy=("resource_type", "resource_name")),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: _Entries("resources", "*", "responses", "",
-                                               copy=("resource_type", "resource_name")),
-    ApiKey.DELETE_GROUPS: _Entries("groups_names", "", "results", "group_id", (Res.GROUP, Op.DELETE, GROUP_DENIED)),
-    ApiKey.DESCRIBE_GROUPS: _Entries("groups", "", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED),
-                                     members=[]),
-    ApiKey.FIND_COORDINATOR: _Entries("coordinator_keys", "", "coordinators", "key", node_id=-1, host="", port=-1),
-    ApiKey.DESCRIBE_TRANSACTIONS: _Entries("transactional_ids", "", "transaction_states", "transactional_id",
-                                           (Res.TRANSACTIONAL_ID, Op.DESCRIBE, TXN_DENIED), producer_id=-1,
-                                           producer_epoch=-1, transaction_state="", topics=[]),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: _Entries("group_ids", "", "groups", "group_id",
-                                             (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
-    ApiKey.SHARE_GROUP_DESCRIBE: _Entries("group_ids", "", "groups", "group_id",
-                                          (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
-    ApiKey.OFFSET_FETCH: _Entries("groups", "group_id", "groups", "group_id", topics=[]),
-}
