@@ -84,6 +84,7 @@ _CLUSTER_KEYS = (
     "tls",
     "upstream_tls",
     "proxy_protocol",
+    "filters",
 )
 _TLS_KEYS = (
     "cert_file",
@@ -347,10 +348,15 @@ def _parse_cluster(ctx: _Ctx, value: Any, path: str) -> VirtualClusterConfig:
     tls = _parse_tls(ctx, m.get("tls"), _join(path, "tls"))
     upstream_tls = _parse_upstream_tls(ctx, m.get("upstream_tls"), _join(path, "upstream_tls"))
     proxy_protocol = _parse_proxy_protocol(ctx, m.get("proxy_protocol"), _join(path, "proxy_protocol"))
+    filters = None
+    if m.get("filters") is not None:
+        fpath = _join(path, "filters")
+        filters = ctx.list_of(m["filters"], fpath, lambda v, p: _parse_filter(ctx, v, p))
     return VirtualClusterConfig(
         tls=tls,
         upstream_tls=upstream_tls,
         proxy_protocol=proxy_protocol,
+        filters=filters,
         max_connections=max_conns,
         upstream_auth=auth,
         name=name,

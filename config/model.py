@@ -143,6 +143,14 @@ class ProxyProtocolConfig:
 
 
 @dataclass(frozen=True)
+class FilterConfig:
+    name: str
+    """Plugin name (entry point in group ``kgate.filters``)."""
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    """The filter's own configuration, opaque to the loader."""
+
+
+@dataclass(frozen=True)
 class VirtualClusterConfig:
     name: str
     listen: HostPort
@@ -164,6 +172,8 @@ class VirtualClusterConfig:
     """TLS towards the brokers; None: plaintext."""
     proxy_protocol: ProxyProtocolConfig | None = None
     """PROXY protocol on the client listeners; None: off."""
+    filters: tuple[FilterConfig, ...] | None = None
+    """This cluster's own filter chain; None: the top-level ``filters`` (see ``KgateConfig.chain_for``)."""
 
 
 @dataclass(frozen=True)
@@ -233,18 +243,20 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
-class FilterConfig:
-    name: str
-    """Plugin name (entry point in group ``kgate.filters``)."""
-    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
-    """The filter's own configuration, opaque to the loader."""
-
-
-@dataclass(frozen=True)
 class KgateConfig:
     virtual_clusters: tuple[VirtualClusterConfig, ...]
     proxy: ProxySettings = ProxySettings()
     metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
     filters: tuple[FilterConfig, ...] = ()
+    """The default chain: for every cluster that sets no ``filters`` of its own."""
     topic_names: TopicNamesConfig = TopicNamesConfig()
+
+    def chain_for(self, cluster: VirtualClusterConfig) -> tuple[FilterConfig, ...]:
+        """The filters of ``cluster``: its own list when it has one (replacing the default), else the default.
+
+        Replaced rather than appended: a chain's order matters (an authorizer must run before a filter
+        that rewrites what it checks), and a cluster that needs a different policy must be able to
+        drop the default one; appending would give it no way to. ``filters: []`` runs no filter.
+        """
+        return cluster.filters if cluster.filters is not None else self.filters

@@ -80,6 +80,8 @@ class FilterChain:
                     self._no_peek.add((spec.api_key, spec.min_version, hi))
         self._cache: dict[tuple[str, int, int, bool], tuple[BoundHook, ...]] = {}
         self.has_request_hooks = any(d == "request" for d, _k in self._by_key)
+        #: some filter must see every request: api keys the codec cannot decode are refused
+        self.refuses_unknown_api_keys = any(type(f).refuses_unknown_api_keys for f in self.filters)
         self.has_response_hooks = any(d == "response" for d, _k in self._by_key)
 
     def hooks(self, direction: str, api_key: int, version: int, has_state: bool = True) -> tuple[BoundHook, ...]:

@@ -48,10 +48,11 @@ _UNCHANGED = b""  # remembered "forward as is" (a real rewritten body is never e
 
 
 class AnswerMemo:
-    __slots__ = ("_api_versions", "_broker_lists", "_metadata", "limits")
+    __slots__ = ("_api_versions", "_broker_lists", "_metadata", "known_only", "limits")
 
-    def __init__(self, limits: dict[int, tuple[int, int]]) -> None:
+    def __init__(self, limits: dict[int, tuple[int, int]], known_only: bool = False) -> None:
         self.limits = limits
+        self.known_only = known_only  # advertise no api key kgate's codec does not know
         self._api_versions: dict[tuple[int, bytes], bytes] = {}
         self._broker_lists: dict[int, list[tuple[bytes, bytes]]] = {}
         self._metadata: dict[tuple[int, bytes], bytes] = {}
@@ -70,7 +71,7 @@ class AnswerMemo:
         key = (version, bytes(frame[8:]))
         body = self._api_versions.get(key)
         if body is None:
-            new = rewrite.cap_api_versions(frame, version, self.limits)
+            new = rewrite.cap_api_versions(frame, version, self.limits, self.known_only)
             body = _UNCHANGED if new is None else bytes(new[8:])
             if len(self._api_versions) >= MAX_API_VERSIONS:
                 del self._api_versions[next(iter(self._api_versions))]

@@ -234,6 +234,9 @@ def summarize(config: KgateConfig, source: str) -> str:
         if vc.proxy_protocol is not None:
             pp = vc.proxy_protocol
             lines.append(f"      proxy_protocol: {pp.mode} from {', '.join(pp.trusted_sources)}")
+        if vc.filters is not None:
+            own = ", ".join(f.name for f in vc.filters) or "none"
+            lines.append(f"      filters: {own} (replaces the top-level list)")
     if config.filters:
         lines.append(f"filters: {', '.join(f.name for f in config.filters)}")
     else:

@@ -81,7 +81,7 @@ class VirtualCluster:
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
         self.version_limits = rewrite.version_limits(self.chain.version_limits(), settings.leader_hints)
         #: ApiVersions and Metadata broker-list rewrites, remembered (proxy/answer_memo.py)
-        self.answers = AnswerMemo(self.version_limits)
+        self.answers = AnswerMemo(self.version_limits, self.chain.refuses_unknown_api_keys)
         #: api keys filters must see -> the versions they (and the codec) handle; others are refused
         self.filter_limits = {
             key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))

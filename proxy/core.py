@@ -491,8 +491,12 @@ class ConnectionCore:
         api_key, version, cid = peek_request(frame)
         plan, answer_plan, label = self.plans.route(api_key, version)
         if plan is _REFUSE:
-            lo, hi = self.cluster.filter_limits[api_key]
-            raise VersionRefused(f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{lo}-v{hi} only")
+            limit = self.cluster.filter_limits.get(api_key)
+            if limit is None:  # an api key the codec does not know, under a filter that must see everything
+                raise VersionRefused(f"api key {api_key} refused: kgate cannot decode it and a filter must see it")
+            raise VersionRefused(
+                f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
+            )
         self._requests_counted[label] += 1
         if api_key == PRODUCE:
             header = parse_request_header(frame, 2 if version >= 9 else 1)

@@ -97,6 +97,8 @@ class Plans:
         return plan
 
     def _request_plan(self, api_key: int, version: int) -> RequestPlan:
+        if api_key not in api.API_INFO and self._chain.refuses_unknown_api_keys:
+            return RequestPlan.REFUSE
         limit = self._limits.get(api_key)
         if limit is not None and not limit[0] <= version <= limit[1]:
             return RequestPlan.REFUSE

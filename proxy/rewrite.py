@@ -203,9 +203,11 @@ def _unsupported_api_versions(frame: memoryview) -> bytes:
 
 
 def cap_api_versions(
-    frame: memoryview, version: int, limits: dict[int, tuple[int, int]] = DEFAULT_LIMITS
+    frame: memoryview, version: int, limits: dict[int, tuple[int, int]] = DEFAULT_LIMITS, known_only: bool = False
 ) -> bytes | None:
     """Advertise for each key in ``limits`` only the versions within it (intersection with the broker).
+
+    ``known_only``: leave out api keys kgate's codec does not know (a filter refuses them).
 
     A broker that does not support the client's ApiVersions version answers in v0 layout
     with UNSUPPORTED_VERSION; that answer is passed on as is. A version newer than kgate's
@@ -227,6 +229,9 @@ def cap_api_versions(
     changed = False
     kept = []
     for entry in msg.api_keys:
+        if known_only and entry.api_key not in api.API_INFO:
+            changed = True
+            continue
         limit = limits.get(entry.api_key)
         if limit is not None:
             lo = max(entry.min_version, limit[0])

@@ -31,14 +31,14 @@ class Proxy:
         self.config = config
         self.forced = asyncio.Event()  # a second stop signal: drain no longer
         self.clusters = [
-            VirtualCluster(vc, config.proxy, FilterChain(build_filters(config.filters)), config.topic_names)
+            VirtualCluster(vc, config.proxy, FilterChain(build_filters(config.chain_for(vc))), config.topic_names)
             for vc in config.virtual_clusters
         ]
 
     async def start(self) -> None:
         raise_open_files_limit()
         for cluster in self.clusters:
-            names = [f.name for f in self.config.filters]
+            names = [f.name for f in self.config.chain_for(cluster.cfg)]
             log.info("cluster %s: filter chain: %s", cluster.name, " -> ".join(names) if names else "(none)")
         started: list[VirtualCluster] = []
         try:

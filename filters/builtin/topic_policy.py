@@ -24,8 +24,6 @@ Config::
 
 from __future__ import annotations
 
-import fnmatch
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 from uuid import UUID
@@ -48,6 +46,8 @@ from kgate.api import (
     request_topics,
     respond,
 )
+from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
+from kgate.filters.builtin.authorizer import Authorizer
 from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_described_topics,
@@ -60,6 +60,7 @@ from kgate.filters.builtin.topic_visibility import (
 )
 
 _ZERO = UUID(int=0)
+_ANYONE = Identity()  # topic-policy's rules name topics only: every client gets the same verdict
 _UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
 _KEYS = (
     ApiKey.PRODUCE,
@@ -75,6 +76,15 @@ _KEYS = (
     ApiKey.SHARE_FETCH,
     ApiKey.SHARE_ACKNOWLEDGE,
     ApiKey.ELECT_LEADERS,
+)
+
+
+_ADMIN_KEYS = (
+    ApiKey.CREATE_TOPICS,
+    ApiKey.CREATE_PARTITIONS,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CONFIGS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
 )
 
 
@@ -106,18 +116,18 @@ class TopicPolicy(Filter):
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
-        self._deny = re.compile("|".join(fnmatch.translate(p) for p in config["deny"])) if config["deny"] else None
-        allow = config["allow"]
-        self._allow = re.compile("|".join(fnmatch.translate(p) for p in allow)) if allow is not None else None
+        # the allow/deny lists are sugar over the authorizer's rules (filters.builtin.acl_rules)
+        self.rules = RuleSet(*topic_policy_rules(config["deny"], config["allow"]))
+        # admin RPCs on topics go through the authorizer's handlers, with this rule set
+        admin_config = Authorizer.validate_config({"unresolved_error": config["unresolved_error"]})
+        self._admin = Authorizer(admin_config, rules=self.rules, report_as=self.name)
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self._verdicts: dict[str, bool] = {}
 
     def allowed(self, name: str) -> bool:
         verdict = self._verdicts.get(name)
         if verdict is None:
-            verdict = not (self._deny is not None and self._deny.match(name)) and (
-                self._allow is None or bool(self._allow.match(name))
-            )
+            verdict = self.rules.decide(_ANYONE, Res.TOPIC, name, Op.READ)
             if len(self._verdicts) < 100_000:
                 self._verdicts[name] = verdict
         return verdict
@@ -293,6 +303,26 @@ class TopicPolicy(Filter):
             return forward(response)
         return FORWARD
 
+    # -- administration: creating topics and their configs (through the authorizer's handlers) ---------
+    def admin(self, ctx: FilterContext, request: Any) -> Result | Any:
+        """CreateTopics, CreatePartitions and the config RPCs of denied topics are refused before the broker.
+
+        So that none of them reveals a denied topic (CreateTopics would answer TOPIC_ALREADY_EXISTS,
+        DescribeConfigs its configs) or changes it; see filters.builtin.authorizer.
+        """
+        return self._admin.check(ctx, request)
+
+    @on_response(ApiKey.CREATE_TOPICS)
+    def created_topics(self, ctx: FilterContext, response: Any) -> Result:
+        return self._admin.created_topics(ctx, response)
+
+    def admin_merge(self, ctx: FilterContext, response: Any) -> Result:
+        return self._admin.merge(ctx, response)
+
+    for _key in _ADMIN_KEYS:
+        admin = on_request(_key)(admin)
+        if _key != ApiKey.CREATE_TOPICS:
+            admin_merge = on_response(_key, needs_state=True)(admin_merge)
     for _key in _KEYS:
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)

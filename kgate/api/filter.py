@@ -216,6 +216,10 @@ class Filter:
 
     name: ClassVar[str] = ""
     hooks: ClassVar[tuple[tuple[str, HookSpec], ...]] = ()
+    #: True: while this filter is in a cluster's chain, requests of api keys kgate's codec does not know
+    #: (so no filter can see them) close the connection, and ApiVersions does not advertise them. For
+    #: filters that must see every request (an authorizer): fail closed rather than let one pass unseen.
+    refuses_unknown_api_keys: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,0 +1,596 @@
+"""``authorizer``: Kafka-style access control at the proxy, for every api key that touches a resource.
+
+Rules (``filters.builtin.acl_rules``) say who (principal, client id, source address) may do which
+operations on which topics, groups, transactional ids and the cluster; ``filters.builtin.acl_table``
+says, per api key, which checks a request needs; ``filters.builtin.authz_shapes`` where each RPC
+lists what it is refused by. This module applies the table to messages:
+
+* a check that covers the whole request refuses it with the api's own error (per topic and
+  partition where the api reports errors that way), and nothing goes upstream;
+* per-entry checks (topics of a Produce, resources of a DescribeConfigs, groups of a DeleteGroups,
+  ...) refuse only the failing entries; the rest goes to the broker and the error entries are
+  merged into its answer;
+* listings and descriptions are filtered in the answer, so a client never learns that a topic,
+  group or transaction it may not describe exists (CreateTopics never answers TOPIC_ALREADY_EXISTS
+  for one, DescribeConfigs refuses it before the broker is asked, Metadata leaves it out).
+
+Fail closed: the filter hooks every api key kgate's codec knows; a key missing from the table is
+refused; a topic id that cannot be named is refused (``unresolved_error``).
+
+The hot path (a Produce or Fetch of allowed topics) is one dict lookup per topic in the rule set's
+decision cache and returns FORWARD, so the original bytes go on; a single-topic Produce is decided
+from its topic alone (``peek``) and streams through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+from uuid import UUID
+
+from kgate.api import (
+    FORWARD,
+    TOPIC_LISTS,
+    ApiKey,
+    ConnectionInfo,
+    ErrorCode,
+    Filter,
+    FilterConfigError,
+    FilterContext,
+    Result,
+    TopicKey,
+    close,
+    error_response,
+    forward,
+    merge_refused,
+    on_request,
+    on_response,
+    refuse_topics,
+    request_topics,
+    respond,
+)
+from kgate.codec import api
+from kgate.filters.builtin.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
+from kgate.filters.builtin.acl_table import TABLE, UNCHECKED
+from kgate.filters.builtin.authz_report import DecisionReport
+from kgate.filters.builtin.authz_shapes import (
+    CONFIG_RESOURCES,
+    DENIED_MESSAGE,
+    ENTRY_LISTS,
+    GROUP_DENIED,
+    TOPIC_DENIED,
+    TOPIC_LIST_KEYS,
+    TOPIC_OP,
+    TXN_DENIED,
+    Entries,
+    element_class,
+    known_names,
+    look_up,
+)
+from kgate.filters.builtin.topic_visibility import (
+    hide_described_topics,
+    hide_log_dir_topics,
+    hide_offsets,
+    hide_transaction_topics,
+    offset_fetch_topic_keys,
+    refuse_classic_groups_with_denied_assignments,
+    refuse_groups_with_denied_assignments,
+)
+
+_ZERO = UUID(int=0)
+_UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
+_DEFAULTS = ("allow", "deny")
+_STATE = "authorizer.refused"  # error entries waiting for the broker's answer
+CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+class Authorizer(Filter):
+    name = "authorizer"
+    refuses_unknown_api_keys = True  # an api key newer than kgate's codec would pass unseen
+
+    @classmethod
+    def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:
+        unknown = set(config) - {"rules", "default", "unresolved_error"}
+        if unknown:
+            raise FilterConfigError(f"unknown keys {sorted(unknown)} (allowed: rules, default, unresolved_error)")
+        default = config.get("default", "deny")
+        if default not in _DEFAULTS:
+            raise FilterConfigError(f"default: expected allow or deny, got {default!r}")
+        parse_rules(config.get("rules"))  # raises, naming rules[i].key
+        unresolved = config.get("unresolved_error", "UNKNOWN_TOPIC_ID")
+        if unresolved not in _UNRESOLVED:
+            raise FilterConfigError(f"unresolved_error: expected one of {sorted(_UNRESOLVED)}, got {unresolved!r}")
+        return {"rules": list(config.get("rules") or []), "default": default, "unresolved_error": unresolved}
+
+    def __init__(self, config: Mapping[str, Any], *, rules: RuleSet | None = None, report_as: str = "") -> None:
+        """``rules``/``report_as``: for topic-policy, which applies its own rule set through these handlers."""
+        super().__init__(config)
+        self.rules = rules or RuleSet(parse_rules(config["rules"]), config["default"] == "allow")
+        self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
+        self.report = DecisionReport(report_as or self.name)
+        self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
+        self._denials = 0  # checks refused so far; a request's count decides its decision label
+        self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
+            ApiKey.PRODUCE: self._produce,
+            ApiKey.FETCH: self._fetch,
+            ApiKey.METADATA: self._metadata,
+            ApiKey.OFFSET_FETCH: self._offset_fetch,
+            ApiKey.FIND_COORDINATOR: self._find_coordinator,
+            ApiKey.INIT_PRODUCER_ID: self._init_producer_id,
+            ApiKey.ADD_PARTITIONS_TO_TXN: self._add_partitions_to_txn,
+            ApiKey.CREATE_TOPICS: self._create_topics,
+            ApiKey.DESCRIBE_CONFIGS: self._configs,
+            ApiKey.ALTER_CONFIGS: self._configs,
+            ApiKey.INCREMENTAL_ALTER_CONFIGS: self._configs,
+            ApiKey.CONSUMER_GROUP_HEARTBEAT: self._group_heartbeat,
+            ApiKey.SHARE_GROUP_HEARTBEAT: self._group_heartbeat,
+            ApiKey.ELECT_LEADERS: self._whole,  # cluster alter, then describe per topic
+        }
+        for key in TABLE:
+            if key in self._requests:
+                continue
+            needs = TABLE[key]
+            entry = [n for n in needs if n.scope == "entry"]
+            if key in TOPIC_LIST_KEYS:
+                self._requests[key] = self._topic_list
+            elif entry and key in ENTRY_LISTS:
+                self._requests[key] = self._entry_list
+            elif all(n.scope in ("request", "answer") for n in needs):
+                self._requests[key] = self._whole
+        missing = set(TABLE) - set(self._requests)
+        if missing:  # a table row without a handler is a bug in kgate, caught by any test that builds one
+            raise RuntimeError(f"authorizer: no handler for api keys {sorted(missing)}")
+
+    # -- facts -----------------------------------------------------------------------------------
+    def _who(self, conn: ConnectionInfo) -> Identity:
+        key = (conn.principal, conn.client_id, conn.client_address)
+        who = self._who_cache.get(key)
+        if who is None:
+            if len(self._who_cache) >= 10_000:
+                self._who_cache.clear()
+            who = self._who_cache[key] = identity(conn.principal, conn.client_id, conn.client_address)
+        return who
+
+    def _ok(self, ctx: FilterContext, who: Identity, res: Res, name: str, op: Op, log: bool = True) -> bool:
+        if self.rules.allowed(who, res, name, op):
+            return True
+        if log:
+            self._denials += 1
+            conn = ctx.connection
+            self.report.denied(conn.virtual_cluster, who, conn.client_address, ctx.api_key, res, name, op)
+        return False
+
+    def _count(self, ctx: FilterContext, denials_before: int) -> None:
+        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, self._denials == denials_before)] += 1
+
+    # -- the one request hook ----------------------------------------------------------------------
+    def check(self, ctx: FilterContext, request: Any) -> Any:
+        """Dispatch to the api's handler; count the request once it is decided."""
+        before = self._denials
+        result = self._requests[ctx.api_key](ctx, request, self._who(ctx.connection))
+        if hasattr(result, "__await__"):
+            return self._count_later(ctx, result)
+        if result is FORWARD or ctx.api_key != ApiKey.PRODUCE or self._decided(request):
+            self._count(ctx, before)  # (a peek that does not forward is asked again whole: counted then)
+        return result
+
+    async def _count_later(self, ctx: FilterContext, pending: Any) -> Any:
+        """After an id lookup: other requests may have been refused meanwhile, so the result decides
+        (only per-topic refusals follow a lookup: anything but FORWARD refused some topic)."""
+        result = await pending
+        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, result is FORWARD)] += 1
+        return result
+
+    @staticmethod
+    def _decided(request: Any) -> bool:
+        """Whether this Produce is whole (not a peek, which carries no partition data and is asked again)."""
+        return any(t.partition_data for t in request.topic_data)
+
+    def unchecked(self, ctx: FilterContext, request: Any) -> Result:
+        """A codec-known api key that is neither in the table nor exempt: refused (fail closed)."""
+        return self._refuse_whole(ctx, request, CLUSTER_DENIED)
+
+    # -- whole-request checks --------------------------------------------------------------------
+    def _refuse_whole(self, ctx: FilterContext, request: Any, code: int) -> Result:
+        resp = error_response(ctx.api_key, ctx.api_version, request, code)
+        if resp is None:
+            name = api.API_INFO[ctx.api_key].name
+            return close(f"authorizer: {name} refused (error {code}); the api has no error field")
+        if hasattr(resp, "error_message"):
+            resp.error_message = DENIED_MESSAGE
+        return respond(resp)
+
+    def _first_refusal(self, ctx: FilterContext, request: Any, who: Identity) -> int | None:
+        """The error of the first whole-request check of this api that fails, else None."""
+        for need in TABLE[ctx.api_key]:
+            if need.scope != "request":
+                continue
+            if need.res is Res.CLUSTER:
+                if ctx.api_key == ApiKey.FETCH:
+                    continue  # only for follower fetches (see _fetch)
+                name = CLUSTER_NAME
+            else:
+                value = getattr(request, need.field, None)
+                if value is None:
+                    continue  # e.g. Produce without a transactional id
+                name = value
+            if not self._ok(ctx, who, need.res, name, need.op):
+                return need.error
+        return None
+
+    def _whole(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        code = self._first_refusal(ctx, request, who)
+        if code is not None:
+            return self._refuse_whole(ctx, request, code)
+        if ctx.api_key == ApiKey.ELECT_LEADERS and request.topic_partitions:
+            return self._topic_list(ctx, request, who)
+        return FORWARD
+
+    def _init_producer_id(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        if request.transactional_id is not None:
+            if not self._ok(ctx, who, Res.TRANSACTIONAL_ID, request.transactional_id, Op.WRITE):
+                return self._refuse_whole(ctx, request, TXN_DENIED)
+            return FORWARD
+        if self.rules.allowed(who, Res.CLUSTER, CLUSTER_NAME, Op.IDEMPOTENT_WRITE) or self.rules.allowed_somewhere(
+            who, Res.TOPIC, Op.WRITE
+        ):
+            return FORWARD
+        self._ok(ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.IDEMPOTENT_WRITE)  # logs and counts the refusal
+        return self._refuse_whole(ctx, request, CLUSTER_DENIED)
+
+    def _group_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        """ConsumerGroupHeartbeat / ShareGroupHeartbeat: read on the group, describe on each subscribed name."""
+        if not self._ok(ctx, who, Res.GROUP, request.group_id, Op.READ):
+            return self._refuse_whole(ctx, request, GROUP_DENIED)
+        for topic in request.subscribed_topic_names or []:
+            if not self._ok(ctx, who, Res.TOPIC, topic, Op.DESCRIBE):
+                return self._refuse_whole(ctx, request, TOPIC_DENIED)
+        return FORWARD
+
+    # -- per-topic data RPCs (kgate.api.refuse_topics) ----------------------------------------------
+    def _produce(self, ctx: FilterContext, request: Any, who: Identity) -> Any:
+        txn = request.transactional_id
+        if txn is not None and not self._ok(ctx, who, Res.TRANSACTIONAL_ID, txn, Op.WRITE, log=self._decided(request)):
+            return self._refuse_whole(ctx, request, TXN_DENIED)
+        topics = request.topic_data
+        if len(topics) == 1:  # the common case, and every peek: one cache lookup
+            t = topics[0]
+            name = t.name if not t.topic_id.int else ctx.cached_topic_name(t.topic_id)
+            if name is not None and self.rules.allowed(who, Res.TOPIC, name, Op.WRITE):
+                return FORWARD
+            if name is not None and not self._decided(request):
+                return self._refuse_whole(ctx, request, TOPIC_DENIED)  # a peek: asked again whole, logged then
+        return self._topic_list(ctx, request, who)
+
+    def _fetch(self, ctx: FilterContext, request: Any, who: Identity) -> Any:
+        replica = request.replica_id if ctx.api_version < 15 else request.replica_state.replica_id
+        if replica is not None and replica >= 0 and not self._ok(
+            ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.CLUSTER_ACTION
+        ):
+            return self._refuse_whole(ctx, request, CLUSTER_DENIED)
+        return self._topic_list(ctx, request, who)
+
+    def _topic_list(self, ctx: FilterContext, request: Any, who: Identity) -> Any:
+        """Whole-request checks first, then each topic with the api's topic operation."""
+        key = ctx.api_key
+        if key != ApiKey.PRODUCE and key != ApiKey.FETCH and key != ApiKey.ELECT_LEADERS:
+            code = self._first_refusal(ctx, request, who)
+            if code is not None:
+                return self._refuse_whole(ctx, request, code)
+        op = TOPIC_OP[key]
+        if self._all_allowed(ctx, request, who, op):
+            return FORWARD
+        names, missing = known_names(ctx, request_topics(key, request))
+        if missing:
+            return self._topic_list_after_lookup(ctx, request, who, op, names, missing)
+        return refuse_topics(ctx, request, self._topic_codes(ctx, who, op, names, ()))
+
+    def _all_allowed(self, ctx: FilterContext, request: Any, who: Identity, op: Op) -> bool:
+        """The hot path: every topic named (or a known id) and allowed; no list or dict is built."""
+        attr, name_attr, _resp = TOPIC_LISTS[ctx.api_key]
+        entries = getattr(request, attr, None)
+        if not entries or (ctx.api_key == ApiKey.DELETE_TOPICS and not getattr(request, "topics", None)):
+            return False
+        allowed = self.rules.allowed
+        for t in entries:
+            topic_id = getattr(t, "topic_id", None)
+            if topic_id is not None and topic_id.int:
+                name = ctx.cached_topic_name(topic_id)
+                if name is None:
+                    return False
+            else:
+                name = getattr(t, name_attr)
+            if name is None or not allowed(who, Res.TOPIC, name, op):
+                return False
+        return True
+
+    async def _topic_list_after_lookup(
+        self, ctx: FilterContext, request: Any, who: Identity, op: Op, names: dict[TopicKey, str], missing: list[UUID]
+    ) -> Result:
+        unresolved = await look_up(ctx, names, missing)
+        return refuse_topics(ctx, request, self._topic_codes(ctx, who, op, names, unresolved))
+
+    def _topic_codes(
+        self, ctx: FilterContext, who: Identity, op: Op, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]
+    ) -> dict[TopicKey, int]:
+        codes: dict[TopicKey, int] = {}
+        for key, name in names.items():
+            if self._ok(ctx, who, Res.TOPIC, name, op):
+                continue
+            if ctx.api_key == ApiKey.DELETE_TOPICS and isinstance(key, UUID) and not self.rules.allowed(
+                who, Res.TOPIC, name, Op.DESCRIBE
+            ):
+                codes[key] = ErrorCode.UNKNOWN_TOPIC_ID  # Kafka: an id you may not describe does not exist
+            else:
+                codes[key] = TOPIC_DENIED
+        for topic_id in unresolved:
+            codes[topic_id] = self._unresolved_code
+        return codes
+
+    # -- per-entry RPCs ------------------------------------------------------------------------------
+    def _entry_list(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        code = self._first_refusal(ctx, request, who)
+        if code is not None:
+            return self._refuse_whole(ctx, request, code)
+        spec = ENTRY_LISTS[ctx.api_key]
+        res, op, error = spec.check
+        return self._refuse_entries(ctx, request, spec, lambda e: None if self._ok(ctx, who, res, e, op) else error)
+
+    def _refuse_entries(
+        self, ctx: FilterContext, request: Any, spec: Entries, verdict: Callable[[Any], int | None]
+    ) -> Result:
+        """Refuse the entries ``verdict`` gives an error; forward the rest, merging errors into the answer."""
+        entries = list(getattr(request, spec.request_list) or [])
+        kept, refused = [], []
+        for entry in entries:
+            code = verdict(spec.name_of(entry))
+            if code is None:
+                kept.append(entry)
+            else:
+                refused.append(spec.error_entry(ctx, request, entry, code))
+        if not refused:
+            return FORWARD
+        if not kept:
+            resp = api.API_INFO[ctx.api_key].response_class()
+            setattr(resp, spec.response_list, refused)
+            return respond(resp)
+        setattr(request, spec.request_list, kept)
+        ctx.state[_STATE] = (spec.response_list, refused)
+        return forward(request)
+
+    def _configs(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        op = Op.DESCRIBE_CONFIGS if ctx.api_key == ApiKey.DESCRIBE_CONFIGS else Op.ALTER_CONFIGS
+        spec = ENTRY_LISTS[ctx.api_key]
+
+        def verdict(entry: Any) -> int | None:
+            res, error = CONFIG_RESOURCES.get(entry.resource_type, (Res.CLUSTER, CLUSTER_DENIED))
+            name = entry.resource_name if res is not Res.CLUSTER else CLUSTER_NAME
+            return None if self._ok(ctx, who, res, name, op) else error
+
+        return self._refuse_entries(ctx, request, spec, verdict)
+
+    def _may_create(self, who: Identity, name: str) -> bool:
+        """Create on the topic, or on the cluster unless a rule denies creating this topic (deny wins)."""
+        if self.rules.allowed(who, Res.TOPIC, name, Op.CREATE):
+            return True
+        return self.rules.allowed(who, Res.CLUSTER, CLUSTER_NAME, Op.CREATE) and not self.rules.denied(
+            who, Res.TOPIC, name, Op.CREATE
+        )
+
+    def _create_topics(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        def verdict(name: str) -> int | None:
+            if self._may_create(who, name):
+                return None
+            self._ok(ctx, who, Res.TOPIC, name, Op.CREATE)  # logs and counts the refusal
+            return TOPIC_DENIED
+
+        return self._refuse_entries(ctx, request, ENTRY_LISTS[ApiKey.CREATE_TOPICS], verdict)
+
+    def _find_coordinator(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        res, error = (Res.TRANSACTIONAL_ID, TXN_DENIED) if request.key_type == 1 else (Res.GROUP, GROUP_DENIED)
+        if ctx.api_version < 4:
+            if self._ok(ctx, who, res, request.key, Op.DESCRIBE):
+                return FORWARD
+            resp = api.API_INFO[ApiKey.FIND_COORDINATOR].response_class(error_code=error)
+            resp.node_id, resp.host, resp.port, resp.error_message = -1, "", -1, DENIED_MESSAGE
+            return respond(resp)
+        spec = ENTRY_LISTS[ApiKey.FIND_COORDINATOR]
+        return self._refuse_entries(
+            ctx, request, spec, lambda key: None if self._ok(ctx, who, res, key, Op.DESCRIBE) else error
+        )
+
+    def _offset_fetch(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        if ctx.api_version < 8:
+            if self._ok(ctx, who, Res.GROUP, request.group_id, Op.DESCRIBE):
+                return FORWARD
+            return self._refuse_whole(ctx, request, GROUP_DENIED)
+        spec = ENTRY_LISTS[ApiKey.OFFSET_FETCH]
+        return self._refuse_entries(
+            ctx, request, spec, lambda g: None if self._ok(ctx, who, Res.GROUP, g, Op.DESCRIBE) else GROUP_DENIED
+        )
+
+    def _add_partitions_to_txn(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        """v0-3 (clients): write on the transactional id, then on every topic; all or nothing, as in Kafka."""
+        if ctx.api_version >= 4:
+            if self._ok(ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.CLUSTER_ACTION):
+                return FORWARD
+            return self._refuse_whole(ctx, request, CLUSTER_DENIED)
+        topics = request.v3_and_below_topics or []
+        if not self._ok(ctx, who, Res.TRANSACTIONAL_ID, request.v3_and_below_transactional_id, Op.WRITE):
+            codes = {t.name: TXN_DENIED for t in topics}
+        else:
+            denied = {t.name for t in topics if not self._ok(ctx, who, Res.TOPIC, t.name, Op.WRITE)}
+            if not denied:
+                return FORWARD
+            codes = {t.name: TOPIC_DENIED if t.name in denied else ErrorCode.OPERATION_NOT_ATTEMPTED for t in topics}
+        resp_cls = api.API_INFO[ApiKey.ADD_PARTITIONS_TO_TXN].response_class
+        tcls = element_class(resp_cls, "results_by_topic_v3_and_below")
+        pcls = element_class(tcls, "results_by_partition")
+        resp = resp_cls()
+        resp.results_by_topic_v3_and_below = [
+            tcls(name=t.name, results_by_partition=[
+                pcls(partition_index=p, partition_error_code=codes[t.name]) for p in t.partitions
+            ])
+            for t in topics
+        ]
+        return respond(resp)
+
+    def _metadata(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        """Names the client may not describe never reach the broker (it could auto-create them);
+        auto-creation is turned off where the client may not create what it asks for."""
+        topics = request.topics
+        if not topics:
+            return FORWARD
+        if ctx.api_version < 12 and any(getattr(t, "topic_id", _ZERO).int for t in topics):
+            return respond(error_response(ApiKey.METADATA, ctx.api_version, request, ErrorCode.INVALID_REQUEST))
+        named = [t.name for t in topics if t.name is not None and not getattr(t, "topic_id", _ZERO).int]
+        codes: dict[TopicKey, int] = {
+            n: TOPIC_DENIED for n in named if not self._ok(ctx, who, Res.TOPIC, n, Op.DESCRIBE)
+        }
+        changed = False
+        if getattr(request, "allow_auto_topic_creation", False) and ctx.api_version >= 4:
+            if not all(self._may_create(who, n) for n in named if n not in codes):
+                request.allow_auto_topic_creation = False
+                changed = True
+        if codes:
+            return refuse_topics(ctx, request, codes, answer_when_empty=ctx.api_version == 0)
+        return forward(request) if changed else FORWARD
+
+    # -- responses -----------------------------------------------------------------------------------
+    def merge(self, ctx: FilterContext, response: Any) -> Result:
+        """The error entries a request hook kept back, appended to the broker's answer."""
+        result = merge_refused(ctx, response)
+        pending = ctx.state.get(_STATE) if ctx.state else None
+        if pending is None:
+            return result
+        attr, entries = pending
+        setattr(response, attr, list(getattr(response, attr) or []) + list(entries))
+        return forward(response)
+
+    def _describe(self, ctx: FilterContext) -> Callable[[str], bool]:
+        who = self._who(ctx.connection)
+        return lambda name: self.rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+
+    def described_topics(self, ctx: FilterContext, response: Any) -> Result:
+        """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does)."""
+        request = ctx.request
+        asked_ids: frozenset[UUID] = frozenset()
+        changed = False
+        if ctx.api_key == ApiKey.METADATA:
+            asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
+            if not asked_for_all:
+                asked_ids = frozenset(t.topic_id for t in request.topics if getattr(t, "topic_id", _ZERO).int)
+                if not request.topics and response.topics:
+                    response.topics, changed = [], True
+        else:
+            asked_for_all = request is None or not request.topics
+        kept = hide_described_topics(response.topics, self._describe(ctx), asked_for_all, asked_ids)
+        if kept is not None:
+            response.topics, changed = kept, True
+        if ctx.api_key == ApiKey.METADATA and merge_refused(ctx, response) is not FORWARD:
+            changed = True
+        return forward(response) if changed else FORWARD
+
+    def created_topics(self, ctx: FilterContext, response: Any) -> Result:
+        """CreateTopics: no existence oracle, no configs without describe_configs; then merge refusals."""
+        who = self._who(ctx.connection)
+        changed = False
+        for t in response.topics:
+            if not self.rules.allowed(who, Res.TOPIC, t.name, Op.DESCRIBE):
+                if t.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                    t.error_code, t.error_message, changed = TOPIC_DENIED, DENIED_MESSAGE, True
+            if t.configs and not self.rules.allowed(who, Res.TOPIC, t.name, Op.DESCRIBE_CONFIGS):
+                t.configs, t.topic_config_error_code, changed = [], TOPIC_DENIED, True
+        merged = self.merge(ctx, response)
+        return forward(response) if changed or merged is not FORWARD else FORWARD
+
+    def offset_fetch_response(self, ctx: FilterContext, response: Any) -> Any:
+        """Committed offsets of topics the client may not describe are hidden; ids resolved first."""
+        self.merge(ctx, response)  # groups refused up front come back as error entries
+        keys = offset_fetch_topic_keys(response, ctx.api_version)
+        names, missing = known_names(ctx, keys)
+        if missing:
+            return self._offset_fetch_after_lookup(ctx, response, names, missing)
+        return self._hide_offsets(ctx, response, names, ())
+
+    async def _offset_fetch_after_lookup(
+        self, ctx: FilterContext, response: Any, names: dict[TopicKey, str], missing: list[UUID]
+    ) -> Result:
+        unresolved = await look_up(ctx, names, missing)
+        return self._hide_offsets(ctx, response, names, unresolved)
+
+    def _hide_offsets(
+        self, ctx: FilterContext, response: Any, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]
+    ) -> Result:
+        allowed = self._describe(ctx)
+        codes: dict[str | UUID, int] = {k: TOPIC_DENIED for k, n in names.items() if not allowed(n)}
+        codes.update({u: self._unresolved_code for u in unresolved})
+        hide_offsets(ctx.request, response, ctx.api_version, codes)
+        return forward(response)
+
+    def transactions(self, ctx: FilterContext, response: Any) -> Result:
+        merged = self.merge(ctx, response)
+        changed = hide_transaction_topics(response, self._describe(ctx))
+        return forward(response) if changed or merged is not FORWARD else FORWARD
+
+    def group_descriptions(self, ctx: FilterContext, response: Any) -> Result:
+        merged = self.merge(ctx, response)
+        allowed = self._describe(ctx)
+        if ctx.api_key == ApiKey.DESCRIBE_GROUPS:
+            changed = refuse_classic_groups_with_denied_assignments(response, allowed)
+        else:
+            changed = refuse_groups_with_denied_assignments(response, allowed)
+        return forward(response) if changed or merged is not FORWARD else FORWARD
+
+    def log_dirs(self, ctx: FilterContext, response: Any) -> Result:
+        return forward(response) if hide_log_dir_topics(response, self._describe(ctx)) else FORWARD
+
+    def list_groups(self, ctx: FilterContext, response: Any) -> Result:
+        """ListGroups: every group with describe on the cluster (as Kafka), else those the client may describe."""
+        who = self._who(ctx.connection)
+        if self.rules.allowed(who, Res.CLUSTER, CLUSTER_NAME, Op.DESCRIBE):
+            return FORWARD
+        kept = [g for g in response.groups if self.rules.allowed(who, Res.GROUP, g.group_id, Op.DESCRIBE)]
+        if len(kept) == len(response.groups):
+            return FORWARD
+        response.groups = kept
+        return forward(response)
+
+    def list_transactions(self, ctx: FilterContext, response: Any) -> Result:
+        who = self._who(ctx.connection)
+        states = response.transaction_states
+        kept = [s for s in states if self.rules.allowed(who, Res.TRANSACTIONAL_ID, s.transactional_id, Op.DESCRIBE)]
+        if len(kept) == len(states):
+            return FORWARD
+        response.transaction_states = kept
+        return forward(response)
+
+    # -- hook registration ---------------------------------------------------------------------
+    for _key in sorted(api.API_INFO):
+        if _key in UNCHECKED:
+            continue
+        if _key in TABLE:
+            check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)
+        else:  # pragma: no cover - the table is total (tests/filters/test_acl_table.py)
+            unchecked = on_request(_key)(unchecked)
+    for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS):
+        described_topics = on_response(_key)(described_topics)
+    created_topics = on_response(ApiKey.CREATE_TOPICS)(created_topics)
+    offset_fetch_response = on_response(ApiKey.OFFSET_FETCH)(offset_fetch_response)
+    transactions = on_response(ApiKey.DESCRIBE_TRANSACTIONS)(transactions)
+    for _key in (ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE):
+        group_descriptions = on_response(_key)(group_descriptions)
+    log_dirs = on_response(ApiKey.DESCRIBE_LOG_DIRS)(log_dirs)
+    list_groups = on_response(ApiKey.LIST_GROUPS)(list_groups)
+    list_transactions = on_response(ApiKey.LIST_TRANSACTIONS)(list_transactions)
+    for _key in (
+        ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.DELETE_TOPICS,
+        ApiKey.DELETE_RECORDS, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE,
+        ApiKey.DESCRIBE_PRODUCERS, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.ELECT_LEADERS,
+        ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
+        ApiKey.DELETE_GROUPS, ApiKey.FIND_COORDINATOR,
+    ):
+        merge = on_response(_key, needs_state=True)(merge)
+    del _key
+
+
