@@ -33,6 +33,7 @@ Bad input closes only this connection, with a ``CloseReason`` and a log line nam
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -175,6 +176,9 @@ class ConnectionCore:
         self._max_frame = settings.max_frame_bytes
         self._inflight_paused = False
         self._answers_paused = False
+        #: who wants a report per finished exchange (filters/exchanges.py); None: nobody, and every
+        #: observation point below costs one ``is not None`` test
+        self._observer = cluster.exchange_observer
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -241,6 +245,8 @@ class ConnectionCore:
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
         self._flush()
+        if self._observer is not None:
+            self._unanswered()
         self._to(Event.CLOSE)
         self.backlog.clear()
         self._backlog_bytes = 0
@@ -347,8 +353,13 @@ class ConnectionCore:
         if prefix.acks == 0:
             self._acks0.append(cid)
             self._send_up(head)
+            if self._observer is not None:
+                self._observe_acks0(cid, version, head, size + 4)
         else:
-            self._forward(head, self._exchange(cid, PRODUCE, version, None, ctx._state))
+            ex = self._exchange(cid, PRODUCE, version, None, ctx._state)
+            if self._observer is not None:
+                self._observe_start(ex, head, size + 4)
+            self._forward(head, ex)
         self._req_stream_left = size + 4 - len(head)
         return True
 
@@ -498,6 +509,8 @@ class ConnectionCore:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
                 self._acks0.append(cid)
+                if self._observer is not None:
+                    self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
                 return  # acks=0: the broker sends no response, so nothing waits for one
         request = None
         if plan is _OBSERVE:
@@ -506,6 +519,8 @@ class ConnectionCore:
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(frame, api_key, version)
         ex = Exchange(cid, api_key, version, request, None, answer_plan)
+        if self._observer is not None:
+            self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)
         self.upstream_waiting.append(ex)
 
@@ -638,20 +653,31 @@ class ConnectionCore:
             self._filter_failed(api_key, version, decision.error)
             return
         acks0 = api_key == PRODUCE and msg.acks == 0
+        observed = self._observer is not None
         try:
             if verdict is Verdict.FORWARD:
+                original = frame
                 if decision.changed:
                     frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
                 if acks0:
                     self._acks0.append(cid)
                     self._send_up(frame)
+                    if observed:
+                        self._observe_acks0(cid, version, original, len(original), msg, ctx._state)
                 else:
-                    self._forward(frame, self._exchange(cid, api_key, version, msg, ctx._state))
+                    ex = self._exchange(cid, api_key, version, msg, ctx._state)
+                    if observed:
+                        self._observe_start(ex, original, len(original))
+                    self._forward(frame, ex)
             elif verdict is Verdict.RESPOND:
                 if acks0:
+                    if observed:
+                        self._observe_acks0(cid, version, frame, len(frame), msg, ctx._state)
                     return  # the client expects no answer to acks=0
                 hv = api.response_header_version(api_key, version)
-                ex = Exchange(cid, api_key, version, msg)
+                ex = Exchange(cid, api_key, version, msg, ctx._state)
+                if observed:
+                    self._observe_start(ex, frame, len(frame))
                 ex.response = response_frame(cid, hv, decision.result.message.encode(version))  # type: ignore[union-attr]
                 self.pending.append(ex)
                 self._flush()
@@ -728,6 +754,8 @@ class ConnectionCore:
         self.pending.popleft()
         self._send_client(head)
         self._stream_left = size + 4 - len(head)
+        if self._observer is not None and ex.api_key != RAW_SASL:
+            self._observer(ex, self.info, head, size + 4, time.monotonic_ns())
         return True
 
     def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
@@ -900,11 +928,16 @@ class ConnectionCore:
         if self.closed or self.client_gone or self._stream_left:
             if self.client_gone:  # answers to a client that left: nobody to give them to
                 while pending and pending[0].response is not None:
-                    pending.popleft()
+                    gone = pending.popleft()
+                    if self._observer is not None and gone.api_key != RAW_SASL:
+                        self._observer(gone, self.info, None, None, time.monotonic_ns())
             return  # while a response streams through, nothing else may be written
         send = self._send_client
-        while pending and pending[0].response is not None:
-            send(pending.popleft().response)  # type: ignore[arg-type]
+        if self._observer is None:
+            while pending and pending[0].response is not None:
+                send(pending.popleft().response)  # type: ignore[arg-type]
+        else:
+            self._flush_observed(pending, send)
         if self._answers_paused and self._answers_waiting() <= self._max_queued:
             self._answers_paused = False
             self.out.resume_broker("answers-blocked")
@@ -919,3 +952,45 @@ class ConnectionCore:
         stop the very answers that drain the queue.
         """
         return len(self.pending) - len(self.upstream_waiting)
+
+    # -- exchange observation (filters/exchanges.py): only called while an observer is installed
+    def _observe_start(self, ex: Exchange, frame: memoryview | bytes, size: int) -> None:
+        """Stamp an exchange with what its observer reads: when, which bytes, how many."""
+        ex.t0_ns = time.monotonic_ns()
+        ex.req = frame
+        ex.req_bytes = size
+
+    def _observe_acks0(
+        self,
+        cid: int,
+        version: int,
+        frame: memoryview | bytes,
+        size: int,
+        request: Any = None,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        """An acks=0 Produce is an exchange without an answer: reported as soon as it went."""
+        ex = Exchange(cid, PRODUCE, version, request, state)
+        self._observe_start(ex, frame, size)
+        self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
+
+    def _flush_observed(self, pending: deque[Exchange], send: Any) -> None:
+        """``_flush``'s loop, reporting each answer as it is handed to the client."""
+        observe = self._observer
+        assert observe is not None
+        info = self.info
+        while pending and pending[0].response is not None:
+            ex = pending.popleft()
+            answer = ex.response
+            send(answer)
+            if ex.api_key != RAW_SASL:
+                observe(ex, info, answer, len(answer), time.monotonic_ns())  # type: ignore[arg-type]
+
+    def _unanswered(self) -> None:
+        """The connection closes: exchanges still owed an answer end without one."""
+        observe = self._observer
+        assert observe is not None
+        now = time.monotonic_ns()
+        for ex in self.pending:
+            if ex.api_key != RAW_SASL and ex.response is None:
+                observe(ex, self.info, None, None, now)
