@@ -1,0 +1,358 @@
+"""Building one audit event (schema v1, docs/audit-log.md) from a finished exchange.
+
+Runs on the audit writer thread: the event loop only queued references to the exchange and the
+frames it already had (``Captured``). Per-topic detail comes from:
+
+- Produce: the request, walked without copying records (audit_wire.py); errors from the answer.
+- Fetch: the request's topics (decoded: no records in a request) and, when the answer was whole,
+  the answer walked without copying records (bytes, records, per-partition codes). An answer
+  that streamed through (cut-through, larger than one read) was never held whole: its topics
+  carry ``bytes``/``records`` null and only its top-level error code is known.
+- ListOffsets, Metadata (topics asked for), OffsetCommit, DeleteTopics, DeleteRecords,
+  OffsetForLeaderEpoch, TxnOffsetCommit, ElectLeaders, OffsetDelete, DescribeProducers: decoded
+  request and answer (small messages); error codes per topic from the answer.
+- every other api key: ``topics`` is empty; ``error_code`` from the decoded answer.
+
+A name for a topic id is asked of ``names`` (the writer's memo, then kgate's resolver on the
+event loop) so the exchange itself never waited for it.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+from uuid import UUID
+
+from kgate.api import TOPIC_LISTS, ApiKey, ConnectionInfo, TopicNameError, topic_key
+from kgate.codec import api
+from kgate.codec.headers import HeaderError, parse_request_header, response_body_offset
+from kgate.filters.answer_errors import top_error_code
+from kgate.filters.builtin.audit_wire import TopicFacts, WireError, fetch_response_topics, produce_request_topics
+from kgate.filters.exchanges import POLICY_STATE_KEY, FinishedExchange
+
+SCHEMA = 1
+PRODUCE = int(ApiKey.PRODUCE)
+FETCH = int(ApiKey.FETCH)
+_ZERO = UUID(int=0)
+_LOOKUP_FAILED = -1  # kgate.api.LOOKUP_FAILED: the lookup itself failed
+
+
+class Captured:
+    """What the event loop hands the writer per exchange: references only, nothing decoded."""
+
+    __slots__ = ("address", "answer", "answer_bytes", "client_id", "end_ns", "ex", "facts", "held", "principal")
+
+    def __init__(
+        self,
+        ex: FinishedExchange,
+        info: ConnectionInfo,
+        answer: bytes | memoryview | None,
+        answer_bytes: int | None,
+        end_ns: int,
+    ) -> None:
+        self.ex = ex
+        self.address = info.client_address
+        self.client_id = info.client_id
+        self.principal = info.principal
+        self.answer = answer
+        self.answer_bytes = answer_bytes
+        self.end_ns = end_ns
+        self.facts: tuple[int | None, list[_Topic]] | None = None  # computed once, on the writer thread
+        self.held = len(ex.req) + (len(answer) if answer is not None else 0)  # bytes this event keeps alive
+
+
+#: id -> name, or a TopicNameError (unresolved, or the lookup failed)
+NameLookup = Callable[[Iterable[UUID]], "dict[UUID, str | TopicNameError]"]
+
+
+class _Topic:
+    __slots__ = ("bytes", "codes", "id", "name", "partitions", "records")
+
+    def __init__(self, key: str | UUID) -> None:
+        self.id: UUID | None = key if isinstance(key, UUID) else None
+        self.name: str | None = key if isinstance(key, str) else None
+        self.partitions = 0
+        self.bytes: int | None = None
+        self.records: int | None = None
+        self.codes: list[int] = []
+
+
+def topic_ids_of(c: Captured) -> list[UUID]:
+    """The topic ids an event will need names for (asked for in one batch per written chunk)."""
+    return [t.id for t in _topics(c)[1] if t.id is not None and t.name is None]
+
+
+def _whole(frame: bytes | memoryview | None, size: int | None) -> bool:
+    return frame is not None and size is not None and len(frame) == size
+
+
+def _request(c: Captured) -> Any:
+    ex = c.ex
+    if ex.request is not None:
+        return ex.request
+    if not _whole(ex.req, ex.req_bytes) or ex.api_key not in api.API_INFO:
+        return None
+    try:
+        header = parse_request_header(ex.req, api.request_header_version(ex.api_key, ex.api_version))
+        return api.decode_request(ex.api_key, ex.api_version, ex.req[header.body_offset :])
+    except (HeaderError, api.CodecError, ValueError):
+        return None
+
+
+def _answer(c: Captured) -> Any:
+    ex = c.ex
+    if not _whole(c.answer, c.answer_bytes) or ex.api_key not in api.API_INFO:
+        return None
+    assert c.answer is not None
+    try:
+        body = response_body_offset(c.answer, api.response_header_version(ex.api_key, ex.api_version))
+        return api.decode_response(ex.api_key, ex.api_version, c.answer[body:])
+    except (HeaderError, api.CodecError, ValueError):
+        return None
+
+
+def _codes(obj: Any) -> Iterator[int]:
+    """Every ``error_code`` in a decoded message, depth first (top level before topics and partitions)."""
+    fields = getattr(type(obj), "_FIELDS", None)
+    if fields is None:
+        return
+    code = getattr(obj, "error_code", None)
+    if isinstance(code, int):
+        yield code
+    for f in fields:
+        if f.struct is None:
+            continue
+        value = getattr(obj, f.name, None)
+        if value is None:
+            continue
+        for item in value if f.array else (value,):
+            yield from _codes(item)
+
+
+def _first_error(codes: Iterable[int]) -> int:
+    for code in codes:
+        if code:
+            return code
+    return 0
+
+
+def _partition_count(entry: Any) -> int:
+    for attr in ("partitions", "partition_data", "partition_indexes", "partition_responses"):
+        value = getattr(entry, attr, None)
+        if isinstance(value, list):
+            return len(value)
+    return 0
+
+
+def _topics(c: Captured) -> tuple[int | None, list[_Topic]]:
+    """The answer's first non-zero error code (None without an answer) and the per-topic facts.
+
+    Cached on the ``Captured`` (computed once for the id batch, once for the event).
+    """
+    if c.facts is None:
+        c.facts = _compute_topics(c)
+    return c.facts
+
+
+def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
+    ex = c.ex
+    key = ex.api_key
+    answered = c.answer is not None
+    topics: dict[str | UUID, _Topic] = {}
+    order: list[_Topic] = []
+
+    def topic(k: str | UUID) -> _Topic:
+        t = topics.get(k)
+        if t is None:
+            t = topics[k] = _Topic(k)
+            order.append(t)
+        return t
+
+    if key == PRODUCE:
+        facts: list[TopicFacts] = []
+        if ex.request is not None:
+            for e in ex.request.topic_data:
+                records = sum(_records_bytes(p.records) for p in e.partition_data)
+                facts.append((topic_key(e, "name"), len(e.partition_data), records, -1, []))
+        elif _whole(ex.req, ex.req_bytes):
+            try:
+                header = parse_request_header(ex.req, api.request_header_version(key, ex.api_version))
+                facts = produce_request_topics(ex.req, header.body_offset, ex.api_version)
+            except (HeaderError, WireError, ValueError):
+                facts = []
+        for k, parts, nbytes, records, _unused in facts:
+            t = topic(k)
+            t.partitions += parts
+            t.bytes = (t.bytes or 0) + nbytes
+            t.records = None if records < 0 else (t.records or 0) + records
+        answer = _answer(c) if answered else None
+        first = None
+        if answer is not None:
+            first = _first_error(_codes(answer))
+            for pos, e in enumerate(answer.responses):
+                k = topic_key(e, "name")
+                t = topics.get(k) or (order[pos] if pos < len(order) else topic(k))
+                for code in _codes(e):
+                    if code not in t.codes:
+                        t.codes.append(code)
+        elif answered and c.answer is not None:
+            first = top_error_code(key, ex.api_version, c.answer) or 0
+        return first, order
+
+    request = _request(c)
+    if key == FETCH:
+        if request is not None:
+            for e in request.topics:
+                t = topic(topic_key(e, "topic"))
+                t.partitions += len(e.partitions)
+        first = None
+        if answered and c.answer is not None:
+            if _whole(c.answer, c.answer_bytes):
+                try:
+                    body = response_body_offset(c.answer, api.response_header_version(key, ex.api_version))
+                    top, facts = fetch_response_topics(c.answer, body, ex.api_version)
+                except (HeaderError, WireError, ValueError):
+                    top, facts = top_error_code(key, ex.api_version, c.answer) or 0, []
+                first = top
+                for pos, (k, parts, nbytes, records, codes) in enumerate(facts):
+                    if isinstance(k, UUID) and k == _ZERO and pos < len(order):
+                        t = order[pos]  # Tansu answers an unknown id with a zero id: match by position
+                    else:
+                        t = topics.get(k) or topic(k)
+                        if not t.partitions:
+                            t.partitions = parts  # a fetch session's answer names topics the request did not
+                    t.bytes = (t.bytes or 0) + nbytes
+                    t.records = (t.records or 0) + records
+                    for code in codes:
+                        if code not in t.codes:
+                            t.codes.append(code)
+                if not first:
+                    first = _first_error(code for t in order for code in t.codes)
+            else:
+                first = top_error_code(key, ex.api_version, c.answer) or 0
+        return first, order
+
+    lists = TOPIC_LISTS.get(key)
+    if lists is not None and request is not None:
+        req_attr, name_attr, _resp_attr = lists
+        if key == int(ApiKey.DELETE_TOPICS) and not getattr(request, "topics", None):
+            for name in getattr(request, "topic_names", None) or []:
+                topic(name)
+        else:
+            for e in getattr(request, req_attr, None) or []:
+                try:
+                    k = topic_key(e, name_attr)
+                except TypeError:
+                    continue
+                if k is None:
+                    continue
+                topic(k).partitions += _partition_count(e)
+    first = None
+    if answered:
+        answer = _answer(c)
+        if answer is not None:
+            first = _first_error(_codes(answer))
+            if lists is not None:
+                for pos, e in enumerate(getattr(answer, lists[2], None) or []):
+                    try:
+                        k = topic_key(e)
+                    except TypeError:
+                        continue
+                    hit = topics.get(k)
+                    if hit is None and isinstance(k, UUID) and pos < len(order):
+                        hit = order[pos]
+                    if hit is None and isinstance(k, str) and pos < len(order) and order[pos].id is not None:
+                        hit = order[pos]
+                    if hit is None:
+                        continue  # not a topic the request named (e.g. Metadata for all topics)
+                    if isinstance(k, UUID) and hit.id is None:
+                        hit.id = k
+                    if isinstance(k, str) and k and hit.name is None:
+                        hit.name = k
+                    for code in _codes(e):
+                        if code not in hit.codes:
+                            hit.codes.append(code)
+        elif c.answer is not None:
+            first = top_error_code(key, ex.api_version, c.answer) or 0
+    return first, order
+
+
+def _records_bytes(records: Any) -> int:
+    if records is None:
+        return 0
+    try:
+        return len(records)
+    except TypeError:
+        return 0
+
+
+def build_event(
+    c: Captured,
+    *,
+    instance: str,
+    cluster: str,
+    wall_offset_ns: int,
+    names: dict[UUID, str | TopicNameError],
+) -> dict[str, Any]:
+    """The audit event of one exchange (docs/audit-log.md, schema v1).
+
+    ``wall_offset_ns`` turns the core's monotonic stamps into wall-clock time (one clock read per
+    exchange instead of two); ``names`` holds what was resolved for the event's topic ids.
+    """
+    ex = c.ex
+    first, topics = _topics(c)
+    info = api.API_INFO.get(ex.api_key)
+    client_id = c.client_id
+    if ex.req is not None and info is not None:
+        try:
+            header = parse_request_header(ex.req, api.request_header_version(ex.api_key, ex.api_version))
+            client_id = header.client_id
+        except (HeaderError, ValueError):
+            pass
+    answered = c.answer is not None and c.answer_bytes is not None
+    out_topics = []
+    for t in topics:
+        name, status = t.name, "given"
+        if t.id is not None and t.id == _ZERO:
+            t.id = None
+        if name is None:
+            found = names.get(t.id) if t.id is not None else None
+            if isinstance(found, str):
+                name, status = found, "resolved"
+            elif isinstance(found, TopicNameError) and found.code == _LOOKUP_FAILED:
+                status = "lookup_failed"
+            else:
+                status = "unresolved"
+        out_topics.append(
+            {
+                "id": _id_string(t.id) if t.id is not None else None,
+                "name": name,
+                "name_status": status,
+                "partitions": t.partitions,
+                "bytes": t.bytes,
+                "records": t.records,
+                "error_codes": t.codes if answered else [],
+            }
+        )
+    policy = ex.state.get(POLICY_STATE_KEY) if ex.state else None
+    return {
+        "schema": SCHEMA,
+        "time_us": (ex.t0_ns + wall_offset_ns) // 1000,
+        "instance": instance,
+        "cluster": cluster,
+        "client": {"address": c.address, "id": client_id, "principal": c.principal},
+        "api": {"key": ex.api_key, "name": info.name if info is not None else "unknown", "version": ex.api_version},
+        "correlation_id": ex.cid,
+        "error_code": (first or 0) if answered else None,
+        "latency_us": (c.end_ns - ex.t0_ns) // 1000 if answered else None,
+        "request_bytes": ex.req_bytes,
+        "response_bytes": c.answer_bytes if answered else None,
+        "topics": out_topics,
+        "policy": list(policy) if policy else None,
+    }
+
+
+def _id_string(topic_id: UUID) -> str:
+    """Kafka's string form of a topic id: URL-safe base64 of the 16 bytes, no padding."""
+    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
