@@ -64,19 +64,32 @@ class AuditFiles:
         self._finalize_orphans()
 
     # -- writing -----------------------------------------------------------------------------
-    def write(self, data: bytes) -> None:
-        """Append lines (each ending in ``\\n``); rotates first when the file is full or old. OSError on failure."""
-        if self._file is not None and (
-            (self._size + len(data) > self.max_file_bytes and self._size > 0)
-            or time.monotonic() - self._opened >= self.max_file_age_s
-        ):
-            self.rotate()
-        if self._file is None:
-            self._open()
-        assert self._file is not None
-        self._file.write(data)
-        self._file.flush()  # to the OS: a kgate crash loses nothing already handed to write()
-        self._size += len(data)
+    def write(self, lines: list[bytes]) -> None:
+        """Append lines (each ending in ``\\n``), rotating whenever the file is full or old. OSError on failure.
+
+        A file holds whole lines only, and at least one (a line larger than ``max_file_bytes`` gets
+        a file of its own).
+        """
+        start = 0
+        while start < len(lines):
+            if self._file is not None and time.monotonic() - self._opened >= self.max_file_age_s:
+                self.rotate()
+            if self._file is None:
+                self._open()
+            room = self.max_file_bytes - self._size
+            end = start
+            taken = 0
+            while end < len(lines) and (taken + len(lines[end]) <= room or (end == start and self._size == 0)):
+                taken += len(lines[end])
+                end += 1
+            if end == start:
+                self.rotate()  # full: the next line starts a new file
+                continue
+            assert self._file is not None
+            self._file.write(b"".join(lines[start:end]))
+            self._file.flush()  # to the OS: a kgate crash loses nothing already handed to write()
+            self._size += taken
+            start = end
 
     def tick(self) -> None:
         """Rotate a file that got old while no event came (called when the writer is idle)."""

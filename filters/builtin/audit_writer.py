@@ -145,7 +145,7 @@ class AuditWriter:
         if not lines:
             return
         try:
-            self.files.write(b"".join(lines))
+            self.files.write(lines)
             self.counters.written += len(lines)
         except OSError as exc:
             self.counters.write_errors += len(lines)
