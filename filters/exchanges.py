@@ -15,11 +15,13 @@ it exposes kgate's per-exchange plumbing, which plugins must not come to depend 
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 from uuid import UUID
 
-from kgate.api import ConnectionInfo, TopicNameError
+from kgate.api import ConnectionInfo, FilterContext, TopicNameError
+from kgate.codec import api
 
 
 class FinishedExchange(Protocol):
@@ -35,15 +37,51 @@ class FinishedExchange(Protocol):
     req_bytes: int  # the request frame's size on the wire, size prefix included
 
 
-#: ``(exchange, connection, answer, answer_bytes, end_ns)``: ``answer`` is the answer frame handed
-#: to the client, or its first bytes when it streamed through (cut-through), or None when there was
-#: none (acks=0 Produce, the connection closed first); ``answer_bytes`` its full size (None without
-#: one); ``end_ns`` time.monotonic_ns() when it was handed over (or given up).
-ExchangeObserver = Callable[[FinishedExchange, ConnectionInfo, "bytes | memoryview | None", "int | None", int], None]
+#: An answer as handed to the client: one frame, or the list of pieces it was forwarded in when it
+#: streamed through (cut-through: never held whole; the pieces are the forwarded buffers, not
+#: copies; fewer bytes than ``answer_bytes`` when the connection closed mid-answer).
+Answer = bytes | memoryview | list[bytes | memoryview]
+
+#: ``(exchange, connection, answer, answer_bytes, end_ns)``: ``answer`` is None when there was none
+#: (acks=0 Produce, the connection closed first); ``answer_bytes`` its full size (None without one);
+#: ``end_ns`` time.monotonic_ns() when its first byte was handed to the client (or it was given up).
+#: A streamed answer is reported when its last piece went, with the time of its first.
+ExchangeObserver = Callable[[FinishedExchange, ConnectionInfo, "Answer | None", "int | None", int], None]
 
 #: key in an exchange's ``state`` under which filters list the policy decisions that refused
 #: something (dicts with filter, decision, operation, resource_type, resource, error_code, reason)
 POLICY_STATE_KEY = "kgate.policy"
+
+
+def record_policy_decision(
+    ctx: FilterContext,
+    filter_name: str,
+    resource: str | UUID,
+    error_code: int,
+    reason: str,
+    *,
+    decision: str = "deny",
+    resource_type: str = "topic",
+) -> None:
+    """Note in the exchange's state that a policy refused ``resource`` (the audit log's ``policy``).
+
+    Call it only when something is refused: it creates the exchange's state, and the audit log
+    reads it when the exchange ends. Ids are written in Kafka's string form.
+    """
+    if isinstance(resource, UUID):
+        resource = base64.urlsafe_b64encode(resource.bytes).rstrip(b"=").decode("ascii")
+    info = api.API_INFO.get(ctx.api_key)
+    ctx.state.setdefault(POLICY_STATE_KEY, []).append(
+        {
+            "filter": filter_name,
+            "decision": decision,
+            "operation": info.name if info is not None else str(ctx.api_key),
+            "resource_type": resource_type,
+            "resource": resource,
+            "error_code": int(error_code),
+            "reason": reason,
+        }
+    )
 
 
 class ExchangeServices(Protocol):

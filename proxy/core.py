@@ -179,6 +179,8 @@ class ConnectionCore:
         #: who wants a report per finished exchange (filters/exchanges.py); None: nobody, and every
         #: observation point below costs one ``is not None`` test
         self._observer = cluster.exchange_observer
+        #: a streaming answer being observed: (exchange, pieces so far, size, when its head went)
+        self._streamed: tuple[Exchange, list[bytes | memoryview], int, int] | None = None
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -755,7 +757,8 @@ class ConnectionCore:
         self._send_client(head)
         self._stream_left = size + 4 - len(head)
         if self._observer is not None and ex.api_key != RAW_SASL:
-            self._observer(ex, self.info, head, size + 4, time.monotonic_ns())
+            # reported once its last byte went: observers get every piece (not copied)
+            self._streamed = (ex, [head], size + 4, time.monotonic_ns())
         return True
 
     def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
@@ -765,14 +768,20 @@ class ConnectionCore:
             self._stream_left = n - len(data)
             if not self.client_gone:
                 self._send_client(data)
+            piece: bytes | memoryview = data
             rest: bytes | memoryview = b""
         else:
             view = memoryview(data)
+            piece = view[:n]
             if not self.client_gone:
-                self._send_client(view[:n])
+                self._send_client(piece)
             self._stream_left = 0
             rest = view[n:]
+        if self._streamed is not None:
+            self._streamed[1].append(piece)
         if self._stream_left == 0:
+            if self._streamed is not None:
+                self._end_stream()
             self._flush()  # answers that queued behind the streamed one
         return rest
 
@@ -986,10 +995,19 @@ class ConnectionCore:
             if ex.api_key != RAW_SASL:
                 observe(ex, info, answer, len(answer), time.monotonic_ns())  # type: ignore[arg-type]
 
+    def _end_stream(self) -> None:
+        """A streamed answer's last byte went (or the connection closed first: pieces missing)."""
+        assert self._streamed is not None and self._observer is not None
+        ex, pieces, size, end_ns = self._streamed
+        self._streamed = None
+        self._observer(ex, self.info, pieces, size, end_ns)
+
     def _unanswered(self) -> None:
         """The connection closes: exchanges still owed an answer end without one."""
         observe = self._observer
         assert observe is not None
+        if self._streamed is not None:
+            self._end_stream()
         now = time.monotonic_ns()
         for ex in self.pending:
             if ex.api_key != RAW_SASL and ex.response is None:

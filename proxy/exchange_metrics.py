@@ -30,7 +30,7 @@ from kgate.api import ConnectionInfo
 from kgate.codec import api
 from kgate.codec.error_codes import ErrorCode
 from kgate.filters.answer_errors import top_error_code
-from kgate.filters.exchanges import FinishedExchange
+from kgate.filters.exchanges import Answer, FinishedExchange
 
 #: upper bounds of the latency buckets, seconds (Kafka round trips: sub-ms Metadata to 30 s long polls)
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -70,7 +70,7 @@ class ExchangeMetrics:
         self,
         ex: FinishedExchange,
         info: ConnectionInfo,
-        answer: bytes | memoryview | None,
+        answer: Answer | None,
         answer_bytes: int | None,
         end_ns: int,
     ) -> None:
@@ -85,7 +85,8 @@ class ExchangeMetrics:
         row[bisect_left(_BOUNDS_NS, took)] += 1
         row[_SUM] += took
         row[_RESP] += answer_bytes
-        code = top_error_code(ex.api_key, ex.api_version, answer) if key != UNKNOWN_API else None
+        head = answer[0] if type(answer) is list else answer
+        code = top_error_code(ex.api_key, ex.api_version, head) if key != UNKNOWN_API else None  # type: ignore[arg-type]
         self.answers[(key, code or 0)] += 1
 
 

@@ -20,18 +20,28 @@ event loop) so the exchange itself never waited for it.
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from uuid import UUID
 
 from kgate.api import TOPIC_LISTS, ApiKey, ConnectionInfo, TopicNameError, topic_key
 from kgate.codec import api
-from kgate.codec.headers import HeaderError, parse_request_header, response_body_offset
+from kgate.codec.headers import HeaderError, RequestHeader, parse_request_header, response_body_offset
 from kgate.filters.answer_errors import top_error_code
-from kgate.filters.builtin.audit_wire import TopicFacts, WireError, fetch_response_topics, produce_request_topics
-from kgate.filters.exchanges import POLICY_STATE_KEY, FinishedExchange
+from kgate.filters.builtin.audit_wire import (
+    Chunks,
+    TopicFacts,
+    WireError,
+    body_offset,
+    fetch_response_topics,
+    produce_request_topics,
+    produce_response_topics,
+)
+from kgate.filters.exchanges import POLICY_STATE_KEY, Answer, FinishedExchange
 
 SCHEMA = 1
+_str: Callable[[str], str] = json.encoder.encode_basestring  # the C escaper
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
 _ZERO = UUID(int=0)
@@ -41,13 +51,24 @@ _LOOKUP_FAILED = -1  # kgate.api.LOOKUP_FAILED: the lookup itself failed
 class Captured:
     """What the event loop hands the writer per exchange: references only, nothing decoded."""
 
-    __slots__ = ("address", "answer", "answer_bytes", "client_id", "end_ns", "ex", "facts", "held", "principal")
+    __slots__ = (
+        "address",
+        "answer",
+        "answer_bytes",
+        "client_id",
+        "end_ns",
+        "ex",
+        "facts",
+        "header",
+        "held",
+        "principal",
+    )
 
     def __init__(
         self,
         ex: FinishedExchange,
         info: ConnectionInfo,
-        answer: bytes | memoryview | None,
+        answer: Answer | None,
         answer_bytes: int | None,
         end_ns: int,
     ) -> None:
@@ -55,11 +76,16 @@ class Captured:
         self.address = info.client_address
         self.client_id = info.client_id
         self.principal = info.principal
-        self.answer = answer
+        self.answer: Answer | Chunks | None = answer  # a list becomes Chunks or bytes on the writer thread
         self.answer_bytes = answer_bytes
         self.end_ns = end_ns
         self.facts: tuple[int | None, list[_Topic]] | None = None  # computed once, on the writer thread
-        self.held = len(ex.req) + (len(answer) if answer is not None else 0)  # bytes this event keeps alive
+        self.header: RequestHeader | bool | None = False  # False: not parsed yet
+        if type(answer) is list:  # streamed through in pieces: kept as they were forwarded
+            held = sum(len(p) for p in answer)
+        else:
+            held = 0 if answer is None else len(answer)
+        self.held = len(ex.req) + held  # bytes this event keeps alive
 
 
 #: id -> name, or a TopicNameError (unresolved, or the lookup failed)
@@ -83,20 +109,33 @@ def topic_ids_of(c: Captured) -> list[UUID]:
     return [t.id for t in _topics(c)[1] if t.id is not None and t.name is None]
 
 
-def _whole(frame: bytes | memoryview | None, size: int | None) -> bool:
-    return frame is not None and size is not None and len(frame) == size
+def _whole(frame: Answer | Chunks | None, size: int | None) -> bool:
+    return frame is not None and not isinstance(frame, list) and size is not None and len(frame) == size
+
+
+def _header(c: Captured) -> RequestHeader | None:
+    """The request's header (parsed once per event), None when kgate cannot read it."""
+    if c.header is False:
+        ex = c.ex
+        c.header = None
+        if ex.api_key in api.API_INFO:
+            try:
+                c.header = parse_request_header(ex.req, api.request_header_version(ex.api_key, ex.api_version))
+            except (HeaderError, ValueError):
+                pass
+    return c.header  # type: ignore[return-value]
 
 
 def _request(c: Captured) -> Any:
     ex = c.ex
     if ex.request is not None:
         return ex.request
-    if not _whole(ex.req, ex.req_bytes) or ex.api_key not in api.API_INFO:
+    header = _header(c)
+    if header is None or not _whole(ex.req, ex.req_bytes):
         return None
     try:
-        header = parse_request_header(ex.req, api.request_header_version(ex.api_key, ex.api_version))
         return api.decode_request(ex.api_key, ex.api_version, ex.req[header.body_offset :])
-    except (HeaderError, api.CodecError, ValueError):
+    except (api.CodecError, ValueError):
         return None
 
 
@@ -104,29 +143,45 @@ def _answer(c: Captured) -> Any:
     ex = c.ex
     if not _whole(c.answer, c.answer_bytes) or ex.api_key not in api.API_INFO:
         return None
-    assert c.answer is not None
+    answer = c.answer
+    assert answer is not None and not isinstance(answer, list | Chunks)
     try:
-        body = response_body_offset(c.answer, api.response_header_version(ex.api_key, ex.api_version))
-        return api.decode_response(ex.api_key, ex.api_version, c.answer[body:])
+        body = response_body_offset(answer, api.response_header_version(ex.api_key, ex.api_version))
+        return api.decode_response(ex.api_key, ex.api_version, answer[body:])
     except (HeaderError, api.CodecError, ValueError):
         return None
 
 
+_CODE_FIELDS: dict[type, tuple[bool, tuple[tuple[str, bool], ...]]] = {}
+
+
+def _code_fields(cls: type) -> tuple[bool, tuple[tuple[str, bool], ...]]:
+    """Whether ``cls`` has an ``error_code``, and its struct fields whose subtree has one (cached)."""
+    found = _CODE_FIELDS.get(cls)
+    if found is None:
+        fields = getattr(cls, "_FIELDS", ())
+        own = any(f.name == "error_code" and f.struct is None for f in fields)
+        subs = tuple(
+            (f.name, bool(f.array))
+            for f in fields
+            if f.struct is not None and (_code_fields(f.struct)[0] or _code_fields(f.struct)[1])
+        )
+        found = _CODE_FIELDS[cls] = (own, subs)
+    return found
+
+
 def _codes(obj: Any) -> Iterator[int]:
     """Every ``error_code`` in a decoded message, depth first (top level before topics and partitions)."""
-    fields = getattr(type(obj), "_FIELDS", None)
-    if fields is None:
-        return
-    code = getattr(obj, "error_code", None)
-    if isinstance(code, int):
-        yield code
-    for f in fields:
-        if f.struct is None:
-            continue
-        value = getattr(obj, f.name, None)
+    own, subs = _code_fields(type(obj))
+    if own:
+        code = obj.error_code
+        if isinstance(code, int):
+            yield code
+    for name, array in subs:
+        value = getattr(obj, name, None)
         if value is None:
             continue
-        for item in value if f.array else (value,):
+        for item in value if array else (value,):
             yield from _codes(item)
 
 
@@ -151,6 +206,9 @@ def _topics(c: Captured) -> tuple[int | None, list[_Topic]]:
     Cached on the ``Captured`` (computed once for the id batch, once for the event).
     """
     if c.facts is None:
+        if type(c.answer) is list:
+            # a streamed answer: Fetch is walked in place; anything else (rare, small) joined
+            c.answer = Chunks(c.answer) if c.ex.api_key == FETCH else b"".join(c.answer)
         c.facts = _compute_topics(c)
     return c.facts
 
@@ -175,29 +233,32 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
             for e in ex.request.topic_data:
                 records = sum(_records_bytes(p.records) for p in e.partition_data)
                 facts.append((topic_key(e, "name"), len(e.partition_data), records, -1, []))
-        elif _whole(ex.req, ex.req_bytes):
+        elif _whole(ex.req, ex.req_bytes) and (header := _header(c)) is not None:
             try:
-                header = parse_request_header(ex.req, api.request_header_version(key, ex.api_version))
                 facts = produce_request_topics(ex.req, header.body_offset, ex.api_version)
-            except (HeaderError, WireError, ValueError):
+            except (WireError, ValueError):
                 facts = []
         for k, parts, nbytes, records, _unused in facts:
             t = topic(k)
             t.partitions += parts
             t.bytes = (t.bytes or 0) + nbytes
             t.records = None if records < 0 else (t.records or 0) + records
-        answer = _answer(c) if answered else None
         first = None
-        if answer is not None:
-            first = _first_error(_codes(answer))
-            for pos, e in enumerate(answer.responses):
-                k = topic_key(e, "name")
+        answer = c.answer
+        if answered and isinstance(answer, bytes | memoryview) and _whole(answer, c.answer_bytes):
+            try:
+                body = response_body_offset(answer, api.response_header_version(key, ex.api_version))
+                answered_topics = produce_response_topics(answer, body, ex.api_version)
+            except (HeaderError, WireError, ValueError):
+                answered_topics = []
+            for pos, (k, _parts, _nbytes, _records, codes) in enumerate(answered_topics):
                 t = topics.get(k) or (order[pos] if pos < len(order) else topic(k))
-                for code in _codes(e):
+                for code in codes:
                     if code not in t.codes:
                         t.codes.append(code)
-        elif answered and c.answer is not None:
-            first = top_error_code(key, ex.api_version, c.answer) or 0
+            first = _first_error(code for t in order for code in t.codes)
+        elif answered:
+            first = 0
         return first, order
 
     request = _request(c)
@@ -207,13 +268,14 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
                 t = topic(topic_key(e, "topic"))
                 t.partitions += len(e.partitions)
         first = None
-        if answered and c.answer is not None:
-            if _whole(c.answer, c.answer_bytes):
+        answer = c.answer
+        if answered and isinstance(answer, bytes | memoryview | Chunks):
+            if _whole(answer, c.answer_bytes):
                 try:
-                    body = response_body_offset(c.answer, api.response_header_version(key, ex.api_version))
-                    top, facts = fetch_response_topics(c.answer, body, ex.api_version)
-                except (HeaderError, WireError, ValueError):
-                    top, facts = top_error_code(key, ex.api_version, c.answer) or 0, []
+                    body = body_offset(answer, api.response_header_version(key, ex.api_version))
+                    top, facts = fetch_response_topics(answer, body, ex.api_version)
+                except (WireError, ValueError, IndexError):
+                    top, facts = _top_error(c), []
                 first = top
                 for pos, (k, parts, nbytes, records, codes) in enumerate(facts):
                     if isinstance(k, UUID) and k == _ZERO and pos < len(order):
@@ -230,7 +292,7 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
                 if not first:
                     first = _first_error(code for t in order for code in t.codes)
             else:
-                first = top_error_code(key, ex.api_version, c.answer) or 0
+                first = _top_error(c)
         return first, order
 
     lists = TOPIC_LISTS.get(key)
@@ -252,30 +314,51 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
     if answered:
         answer = _answer(c)
         if answer is not None:
-            first = _first_error(_codes(answer))
-            if lists is not None:
-                for pos, e in enumerate(getattr(answer, lists[2], None) or []):
-                    try:
-                        k = topic_key(e)
-                    except TypeError:
-                        continue
-                    hit = topics.get(k)
-                    if hit is None and isinstance(k, UUID) and pos < len(order):
-                        hit = order[pos]
-                    if hit is None and isinstance(k, str) and pos < len(order) and order[pos].id is not None:
-                        hit = order[pos]
-                    if hit is None:
-                        continue  # not a topic the request named (e.g. Metadata for all topics)
-                    if isinstance(k, UUID) and hit.id is None:
-                        hit.id = k
-                    if isinstance(k, str) and k and hit.name is None:
-                        hit.name = k
-                    for code in _codes(e):
-                        if code not in hit.codes:
-                            hit.codes.append(code)
+            if lists is None:
+                first = _first_error(_codes(answer))
+            else:
+                own = getattr(answer, "error_code", 0)
+                first = own if isinstance(own, int) else 0
+                _answer_topics(answer, lists[2], topics, order)
+                if not first:
+                    first = _first_error(code for t in order for code in t.codes)
         elif c.answer is not None:
-            first = top_error_code(key, ex.api_version, c.answer) or 0
+            first = _top_error(c)
     return first, order
+
+
+def _top_error(c: Captured) -> int:
+    """The answer's top-level error code from its first bytes (0 when it has none there)."""
+    answer = c.answer
+    if isinstance(answer, Chunks):
+        answer = answer.get(0, min(len(answer), 64))
+    if not isinstance(answer, bytes | memoryview):
+        return 0
+    return top_error_code(c.ex.api_key, c.ex.api_version, answer) or 0
+
+
+def _answer_topics(answer: Any, attr: str, topics: dict[str | UUID, _Topic], order: list[_Topic]) -> None:
+    """Error codes of the answer's topic entries that match a topic the request named.
+
+    Entries the request did not name (Metadata asked for every topic) are not walked at all.
+    """
+    for pos, e in enumerate(getattr(answer, attr, None) or []):
+        try:
+            k = topic_key(e)
+        except TypeError:
+            continue
+        hit = topics.get(k)
+        if hit is None and pos < len(order) and (isinstance(k, UUID) or order[pos].id is not None):
+            hit = order[pos]  # an id the answer zeroed (Tansu), or a name for an id asked for
+        if hit is None:
+            continue
+        if isinstance(k, UUID) and hit.id is None:
+            hit.id = k
+        if isinstance(k, str) and k and hit.name is None:
+            hit.name = k
+        for code in _codes(e):
+            if code not in hit.codes:
+                hit.codes.append(code)
 
 
 def _records_bytes(records: Any) -> int:
@@ -303,13 +386,8 @@ def build_event(
     ex = c.ex
     first, topics = _topics(c)
     info = api.API_INFO.get(ex.api_key)
-    client_id = c.client_id
-    if ex.req is not None and info is not None:
-        try:
-            header = parse_request_header(ex.req, api.request_header_version(ex.api_key, ex.api_version))
-            client_id = header.client_id
-        except (HeaderError, ValueError):
-            pass
+    header = _header(c)
+    client_id = header.client_id if header is not None else c.client_id
     answered = c.answer is not None and c.answer_bytes is not None
     out_topics = []
     for t in topics:
@@ -356,3 +434,42 @@ def build_event(
 def _id_string(topic_id: UUID) -> str:
     """Kafka's string form of a topic id: URL-safe base64 of the 16 bytes, no padding."""
     return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+
+
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _j(value: Any) -> str:
+    """One JSON scalar: strings through the C escaper, ints as they print, None as null."""
+    if value is None:
+        return "null"
+    if type(value) is str:
+        return _str(value)
+    return str(int(value))
+
+
+def encode_event(e: dict[str, Any]) -> bytes:
+    """The event as one JSON line (``\\n`` included), for the schema's fixed shape.
+
+    ``json.dumps`` of an event costs ~6 us here (it walks a dict of dicts generically); writing
+    the known shape with f-strings and the C string escaper costs about a third of that, and it
+    is the writer thread's largest single cost per event. Equal to ``json.dumps(e)`` parsed back
+    (tests/filters/test_audit_log_unit.py checks it); ``policy`` entries go through ``json``.
+    """
+    client, a = e["client"], e["api"]
+    topics = ",".join(
+        f'{{"id":{_j(t["id"])},"name":{_j(t["name"])},"name_status":"{t["name_status"]}",'
+        f'"partitions":{t["partitions"]},"bytes":{_j(t["bytes"])},"records":{_j(t["records"])},'
+        f'"error_codes":[{",".join(str(c) for c in t["error_codes"])}]}}'
+        for t in e["topics"]
+    )
+    policy = "null" if e["policy"] is None else _JSON(e["policy"])
+    line = (
+        f'{{"schema":{e["schema"]},"time_us":{e["time_us"]},"instance":{_str(e["instance"])},'
+        f'"cluster":{_str(e["cluster"])},"client":{{"address":{_j(client["address"])},"id":{_j(client["id"])},'
+        f'"principal":{_j(client["principal"])}}},"api":{{"key":{a["key"]},"name":{_str(a["name"])},'
+        f'"version":{a["version"]}}},"correlation_id":{e["correlation_id"]},"error_code":{_j(e["error_code"])},'
+        f'"latency_us":{_j(e["latency_us"])},"request_bytes":{e["request_bytes"]},'
+        f'"response_bytes":{_j(e["response_bytes"])},"topics":[{topics}],"policy":{policy}}}\n'
+    )
+    return line.encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \\u escape

@@ -12,11 +12,9 @@ topic name (str) or id (UUID), and raises ``WireError`` on a frame it cannot fol
 
 from __future__ import annotations
 
-import struct
+from bisect import bisect_right
+from collections.abc import Callable
 from uuid import UUID
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
 
 TopicFacts = tuple["str | UUID", int, int, int, list[int]]
 
@@ -25,38 +23,83 @@ class WireError(ValueError):
     """A frame shorter than its fields say, or otherwise not what its version promises."""
 
 
-class _Reader:
-    __slots__ = ("buf", "flex", "pos")
+class Chunks:
+    """A frame that arrived as several pieces (an answer that streamed through kgate), read in
+    place: the pieces are the very buffers kgate forwarded, and joining them would copy every
+    record byte (~0.1 ms per MiB) to read a few hundred bytes of headers."""
 
-    def __init__(self, buf: bytes | memoryview, pos: int, flex: bool) -> None:
-        self.buf = buf
+    __slots__ = ("_len", "_pieces", "_starts")
+
+    def __init__(self, pieces: list[bytes | memoryview]) -> None:
+        self._pieces = pieces
+        self._starts: list[int] = []
+        pos = 0
+        for piece in pieces:
+            self._starts.append(pos)
+            pos += len(piece)
+        self._len = pos
+
+    def __len__(self) -> int:
+        return self._len
+
+    def get(self, pos: int, n: int) -> bytes | memoryview:
+        i = bisect_right(self._starts, pos) - 1
+        off = pos - self._starts[i]
+        piece = self._pieces[i]
+        if off + n <= len(piece):
+            return piece[off : off + n]
+        out = bytearray()
+        while n > 0:
+            if i >= len(self._pieces):
+                raise WireError("frame ends early")
+            piece = self._pieces[i]
+            take = min(n, len(piece) - off)
+            out += piece[off : off + take]
+            n -= take
+            i += 1
+            off = 0
+        return bytes(out)
+
+
+Buffer = bytes | memoryview | Chunks
+
+
+def _getter(buf: Buffer) -> Callable[[int, int], bytes | memoryview]:
+    if isinstance(buf, Chunks):
+        return buf.get
+    view = memoryview(buf)
+    return lambda pos, n: view[pos : pos + n]
+
+
+class _Reader:
+    __slots__ = ("end", "flex", "get", "pos")
+
+    def __init__(self, buf: Buffer, pos: int, flex: bool) -> None:
+        self.get = _getter(buf)
+        self.end = len(buf)
         self.pos = pos
         self.flex = flex
 
     def _need(self, n: int) -> int:
         p = self.pos
-        if p + n > len(self.buf):
+        if p + n > self.end:
             raise WireError("frame ends early")
         self.pos = p + n
         return p
 
     def i16(self) -> int:
-        return int(_I16.unpack_from(self.buf, self._need(2))[0])
+        return int.from_bytes(self.get(self._need(2), 2), "big", signed=True)
 
     def i32(self) -> int:
-        return int(_I32.unpack_from(self.buf, self._need(4))[0])
+        return int.from_bytes(self.get(self._need(4), 4), "big", signed=True)
 
     def skip(self, n: int) -> None:
         self._need(n)
 
     def uvarint(self) -> int:
         shift = value = 0
-        buf = self.buf
         while True:
-            if self.pos >= len(buf):
-                raise WireError("frame ends inside a varint")
-            b = buf[self.pos]
-            self.pos += 1
+            b = self.get(self._need(1), 1)[0]
             value |= (b & 0x7F) << shift
             if not b & 0x80:
                 return value
@@ -74,12 +117,10 @@ class _Reader:
         n = self.uvarint() - 1 if self.flex else self.i16()
         if n < 0:
             return None
-        p = self._need(n)
-        return bytes(self.buf[p : p + n]).decode("utf-8", "replace")
+        return bytes(self.get(self._need(n), n)).decode("utf-8", "replace")
 
     def uuid(self) -> UUID:
-        p = self._need(16)
-        return UUID(bytes=bytes(self.buf[p : p + 16]))
+        return UUID(bytes=bytes(self.get(self._need(16), 16)))
 
     def tagged(self) -> None:
         if self.flex:
@@ -88,25 +129,34 @@ class _Reader:
                 self.skip(self.uvarint())
 
 
-def count_records(buf: bytes | memoryview, start: int, end: int) -> int:
+def body_offset(buf: Buffer, header_version: int) -> int:
+    """Where a response's body starts (after the correlation id, and the tagged fields of header v1)."""
+    r = _Reader(buf, 8, True)
+    if header_version >= 1:
+        r.tagged()
+    return r.pos
+
+
+def count_records(buf: Buffer, start: int, end: int) -> int:
     """Records in the record set ``buf[start:end]`` (batches' counts; 1 per legacy message)."""
+    get = _getter(buf)
     n = 0
     pos = start
     while pos + 17 <= end:
-        size = int(_I32.unpack_from(buf, pos + 8)[0])
+        size = int.from_bytes(get(pos + 8, 4), "big", signed=True)
         if size <= 0:
             break
-        if buf[pos + 16] >= 2:
+        if get(pos + 16, 1)[0] >= 2:
             if pos + 61 > end:
                 break
-            n += int(_I32.unpack_from(buf, pos + 57)[0])
+            n += int.from_bytes(get(pos + 57, 4), "big", signed=True)
         else:
             n += 1
         pos += 12 + size
     return n
 
 
-def produce_request_topics(frame: bytes | memoryview, body: int, version: int) -> list[TopicFacts]:
+def produce_request_topics(frame: Buffer, body: int, version: int) -> list[TopicFacts]:
     """Per topic of a whole Produce request: (name or id, partitions, record bytes, records, [])."""
     r = _Reader(frame, body, version >= 9)
     if version >= 3:
@@ -131,7 +181,7 @@ def produce_request_topics(frame: bytes | memoryview, body: int, version: int) -
     return topics
 
 
-def fetch_response_topics(frame: bytes | memoryview, body: int, version: int) -> tuple[int, list[TopicFacts]]:
+def fetch_response_topics(frame: Buffer, body: int, version: int) -> tuple[int, list[TopicFacts]]:
     """A whole Fetch answer: its top-level error code and, per topic, (name or id, partitions,
     record bytes, records, distinct partition error codes in order)."""
     r = _Reader(frame, body, version >= 12)
@@ -169,3 +219,34 @@ def fetch_response_topics(frame: bytes | memoryview, body: int, version: int) ->
         r.tagged()
         topics.append((key, parts, nbytes, records, codes))
     return top, topics
+
+
+def produce_response_topics(frame: Buffer, body: int, version: int) -> list[TopicFacts]:
+    """Per topic of a Produce answer: (name or id, partitions, 0, 0, distinct partition error codes).
+
+    A walk instead of a decode: the answer is small, but the generic decoder builds an object
+    per partition and the audit log needs only the codes (~3x cheaper measured on a 1-topic answer).
+    """
+    r = _Reader(frame, body, version >= 9)
+    topics: list[TopicFacts] = []
+    for _ in range(max(r.length(), 0)):
+        key: str | UUID = r.uuid() if version >= 13 else (r.string() or "")
+        parts = 0
+        codes: list[int] = []
+        for _ in range(max(r.length(), 0)):
+            r.skip(4)  # index
+            code = r.i16()
+            if code not in codes:
+                codes.append(code)
+            r.skip(8 + (8 if version >= 2 else 0) + (8 if version >= 5 else 0))
+            if version >= 8:
+                for _ in range(max(r.length(), 0)):  # record_errors
+                    r.skip(4)
+                    r.string()
+                    r.tagged()
+                r.string()  # error_message
+            r.tagged()
+            parts += 1
+        r.tagged()
+        topics.append((key, parts, 0, 0, codes))
+    return topics

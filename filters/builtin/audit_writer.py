@@ -18,7 +18,6 @@ the rest), exported at scrape time (audit_log.py).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -29,7 +28,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from kgate.api import LOOKUP_FAILED, TopicNameError
-from kgate.filters.builtin.audit_event import Captured, build_event, topic_ids_of
+from kgate.filters.builtin.audit_event import Captured, build_event, encode_event, topic_ids_of
 from kgate.filters.builtin.audit_files import AuditFiles
 
 log = logging.getLogger("kgate.audit")
@@ -138,7 +137,7 @@ class AuditWriter:
                 event = build_event(
                     c, instance=self.instance, cluster=self.cluster, wall_offset_ns=self._wall_offset_ns, names=names
                 )
-                lines.append(json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n")
+                lines.append(encode_event(event))
             except Exception:  # a bug in building one event must not stop the log
                 self.counters.build_errors += 1
                 log.exception("audit: cannot build the event of api key %d", c.ex.api_key)

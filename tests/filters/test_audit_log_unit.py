@@ -9,6 +9,7 @@ import json
 import os
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
@@ -120,7 +121,9 @@ def test_fetch_by_id_resolves_names_and_counts_response_records() -> None:
         max_wait_ms=500,
         min_bytes=1,
         topics=[
-            FetchTopic(topic_id=tid, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]),
+            FetchTopic(
+                topic_id=tid, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]
+            ),
             FetchTopic(topic_id=dead, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1)]),
         ],
     )
@@ -160,11 +163,44 @@ def test_streamed_fetch_answer_has_top_level_code_only() -> None:
     assert e["topics"][0]["bytes"] is None and e["topics"][0]["name_status"] == "lookup_failed"
 
 
+def test_streamed_fetch_answer_is_walked_across_its_pieces() -> None:
+    """An answer that streamed through arrives as the pieces kgate forwarded; fields that straddle
+    two pieces are read all the same, without joining the record bytes."""
+    tid = uuid4()
+    req = FetchRequest(max_wait_ms=1, min_bytes=1, topics=[FetchTopic(topic_id=tid, partitions=[FetchPartition()])])
+    batches = [record_batch([b"r%d" % i] * 7) for i in range(3)]
+    resp = FetchResponse(
+        error_code=0,
+        responses=[
+            FetchableTopicResponse(
+                topic_id=tid,
+                partitions=[PartitionData(partition_index=i, records=b) for i, b in enumerate(batches)],
+            )
+        ],
+    )
+    rs = response_bytes(FETCH, 15, resp)
+    rq = request_bytes(FETCH, 15, req)
+    for cuts in [(9,), (10, 11, 40), tuple(range(5, len(rs), 37))]:
+        bounds = [0, *cuts, len(rs)]
+        pieces: list[bytes | memoryview] = [memoryview(rs)[a:b] for a, b in pairwise(bounds)]
+        c = Captured(_exchange(FETCH, 15, rq), INFO, pieces, len(rs), 2_000_000_000)
+        e = _event(c, {tid: "t"})
+        (t,) = e["topics"]
+        assert t["records"] == 21 and t["bytes"] == sum(map(len, batches)) and t["error_codes"] == [0], cuts
+
+
 def test_policy_decisions_come_from_the_exchange_state() -> None:
     req, resp = _produce_frames(9, {"secret": [[b"v"]]}, {"secret": 29})
     ex = _exchange(PRODUCE, 9, req)
-    decision = {"filter": "topic-policy", "decision": "deny", "operation": "Produce", "resource_type": "topic",
-                "resource": "secret", "error_code": 29, "reason": "denied by topic-policy"}
+    decision = {
+        "filter": "topic-policy",
+        "decision": "deny",
+        "operation": "Produce",
+        "resource_type": "topic",
+        "resource": "secret",
+        "error_code": 29,
+        "reason": "denied by topic-policy",
+    }
     ex.state = {POLICY_STATE_KEY: [decision]}
     e = _event(Captured(ex, INFO, memoryview(resp), len(resp), ex.t0_ns + 1000))
     assert e["policy"] == [decision]
@@ -182,12 +218,21 @@ def _captured(n: int, size: int = 0) -> list[Captured]:
 
 def _writer(tmp: Path, counters: AuditCounters, **kw: Any) -> AuditWriter:
     files = AuditFiles(
-        tmp, kw.pop("instance", "inst:1"), kw.pop("max_file_bytes", 1 << 30), kw.pop("max_file_age_s", 3600),
+        tmp,
+        kw.pop("instance", "inst:1"),
+        kw.pop("max_file_bytes", 1 << 30),
+        kw.pop("max_file_age_s", 3600),
         kw.pop("gzip", True),
     )
     return AuditWriter(
-        files, instance="inst:1", cluster="default", queue_size=kw.pop("queue_size", 10_000),
-        max_queue_bytes=kw.pop("max_queue_bytes", 1 << 30), resolve=lambda ids: {}, counters=counters, **kw,
+        files,
+        instance="inst:1",
+        cluster="default",
+        queue_size=kw.pop("queue_size", 10_000),
+        max_queue_bytes=kw.pop("max_queue_bytes", 1 << 30),
+        resolve=lambda ids: {},
+        counters=counters,
+        **kw,
     )
 
 
@@ -410,8 +455,14 @@ def test_config_error_in_yaml_names_the_filter_and_key() -> None:
     with pytest.raises(ConfigError) as info:
         parse_config(
             {
-                "virtual_clusters": [{"name": "a", "listen": "127.0.0.1:1", "upstream": ["127.0.0.1:2"],
-                                      "node_ports": {"base": 3, "count": 1}}],
+                "virtual_clusters": [
+                    {
+                        "name": "a",
+                        "listen": "127.0.0.1:1",
+                        "upstream": ["127.0.0.1:2"],
+                        "node_ports": {"base": 3, "count": 1},
+                    }
+                ],
                 "filters": [{"name": "audit-log", "config": {"directory": "/x", "sample": {"Fetch": 7}}}],
             },
             "t.yaml",

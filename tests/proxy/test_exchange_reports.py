@@ -5,6 +5,7 @@ acks=0 or a connection that closes first, and no report at all without an observ
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from support.core_driver import RecordingActions
@@ -31,6 +32,8 @@ class Reports:
         self.got: list[tuple[Any, bytes | None, int | None, int]] = []
 
     def __call__(self, ex: Any, info: ConnectionInfo, answer: Any, answer_bytes: int | None, end_ns: int) -> None:
+        if type(answer) is list:
+            answer = b"".join(answer)  # a streamed answer: the pieces it was forwarded in
         self.got.append((ex, None if answer is None else bytes(answer), answer_bytes, end_ns))
 
 
@@ -62,8 +65,13 @@ def test_one_report_per_answer_with_sizes_and_times() -> None:
 def test_acks0_produce_is_reported_without_an_answer() -> None:
     reports = Reports()
     core, actions = _core(reports)
-    msg = ProduceRequest(acks=0, timeout_ms=100, topic_data=[
-        TopicProduceData(name="t", partition_data=[PartitionProduceData(index=0, records=record_batch([b"v"]))])])
+    msg = ProduceRequest(
+        acks=0,
+        timeout_ms=100,
+        topic_data=[
+            TopicProduceData(name="t", partition_data=[PartitionProduceData(index=0, records=record_batch([b"v"]))])
+        ],
+    )
     req = request_bytes(PRODUCE, 9, msg, correlation_id=9)
     core.receive_client(req)
     ((ex, answer, size, _end),) = reports.got
@@ -75,14 +83,25 @@ def test_streamed_answer_is_reported_when_its_first_bytes_go() -> None:
     reports = Reports()
     core, actions = _core(reports)
     core.receive_client(request_bytes(FETCH, 12, FetchRequest(max_wait_ms=1, min_bytes=1, topics=[]), correlation_id=2))
-    resp = response_bytes(FETCH, 12, FetchResponse(responses=[FetchableTopicResponse(
-        topic="t", partitions=[PartitionData(partition_index=0, records=record_batch([b"x" * 5000]))])]),
-        correlation_id=2)
+    resp = response_bytes(
+        FETCH,
+        12,
+        FetchResponse(
+            responses=[
+                FetchableTopicResponse(
+                    topic="t", partitions=[PartitionData(partition_index=0, records=record_batch([b"x" * 5000]))]
+                )
+            ]
+        ),
+        correlation_id=2,
+    )
     core.receive_broker(resp[:100])
-    ((_ex, head, size, _end),) = reports.got
-    assert head == resp[:100] and size == len(resp)  # cut through: reported with the full size
-    core.receive_broker(resp[100:])
-    assert len(reports.got) == 1 and bytes(actions.client.data) == resp
+    assert reports.got == []  # reported once its last byte went
+    core.receive_broker(resp[100:3000])
+    core.receive_broker(resp[3000:])
+    ((_ex, joined, size, end_ns),) = reports.got
+    assert joined == resp and size == len(resp) and bytes(actions.client.data) == resp
+    assert end_ns < time.monotonic_ns()
 
 
 def test_close_reports_exchanges_still_owed_an_answer() -> None:
@@ -113,20 +132,28 @@ def test_top_level_error_codes_at_fixed_offsets() -> None:
 def test_metrics_from_reports() -> None:
     m = ExchangeMetrics("metrics-test")
     core, _actions = _core(m.observe)
-    req = request_bytes(API_VERSIONS, 3, ApiVersionsRequest(client_software_name="x", client_software_version="1"),
-                        correlation_id=1)
+    req = request_bytes(
+        API_VERSIONS, 3, ApiVersionsRequest(client_software_name="x", client_software_version="1"), correlation_id=1
+    )
     core.receive_client(req)
     resp = response_bytes(API_VERSIONS, 3, ApiVersionsResponse(error_code=35), correlation_id=1)
     core.receive_broker(resp)
     core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=2))
     core.receive_broker(response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=2))
     families = {f.name: f for f in _ExchangeCollector().collect()}
-    samples = [(s.name, s.labels, s.value) for f in families.values() for s in f.samples
-               if s.labels.get("cluster") == "metrics-test"]
+    samples = [
+        (s.name, s.labels, s.value)
+        for f in families.values()
+        for s in f.samples
+        if s.labels.get("cluster") == "metrics-test"
+    ]
     assert ("kgate_request_bytes_total", {"cluster": "metrics-test", "api": "ApiVersions"}, len(req)) in samples
     assert ("kgate_response_bytes_total", {"cluster": "metrics-test", "api": "ApiVersions"}, len(resp)) in samples
-    assert ("kgate_responses_total", {"cluster": "metrics-test", "api": "ApiVersions", "error": "UNSUPPORTED_VERSION"},
-            1) in samples
+    assert (
+        "kgate_responses_total",
+        {"cluster": "metrics-test", "api": "ApiVersions", "error": "UNSUPPORTED_VERSION"},
+        1,
+    ) in samples
     assert ("kgate_responses_total", {"cluster": "metrics-test", "api": "Metadata", "error": "NONE"}, 1) in samples
     counts = [s for s in samples if s[0] == "kgate_request_duration_seconds_count"]
     assert {c[1]["api"] for c in counts} == {"ApiVersions", "Metadata"} and all(c[2] == 1 for c in counts)
