@@ -49,16 +49,39 @@ def _compute(api_key: int, version: int) -> int:
     return _NONE
 
 
-def top_error_code(api_key: int, version: int, frame: bytes | memoryview) -> int | None:
-    """The answer's top-level error code, or None (none at a fixed place, or ``frame`` too short)."""
+_positions: dict[tuple[int, int], tuple[int, bool] | None] = {}
+
+
+def _position(api_key: int, version: int) -> tuple[int, bool] | None:
     off = error_offset(api_key, version)
     if off is None:
         return None
+    flexible = api.response_header_version(api_key, version) >= 1
+    return (8 + off, flexible)  # after size and correlation id; flexible: after the header's tagged fields
+
+
+def top_error_code(api_key: int, version: int, frame: bytes | memoryview) -> int | None:
+    """The answer's top-level error code, or None (none at a fixed place, or ``frame`` too short).
+
+    One dict lookup for where it is; a flexible header's tagged fields are nearly always empty
+    (one zero byte), and only otherwise parsed.
+    """
+    key = (api_key, version)
     try:
-        body = response_body_offset(frame, api.response_header_version(api_key, version))
-    except (HeaderError, IndexError, ValueError):
+        where = _positions[key]
+    except KeyError:
+        where = _positions[key] = _position(api_key, version)
+    if where is None:
         return None
-    pos = body + off
+    pos, flexible = where
+    if flexible:
+        if len(frame) > 8 and frame[8] == 0:
+            pos += 1
+        else:
+            try:
+                pos += response_body_offset(frame, 1) - 8
+            except (HeaderError, IndexError, ValueError):
+                return None
     if len(frame) < pos + 2:
         return None
     return int.from_bytes(frame[pos : pos + 2], "big", signed=True)

@@ -36,7 +36,8 @@ from kgate.filters.exchanges import Answer, FinishedExchange
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BOUNDS_NS = tuple(int(b * 1e9) for b in BUCKETS_S)
 _N = len(BUCKETS_S)
-_SUM, _REQ, _RESP = _N + 1, _N + 2, _N + 3  # row layout: buckets..., +Inf, sum_ns, request bytes, response bytes
+# row layout: buckets..., +Inf, sum_ns, request bytes, response bytes, the api key it is labelled with
+_SUM, _REQ, _RESP, _LABEL = _N + 1, _N + 2, _N + 3, _N + 4
 UNKNOWN_API = -1
 
 
@@ -63,7 +64,15 @@ class ExchangeMetrics:
         _LIVE.add(self)
 
     def _row(self, api_key: int) -> list[int]:
-        row = self.rows[api_key] = [0] * (_N + 4)
+        """The counters of an api key; every key kgate does not know shares one row (bounded)."""
+        if api_key not in api.API_INFO:
+            shared = self.rows.get(UNKNOWN_API)
+            if shared is None:
+                shared = self.rows[UNKNOWN_API] = [0] * (_N + 4) + [UNKNOWN_API]
+            if len(self.rows) < 1024:  # remember the garbage key only while few: bounded either way
+                self.rows[api_key] = shared
+            return shared
+        row = self.rows[api_key] = [0] * (_N + 4) + [api_key]
         return row
 
     def observe(
@@ -74,10 +83,9 @@ class ExchangeMetrics:
         answer_bytes: int | None,
         end_ns: int,
     ) -> None:
-        key = ex.api_key if ex.api_key in api.API_INFO else UNKNOWN_API
-        row = self.rows.get(key)
+        row = self.rows.get(ex.api_key)
         if row is None:
-            row = self._row(key)
+            row = self._row(ex.api_key)
         row[_REQ] += ex.req_bytes
         if answer is None or answer_bytes is None:
             return  # no answer: no latency, no response bytes (acks=0, the connection closed first)
@@ -86,8 +94,8 @@ class ExchangeMetrics:
         row[_SUM] += took
         row[_RESP] += answer_bytes
         head = answer[0] if type(answer) is list else answer
-        code = top_error_code(ex.api_key, ex.api_version, head) if key != UNKNOWN_API else None  # type: ignore[arg-type]
-        self.answers[(key, code or 0)] += 1
+        code = top_error_code(ex.api_key, ex.api_version, head)  # type: ignore[arg-type]
+        self.answers[(row[_LABEL], code or 0)] += 1
 
 
 _LIVE: weakref.WeakSet[ExchangeMetrics] = weakref.WeakSet()
@@ -114,9 +122,13 @@ class _ExchangeCollector(Collector):
         rows: dict[tuple[str, str], list[int]] = {}
         answers: dict[tuple[str, str, str], int] = defaultdict(int)
         for m in list(_LIVE):
-            for key, row in list(m.rows.items()):
-                total = rows.setdefault((m.cluster, api_name(key)), [0] * len(row))
-                for i, n in enumerate(list(row)):
+            seen: set[int] = set()
+            for row in list(m.rows.values()):
+                if id(row) in seen:
+                    continue  # the row unknown keys share
+                seen.add(id(row))
+                total = rows.setdefault((m.cluster, api_name(row[_LABEL])), [0] * _LABEL)
+                for i, n in enumerate(row[:_LABEL]):
                     total[i] += n
             for (key, code), n in list(m.answers.items()):
                 answers[(m.cluster, api_name(key), error_name(code))] += n

@@ -81,11 +81,9 @@ class Captured:
         self.end_ns = end_ns
         self.facts: tuple[int | None, list[_Topic]] | None = None  # computed once, on the writer thread
         self.header: RequestHeader | bool | None = False  # False: not parsed yet
-        if type(answer) is list:  # streamed through in pieces: kept as they were forwarded
-            held = sum(len(p) for p in answer)
-        else:
-            held = 0 if answer is None else len(answer)
-        self.held = len(ex.req) + held  # bytes this event keeps alive
+        # bytes this event keeps alive, from the sizes kgate already knows (no len() per piece):
+        # at most the frames' full sizes (a streamed request keeps only its head)
+        self.held = ex.req_bytes + (answer_bytes or 0)
 
 
 #: id -> name, or a TopicNameError (unresolved, or the lookup failed)
