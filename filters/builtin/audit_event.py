@@ -34,6 +34,7 @@ from kgate.filters.builtin.audit_wire import (
     TopicFacts,
     WireError,
     body_offset,
+    fetch_request_topics,
     fetch_response_topics,
     produce_request_topics,
     produce_response_topics,
@@ -259,12 +260,19 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
             first = 0
         return first, order
 
-    request = _request(c)
     if key == FETCH:
-        if request is not None:
-            for e in request.topics:
+        if ex.request is not None:
+            for e in ex.request.topics:
                 t = topic(topic_key(e, "topic"))
                 t.partitions += len(e.partitions)
+        elif _whole(ex.req, ex.req_bytes) and (header := _header(c)) is not None:
+            try:
+                asked = fetch_request_topics(ex.req, header.body_offset, ex.api_version)
+            except (WireError, ValueError):
+                asked = []
+            for k, parts in asked:
+                t = topic(k)
+                t.partitions += parts
         first = None
         answer = c.answer
         if answered and isinstance(answer, bytes | memoryview | Chunks):
@@ -293,6 +301,7 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
                 first = _top_error(c)
         return first, order
 
+    request = _request(c)
     lists = TOPIC_LISTS.get(key)
     if lists is not None and request is not None:
         req_attr, name_attr, _resp_attr = lists

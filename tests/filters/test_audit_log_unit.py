@@ -468,3 +468,62 @@ def test_config_error_in_yaml_names_the_filter_and_key() -> None:
             "t.yaml",
         )
     assert "filters[0]" in str(info.value) and "sample.Fetch" in str(info.value)
+
+
+# -- the walkers agree with the codec on every version kgate reads --------------------------------
+@pytest.mark.parametrize("version", range(4, 18))
+def test_fetch_walkers_match_the_codec(version: int) -> None:
+    from kgate.codec import api
+    from kgate.codec.headers import parse_request_header
+    from kgate.filters.builtin.audit_wire import body_offset, fetch_request_topics, fetch_response_topics
+
+    ids = [uuid4(), uuid4()]
+    keys: list[Any] = ids if version >= 13 else ["a", "bb"]
+    req = FetchRequest(
+        max_wait_ms=1,
+        min_bytes=1,
+        topics=[
+            FetchTopic(
+                topic=k if isinstance(k, str) else "",
+                topic_id=k if isinstance(k, UUID) else ZERO,
+                partitions=[FetchPartition(partition=p) for p in range(n)],
+            )
+            for k, n in zip(keys, (3, 1), strict=True)
+        ],
+    )
+    frame = request_bytes(FETCH, version, req)
+    header = parse_request_header(frame, api.request_header_version(FETCH, version))
+    assert fetch_request_topics(frame, header.body_offset, version) == list(zip(keys, (3, 1), strict=True))
+    batch = record_batch([b"x"] * 4)
+    resp = FetchResponse(
+        error_code=0,
+        responses=[
+            FetchableTopicResponse(
+                topic=k if isinstance(k, str) else "",
+                topic_id=k if isinstance(k, UUID) else ZERO,
+                partitions=[PartitionData(partition_index=p, error_code=p, records=batch) for p in range(n)],
+            )
+            for k, n in zip(keys, (3, 1), strict=True)
+        ],
+    )
+    rs = response_bytes(FETCH, version, resp)
+    top, facts = fetch_response_topics(rs, body_offset(rs, api.response_header_version(FETCH, version)), version)
+    assert top == 0
+    assert facts == [(keys[0], 3, 3 * len(batch), 12, [0, 1, 2]), (keys[1], 1, len(batch), 4, [0])]
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+def test_produce_walkers_match_the_codec(version: int) -> None:
+    from kgate.codec import api
+    from kgate.codec.headers import parse_request_header, response_body_offset
+    from kgate.filters.builtin.audit_wire import produce_request_topics, produce_response_topics
+
+    req, resp = _produce_frames(version, {"a": [[b"1", b"2"], [b"3"]], "b": [[b"4"]]}, {"b": 6})
+    header = parse_request_header(req, api.request_header_version(PRODUCE, version))
+    got = produce_request_topics(req, header.body_offset, version)
+    assert [(k, p, r) for k, p, _b, r, _c in got] == [("a", 2, 3), ("b", 1, 1)]
+    body = response_body_offset(resp, api.response_header_version(PRODUCE, version))
+    assert [(k, p, c) for k, p, _b, _r, c in produce_response_topics(resp, body, version)] == [
+        ("a", 2, [0]),
+        ("b", 1, [6]),
+    ]
