@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from kgate.api import LOOKUP_FAILED, TopicNameError
-from kgate.filters.builtin.audit_event import Captured, build_event, encode_event, topic_ids_of
+from kgate.filters.builtin.audit_event import Captured, event_line, topic_ids_of
 from kgate.filters.builtin.audit_files import AuditFiles
 
 log = logging.getLogger("kgate.audit")
@@ -137,10 +137,15 @@ class AuditWriter:
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 time.sleep(0)  # hand the GIL back to the event loop (else it may wait a 5 ms switch interval)
             try:
-                event = build_event(
-                    c, instance=self.instance, cluster=self.cluster, wall_offset_ns=self._wall_offset_ns, names=names
+                lines.append(
+                    event_line(
+                        c,
+                        instance=self.instance,
+                        cluster=self.cluster,
+                        wall_offset_ns=self._wall_offset_ns,
+                        names=names,
+                    )
                 )
-                lines.append(encode_event(event))
             except Exception:  # a bug in building one event must not stop the log
                 self.counters.build_errors += 1
                 log.exception("audit: cannot build the event of api key %d", c.ex.api_key)
