@@ -465,9 +465,11 @@ class VirtualCluster:
             self._sweeper.cancel()
         for task in list(self._serve_tasks):
             task.cancel()
+        # filters first: one may still need names while it finishes (the audit log resolves the ids
+        # of its last events); then the resolver, then kgate's own connection
+        await self.chain.close()
         await self.topic_names.close()
         self.own_client.close()
-        await self.chain.close()
         for server in self._servers:
             server.close()
             await server.wait_closed()

@@ -98,8 +98,12 @@ class AuditFiles:
 
     def _open(self) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        self._seq += 1
-        path = self.directory / f".{PREFIX}{self.instance}-{stamp}-{self._seq:06d}.jsonl"
+        while True:  # never reuse a published name (a restart within the same second, same instance id)
+            self._seq += 1
+            base = f"{PREFIX}{self.instance}-{stamp}-{self._seq:06d}.jsonl"
+            path = self.directory / f".{base}"
+            if not any((self.directory / n).exists() for n in (base, base + ".gz", f".{base}")):
+                break
         f = open(path, "ab")
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -123,7 +123,11 @@ class AuditWriter:
             while q and len(chunk) < CHUNK:
                 chunk.append(q.popleft())
             self._out_bytes += sum(c.held for c in chunk)
-            self._write(chunk)
+            try:
+                self._write(chunk)
+            except Exception:  # a bug must cost these events, not the log: the thread goes on
+                self.counters.build_errors += len(chunk)
+                log.exception("audit: %d events lost", len(chunk))
             self._busy = False
         try:
             self.files.close()
