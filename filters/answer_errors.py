@@ -4,8 +4,8 @@ Most Kafka responses start with a few fixed-size fields and then ``error_code`` 
 first; Fetch v7+: after ``throttle_time_ms``; FindCoordinator v1-3, SaslHandshake, ...). Where
 every field before it is fixed-size in that version, its offset in the body is a constant,
 computed once per (api key, version) from the generated message's field list. Reading it is an
-``int.from_bytes`` of two bytes, cheap enough for the per-exchange metrics on the event loop
-(a full decode of a small answer costs ~10 us; this costs ~0.3 us).
+``int.from_bytes`` of two bytes after one dict lookup, cheap enough for the per-exchange metrics
+on the event loop (a full decode of even a small answer costs several microseconds).
 
 Answers whose error codes sit only per topic or partition (Produce, Metadata, ListOffsets,
 OffsetCommit, Fetch before v7) have no top-level code: ``None``. The audit log's event builder

@@ -9,10 +9,12 @@ fixed offset (filters/answer_errors.py); answers whose codes are only per topic 
 are in the audit log.
 
 Same shape as proxy/metrics.py: the data path adds to plain ints (one list per api key:
-bucket counts, sum, bytes) and the collector builds the families at scrape time. A prometheus
-``Histogram.observe`` takes a lock and walks its buckets in Python (~1.5 us); this costs one
-``bisect`` and four ``+=`` (~0.4 us per exchange). Installed only when the metrics endpoint is
-on (``metrics.listen``): with it off, the core has no observer and pays nothing.
+bucket counts, sum, bytes) and the collector builds the families at scrape time. Measured on
+the (loaded) 2-core test machine: a ``Histogram.observe`` plus three ``Counter.inc`` on resolved
+children cost 8.7 us per exchange (each takes a lock); this observer adds 1.7 us to a core-only
+round trip of 2.7 us (tests/support/core_driver.py, no sockets), against ~60 us of CPU for a whole
+round trip through kgate. Installed only when the metrics endpoint is on (``metrics.listen``):
+with it off, the core has no observer and pays nothing.
 """
 
 from __future__ import annotations
