@@ -45,6 +45,7 @@ SCHEMA = 1
 _str: Callable[[str], str] = json.encoder.encode_basestring  # the C escaper
 PRODUCE = int(ApiKey.PRODUCE)
 FETCH = int(ApiKey.FETCH)
+METADATA = int(ApiKey.METADATA)
 _ZERO = UUID(int=0)
 _LOOKUP_FAILED = -1  # kgate.api.LOOKUP_FAILED: the lookup itself failed
 
@@ -152,6 +153,23 @@ def _answer(c: Captured) -> Any:
 
 
 _CODE_FIELDS: dict[type, tuple[bool, tuple[tuple[str, bool], ...]]] = {}
+
+
+def _asks_no_topic(c: Captured) -> bool:
+    """Whether a Metadata request (v1+) asks for no topic or for every topic: its topic array's
+    length, the body's first field, is 0 or null."""
+    ex = c.ex
+    if ex.request is not None:
+        return not ex.request.topics
+    header = _header(c)
+    if header is None or ex.api_version < 1 or not _whole(ex.req, ex.req_bytes):
+        return False
+    req, pos = ex.req, header.body_offset
+    if pos >= len(req):
+        return False
+    if ex.api_version >= 9:  # compact array: length + 1, 0 for null
+        return req[pos] <= 1
+    return len(req) >= pos + 4 and int.from_bytes(req[pos : pos + 4], "big", signed=True) <= 0
 
 
 def _code_fields(cls: type) -> tuple[bool, tuple[tuple[str, bool], ...]]:
@@ -301,6 +319,10 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
                 first = _top_error(c)
         return first, order
 
+    if key == METADATA and _asks_no_topic(c):
+        # the most frequent small request: nothing to attribute, and Metadata has no top-level
+        # error code, so neither the request nor the (large) answer needs decoding (~3x cheaper)
+        return (0 if answered else None), order
     request = _request(c)
     lists = TOPIC_LISTS.get(key)
     if lists is not None and request is not None:

@@ -527,3 +527,34 @@ def test_produce_walkers_match_the_codec(version: int) -> None:
         ("a", 2, [0]),
         ("b", 1, [6]),
     ]
+
+
+@pytest.mark.parametrize("version", [1, 4, 8, 9, 12])
+def test_metadata_topics_named_or_not(version: int) -> None:
+    from kgate.codec.generated.metadata import (
+        MetadataRequest,
+        MetadataRequestTopic,
+        MetadataResponse,
+        MetadataResponsePartition,
+        MetadataResponseTopic,
+    )
+
+    resp = MetadataResponse(
+        brokers=[],
+        topics=[
+            MetadataResponseTopic(
+                name="a", error_code=3, partitions=[MetadataResponsePartition(partition_index=0, error_code=5)]
+            )
+        ],
+    )
+    rs = response_bytes(3, version, resp)
+    for topics, expect in (([], []), (None, []), ([MetadataRequestTopic(name="a")], ["a"])):
+        if topics is None and version < 1:
+            continue
+        rq = request_bytes(3, version, MetadataRequest(topics=topics))
+        e = _event(Captured(_exchange(3, version, rq), INFO, memoryview(rs), len(rs), 2_000_000_000))
+        assert [t["name"] for t in e["topics"]] == expect
+        if expect:
+            assert e["topics"][0]["error_codes"] == [3, 5] and e["error_code"] == 3
+        else:
+            assert e["error_code"] == 0  # no topic named: nothing of the answer is attributed
