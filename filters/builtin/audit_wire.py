@@ -12,8 +12,10 @@ topic name (str) or id (UUID), and raises ``WireError`` on a frame it cannot fol
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from collections.abc import Callable
+from typing import Any
 from uuid import UUID
 
 TopicFacts = tuple["str | UUID", int, int, int, list[int]]
@@ -28,7 +30,7 @@ class Chunks:
     place: the pieces are the very buffers kgate forwarded, and joining them would copy every
     record byte (~0.1 ms per MiB) to read a few hundred bytes of headers."""
 
-    __slots__ = ("_len", "_pieces", "_starts")
+    __slots__ = ("_last", "_len", "_pieces", "_starts")
 
     def __init__(self, pieces: list[bytes | memoryview]) -> None:
         self._pieces = pieces
@@ -38,12 +40,24 @@ class Chunks:
             self._starts.append(pos)
             pos += len(piece)
         self._len = pos
+        self._last = 0  # the piece the previous read was in (reads mostly move forward)
 
     def __len__(self) -> int:
         return self._len
 
+    def unpack(self, fmt: struct.Struct, pos: int) -> tuple[Any, ...]:
+        """``fmt.unpack_from`` at ``pos``, in place when it lies within one piece (the usual case)."""
+        i = self._last
+        off = pos - self._starts[i]
+        piece = self._pieces[i]
+        if 0 <= off and off + fmt.size <= len(piece):
+            return fmt.unpack_from(piece, off)
+        return fmt.unpack(self.get(pos, fmt.size))
+
     def get(self, pos: int, n: int) -> bytes | memoryview:
-        i = bisect_right(self._starts, pos) - 1
+        i = self._last
+        if not self._starts[i] <= pos < self._starts[i] + len(self._pieces[i]):
+            i = self._last = bisect_right(self._starts, pos) - 1
         off = pos - self._starts[i]
         piece = self._pieces[i]
         if off + n <= len(piece):
@@ -137,22 +151,38 @@ def body_offset(buf: Buffer, header_version: int) -> int:
     return r.pos
 
 
+# batchLength (int32 at 8), magic (int8 at 16), recordsCount (int32 at 57) of a record batch, in one
+# unpack: a Python loop over batches is the audit log's cost per byte of small records, and one
+# ``unpack_from`` per batch is ~4x cheaper than three slices and ``int.from_bytes`` (0.9 -> 0.2 us)
+_BATCH = struct.Struct(">8xi4xb40xi")
+
+
 def count_records(buf: Buffer, start: int, end: int) -> int:
     """Records in the record set ``buf[start:end]`` (batches' counts; 1 per legacy message)."""
-    get = _getter(buf)
     n = 0
     pos = start
-    while pos + 17 <= end:
-        size = int.from_bytes(get(pos + 8, 4), "big", signed=True)
+    unpack = _BATCH.unpack_from
+    if isinstance(buf, Chunks):
+        get = buf.get
+        while pos + 17 <= end:
+            if pos + 61 > end:
+                if get(pos + 16, 1)[0] < 2:
+                    n += 1  # a legacy message shorter than a batch header
+                break
+            size, magic, count = buf.unpack(_BATCH, pos)
+            if size <= 0:
+                break
+            n += count if magic >= 2 else 1
+            pos += 12 + size
+        return n
+    while pos + 61 <= end:
+        size, magic, count = unpack(buf, pos)
         if size <= 0:
             break
-        if get(pos + 16, 1)[0] >= 2:
-            if pos + 61 > end:
-                break
-            n += int.from_bytes(get(pos + 57, 4), "big", signed=True)
-        else:
-            n += 1
+        n += count if magic >= 2 else 1
         pos += 12 + size
+    if pos + 17 <= end and buf[pos + 16] < 2:  # a legacy message shorter than a batch header
+        n += 1
     return n
 
 

@@ -558,3 +558,20 @@ def test_metadata_topics_named_or_not(version: int) -> None:
             assert e["topics"][0]["error_codes"] == [3, 5] and e["error_code"] == 3
         else:
             assert e["error_code"] == 0  # no topic named: nothing of the answer is attributed
+
+
+def test_count_records_in_place_equals_contiguous() -> None:
+    """Record counting over the pieces of a streamed answer, cut anywhere, equals the whole's."""
+    import random
+
+    from kgate.filters.builtin.audit_wire import Chunks, count_records
+
+    data = b"".join(record_batch([b"v" * (i % 7)] * (1 + i % 5)) for i in range(200))
+    whole = count_records(data, 0, len(data))
+    assert whole == sum(1 + i % 5 for i in range(200))
+    rng = random.Random(7)
+    for _ in range(50):
+        cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 40)))
+        bounds = [0, *cuts, len(data)]
+        pieces: list[bytes | memoryview] = [memoryview(data)[a:b] for a, b in pairwise(bounds)]
+        assert count_records(Chunks(pieces), 0, len(data)) == whole
