@@ -75,3 +75,58 @@ async def test_fetch_by_id_named_then_stale_after_delete(broker: Any, tmp_path: 
     (t,) = last["topics"]
     assert t["id"] == sid and t["name"] == name and t["name_status"] == "resolved"  # the name kgate knew
     assert t["error_codes"] == codes[:1] and last["error_code"] == codes[0]
+
+
+@pytest.mark.timeout(120)
+async def test_stalled_disk_never_stalls_clients(tansu: Any, tmp_path: Path) -> None:
+    """The writer is stuck in a write (a disk that does not answer); clients go on at full speed,
+    the events that do not fit the queue are dropped and counted, and once the disk answers
+    again the writer carries on."""
+    import threading
+    import time
+
+    from kgate.codec.generated.metadata import MetadataRequest
+
+    audit = tmp_path / "audit"
+    config = {"directory": str(audit), "queue_size": 100}
+    k = InprocKgate(kgate_config(tansu.bootstrap, [{"name": "audit-log", "config": config}])).start()
+    try:
+        f = k.cluster.chain.filters[0]
+        gate = threading.Event()
+        real_write = f.writer.files.write
+
+        def stalled(lines: list[bytes]) -> None:
+            gate.wait(60)
+            real_write(lines)
+
+        f.writer.files.write = stalled
+        c = client(k.port, client_id="busy")
+        try:
+            await c.request(3, MetadataRequest(topics=[]), 12)
+            assert await asyncio.to_thread(lambda: _wait(lambda: f.writer._busy, 10))  # stuck in write()
+            start = time.monotonic()
+            for _ in range(1000):
+                await c.request(3, MetadataRequest(topics=[]), 12)
+            took = time.monotonic() - start
+        finally:
+            c.close()
+        assert f.counters.queue_full >= 1000 - 100 and f.counters.written == 0
+        assert took < 30, took  # 1000 round trips with the disk stuck: not held up by it
+        gate.set()
+        assert await asyncio.to_thread(f.writer.wait_drained, 20)
+        assert f.counters.written >= 100
+    finally:
+        k.stop()
+    events = _events(audit)
+    assert len(events) == f.counters.written
+
+
+def _wait(cond: Any, timeout_s: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
