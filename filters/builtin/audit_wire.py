@@ -301,3 +301,57 @@ def fetch_request_topics(frame: Buffer, body: int, version: int) -> list[tuple[s
         r.tagged()
         topics.append((key, parts))
     return topics
+
+
+def metadata_request_topics(frame: Buffer, body: int, version: int) -> list[str | UUID]:
+    """The topics a Metadata request names (ids where it carries non-zero ones, else names)."""
+    r = _Reader(frame, body, version >= 9)
+    topics: list[str | UUID] = []
+    for _ in range(max(r.length(), 0)):
+        tid = r.uuid() if version >= 10 else None
+        name = r.string()
+        r.tagged()
+        topics.append(tid if tid is not None and tid.int else (name or ""))
+    return topics
+
+
+def metadata_response_topics(frame: Buffer, body: int, version: int) -> list[tuple[str | None, UUID | None, list[int]]]:
+    """Per topic of a Metadata answer: (name, id, distinct error codes: the topic's, then its partitions').
+
+    Walked, not decoded: a decode builds an object per broker, topic and partition, and was the
+    audit log's largest cost per Metadata exchange (27 us against 5 us measured on the test machine).
+    """
+    r = _Reader(frame, body, version >= 9)
+    if version >= 3:
+        r.skip(4)  # throttle_time_ms
+    for _ in range(max(r.length(), 0)):  # brokers
+        r.skip(4)
+        r.string()
+        r.skip(4)
+        if version >= 1:
+            r.string()  # rack
+        r.tagged()
+    if version >= 2:
+        r.string()  # cluster_id
+    if version >= 1:
+        r.skip(4)  # controller_id
+    topics: list[tuple[str | None, UUID | None, list[int]]] = []
+    for _ in range(max(r.length(), 0)):
+        codes = [r.i16()]
+        name = r.string()
+        tid = r.uuid() if version >= 10 else None
+        if version >= 1:
+            r.skip(1)  # is_internal
+        for _ in range(max(r.length(), 0)):
+            code = r.i16()
+            if code not in codes:
+                codes.append(code)
+            r.skip(8 + (4 if version >= 7 else 0))  # partition_index, leader_id, leader_epoch
+            for _ in range(3 if version >= 5 else 2):  # replica_nodes, isr_nodes, offline_replicas
+                r.skip(4 * max(r.length(), 0))
+            r.tagged()
+        if version >= 8:
+            r.skip(4)  # topic_authorized_operations
+        r.tagged()
+        topics.append((name, tid if tid is not None and tid.int else None, codes))
+    return topics

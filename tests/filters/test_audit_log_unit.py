@@ -575,3 +575,46 @@ def test_count_records_in_place_equals_contiguous() -> None:
         bounds = [0, *cuts, len(data)]
         pieces: list[bytes | memoryview] = [memoryview(data)[a:b] for a, b in pairwise(bounds)]
         assert count_records(Chunks(pieces), 0, len(data)) == whole
+
+
+@pytest.mark.parametrize("version", range(0, 13))
+def test_metadata_walkers_match_the_codec(version: int) -> None:
+    from kgate.codec import api
+    from kgate.codec.generated.metadata import (
+        MetadataRequest,
+        MetadataRequestTopic,
+        MetadataResponse,
+        MetadataResponseBroker,
+        MetadataResponsePartition,
+        MetadataResponseTopic,
+    )
+    from kgate.codec.headers import parse_request_header, response_body_offset
+    from kgate.filters.builtin.audit_wire import metadata_request_topics, metadata_response_topics
+
+    tid = uuid4()
+    req = MetadataRequest(topics=[MetadataRequestTopic(name="a"), MetadataRequestTopic(name="bb")])
+    frame = request_bytes(3, version, req)
+    header = parse_request_header(frame, api.request_header_version(3, version))
+    assert metadata_request_topics(frame, header.body_offset, version) == ["a", "bb"]
+    parts = [
+        MetadataResponsePartition(
+            partition_index=i, error_code=i * 5, replica_nodes=[1, 2], isr_nodes=[1], offline_replicas=[2]
+        )
+        for i in range(3)
+    ]
+    resp = MetadataResponse(
+        brokers=[
+            MetadataResponseBroker(node_id=1, host="h1", port=1, rack="r"),
+            MetadataResponseBroker(node_id=2, host="h2", port=2),
+        ],
+        cluster_id="c",
+        controller_id=1,
+        topics=[
+            MetadataResponseTopic(name="a", topic_id=tid, error_code=0, partitions=parts),
+            MetadataResponseTopic(name="bb", error_code=3, partitions=[]),
+        ],
+    )
+    rs = response_bytes(3, version, resp)
+    body = response_body_offset(rs, api.response_header_version(3, version))
+    expect_id = tid if version >= 10 else None
+    assert metadata_response_topics(rs, body, version) == [("a", expect_id, [0, 5, 10]), ("bb", None, [3])]
