@@ -33,7 +33,9 @@ class FinishedExchange(Protocol):
     request: Any  # the decoded request when a request hook decoded it, else None
     state: dict[str, Any] | None  # the request hooks' state (policy decisions live under "kgate.policy")
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
-    req: bytes | memoryview  # the request frame (size prefix included), or its first bytes when it streamed
+    #: the request frame (size prefix included), or the list of pieces it was forwarded in when it
+    #: streamed through (a large Produce: never held whole; the list fills as its bytes pass)
+    req: bytes | memoryview | list[bytes | memoryview]
     req_bytes: int  # the request frame's size on the wire, size prefix included
 
 

@@ -181,6 +181,9 @@ class ConnectionCore:
         self._observer = cluster.exchange_observer
         #: a streaming answer being observed: (exchange, pieces so far, size, when its head went)
         self._streamed: tuple[Exchange, list[bytes | memoryview], int, int] | None = None
+        #: a request being observed that streams through (larger than a read): its exchange, the
+        #: pieces so far (``ex.req``), and whether it is an acks=0 Produce reported once it is whole
+        self._req_observed: tuple[Exchange, list[bytes | memoryview], bool] | None = None
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -371,10 +374,14 @@ class ConnectionCore:
         if len(data) <= n:
             self._req_stream_left = n - len(data)
             self._send_up(data)
+            if self._req_observed is not None:
+                self._request_piece(data, self._req_stream_left)
             return b""
         view = memoryview(data)
         self._send_up(view[:n])
         self._req_stream_left = 0
+        if self._req_observed is not None:
+            self._request_piece(view[:n], 0)
         return view[n:]
 
     def _raw_data(self, data: bytes) -> None:
@@ -420,6 +427,8 @@ class ConnectionCore:
         if self._req_skip:
             pos = min(self._req_skip, len(buf))
             self._req_skip -= pos
+            if self._req_observed is not None:
+                self._request_piece(memoryview(buf)[:pos], self._req_skip)
             if pos == len(buf):  # the middle of a large request: nothing to look at
                 self._send_up(data)
                 return
@@ -963,11 +972,31 @@ class ConnectionCore:
         return len(self.pending) - len(self.upstream_waiting)
 
     # -- exchange observation (filters/exchanges.py): only called while an observer is installed
-    def _observe_start(self, ex: Exchange, frame: memoryview | bytes, size: int) -> None:
-        """Stamp an exchange with what its observer reads: when, which bytes, how many."""
+    def _observe_start(self, ex: Exchange, frame: memoryview | bytes, size: int, acks0: bool = False) -> None:
+        """Stamp an exchange with what its observer reads: when, which bytes, how many.
+
+        A request that has not wholly arrived (a large Produce streaming through) gets the list of
+        the pieces it is forwarded in, completed by ``_request_piece`` (the buffers themselves,
+        not copies).
+        """
         ex.t0_ns = time.monotonic_ns()
-        ex.req = frame
         ex.req_bytes = size
+        if len(frame) < size:
+            pieces: list[bytes | memoryview] = [frame]
+            ex.req = pieces
+            self._req_observed = (ex, pieces, acks0)
+        else:
+            ex.req = frame
+
+    def _request_piece(self, piece: bytes | memoryview, left: int) -> None:
+        """The next piece of a request that streams through; ``left``: bytes of it still to come."""
+        assert self._req_observed is not None
+        ex, pieces, acks0 = self._req_observed
+        pieces.append(piece)
+        if left == 0:
+            self._req_observed = None
+            if acks0:
+                self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
 
     def _observe_acks0(
         self,
@@ -980,8 +1009,9 @@ class ConnectionCore:
     ) -> None:
         """An acks=0 Produce is an exchange without an answer: reported as soon as it went."""
         ex = Exchange(cid, PRODUCE, version, request, state)
-        self._observe_start(ex, frame, size)
-        self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
+        self._observe_start(ex, frame, size, acks0=True)
+        if self._req_observed is None:  # whole already; else reported once its last piece went
+            self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
 
     def _flush_observed(self, pending: deque[Exchange], send: Any) -> None:
         """``_flush``'s loop, reporting each answer as it is handed to the client."""
@@ -1008,6 +1038,10 @@ class ConnectionCore:
         assert observe is not None
         if self._streamed is not None:
             self._end_stream()
+        if self._req_observed is not None and self._req_observed[2]:  # an acks=0 Produce cut short
+            ex = self._req_observed[0]
+            self._req_observed = None
+            observe(ex, self.info, None, None, ex.t0_ns)
         now = time.monotonic_ns()
         for ex in self.pending:
             if ex.api_key != RAW_SASL and ex.response is None:

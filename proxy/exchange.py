@@ -21,7 +21,7 @@ class Exchange:
     # (filters/exchanges.py): unobserved exchanges never assign them, so they cost nothing.
     __slots__ = ("api_key", "api_version", "cid", "plan", "req", "req_bytes", "request", "response", "state", "t0_ns")
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
-    req: bytes | memoryview  # the request frame, or its first bytes when it streamed through
+    req: bytes | memoryview | list[bytes | memoryview]  # the request frame, or the pieces it streamed in
     req_bytes: int  # the request frame's size, size prefix included
 
     def __init__(

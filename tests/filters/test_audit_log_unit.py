@@ -474,26 +474,10 @@ def test_config_error_in_yaml_names_the_filter_and_key() -> None:
 @pytest.mark.parametrize("version", range(4, 18))
 def test_fetch_walkers_match_the_codec(version: int) -> None:
     from kgate.codec import api
-    from kgate.codec.headers import parse_request_header
-    from kgate.filters.builtin.audit_wire import body_offset, fetch_request_topics, fetch_response_topics
+    from kgate.filters.builtin.audit_wire import Chunks, body_offset, fetch_response_topics
 
     ids = [uuid4(), uuid4()]
     keys: list[Any] = ids if version >= 13 else ["a", "bb"]
-    req = FetchRequest(
-        max_wait_ms=1,
-        min_bytes=1,
-        topics=[
-            FetchTopic(
-                topic=k if isinstance(k, str) else "",
-                topic_id=k if isinstance(k, UUID) else ZERO,
-                partitions=[FetchPartition(partition=p) for p in range(n)],
-            )
-            for k, n in zip(keys, (3, 1), strict=True)
-        ],
-    )
-    frame = request_bytes(FETCH, version, req)
-    header = parse_request_header(frame, api.request_header_version(FETCH, version))
-    assert fetch_request_topics(frame, header.body_offset, version) == list(zip(keys, (3, 1), strict=True))
     batch = record_batch([b"x"] * 4)
     resp = FetchResponse(
         error_code=0,
@@ -507,26 +491,24 @@ def test_fetch_walkers_match_the_codec(version: int) -> None:
         ],
     )
     rs = response_bytes(FETCH, version, resp)
-    top, facts = fetch_response_topics(rs, body_offset(rs, api.response_header_version(FETCH, version)), version)
-    assert top == 0
-    assert facts == [(keys[0], 3, 3 * len(batch), 12, [0, 1, 2]), (keys[1], 1, len(batch), 4, [0])]
+    expect = [(keys[0], 3, 3 * len(batch), 12, [0, 1, 2]), (keys[1], 1, len(batch), 4, [0])]
+    hv = api.response_header_version(FETCH, version)
+    for buf in (rs, Chunks([memoryview(rs)[i : i + 7] for i in range(0, len(rs), 7)])):
+        assert fetch_response_topics(buf, body_offset(buf, hv), version) == (0, expect)
 
 
 @pytest.mark.parametrize("version", range(3, 12))
 def test_produce_walkers_match_the_codec(version: int) -> None:
     from kgate.codec import api
-    from kgate.codec.headers import parse_request_header, response_body_offset
-    from kgate.filters.builtin.audit_wire import produce_request_topics, produce_response_topics
+    from kgate.codec.headers import parse_request_header
+    from kgate.filters.builtin.audit_wire import Chunks, produce_request_topics
 
-    req, resp = _produce_frames(version, {"a": [[b"1", b"2"], [b"3"]], "b": [[b"4"]]}, {"b": 6})
+    req, _resp = _produce_frames(version, {"a": [[b"1", b"2"], [b"3"]], "b": [[b"4"]]}, {"b": 6})
     header = parse_request_header(req, api.request_header_version(PRODUCE, version))
-    got = produce_request_topics(req, header.body_offset, version)
-    assert [(k, p, r) for k, p, _b, r, _c in got] == [("a", 2, 3), ("b", 1, 1)]
-    body = response_body_offset(resp, api.response_header_version(PRODUCE, version))
-    assert [(k, p, c) for k, p, _b, _r, c in produce_response_topics(resp, body, version)] == [
-        ("a", 2, [0]),
-        ("b", 1, [6]),
-    ]
+    pieces = Chunks([memoryview(req)[i : i + 5] for i in range(0, len(req), 5)])
+    for buf in (req, pieces):
+        got = produce_request_topics(buf, header.body_offset, version)
+        assert [(k, p, r) for k, p, _b, r, _c in got] == [("a", 2, 3), ("b", 1, 1)]
 
 
 @pytest.mark.parametrize("version", [1, 4, 8, 9, 12])
@@ -575,46 +557,3 @@ def test_count_records_in_place_equals_contiguous() -> None:
         bounds = [0, *cuts, len(data)]
         pieces: list[bytes | memoryview] = [memoryview(data)[a:b] for a, b in pairwise(bounds)]
         assert count_records(Chunks(pieces), 0, len(data)) == whole
-
-
-@pytest.mark.parametrize("version", range(0, 13))
-def test_metadata_walkers_match_the_codec(version: int) -> None:
-    from kgate.codec import api
-    from kgate.codec.generated.metadata import (
-        MetadataRequest,
-        MetadataRequestTopic,
-        MetadataResponse,
-        MetadataResponseBroker,
-        MetadataResponsePartition,
-        MetadataResponseTopic,
-    )
-    from kgate.codec.headers import parse_request_header, response_body_offset
-    from kgate.filters.builtin.audit_wire import metadata_request_topics, metadata_response_topics
-
-    tid = uuid4()
-    req = MetadataRequest(topics=[MetadataRequestTopic(name="a"), MetadataRequestTopic(name="bb")])
-    frame = request_bytes(3, version, req)
-    header = parse_request_header(frame, api.request_header_version(3, version))
-    assert metadata_request_topics(frame, header.body_offset, version) == ["a", "bb"]
-    parts = [
-        MetadataResponsePartition(
-            partition_index=i, error_code=i * 5, replica_nodes=[1, 2], isr_nodes=[1], offline_replicas=[2]
-        )
-        for i in range(3)
-    ]
-    resp = MetadataResponse(
-        brokers=[
-            MetadataResponseBroker(node_id=1, host="h1", port=1, rack="r"),
-            MetadataResponseBroker(node_id=2, host="h2", port=2),
-        ],
-        cluster_id="c",
-        controller_id=1,
-        topics=[
-            MetadataResponseTopic(name="a", topic_id=tid, error_code=0, partitions=parts),
-            MetadataResponseTopic(name="bb", error_code=3, partitions=[]),
-        ],
-    )
-    rs = response_bytes(3, version, resp)
-    body = response_body_offset(rs, api.response_header_version(3, version))
-    expect_id = tid if version >= 10 else None
-    assert metadata_response_topics(rs, body, version) == [("a", expect_id, [0, 5, 10]), ("bb", None, [3])]

@@ -159,3 +159,72 @@ def test_metrics_from_reports() -> None:
     assert {c[1]["api"] for c in counts} == {"ApiVersions", "Metadata"} and all(c[2] == 1 for c in counts)
     inf = [s for s in samples if s[0] == "kgate_request_duration_seconds_bucket" and s[1]["le"] == "+Inf"]
     assert len(inf) == 2 and len(BUCKETS_S) == 15
+
+
+def _produce(acks: int, cid: int) -> bytes:
+    msg = ProduceRequest(
+        acks=acks,
+        timeout_ms=100,
+        topic_data=[
+            TopicProduceData(
+                name="big", partition_data=[PartitionProduceData(index=0, records=record_batch([b"v" * 3000] * 5))]
+            )
+        ],
+    )
+    return request_bytes(PRODUCE, 9, msg, correlation_id=cid)
+
+
+def test_streamed_request_is_kept_as_its_pieces() -> None:
+    """A Produce larger than a read goes upstream piece by piece (raw mode): the report carries
+    those pieces, and the audit event counts its records from them."""
+    from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
+    from kgate.filters.builtin.audit_event import Captured, build_event
+
+    reports = Reports()
+    core, actions = _core(reports)
+    req = _produce(-1, 4)
+    for a, b in ((0, 100), (100, 7000), (7000, len(req))):
+        core.receive_client(req[a:b])
+    assert bytes(actions.upstream.data) == req
+    resp = response_bytes(
+        PRODUCE,
+        9,
+        ProduceResponse(
+            responses=[
+                TopicProduceResponse(name="big", partition_responses=[PartitionProduceResponse(index=0, error_code=0)])
+            ]
+        ),
+        correlation_id=4,
+    )
+    core.receive_broker(resp)
+    ((ex, _answer, _size, _end),) = reports.got
+    assert isinstance(ex.req, list) and b"".join(bytes(p) for p in ex.req) == req and ex.req_bytes == len(req)
+    e = build_event(
+        Captured(ex, ConnectionInfo("a:1", "t"), resp, len(resp), _end),
+        instance="i",
+        cluster="t",
+        wall_offset_ns=0,
+        names={},
+    )
+    assert e["topics"] == [
+        {
+            "id": None,
+            "name": "big",
+            "name_status": "given",
+            "partitions": 1,
+            "bytes": len(record_batch([b"v" * 3000] * 5)),
+            "records": 5,
+            "error_codes": [0],
+        }
+    ]
+
+
+def test_streamed_acks0_request_is_reported_when_whole() -> None:
+    reports = Reports()
+    core, _actions = _core(reports)
+    req = _produce(0, 8)
+    core.receive_client(req[:50])
+    assert reports.got == []  # its records are still coming
+    core.receive_client(req[50:])
+    ((ex, answer, _size, _end),) = reports.got
+    assert answer is None and b"".join(bytes(p) for p in ex.req) == req
