@@ -340,7 +340,7 @@ def _produce(c: Captured, f: _Facts, answered: bool) -> tuple[int | None, list[_
                 records = p.records
                 if records is not None and len(records):
                     t.bytes += len(records)
-                    t.records += count_records(records, 0, len(records))
+                    t.records = _plus(t.records, count_records(records, 0, len(records)))
     elif isinstance(ex.req, list):
         # a Produce that streamed through kgate in pieces: walked over them, records not joined
         header = _header(c)
@@ -353,7 +353,7 @@ def _produce(c: Captured, f: _Facts, answered: bool) -> tuple[int | None, list[_
                 t = f.topic(k)
                 t.partitions += parts
                 t.bytes = (t.bytes or 0) + nbytes
-                t.records = (t.records or 0) + records
+                t.records = _plus(t.records, records)
     if not answered:
         return None, f.order
     answer = _answer(c)
@@ -397,7 +397,7 @@ def _fetch(c: Captured, f: _Facts, answered: bool) -> tuple[int | None, list[_To
                 data = p.records
                 if data is not None and len(data):
                     nbytes += len(data)
-                    records += count_records(data, 0, len(data))
+                    records = _plus(records, count_records(data, 0, len(data)))
             facts.append((topic_key(e, "topic"), len(e.partitions), nbytes, records, codes))
     for pos, (k, parts, nbytes, records, codes) in enumerate(facts):
         hit = f.answered(pos, k)
@@ -405,9 +405,16 @@ def _fetch(c: Captured, f: _Facts, answered: bool) -> tuple[int | None, list[_To
             hit = f.topic(k)
             hit.partitions = parts  # a fetch session's answer names topics the request did not
         hit.bytes = (hit.bytes or 0) + nbytes
-        hit.records = (hit.records or 0) + records
+        hit.records = _plus(hit.records, records)
         f.codes(hit, codes)
     return top or f.first_error(), f.order
+
+
+def _plus(total: int | None, n: int) -> int:
+    """Record counts added up; -1 (too many batches to count cheaply) stays -1, written as null."""
+    if total is None:
+        return n
+    return -1 if total < 0 or n < 0 else total + n
 
 
 def _top_error(c: Captured) -> int:
@@ -471,7 +478,7 @@ def event_line(
         parts.append(
             f'{{"id":{_j(_id_string(t.id) if t.id is not None else None)},"name":{_j(name)},'
             f'"name_status":"{status}","partitions":{t.partitions},"bytes":{_j(t.bytes)},'
-            f'"records":{_j(t.records)},"error_codes":[{codes}]}}'
+            f'"records":{_j(t.records if t.records is None or t.records >= 0 else None)},"error_codes":[{codes}]}}'
         )
     policy = ex.state.get(POLICY_STATE_KEY) if ex.state else None
     if answered:

@@ -557,3 +557,25 @@ def test_count_records_in_place_equals_contiguous() -> None:
         bounds = [0, *cuts, len(data)]
         pieces: list[bytes | memoryview] = [memoryview(data)[a:b] for a, b in pairwise(bounds)]
         assert count_records(Chunks(pieces), 0, len(data)) == whole
+
+
+def test_records_unknown_past_the_batch_limit() -> None:
+    """One batch per record (as Tansu answers) would make counting cost per record: past
+    MAX_BATCHES batches a partition's count is null, its bytes still exact."""
+    from kgate.filters.builtin.audit_wire import MAX_BATCHES
+
+    tid = uuid4()
+    many = b"".join(record_batch([b"r"]) for _ in range(MAX_BATCHES + 1))
+    few = record_batch([b"r"] * 3)
+    req = FetchRequest(max_wait_ms=1, min_bytes=1, topics=[FetchTopic(topic_id=tid, partitions=[FetchPartition()])])
+    for data, records in ((many, None), (few, 3)):
+        resp = FetchResponse(
+            responses=[
+                FetchableTopicResponse(topic_id=tid, partitions=[PartitionData(partition_index=0, records=data)])
+            ]
+        )
+        rs = response_bytes(FETCH, 13, resp)
+        rq = request_bytes(FETCH, 13, req)
+        for answer in (memoryview(rs), [memoryview(rs)[:100], memoryview(rs)[100:]]):
+            e = _event(Captured(_exchange(FETCH, 13, rq), INFO, answer, len(rs), 2_000_000_000), {tid: "t"})
+            assert e["topics"][0]["records"] == records and e["topics"][0]["bytes"] == len(data)
