@@ -73,9 +73,9 @@ class Captured:
         end_ns: int,
     ) -> None:
         self.ex = ex
-        self.address = info.client_address
-        self.client_id = info.client_id
-        self.principal = info.principal
+        self.address: str = info.client_address
+        self.client_id: str | None = info.client_id
+        self.principal: str | None = info.principal
         self.answer: Answer | Chunks | None = answer  # a list becomes Chunks or bytes on the writer thread
         self.answer_bytes = answer_bytes
         self.end_ns = end_ns
@@ -84,6 +84,24 @@ class Captured:
         # bytes this event keeps alive, from the sizes kgate already knows (no len() per piece):
         # at most the frames' full sizes (a streamed request keeps only its head)
         self.held = ex.req_bytes + (answer_bytes or 0)
+
+
+    @classmethod
+    def of(cls, t: Offered) -> Captured:
+        """The writer thread's view of what the event loop queued (``Offered``)."""
+        ex, address, client_id, principal, answer, answer_bytes, end_ns = t
+        c = cls.__new__(cls)
+        c.ex, c.address, c.client_id, c.principal = ex, address, client_id, principal
+        c.answer, c.answer_bytes, c.end_ns = answer, answer_bytes, end_ns
+        c.facts, c.header = None, False
+        c.held = ex.req_bytes + (answer_bytes or 0)
+        return c
+
+
+#: what the event loop queues per exchange: a plain tuple, ~10x cheaper to make than a
+#: ``Captured`` (one allocation instead of an ``__init__`` with ten attribute writes):
+#: (exchange, client address, client id, principal, answer, answer bytes, end ns)
+Offered = tuple[FinishedExchange, str, "str | None", "str | None", "Answer | None", "int | None", int]
 
 
 #: id -> name, or a TopicNameError (unresolved, or the lookup failed)

@@ -391,32 +391,26 @@ def test_read_only_directory_counts_write_errors(tmp_path: Path) -> None:
         w.stop()
 
 
-def test_sampling_per_api_key() -> None:
+def test_sampling_per_api_key(tmp_path: Path) -> None:
+    """Sampling decides on the event loop, before anything is queued: the writer (not started
+    here) holds exactly the exchanges kept."""
     f = AuditLog(AuditLog.validate_config({"directory": "/tmp/x", "sample": {"Produce": 0, "Fetch": 1}}))
-    offered: list[Captured] = []
-
-    class W:
-        def offer(self, c: Captured) -> None:
-            offered.append(c)
-
-    observe = f._observer(W(), f.config["sample"])  # type: ignore[arg-type]
+    w = _writer(tmp_path, f.counters)
+    observe = f._observer(w, f.config["sample"])
     req, resp = _produce_frames(9, {"t": [[b"v"]]}, {})
     for _ in range(50):
         observe(_exchange(PRODUCE, 9, req), INFO, resp, len(resp), 0)
         observe(_exchange(FETCH, 12, req), INFO, resp, len(resp), 0)
-    assert len(offered) == 50 and all(c.ex.api_key == FETCH for c in offered)
+    assert len(w._q) == 50 and all(item[0].api_key == FETCH for item in w._q)  # type: ignore[index]
     assert f.counters.sampled_out == 50
     half = AuditLog(AuditLog.validate_config({"directory": "/tmp/x", "sample": {"default": 0.5}}))
-    got: list[Captured] = []
-
-    class W2:
-        def offer(self, c: Captured) -> None:
-            got.append(c)
-
-    observe = half._observer(W2(), half.config["sample"])  # type: ignore[arg-type]
+    w2 = _writer(tmp_path, half.counters)
+    observe = half._observer(w2, half.config["sample"])
     for _ in range(2000):
         observe(_exchange(FETCH, 12, req), INFO, resp, len(resp), 0)
-    assert 800 < len(got) < 1200  # binomial(2000, 0.5): outside this range with p < 1e-19
+    assert 800 < len(w2._q) < 1200  # binomial(2000, 0.5): outside this range with p < 1e-19
+    everything = AuditLog(AuditLog.validate_config({"directory": "/tmp/x"}))
+    assert everything._observer(w, everything.config["sample"]) == w.offer_exchange  # no sampling: no wrapper
 
 
 @pytest.mark.parametrize(
