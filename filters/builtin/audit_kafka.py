@@ -112,7 +112,11 @@ class KafkaSink:
         """Produce what is queued (up to ``timeout_s``), then stop the producer."""
         self._stopping = True
         task = self._task
-        if task is not None:
+        if task is not None and self._producer is None:
+            task.cancel()  # never reached the broker: nothing to deliver, no reason to wait
+            with contextlib.suppress(BaseException):
+                await task
+        elif task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(task), timeout_s)
             except (TimeoutError, asyncio.CancelledError):

@@ -130,3 +130,28 @@ def _wait(cond: Any, timeout_s: float) -> bool:
             return False
         time.sleep(0.005)
     return True
+
+
+@pytest.mark.timeout(60)
+async def test_unreachable_kafka_sink_costs_events_not_traffic(tansu: Any, tmp_path: Path) -> None:
+    """A Kafka sink whose broker does not answer: the file log and client traffic go on, and
+    kgate stops promptly."""
+    import time
+
+    from support.ports import free_port
+
+    from kgate.codec.generated.metadata import MetadataRequest
+
+    config = {"directory": str(tmp_path / "audit"), "kafka": {"bootstrap": f"127.0.0.1:{free_port()}", "topic": "t"}}
+    k = InprocKgate(kgate_config(tansu.bootstrap, [{"name": "audit-log", "config": config}])).start()
+    c = client(k.port, client_id="sinkless")
+    try:
+        for _ in range(20):
+            await c.request(3, MetadataRequest(topics=[]), 12)
+    finally:
+        c.close()
+    start = time.monotonic()
+    k.stop()
+    assert time.monotonic() - start < 10
+    events = _events(tmp_path / "audit")
+    assert len([e for e in events if e["client"]["id"] == "sinkless" and e["api"]["key"] == 3]) == 20
