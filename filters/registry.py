@@ -21,6 +21,7 @@ ENTRY_POINT_GROUP = "kgate.filters"
 BUILTINS: dict[str, str] = {
     "topic-policy": "kgate.filters.builtin.topic_policy:TopicPolicy",
     "authorizer": "kgate.filters.builtin.authorizer:Authorizer",
+    "audit-log": "kgate.filters.builtin.audit_log:AuditLog",
 }
 
 

@@ -19,17 +19,21 @@ import asyncio
 import logging
 import socket
 import ssl
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
-from kgate.api import ApiKey
+from kgate.api import ApiKey, TopicNameError
 from kgate.codec import api
 from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
 from kgate.config.tls_context import TlsFileError
 from kgate.filters.chain import FilterChain
+from kgate.filters.exchanges import ExchangeObserver, fan_out
 from kgate.proxy import rewrite
 from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
+from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -75,8 +79,13 @@ class VirtualCluster:
         settings: ProxySettings,
         chain: FilterChain | None = None,
         topic_names: TopicNamesConfig | None = None,
+        exchange_metrics: bool = False,
     ) -> None:
         self.cfg = cfg
+        #: per finished exchange (filters/exchanges.py): set in ``start`` from the filters that ask
+        #: and the per-exchange metrics; None (the core's zero-cost case) when nobody observes
+        self.exchange_observer: ExchangeObserver | None = None
+        self.exchange_metrics = ExchangeMetrics(cfg.name) if exchange_metrics else None
         self.chain = chain if chain is not None else FilterChain([])
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
         self.version_limits = rewrite.version_limits(self.chain.version_limits(), settings.leader_hints)
@@ -176,6 +185,7 @@ class VirtualCluster:
         return sock
 
     async def start(self) -> None:
+        self._install_exchange_observers()
         try:
             sock = self._bind(self.cfg.listen.port)
         except OSError as exc:
@@ -196,6 +206,22 @@ class VirtualCluster:
         self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
         self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(self))
         self.topic_names.start()
+
+    def _install_exchange_observers(self) -> None:
+        """Ask the filters that observe exchanges (``observe_exchanges``) for their observers.
+
+        Before any listener opens: a connection reads ``exchange_observer`` once, when it starts.
+        """
+        observers: list[ExchangeObserver] = []
+        if self.exchange_metrics is not None:
+            observers.append(self.exchange_metrics.observe)
+        for f in self.chain.filters:
+            attach = getattr(f, "observe_exchanges", None)
+            if attach is not None:
+                found = attach(ClusterExchangeServices(self, asyncio.get_running_loop()))
+                if found is not None:
+                    observers.append(found)
+        self.exchange_observer = fan_out(observers)
 
     async def _discover_nodes(self) -> None:
         """Learn every node and open its listener before any client asks (HA fleets).
@@ -498,10 +524,34 @@ class VirtualCluster:
                 tls.stop()
         for task in list(self._serve_tasks):
             task.cancel()
+        # filters first: one may still need names while it finishes (the audit log resolves the ids
+        # of its last events); then the resolver, then kgate's own connection
+        await self.chain.close()
         await self.topic_names.close()
         self.own_client.close()
-        await self.chain.close()
         for server in self._servers:
             server.close()
             await server.wait_closed()
         self._forget_own_listeners()
+
+
+class ClusterExchangeServices:
+    """What a filter observing exchanges gets of its cluster (``filters.exchanges.ExchangeServices``)."""
+
+    def __init__(self, cluster: VirtualCluster, loop: asyncio.AbstractEventLoop) -> None:
+        self._cluster = cluster
+        self._loop = loop
+
+    @property
+    def cluster(self) -> str:
+        return self._cluster.name
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
+
+    def cached_topic_name(self, topic_id: UUID) -> str | None:
+        return self._cluster.topic_names.cached(topic_id)
+
+    async def topic_names(self, topic_ids: Iterable[UUID]) -> dict[UUID, str | TopicNameError]:
+        return await self._cluster.topic_names.resolve(topic_ids)

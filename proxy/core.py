@@ -33,6 +33,7 @@ Bad input closes only this connection, with a ``CloseReason`` and a log line nam
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -175,6 +176,14 @@ class ConnectionCore:
         self._max_frame = settings.max_frame_bytes
         self._inflight_paused = False
         self._answers_paused = False
+        #: who wants a report per finished exchange (filters/exchanges.py); None: nobody, and every
+        #: observation point below costs one ``is not None`` test
+        self._observer = cluster.exchange_observer
+        #: a streaming answer being observed: (exchange, pieces so far, size, when its head went)
+        self._streamed: tuple[Exchange, list[bytes | memoryview], int, int] | None = None
+        #: a request being observed that streams through (larger than a read): its exchange, the
+        #: pieces so far (``ex.req``), and whether it is an acks=0 Produce reported once it is whole
+        self._req_observed: tuple[Exchange, list[bytes | memoryview], bool] | None = None
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -241,6 +250,8 @@ class ConnectionCore:
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
         self._flush()
+        if self._observer is not None:
+            self._unanswered()
         self._to(Event.CLOSE)
         self.backlog.clear()
         self._backlog_bytes = 0
@@ -347,8 +358,13 @@ class ConnectionCore:
         if prefix.acks == 0:
             self._acks0.append(cid)
             self._send_up(head)
+            if self._observer is not None:
+                self._observe_acks0(cid, version, head, size + 4)
         else:
-            self._forward(head, self._exchange(cid, PRODUCE, version, None, ctx._state))
+            ex = self._exchange(cid, PRODUCE, version, None, ctx._state)
+            if self._observer is not None:
+                self._observe_start(ex, head, size + 4)
+            self._forward(head, ex)
         self._req_stream_left = size + 4 - len(head)
         return True
 
@@ -358,10 +374,14 @@ class ConnectionCore:
         if len(data) <= n:
             self._req_stream_left = n - len(data)
             self._send_up(data)
+            if self._req_observed is not None:
+                self._request_piece(data, self._req_stream_left)
             return b""
         view = memoryview(data)
         self._send_up(view[:n])
         self._req_stream_left = 0
+        if self._req_observed is not None:
+            self._request_piece(view[:n], 0)
         return view[n:]
 
     def _raw_data(self, data: bytes) -> None:
@@ -407,6 +427,8 @@ class ConnectionCore:
         if self._req_skip:
             pos = min(self._req_skip, len(buf))
             self._req_skip -= pos
+            if self._req_observed is not None:
+                self._request_piece(memoryview(buf)[:pos], self._req_skip)
             if pos == len(buf):  # the middle of a large request: nothing to look at
                 self._send_up(data)
                 return
@@ -502,6 +524,8 @@ class ConnectionCore:
             header = parse_request_header(frame, 2 if version >= 9 else 1)
             if produce_acks(frame, header.body_offset, version) == 0:
                 self._acks0.append(cid)
+                if self._observer is not None:
+                    self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
                 return  # acks=0: the broker sends no response, so nothing waits for one
         request = None
         if plan is _OBSERVE:
@@ -510,6 +534,8 @@ class ConnectionCore:
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(frame, api_key, version)
         ex = Exchange(cid, api_key, version, request, None, answer_plan)
+        if self._observer is not None:
+            self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)
         self.upstream_waiting.append(ex)
 
@@ -642,20 +668,31 @@ class ConnectionCore:
             self._filter_failed(api_key, version, decision.error)
             return
         acks0 = api_key == PRODUCE and msg.acks == 0
+        observed = self._observer is not None
         try:
             if verdict is Verdict.FORWARD:
+                original = frame
                 if decision.changed:
                     frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
                 if acks0:
                     self._acks0.append(cid)
                     self._send_up(frame)
+                    if observed:
+                        self._observe_acks0(cid, version, original, len(original), msg, ctx._state)
                 else:
-                    self._forward(frame, self._exchange(cid, api_key, version, msg, ctx._state))
+                    ex = self._exchange(cid, api_key, version, msg, ctx._state)
+                    if observed:
+                        self._observe_start(ex, original, len(original))
+                    self._forward(frame, ex)
             elif verdict is Verdict.RESPOND:
                 if acks0:
+                    if observed:
+                        self._observe_acks0(cid, version, frame, len(frame), msg, ctx._state)
                     return  # the client expects no answer to acks=0
                 hv = api.response_header_version(api_key, version)
-                ex = Exchange(cid, api_key, version, msg)
+                ex = Exchange(cid, api_key, version, msg, ctx._state)
+                if observed:
+                    self._observe_start(ex, frame, len(frame))
                 ex.response = response_frame(cid, hv, decision.result.message.encode(version))  # type: ignore[union-attr]
                 self.pending.append(ex)
                 self._flush()
@@ -732,6 +769,9 @@ class ConnectionCore:
         self.pending.popleft()
         self._send_client(head)
         self._stream_left = size + 4 - len(head)
+        if self._observer is not None and ex.api_key != RAW_SASL:
+            # reported once its last byte went: observers get every piece (not copied)
+            self._streamed = (ex, [head], size + 4, time.monotonic_ns())
         return True
 
     def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
@@ -741,14 +781,20 @@ class ConnectionCore:
             self._stream_left = n - len(data)
             if not self.client_gone:
                 self._send_client(data)
+            piece: bytes | memoryview = data
             rest: bytes | memoryview = b""
         else:
             view = memoryview(data)
+            piece = view[:n]
             if not self.client_gone:
-                self._send_client(view[:n])
+                self._send_client(piece)
             self._stream_left = 0
             rest = view[n:]
+        if self._streamed is not None:
+            self._streamed[1].append(piece)
         if self._stream_left == 0:
+            if self._streamed is not None:
+                self._end_stream()
             self._flush()  # answers that queued behind the streamed one
         return rest
 
@@ -904,11 +950,16 @@ class ConnectionCore:
         if self.closed or self.client_gone or self._stream_left:
             if self.client_gone:  # answers to a client that left: nobody to give them to
                 while pending and pending[0].response is not None:
-                    pending.popleft()
+                    gone = pending.popleft()
+                    if self._observer is not None and gone.api_key != RAW_SASL:
+                        self._observer(gone, self.info, None, None, time.monotonic_ns())
             return  # while a response streams through, nothing else may be written
         send = self._send_client
-        while pending and pending[0].response is not None:
-            send(pending.popleft().response)  # type: ignore[arg-type]
+        if self._observer is None:
+            while pending and pending[0].response is not None:
+                send(pending.popleft().response)  # type: ignore[arg-type]
+        else:
+            self._flush_observed(pending, send)
         if self._answers_paused and self._answers_waiting() <= self._max_queued:
             self._answers_paused = False
             self.out.resume_broker("answers-blocked")
@@ -923,3 +974,79 @@ class ConnectionCore:
         stop the very answers that drain the queue.
         """
         return len(self.pending) - len(self.upstream_waiting)
+
+    # -- exchange observation (filters/exchanges.py): only called while an observer is installed
+    def _observe_start(self, ex: Exchange, frame: memoryview | bytes, size: int, acks0: bool = False) -> None:
+        """Stamp an exchange with what its observer reads: when, which bytes, how many.
+
+        A request that has not wholly arrived (a large Produce streaming through) gets the list of
+        the pieces it is forwarded in, completed by ``_request_piece`` (the buffers themselves,
+        not copies).
+        """
+        ex.t0_ns = time.monotonic_ns()
+        ex.req_bytes = size
+        if len(frame) < size:
+            pieces: list[bytes | memoryview] = [frame]
+            ex.req = pieces
+            self._req_observed = (ex, pieces, acks0)
+        else:
+            ex.req = frame
+
+    def _request_piece(self, piece: bytes | memoryview, left: int) -> None:
+        """The next piece of a request that streams through; ``left``: bytes of it still to come."""
+        assert self._req_observed is not None
+        ex, pieces, acks0 = self._req_observed
+        pieces.append(piece)
+        if left == 0:
+            self._req_observed = None
+            if acks0:
+                self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
+
+    def _observe_acks0(
+        self,
+        cid: int,
+        version: int,
+        frame: memoryview | bytes,
+        size: int,
+        request: Any = None,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        """An acks=0 Produce is an exchange without an answer: reported as soon as it went."""
+        ex = Exchange(cid, PRODUCE, version, request, state)
+        self._observe_start(ex, frame, size, acks0=True)
+        if self._req_observed is None:  # whole already; else reported once its last piece went
+            self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
+
+    def _flush_observed(self, pending: deque[Exchange], send: Any) -> None:
+        """``_flush``'s loop, reporting each answer as it is handed to the client."""
+        observe = self._observer
+        assert observe is not None
+        info = self.info
+        while pending and pending[0].response is not None:
+            ex = pending.popleft()
+            answer = ex.response
+            send(answer)
+            if ex.api_key != RAW_SASL:
+                observe(ex, info, answer, len(answer), time.monotonic_ns())  # type: ignore[arg-type]
+
+    def _end_stream(self) -> None:
+        """A streamed answer's last byte went (or the connection closed first: pieces missing)."""
+        assert self._streamed is not None and self._observer is not None
+        ex, pieces, size, end_ns = self._streamed
+        self._streamed = None
+        self._observer(ex, self.info, pieces, size, end_ns)
+
+    def _unanswered(self) -> None:
+        """The connection closes: exchanges still owed an answer end without one."""
+        observe = self._observer
+        assert observe is not None
+        if self._streamed is not None:
+            self._end_stream()
+        if self._req_observed is not None and self._req_observed[2]:  # an acks=0 Produce cut short
+            ex = self._req_observed[0]
+            self._req_observed = None
+            observe(ex, self.info, None, None, ex.t0_ns)
+        now = time.monotonic_ns()
+        for ex in self.pending:
+            if ex.api_key != RAW_SASL and ex.response is None:
+                observe(ex, self.info, None, None, now)

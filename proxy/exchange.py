@@ -17,7 +17,12 @@ class VersionRefused(HeaderError):
 class Exchange:
     """A request that expects an answer, the plan for that answer, and the answer once it is ready."""
 
-    __slots__ = ("api_key", "api_version", "cid", "plan", "request", "response", "state")
+    # ``t0_ns``, ``req`` and ``req_bytes`` are set only while an exchange observer is installed
+    # (filters/exchanges.py): unobserved exchanges never assign them, so they cost nothing.
+    __slots__ = ("api_key", "api_version", "cid", "plan", "req", "req_bytes", "request", "response", "state", "t0_ns")
+    t0_ns: int  # time.monotonic_ns() when kgate read the request's header
+    req: bytes | memoryview | list[bytes | memoryview]  # the request frame, or the pieces it streamed in
+    req_bytes: int  # the request frame's size, size prefix included
 
     def __init__(
         self,

@@ -31,7 +31,13 @@ class Proxy:
         self.config = config
         self.forced = asyncio.Event()  # a second stop signal: drain no longer
         self.clusters = [
-            VirtualCluster(vc, config.proxy, FilterChain(build_filters(config.chain_for(vc))), config.topic_names)
+            VirtualCluster(
+                vc,
+                config.proxy,
+                FilterChain(build_filters(config.chain_for(vc))),
+                config.topic_names,
+                exchange_metrics=config.metrics.listen is not None,
+            )
             for vc in config.virtual_clusters
         ]
 

@@ -58,6 +58,7 @@ from kgate.filters.builtin.topic_visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
 )
+from kgate.filters.exchanges import record_policy_decision
 
 _ZERO = UUID(int=0)
 _ANYONE = Identity()  # topic-policy's rules name topics only: every client gets the same verdict
@@ -158,6 +159,19 @@ class TopicPolicy(Filter):
                 unresolved.append(topic_id)
         return unresolved
 
+    def _noted(
+        self, ctx: FilterContext, names: Mapping[TopicKey, str], codes: dict[TopicKey, int]
+    ) -> dict[TopicKey, int]:
+        """``codes``, each refusal noted for the audit log (filters/exchanges.py); nothing when empty."""
+        for key, code in codes.items():
+            name = names.get(key)
+            if isinstance(key, UUID) and name is None:
+                reason = "topic id could not be resolved (fail closed)"
+            else:
+                reason = "topic denied by topic-policy"
+            record_policy_decision(ctx, self.name, name if name is not None else key, code, reason)
+        return codes
+
     def _codes(self, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]) -> dict[TopicKey, int]:
         """Error code per refused topic: denied ones, and ids that could not be resolved (fail closed)."""
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -177,13 +191,13 @@ class TopicPolicy(Filter):
         names, missing = self._known_names(ctx, request_topics(ctx.api_key, request))
         if missing:
             return self._check_after_lookup(ctx, request, names, missing)
-        return refuse_topics(ctx, request, self._codes(names, ()))
+        return refuse_topics(ctx, request, self._noted(ctx, names, self._codes(names, ())))
 
     async def _check_after_lookup(
         self, ctx: FilterContext, request: Any, names: dict[TopicKey, str], missing: list[UUID]
     ) -> Result:
         unresolved = await self._look_up(ctx, names, missing)
-        return refuse_topics(ctx, request, self._codes(names, unresolved))
+        return refuse_topics(ctx, request, self._noted(ctx, names, self._codes(names, unresolved)))
 
     def merge(self, ctx: FilterContext, response: Any) -> Result:
         return merge_refused(ctx, response)
@@ -220,6 +234,7 @@ class TopicPolicy(Filter):
         }
         if not codes:
             return FORWARD
+        self._noted(ctx, {}, codes)
         return refuse_topics(ctx, request, codes, answer_when_empty=ctx.api_version == 0)
 
     @on_response(ApiKey.METADATA)

@@ -1,0 +1,308 @@
+"""Reading frames that passed through kgate in pieces, and counting records, for the audit log.
+
+A whole frame is read with the generated decoder (it is the fastest reader kgate has, and slices
+``records`` as memoryviews). A Produce request or Fetch answer larger than one read streams
+through kgate and is never held whole: the audit log gets the pieces it was forwarded in, and these
+walkers read the topic and partition headers across them (``Chunks``), stepping over the records
+without joining them. Records are counted from the record-batch headers (``recordsCount`` at byte
+57 of a magic-2 batch; one per legacy message). All of it runs on the audit writer thread.
+
+Each returns ``[(key, partitions, bytes, records, error_codes)]`` per topic, where ``key`` is the
+topic name (str) or id (UUID), and raises ``WireError`` on a frame it cannot follow.
+"""
+
+from __future__ import annotations
+
+import struct
+from bisect import bisect_right
+from typing import Any
+from uuid import UUID
+
+TopicFacts = tuple["str | UUID", int, int, int, list[int]]
+
+
+class WireError(ValueError):
+    """A frame shorter than its fields say, or otherwise not what its version promises."""
+
+
+class Chunks:
+    """A frame that arrived as several pieces (an answer that streamed through kgate), read in
+    place: the pieces are the very buffers kgate forwarded, and joining them would copy every
+    record byte (~0.1 ms per MiB) to read a few hundred bytes of headers."""
+
+    __slots__ = ("_last", "_len", "_pieces", "_starts")
+
+    def __init__(self, pieces: list[bytes | memoryview]) -> None:
+        self._pieces = pieces
+        self._starts: list[int] = []
+        pos = 0
+        for piece in pieces:
+            self._starts.append(pos)
+            pos += len(piece)
+        self._len = pos
+        self._last = 0  # the piece the previous read was in (reads mostly move forward)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def unpack(self, fmt: struct.Struct, pos: int) -> tuple[Any, ...]:
+        """``fmt.unpack_from`` at ``pos``, in place when it lies within one piece (the usual case)."""
+        i = self._last
+        off = pos - self._starts[i]
+        piece = self._pieces[i]
+        if 0 <= off and off + fmt.size <= len(piece):
+            return fmt.unpack_from(piece, off)
+        return fmt.unpack(self.get(pos, fmt.size))
+
+    def get(self, pos: int, n: int) -> bytes | memoryview:
+        i = self._last
+        if not self._starts[i] <= pos < self._starts[i] + len(self._pieces[i]):
+            i = self._last = bisect_right(self._starts, pos) - 1
+        off = pos - self._starts[i]
+        piece = self._pieces[i]
+        if off + n <= len(piece):
+            return piece[off : off + n]
+        out = bytearray()
+        while n > 0:
+            if i >= len(self._pieces):
+                raise WireError("frame ends early")
+            piece = self._pieces[i]
+            take = min(n, len(piece) - off)
+            out += piece[off : off + take]
+            n -= take
+            i += 1
+            off = 0
+        return bytes(out)
+
+
+Buffer = bytes | memoryview | Chunks
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class _Reader:
+    """Kafka primitives over one contiguous frame: direct indexing and ``unpack_from``.
+
+    Every field read is Python, so each is kept to a couple of operations: a Metadata answer
+    walked this way costs about a fifth of its generic decode.
+    """
+
+    __slots__ = ("buf", "end", "flex", "pos")
+
+    def __init__(self, buf: bytes | memoryview, pos: int, flex: bool) -> None:
+        self.buf = buf
+        self.end = len(buf)
+        self.pos = pos
+        self.flex = flex
+
+    def _need(self, n: int) -> int:
+        p = self.pos
+        if p + n > self.end:
+            raise WireError("frame ends early")
+        self.pos = p + n
+        return p
+
+    def i16(self) -> int:
+        return int(_I16.unpack_from(self.buf, self._need(2))[0])
+
+    def i32(self) -> int:
+        return int(_I32.unpack_from(self.buf, self._need(4))[0])
+
+    def skip(self, n: int) -> None:
+        p = self.pos + n
+        if p > self.end:
+            raise WireError("frame ends early")
+        self.pos = p
+
+    def byte(self) -> int:
+        return int(self.buf[self._need(1)])
+
+    def uvarint(self) -> int:
+        b = self.byte()
+        if b < 0x80:  # lengths and tag counts below 128: nearly all of them
+            return b
+        value, shift = b & 0x7F, 7
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise WireError("varint too long")
+
+    def length(self) -> int:
+        """An array or nullable string/bytes length: -1 for null."""
+        if self.flex:
+            return self.uvarint() - 1
+        return self.i32()
+
+    def raw(self, n: int) -> bytes:
+        p = self._need(n)
+        return bytes(self.buf[p : p + n])
+
+    def string(self) -> str | None:
+        n = self.uvarint() - 1 if self.flex else self.i16()
+        if n < 0:
+            return None
+        return self.raw(n).decode("utf-8", "replace")
+
+    def uuid(self) -> UUID:
+        return UUID(bytes=self.raw(16))
+
+    def tagged(self) -> None:
+        if self.flex:
+            count = self.uvarint()
+            for _ in range(count):
+                self.uvarint()
+                self.skip(self.uvarint())
+
+
+class _ChunkReader(_Reader):
+    """The same primitives over an answer's pieces (``Chunks``)."""
+
+    __slots__ = ("chunks",)
+
+    def __init__(self, chunks: Chunks, pos: int, flex: bool) -> None:
+        super().__init__(b"", pos, flex)
+        self.chunks = chunks
+        self.end = len(chunks)
+
+    def i16(self) -> int:
+        return int(self.chunks.unpack(_I16, self._need(2))[0])
+
+    def i32(self) -> int:
+        return int(self.chunks.unpack(_I32, self._need(4))[0])
+
+    def byte(self) -> int:
+        return int(self.chunks.get(self._need(1), 1)[0])
+
+    def raw(self, n: int) -> bytes:
+        return bytes(self.chunks.get(self._need(n), n))
+
+
+def _reader(buf: Buffer, pos: int, flex: bool) -> _Reader:
+    return _ChunkReader(buf, pos, flex) if isinstance(buf, Chunks) else _Reader(buf, pos, flex)
+
+
+def body_offset(buf: Buffer, header_version: int) -> int:
+    """Where a response's body starts (after the correlation id, and the tagged fields of header v1)."""
+    r = _reader(buf, 8, True)
+    if header_version >= 1:
+        r.tagged()
+    return r.pos
+
+
+# batchLength (int32 at 8), magic (int8 at 16), recordsCount (int32 at 57) of a record batch, in one
+# unpack: a Python loop over batches is the audit log's cost per byte of small records, and one
+# ``unpack_from`` per batch is ~4x cheaper than three slices and ``int.from_bytes`` (0.9 -> 0.2 us)
+_BATCH = struct.Struct(">8xi4xb40xi")
+
+
+#: record batches counted per partition at most; past it the count is unknown (``-1``): a broker
+#: that returns one batch per record (Tansu does) would make counting cost ~0.2 us per record
+MAX_BATCHES = 256
+
+
+def count_records(buf: Buffer, start: int, end: int) -> int:
+    """Records in the record set ``buf[start:end]`` (batches' counts; 1 per legacy message), or
+    -1 when it holds more than ``MAX_BATCHES`` batches (not cheap to know)."""
+    n = 0
+    pos = start
+    unpack = _BATCH.unpack_from
+    batches = 0
+    if isinstance(buf, Chunks):
+        get = buf.get
+        while pos + 17 <= end:
+            batches += 1
+            if batches > MAX_BATCHES:
+                return -1
+            if pos + 61 > end:
+                if get(pos + 16, 1)[0] < 2:
+                    n += 1  # a legacy message shorter than a batch header
+                break
+            size, magic, count = buf.unpack(_BATCH, pos)
+            if size <= 0:
+                break
+            n += count if magic >= 2 else 1
+            pos += 12 + size
+        return n
+    while pos + 61 <= end:
+        batches += 1
+        if batches > MAX_BATCHES:
+            return -1
+        size, magic, count = unpack(buf, pos)
+        if size <= 0:
+            break
+        n += count if magic >= 2 else 1
+        pos += 12 + size
+    if pos + 17 <= end and buf[pos + 16] < 2:  # a legacy message shorter than a batch header
+        n += 1
+    return n
+
+
+def produce_request_topics(frame: Buffer, body: int, version: int) -> list[TopicFacts]:
+    """Per topic of a whole Produce request: (name or id, partitions, record bytes, records, [])."""
+    r = _reader(frame, body, version >= 9)
+    if version >= 3:
+        r.string()  # transactional_id
+    r.skip(6)  # acks, timeout_ms
+    topics: list[TopicFacts] = []
+    for _ in range(max(r.length(), 0)):
+        key: str | UUID = r.uuid() if version >= 13 else (r.string() or "")
+        parts = nbytes = records = 0
+        for _ in range(max(r.length(), 0)):
+            r.skip(4)  # index
+            size = r.length()
+            if size > 0:
+                start = r.pos
+                r.skip(size)
+                nbytes += size
+                counted = count_records(frame, start, start + size)
+                records = -1 if counted < 0 or records < 0 else records + counted
+            r.tagged()
+            parts += 1
+        r.tagged()
+        topics.append((key, parts, nbytes, records, []))
+    return topics
+
+
+def fetch_response_topics(frame: Buffer, body: int, version: int) -> tuple[int, list[TopicFacts]]:
+    """A whole Fetch answer: its top-level error code and, per topic, (name or id, partitions,
+    record bytes, records, distinct partition error codes in order)."""
+    r = _reader(frame, body, version >= 12)
+    if version >= 1:
+        r.skip(4)  # throttle_time_ms
+    top = 0
+    if version >= 7:
+        top = r.i16()
+        r.skip(4)  # session_id
+    topics: list[TopicFacts] = []
+    for _ in range(max(r.length(), 0)):
+        key: str | UUID = r.uuid() if version >= 13 else (r.string() or "")
+        parts = nbytes = records = 0
+        codes: list[int] = []
+        for _ in range(max(r.length(), 0)):
+            r.skip(4)  # partition_index
+            code = r.i16()
+            if code not in codes:
+                codes.append(code)
+            r.skip(8 + (8 if version >= 4 else 0) + (8 if version >= 5 else 0))
+            if version >= 4:
+                for _ in range(max(r.length(), 0)):  # aborted_transactions (nullable)
+                    r.skip(16)
+                    r.tagged()
+            if version >= 11:
+                r.skip(4)  # preferred_read_replica
+            size = r.length()
+            if size > 0:
+                start = r.pos
+                r.skip(size)
+                nbytes += size
+                counted = count_records(frame, start, start + size)
+                records = -1 if counted < 0 or records < 0 else records + counted
+            r.tagged()
+            parts += 1
+        r.tagged()
+        topics.append((key, parts, nbytes, records, codes))
+    return top, topics
