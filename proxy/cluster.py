@@ -32,8 +32,8 @@ from kgate.filters.exchanges import ExchangeObserver, fan_out
 from kgate.proxy import rewrite
 from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
 from kgate.proxy.exchange_metrics import ExchangeMetrics
+from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
