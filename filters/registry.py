@@ -20,6 +20,7 @@ ENTRY_POINT_GROUP = "kgate.filters"
 
 BUILTINS: dict[str, str] = {
     "topic-policy": "kgate.filters.builtin.topic_policy:TopicPolicy",
+    "internal-topics": "kgate.filters.builtin.internal_topics:InternalTopics",
 }
 
 

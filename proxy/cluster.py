@@ -27,6 +27,7 @@ from kgate.filters.chain import FilterChain
 from kgate.proxy import rewrite
 from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -127,6 +128,8 @@ class VirtualCluster:
             sweep_interval_s=tn.sweep_interval_s,
             lookup_timeout_s=tn.lookup_timeout_s,
         )
+        #: what filters use outside a message (Filter.start): own requests, topic names
+        self.services = ClusterServicesImpl(self)
 
     # -- listeners -------------------------------------------------------------------------
     def _bind(self, port: int) -> socket.socket:
@@ -153,6 +156,8 @@ class VirtualCluster:
         self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
         self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(self))
         self.topic_names.start()
+        for f in self.chain.filters:
+            f.start(self.services)
 
     async def _discover_nodes(self) -> None:
         """Learn every node and open its listener before any client asks (HA fleets).
@@ -440,8 +445,9 @@ class VirtualCluster:
         for task in list(self._serve_tasks):
             task.cancel()
         await self.topic_names.close()
+        await self.chain.close()  # filters first: their background tasks may still use the clients
+        self.services.close()
         self.own_client.close()
-        await self.chain.close()
         for server in self._servers:
             server.close()
             await server.wait_closed()
