@@ -5,7 +5,8 @@ lookups use). Requests for a node (a partition leader, for a filter's own Produc
 over a connection kept per node, made on first use: a Produce sent to a broker that does not
 lead the partition would only come back NOT_LEADER; and a filter's long-poll Fetch there never
 holds up the cluster's own connection, which topic-id lookups share. (A node kgate has not
-discovered yet is reached through the bootstrap servers, still on that node's own connection.) Failures surface as ``ConnectionError`` so a
+discovered yet is reached through the bootstrap servers, still on that node's own connection.)
+Failures surface as ``ConnectionError`` so a
 filter needs nothing from kgate's proxy package to handle them.
 """
 

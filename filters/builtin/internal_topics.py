@@ -373,7 +373,7 @@ class InternalTopics(Filter):
         if errors:
             response.topics = list(response.topics) + list(self._create_errors(errors).topics)
         to_mark = set(state.get(_STATE + ".mark") or ())
-        made = [t for t in response.topics if t.name in to_mark and t.error_code == 0]
+        made = [t for t in response.topics if t.name in to_mark and t.error_code == ErrorCode.NONE]
         if not made:
             return forward(response)
         return self._mark_created(response, made)
@@ -417,7 +417,11 @@ class InternalTopics(Filter):
             resp = await self._services.send_request(ApiKey.METADATA, req)
         except ConnectionError:
             return {}
-        return {t.name: t.topic_id for t in resp.topics if t.error_code == 0 and getattr(t, "topic_id", _ZERO).int}
+        return {
+            t.name: t.topic_id
+            for t in resp.topics
+            if t.error_code == ErrorCode.NONE and getattr(t, "topic_id", _ZERO).int
+        }
 
     # -- AlterConfigs, IncrementalAlterConfigs ----------------------------------------------
     @on_request(ApiKey.INCREMENTAL_ALTER_CONFIGS)
@@ -514,7 +518,7 @@ class InternalTopics(Filter):
         changes: dict[str, bool] = state.get(_STATE + ".alter") or {}
         done = [
             r for r in response.responses
-            if r.resource_type == TOPIC_RESOURCE and r.error_code == 0 and r.resource_name in changes
+            if r.resource_type == TOPIC_RESOURCE and r.error_code == ErrorCode.NONE and r.resource_name in changes
         ]
         if not done:
             return forward(response)

@@ -223,7 +223,7 @@ class MarksStore:
             )
             resp = await services.send_request(ApiKey.METADATA, req)
             topic = next((t for t in resp.topics if t.name == self.topic), None)
-            if topic is not None and topic.error_code == 0 and topic.partitions:
+            if topic is not None and topic.error_code == ErrorCode.NONE and topic.partitions:
                 part = next(p for p in topic.partitions if p.partition_index == 0)
                 self._partition = _Partition(getattr(topic, "topic_id", _ZERO), part.leader_id)
                 if self._partition.topic_id.int:
@@ -250,7 +250,7 @@ class MarksStore:
         )
         resp = await self._require().send_request(ApiKey.CREATE_TOPICS, req)
         for t in resp.topics:
-            if t.error_code not in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+            if t.error_code not in (ErrorCode.NONE, ErrorCode.TOPIC_ALREADY_EXISTS):
                 raise MarkWriteError(f"creating {self.topic}: error {t.error_code} {t.error_message or ''}".strip())
         log.info("internal-topics: created the marks topic %s", self.topic)
         await asyncio.sleep(0.1)  # the new partition's leader takes a moment to appear in Metadata
@@ -360,7 +360,7 @@ class MarksStore:
                 if self._partition is None:
                     await self._ensure_topic()
                 code, message = await self._produce(batch)
-                if code == 0:
+                if code == ErrorCode.NONE:
                     for tid, name in entries:
                         self.table.apply(tid, name)
                     return

@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from uuid import UUID
-
 import uuid
+from uuid import UUID
 
 import pytest
 

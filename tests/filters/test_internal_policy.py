@@ -67,7 +67,9 @@ def test_listed_as_internal() -> None:
     assert not is_internal(None) and not is_internal(Kind.KGATE)
 
 
-@pytest.mark.parametrize(("value", "parsed"), [("true", True), ("TRUE", True), (" false ", False), ("yes", None), (None, None)])
+@pytest.mark.parametrize(
+    ("value", "parsed"), [("true", True), ("TRUE", True), (" false ", False), ("yes", None), (None, None)]
+)
 def test_internal_config_values(value: str | None, parsed: bool | None) -> None:
     assert parse_internal(value) is parsed
 
