@@ -408,20 +408,34 @@ class InternalTopics(Filter):
         return forward(response)
 
     async def _ids_by_name(self, names: list[str]) -> dict[str, UUID]:
+        """Topic ids by name from the broker (Metadata), retried until ``write_timeout_ms``.
+
+        Right after a CreateTopics (below v7, which carries no id) the broker's metadata may not
+        list the new topic yet (Kafka propagates it from the controller), or list it without a
+        leader (LEADER_NOT_AVAILABLE, id already set): both are waited out.
+        """
+        found: dict[str, UUID] = {}
         if self._services is None:
-            return {}
-        req = MetadataRequest(
-            topics=[MetadataRequestTopic(name=n, topic_id=_ZERO) for n in names], allow_auto_topic_creation=False
-        )
-        try:
-            resp = await self._services.send_request(ApiKey.METADATA, req)
-        except ConnectionError:
-            return {}
-        return {
-            t.name: t.topic_id
-            for t in resp.topics
-            if t.error_code == ErrorCode.NONE and getattr(t, "topic_id", _ZERO).int
-        }
+            return found
+        deadline = asyncio.get_running_loop().time() + self.store.write_timeout_s
+        delay = 0.02
+        while True:
+            missing = [n for n in names if n not in found]
+            req = MetadataRequest(
+                topics=[MetadataRequestTopic(name=n, topic_id=_ZERO) for n in missing], allow_auto_topic_creation=False
+            )
+            try:
+                resp = await self._services.send_request(ApiKey.METADATA, req)
+                for t in resp.topics:
+                    tid = getattr(t, "topic_id", _ZERO)
+                    if t.error_code in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE) and tid.int:
+                        found[t.name] = tid
+            except ConnectionError as exc:
+                log.debug("internal-topics: looking up topic ids failed: %s", exc)
+            if len(found) == len(names) or asyncio.get_running_loop().time() + delay > deadline:
+                return found
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     # -- AlterConfigs, IncrementalAlterConfigs ----------------------------------------------
     @on_request(ApiKey.INCREMENTAL_ALTER_CONFIGS)

@@ -39,6 +39,13 @@ def _kgate(kgate_factory: Any, broker: Any, name: str = "kgate") -> Any:
 _ADMINS: dict[str, Any] = {}
 
 
+@pytest.fixture(autouse=True)
+def _drop_admins() -> Any:
+    """Admin clients live for one test: the kgates they talk to stop at its end."""
+    yield
+    _ADMINS.clear()
+
+
 def _admin(bootstrap: str) -> Any:
     """One confluent-kafka AdminClient per address, kept alive (a dropped one fails its futures)."""
     from confluent_kafka.admin import AdminClient
