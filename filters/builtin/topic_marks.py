@@ -51,6 +51,7 @@ DEFAULT_TOPIC = "__kgate_internal_topics"
 KEY_VERSION = 1
 _ZERO = UUID(int=0)
 _LOAD_WAIT_MS = 100
+_SWEEP_MIN_AGE_MS = 60_000
 _NAMES_VERSION = 12  # Produce and Fetch by topic name (v13+ name topics by id only)
 _RETRY_CODES = frozenset(
     {
@@ -167,6 +168,7 @@ class MarksStore:
         self._position = 0
         self._task: asyncio.Task[None] | None = None
         self._skipped = 0
+        self._written_ms: dict[UUID, int] = {}  # mark -> when it was written (record timestamp)
         self.polls = 0
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -324,10 +326,16 @@ class MarksStore:
                 self._skipped += 1
                 continue
             self.table.apply(*parsed)
+            self._written_ms[parsed[0]] = rec.timestamp_ms
 
     async def forget_dead(self) -> None:
-        """Drop marks whose topic no longer exists (deleted behind kgate's back): tombstones."""
-        ids = list(self.table.by_id)
+        """Drop marks whose topic no longer exists (deleted behind kgate's back): tombstones.
+
+        Only marks older than ``_SWEEP_MIN_AGE_MS``: a topic created a moment ago may not be in
+        every broker's metadata yet, and "unknown" must not remove its fresh mark.
+        """
+        old_enough = int(time.time() * 1000) - _SWEEP_MIN_AGE_MS
+        ids = [tid for tid in self.table.by_id if self._written_ms.get(tid, 0) < old_enough]
         if not ids:
             return
         found = await self._require().topic_names(ids)
@@ -363,6 +371,7 @@ class MarksStore:
                 if code == ErrorCode.NONE:
                     for tid, name in entries:
                         self.table.apply(tid, name)
+                        self._written_ms[tid] = now
                     return
                 last = f"error {code} {message or ''}".strip()
                 if code not in _RETRY_CODES:
