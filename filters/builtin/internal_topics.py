@@ -146,6 +146,7 @@ class InternalTopics(Filter):
         self._system: dict[str, bool] = {}  # name -> system-defined (the Produce fast path)
         self._services: ClusterServices | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._waited_out = False  # the first read of the marks took longer than ready_timeout_ms
 
     def start(self, services: ClusterServices) -> None:
         self._services = services
@@ -539,7 +540,7 @@ class InternalTopics(Filter):
         return self._record_alter(response, done, changes)
 
     async def _record_alter(self, response: Any, done: list[Any], changes: Mapping[str, bool]) -> Result:
-        await self.store.wait_ready(self._ready_timeout_s)
+        await self._wait_ready()
         names = [r.resource_name for r in done]
         ids = await self._ids_by_name(names)
         entries: list[tuple[UUID, str | None]] = []
@@ -572,13 +573,30 @@ class InternalTopics(Filter):
     def describe_configs(self, ctx: FilterContext, response: Any) -> Result | Any:
         if not any(r.resource_type == TOPIC_RESOURCE for r in response.results):
             return FORWARD
-        if not self.store.ready.is_set():
+        if self._must_wait():
             return self._describe_configs_when_ready(ctx, response)
         return self._describe_configs(ctx, response)
 
     async def _describe_configs_when_ready(self, ctx: FilterContext, response: Any) -> Result:
-        await self.store.wait_ready(self._ready_timeout_s)
+        await self._wait_ready()
         return self._describe_configs(ctx, response)
+
+    def _must_wait(self) -> bool:
+        """Whether an answer that depends on marks must wait for this instance's first read of them."""
+        return not self._waited_out and not self.store.ready.is_set()
+
+    async def _wait_ready(self) -> None:
+        """Wait for the first read of the marks, once at most ``ready_timeout_ms`` per process.
+
+        If the marks topic cannot be read (broker down, no permission to create it), answers go on
+        with what is known after the first timeout, rather than every one of them waiting for it.
+        """
+        if not await self.store.wait_ready(self._ready_timeout_s) and not self._waited_out:
+            self._waited_out = True
+            log.warning(
+                "internal-topics: marks not loaded within %.1fs; answering with what is known until they are",
+                self._ready_timeout_s,
+            )
 
     def _describe_configs(self, ctx: FilterContext, response: Any) -> Result:
         request = ctx.request
@@ -621,15 +639,12 @@ class InternalTopics(Filter):
     def described_topics(self, ctx: FilterContext, response: Any) -> Result | Any:
         if not response.topics:
             return FORWARD
-        if not self.store.ready.is_set():
+        if self._must_wait():
             return self._described_when_ready(ctx, response)
         return self._described(ctx, response)
 
     async def _described_when_ready(self, ctx: FilterContext, response: Any) -> Result:
-        if not await self.store.wait_ready(self._ready_timeout_s):
-            log.warning(
-                "internal-topics: marks not loaded within %.1fs; answering with what is known", self._ready_timeout_s
-            )
+        await self._wait_ready()
         return self._described(ctx, response)
 
     def _described(self, ctx: FilterContext, response: Any) -> Result:

@@ -230,3 +230,47 @@ def test_metadata_marks_both_kinds_and_hides_the_marks_topic() -> None:
         assert {t.name: t.is_internal for t in got.topics} == {
             "__consumer_offsets": True, "connect-offsets-x": True, "orders": False,
         }, version
+
+
+# -- waiting for the marks, and a mark that cannot be written ------------------------------------
+async def test_listings_wait_for_the_first_read_of_marks_once_at_most() -> None:
+    f = InternalTopics(InternalTopics.validate_config({"ready_timeout_ms": 0}))  # never started: never ready
+    resp = MetadataResponse(brokers=[], topics=[
+        MetadataResponseTopic(name="orders", topic_id=PLAIN_ID, is_internal=False, partitions=[])])
+    ctx = testing.FakeContext(ApiKey.METADATA, 12).for_response()
+    first = f.described_topics(ctx, resp)
+    assert inspect.isawaitable(first)  # waits (here: not at all) for the marks
+    await first
+    assert f.described_topics(ctx, resp) is FORWARD  # after a timeout, later answers do not wait
+
+
+async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() -> None:
+    from kgate.codec.generated.create_topics import (
+        CreatableTopic,
+        CreatableTopicConfig,
+        CreatableTopicResult,
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+    )
+    from kgate.filters.builtin.topic_marks import MarkWriteError
+
+    f = _filter()
+
+    async def broken(entries: Any) -> None:
+        raise MarkWriteError("writing to __kgate_internal_topics failed for 5s: no broker reachable")
+
+    f.store.write = broken  # type: ignore[method-assign]
+    req = CreateTopicsRequest(topics=[
+        CreatableTopic(name="connect-configs", num_partitions=1, replication_factor=1, assignments=[],
+                       configs=[CreatableTopicConfig(name="internal", value="true"),
+                                CreatableTopicConfig(name="cleanup.policy", value="compact")])], timeout_ms=1000)
+    req = testing.round_trip_request(ApiKey.CREATE_TOPICS, 7, req)
+    ctx = testing.FakeContext(ApiKey.CREATE_TOPICS, 7)
+    out = f.create_topics(ctx, req)
+    assert [c.name for c in out.message.topics[0].configs] == ["cleanup.policy"]  # internal taken out
+    broker = CreateTopicsResponse(topics=[CreatableTopicResult(name="connect-configs", topic_id=PLAIN_ID, configs=[])])
+    result = await f.created(ctx.for_response(), broker)
+    resp = testing.round_trip_response(ApiKey.CREATE_TOPICS, 7, result.message)
+    (t,) = resp.topics
+    assert t.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert "could not record internal=true" in t.error_message and "IncrementalAlterConfigs" in t.error_message
