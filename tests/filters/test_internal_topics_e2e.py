@@ -400,3 +400,30 @@ def test_default_listings_leave_user_defined_internal_topics_out(broker: Any, kg
     assert plain in default and user not in default and MARKS not in default
     everything = listing()
     assert {plain, user} <= everything and MARKS not in everything
+
+
+def test_a_topic_recreated_behind_kgates_back_does_not_inherit_the_mark(broker: Any, kgate_factory: Any) -> None:
+    """The mark is keyed by topic id: deleted and recreated at the broker (kgate sees neither), the
+    new topic has a new id and is not internal, by id (Metadata v10+) and then by name too."""
+    from idtools import delete_topic
+
+    k = _kgate(kgate_factory, broker)
+    name = unique("connect-offsets")
+    _create(k.bootstrap, name, internal="true")
+    assert _metadata_by_name(k.listen_port, name).is_internal
+    old_id = _metadata_by_name(broker.port, name).topic_id
+    delete_topic(broker.bootstrap, name)
+    wait_until(lambda: _metadata_by_name(broker.port, name).error_code != 0, 20, what="the topic deleted")
+
+    def recreate() -> bool:
+        try:
+            _create(broker.bootstrap, name)
+            return True
+        except Exception:  # Kafka may still be finishing the delete
+            return False
+
+    wait_until(recreate, 30, interval=0.5, what="the topic recreated at the broker")
+    t = _metadata_by_name(k.listen_port, name)
+    assert t.topic_id != old_id and not t.is_internal
+    assert not _metadata_by_name(k.listen_port, name, 5).is_internal  # by name: kgate knows the new id now
+    assert _config(k.bootstrap, name) == "false"
