@@ -182,14 +182,14 @@ class InternalTopics(Filter):
         """Broker-internal names and current ids from a Metadata / DescribeTopicPartitions answer."""
         for t in topics:
             name = t.name
-            if not name or t.error_code:
-                continue
-            if getattr(t, "is_internal", False) and name not in self.broker_internal:
-                self.broker_internal.add(name)
-                self._system.pop(name, None)
+            if not name or t.error_code not in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE):
+                continue  # (a new topic is answered LEADER_NOT_AVAILABLE for a moment, id already set)
             tid = getattr(t, "topic_id", _ZERO)
             if tid.int:
                 self.current_ids[name] = tid
+            if t.error_code == ErrorCode.NONE and t.is_internal and name not in self.broker_internal:
+                self.broker_internal.add(name)
+                self._system.pop(name, None)
 
     # -- Produce, DeleteRecords, DeleteTopics, Fetch: per-topic refusals ----------------------
     @on_request(ApiKey.PRODUCE, peek=True)

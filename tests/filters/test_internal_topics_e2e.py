@@ -423,7 +423,8 @@ def test_a_topic_recreated_behind_kgates_back_does_not_inherit_the_mark(broker: 
             return False
 
     wait_until(recreate, 30, interval=0.5, what="the topic recreated at the broker")
+    wait_until(lambda: _metadata_by_name(broker.port, name).error_code == 0, 20, what="the new topic has a leader")
     t = _metadata_by_name(k.listen_port, name)
-    assert t.topic_id != old_id and not t.is_internal
+    assert t.error_code == 0 and t.topic_id != old_id and not t.is_internal
     assert not _metadata_by_name(k.listen_port, name, 5).is_internal  # by name: kgate knows the new id now
     assert _config(k.bootstrap, name) == "false"
