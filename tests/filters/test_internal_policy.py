@@ -274,3 +274,27 @@ async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() 
     (t,) = resp.topics
     assert t.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
     assert "could not record internal=true" in t.error_message and "IncrementalAlterConfigs" in t.error_message
+
+
+def test_check_config_reports_the_key_path(tmp_path: Any, capsys: Any) -> None:
+    """As a user meets it: ``kgate check-config`` names the file, the filter entry and the key."""
+    from kgate.proxy import cli
+
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "virtual_clusters: [{name: a, listen: 127.0.0.1:19192, upstream: 127.0.0.1:9092}]\n"
+        "filters: [{name: internal-topics}]\n"
+    )
+    assert cli.main(["check-config", str(good)]) == 0
+    assert "filters: internal-topics" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "virtual_clusters: [{name: a, listen: 127.0.0.1:19192, upstream: 127.0.0.1:9092}]\n"
+        "filters: [{name: internal-topics, config: {poll_interval_ms: 10}}]\n"
+    )
+    assert cli.main(["check-config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"kgate: config error: {bad}: filters[0].config: poll_interval_ms: "
+        "expected an integer from 50 to 60000 (milliseconds), got 10\n"
+    )

@@ -20,7 +20,7 @@ from uuid import UUID
 import pytest
 from idtools import ZERO, client, create_topic, unique, wait_until
 
-from kgate.api import ErrorCode
+from kgate.api import ApiKey, ErrorCode
 from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
@@ -224,6 +224,15 @@ def test_by_id_metadata_and_delete_topics_v6(broker: Any, kgate_factory: Any) ->
     t = _metadata_by_id(k.listen_port, user_id)
     assert (t.error_code, t.name, t.is_internal) == (0, user, True)
     assert _metadata_by_id(k.listen_port, offsets_id).is_internal
+    if broker.kind == "kafka":  # DescribeTopicPartitions (KIP-966): Kafka 3.8+, not Tansu 0.6
+        from kgate.codec.generated.describe_topic_partitions import DescribeTopicPartitionsRequest, TopicRequest
+
+        plain = unique("orders")
+        _create(k.bootstrap, plain)
+        req = DescribeTopicPartitionsRequest(topics=[TopicRequest(name=n) for n in (user, plain, OFFSETS, MARKS)])
+        resp = _request(k.listen_port, ApiKey.DESCRIBE_TOPIC_PARTITIONS, req, 0)
+        got = {t.name: (t.error_code, t.is_internal) for t in resp.topics}
+        assert got == {user: (0, True), plain: (0, False), OFFSETS: (0, True), MARKS: (AUTHZ, False)}
 
     req = DeleteTopicsRequest(
         topics=[DeleteTopicState(name=None, topic_id=offsets_id), DeleteTopicState(name=None, topic_id=user_id)],
