@@ -56,8 +56,13 @@ from kgate.api import (
     request_topics,
     respond,
 )
+from kgate.codec.generated.alter_configs import AlterConfigsResourceResponse, AlterConfigsResponse
 from kgate.codec.generated.create_topics import CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse
 from kgate.codec.generated.describe_configs import DescribeConfigsResourceResult
+from kgate.codec.generated.incremental_alter_configs import (
+    AlterConfigsResourceResponse as IncrementalAlterConfigsResourceResponse,
+)
+from kgate.codec.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.filters.builtin.internal_policy import (
     DEFAULT_SYSTEM_TOPICS,
@@ -505,19 +510,17 @@ class InternalTopics(Filter):
 
     @staticmethod
     def _alter_response(ctx: FilterContext, entries: list[Any]) -> Any:
-        from kgate.codec import api
-
-        resp = api.API_INFO[ctx.api_key].response_class()
-        resp.throttle_time_ms = 0
-        resp.responses = entries
-        return resp
+        if ctx.api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS:
+            return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=entries)
+        return AlterConfigsResponse(throttle_time_ms=0, responses=entries)
 
     @staticmethod
     def _add_alter_errors(response: Any, errors: Mapping[str, tuple[int, str]]) -> None:
-        from kgate.codec import api
-
-        cls = api.API_INFO[response.API_KEY].response_class
-        entry_cls = next(f.struct for f in cls._FIELDS if f.name == "responses")
+        entry_cls = (
+            IncrementalAlterConfigsResourceResponse
+            if isinstance(response, IncrementalAlterConfigsResponse)
+            else AlterConfigsResourceResponse
+        )
         response.responses = list(response.responses) + [
             entry_cls(error_code=code, error_message=msg, resource_type=TOPIC_RESOURCE, resource_name=name)
             for name, (code, msg) in errors.items()

@@ -298,3 +298,33 @@ def test_check_config_reports_the_key_path(tmp_path: Any, capsys: Any) -> None:
         f"kgate: config error: {bad}: filters[0].config: poll_interval_ms: "
         "expected an integer from 50 to 60000 (milliseconds), got 10\n"
     )
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_config_changes_refused_for_the_marks_topic_and_bad_values(incremental: bool) -> None:
+    from kgate.codec.generated import alter_configs as ac
+    from kgate.codec.generated import incremental_alter_configs as iac
+
+    f = _filter()
+    if incremental:
+        api_key, version = ApiKey.INCREMENTAL_ALTER_CONFIGS, 1
+        req = iac.IncrementalAlterConfigsRequest(resources=[
+            iac.AlterConfigsResource(resource_type=2, resource_name="__kgate_internal_topics", configs=[
+                iac.AlterableConfig(name="cleanup.policy", config_operation=0, value="delete")]),
+            iac.AlterConfigsResource(resource_type=2, resource_name="orders", configs=[
+                iac.AlterableConfig(name="internal", config_operation=2, value="true")]),  # APPEND
+        ])
+    else:
+        api_key, version = ApiKey.ALTER_CONFIGS, 2
+        req = ac.AlterConfigsRequest(resources=[
+            ac.AlterConfigsResource(resource_type=2, resource_name="__kgate_internal_topics", configs=[]),
+            ac.AlterConfigsResource(resource_type=2, resource_name="orders", configs=[
+                ac.AlterableConfig(name="internal", value="maybe")]),
+        ])
+    req = testing.round_trip_request(api_key, version, req)
+    result = f.alter_configs(testing.FakeContext(api_key, version), req)
+    assert isinstance(result, Respond)  # nothing left to send upstream
+    resp = testing.round_trip_response(api_key, version, result.message)
+    assert {r.resource_name: r.error_code for r in resp.responses} == {
+        "__kgate_internal_topics": AUTHZ, "orders": ErrorCode.INVALID_CONFIG,
+    }
