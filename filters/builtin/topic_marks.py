@@ -167,6 +167,7 @@ class MarksStore:
         self._partition: _Partition | None = None
         self._position = 0
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._skipped = 0
         self._written_ms: dict[UUID, int] = {}  # mark -> when it was written (record timestamp)
         self.polls = 0
@@ -177,16 +178,30 @@ class MarksStore:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"internal-topics marks {self.topic}")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        """Stop the reader; never hangs kgate's shutdown.
+
+        One ``cancel()`` is not enough on Python 3.11: ``asyncio.wait_for`` (under every request
+        kgate sends) swallows a cancellation that arrives as its inner request completes, and the
+        loop would run on, holding shutdown forever (seen with a reader that polled in a tight
+        loop). So the loop also stops at the ``_closing`` flag, and the cancel is repeated.
+        """
+        self._closing = True
+        task, self._task = self._task, None
+        if task is None:
+            return
+        for _ in range(100):
+            task.cancel()
+            done, _pending = await asyncio.wait({task}, timeout=0.05)
+            if done:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    task.result()
+                return
+        log.error("internal-topics: the marks reader did not stop; leaving it behind")
 
     async def _run(self) -> None:
         backoff = 0.2
         last_sweep = time.monotonic()
-        while True:
+        while not self._closing:
             try:
                 if self._partition is None:
                     await self._ensure_topic()

@@ -156,3 +156,25 @@ async def test_dead_marks_are_removed_but_fresh_ones_are_kept() -> None:
     await store.forget_dead()
     assert store.table.by_id == {fresh: "just-created"}
     assert decode_batches(cluster.batches[-1][1])[0].value is None  # the tombstone for the dead one
+
+
+async def test_close_stops_the_reader_even_when_a_request_swallows_the_cancel() -> None:
+    """Python 3.11's ``wait_for`` can swallow a cancellation that meets a completing request; the
+    reader must stop anyway, or kgate's shutdown waits for it forever. Here every poll swallows
+    the cancel and there is always more to read (the reader never sleeps)."""
+    import asyncio
+
+    store = MarksStore(poll_interval_s=0.05)
+
+    async def swallowing_poll(max_wait_ms: int = 0) -> bool:
+        try:
+            await asyncio.sleep(0.005)
+        except asyncio.CancelledError:
+            pass  # what wait_for does when the inner request completed first
+        return False
+
+    store.poll_once = swallowing_poll  # type: ignore[method-assign]
+    store._partition = object()  # type: ignore[assignment]  # located: the reader goes straight to polling
+    store.start(FakeCluster())
+    await asyncio.sleep(0.05)
+    await asyncio.wait_for(store.close(), 5)
