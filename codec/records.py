@@ -166,6 +166,30 @@ def decode_batches(data: bytes | memoryview | None, *, verify_crc: bool = True) 
     return out
 
 
+def next_offset(data: bytes | memoryview | None) -> int | None:
+    """The offset after the last complete batch in ``data``; None when it holds no complete batch.
+
+    A reader continues from here, not from its last data record + 1: a batch can end in offsets
+    that hold no data record for it (a control batch, records removed by compaction, whose batch
+    header keeps ``last offset delta``), and fetching from the last record + 1 would return the
+    same batch again forever.
+    """
+    if not data:
+        return None
+    buf = bytes(data)
+    pos = 0
+    found: int | None = None
+    while pos + HEADER_SIZE <= len(buf):
+        base_offset, length = struct.unpack_from(">qi", buf, pos)
+        end = pos + 12 + length
+        if length < HEADER_SIZE - 12 or end > len(buf):
+            break
+        (last_delta,) = struct.unpack_from(">i", buf, pos + 23)
+        found = base_offset + last_delta + 1
+        pos = end
+    return found
+
+
 def _records(payload: bytes, count: int, base_offset: int, base_ts: int) -> Iterable[Record]:
     pos = 0
     for _ in range(count):

@@ -22,6 +22,7 @@ BUILTINS: dict[str, str] = {
     "topic-policy": "kgate.filters.builtin.topic_policy:TopicPolicy",
     "authorizer": "kgate.filters.builtin.authorizer:Authorizer",
     "audit-log": "kgate.filters.builtin.audit_log:AuditLog",
+    "internal-topics": "kgate.filters.builtin.internal_topics:InternalTopics",
 }
 
 

@@ -32,6 +32,7 @@ from kgate.filters.exchanges import ExchangeObserver, fan_out
 from kgate.proxy import rewrite
 from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
 from kgate.proxy.held_bytes import HELD
@@ -144,6 +145,8 @@ class VirtualCluster:
             sweep_interval_s=tn.sweep_interval_s,
             lookup_timeout_s=tn.lookup_timeout_s,
         )
+        #: what filters use outside a message (Filter.start): own requests, topic names
+        self.services = ClusterServicesImpl(self)
 
     def _setup_tls_and_proxy_protocol(self, cfg: VirtualClusterConfig) -> None:
         """Contexts (reloaded as their files change) and the PROXY protocol's trusted sources.
@@ -206,6 +209,8 @@ class VirtualCluster:
         self._discovery = asyncio.get_running_loop().create_task(self._discover_nodes())
         self._sweeper = asyncio.get_running_loop().create_task(sweep_forever(self))
         self.topic_names.start()
+        for f in self.chain.filters:
+            f.start(self.services)
 
     def _install_exchange_observers(self) -> None:
         """Ask the filters that observe exchanges (``observe_exchanges``) for their observers.
@@ -525,9 +530,11 @@ class VirtualCluster:
         for task in list(self._serve_tasks):
             task.cancel()
         # filters first: one may still need names while it finishes (the audit log resolves the ids
-        # of its last events); then the resolver, then kgate's own connection
+        # of its last events) and their background tasks may still use the clients; then the
+        # resolver, then the filters' own connections and kgate's own connection
         await self.chain.close()
         await self.topic_names.close()
+        self.services.close()
         self.own_client.close()
         for server in self._servers:
             server.close()

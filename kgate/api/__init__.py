@@ -29,6 +29,7 @@ from kgate.api.filter import (
     on_response,
     respond,
 )
+from kgate.api.services import ClusterServices
 from kgate.api.topic_names import LOOKUP_FAILED, TopicNameError
 from kgate.api.topics import TOPIC_LISTS, TopicKey, merge_refused, refuse_topics, request_topics
 from kgate.codec.api import Message
@@ -42,6 +43,7 @@ __all__ = [
     "TOPIC_LISTS",
     "ApiKey",
     "Close",
+    "ClusterServices",
     "ConnectionInfo",
     "Drop",
     "ErrorCode",

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 from uuid import UUID
 
+from kgate.api.services import ClusterServices
 from kgate.api.topic_names import TopicNameError
 from kgate.codec import api
 from kgate.codec.generated.api_keys import ApiKey
@@ -239,6 +240,15 @@ class Filter:
         if config:
             raise FilterConfigError(f"takes no configuration, got keys {sorted(config)}")
         return config
+
+    def start(self, services: ClusterServices) -> None:
+        """Called once per instance when its virtual cluster starts, inside the running event loop.
+
+        ``services`` (kgate.api.ClusterServices) is the cluster's: kgate's own upstream requests
+        and its topic-name service, usable outside any hook. A filter that keeps state on the
+        cluster (``internal-topics``) keeps it here and may start background tasks, which it
+        cancels in ``close``. Default: nothing. Must not block; a raise stops kgate's start-up.
+        """
 
     async def close(self) -> None:
         """Release resources at shutdown."""

@@ -14,15 +14,21 @@ coroutine. What the context knows is scripted up front:
 
 Every lookup and request is recorded (``lookups``, ``sent``) so a test can assert that a hook
 did, or did not, wait for the cluster.
+
+A ``FakeContext`` is also a :class:`kgate.api.ClusterServices` (``virtual_cluster``, and
+``send_request`` takes ``max_version`` and ``node_id``), so a filter's ``start`` can be given one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kgate.api import ConnectionInfo, ErrorCode, TopicNameError
+
+if TYPE_CHECKING:
+    from kgate.api import ClusterServices, FilterContext
 
 UpstreamAnswer = Any | Callable[[Any], Any] | BaseException
 
@@ -74,7 +80,21 @@ class FakeContext:
         other.lookups, other.sent = self.lookups, self.sent
         return other
 
-    async def send_request(self, api_key: int, message: Any, version: int | None = None) -> Any:
+    @property
+    def virtual_cluster(self) -> str:
+        """As :class:`kgate.api.ClusterServices`: the connection's cluster name."""
+        return self.connection.virtual_cluster
+
+    async def send_request(
+        self,
+        api_key: int,
+        message: Any,
+        version: int | None = None,
+        *,
+        max_version: int | None = None,
+        node_id: int | None = None,
+    ) -> Any:
+        """The scripted answer for ``api_key`` (``max_version`` and ``node_id`` are accepted and ignored)."""
         self.sent.append((int(api_key), message, version))
         if int(api_key) not in self.upstream:
             raise AssertionError(f"FakeContext: no scripted upstream answer for api key {int(api_key)}")
@@ -101,3 +121,12 @@ class FakeContext:
                 if isinstance(found, str):
                     self.cache[t] = found  # kgate caches what a lookup taught it
         return out
+
+
+if TYPE_CHECKING:  # mypy checks that the fake still implements both protocols
+
+    def _as_context(fake: FakeContext) -> FilterContext:
+        return fake
+
+    def _as_services(fake: FakeContext) -> ClusterServices:
+        return fake
