@@ -11,6 +11,7 @@ so what is checked is what a client or broker would receive.
 
 from __future__ import annotations
 
+import base64
 import functools
 from typing import Any
 from uuid import UUID
@@ -59,6 +60,7 @@ from kgate.codec.generated.share_fetch import FetchTopic as ShareTopic
 from kgate.codec.generated.share_fetch import ForgottenTopic as ShareForgotten
 from kgate.codec.generated.share_fetch import ShareFetchRequest
 from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.exchanges import POLICY_STATE_KEY
 
 PRODUCE, OFFSET_COMMIT, CGH, SHARE_FETCH = 0, 8, 68, 78
 
@@ -159,7 +161,11 @@ async def test_produce_v13_all_refused_is_answered_directly(unresolved: str | No
     assert isinstance(result, Respond)
     out = response_through_frames(PRODUCE, 13, result.message)
     assert produce_codes(out) == {GONE_ID: [(0, code), (3, code)], SECRET_ID: [(1, AUTHZ)]}
-    assert ctx.state == {}  # nothing kept for a response hook: nothing went upstream
+    # nothing kept for a response hook (nothing went upstream); only the refusals, for the audit log
+    assert set(ctx.state) == {POLICY_STATE_KEY}
+    refusals = {(d["filter"], d["resource"], d["error_code"]) for d in ctx.state[POLICY_STATE_KEY]}
+    gone = base64.urlsafe_b64encode(GONE_ID.bytes).rstrip(b"=").decode()
+    assert refusals == {("topic-policy", "secret-pay", AUTHZ), ("topic-policy", gone, code)}
 
 
 # -- OffsetCommit v10 ----------------------------------------------------------------------------
