@@ -216,6 +216,14 @@ class VirtualCluster:
             if conn.drained:
                 conn.close(CloseReason.DRAINED, "drained for shutdown")
 
+    def listening(self) -> bool:
+        """Whether the bootstrap listener is open (``/readyz``)."""
+        return bool(self._servers) and self._servers[0].is_serving()
+
+    def unbound_nodes(self) -> set[int]:
+        """Node ids whose listener kgate tried to open and could not yet (retrying; ``/readyz``)."""
+        return set(self._bind_attempts)
+
     @property
     def listening_ports(self) -> dict[int | None, int]:
         """kgate port per node id (None = bootstrap); for tests and the startup log."""

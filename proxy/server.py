@@ -5,6 +5,10 @@ to ``drain_timeout_s``, then close every connection and return exit code 0. A se
 SIGTERM/SIGINT during the drain cuts it short: every connection closes at once and the exit code
 is 1, so a supervisor can tell that answers may have been lost. SIGHUP is logged and ignored
 until configuration reload exists (its default action would kill the process with no drain).
+
+The admin listener (proxy/admin.py) opens first and closes last: ``/livez`` answers while the
+clusters start, and ``/readyz`` says "draining" for the whole drain, so a load balancer stops
+sending new clients before any connection is closed.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from collections.abc import Callable
 from kgate.config import ConfigError, KgateConfig
 from kgate.filters.chain import FilterChain
 from kgate.filters.registry import build_filters
+from kgate.proxy.admin import AdminServer, MetricsSource, registry_metrics
 from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.fd_limit import raise_open_files_limit
+from kgate.proxy.readiness import Readiness
 
 log = logging.getLogger("kgate.server")
 
@@ -27,16 +33,23 @@ log = logging.getLogger("kgate.server")
 class Proxy:
     """All virtual clusters of one kgate process."""
 
-    def __init__(self, config: KgateConfig) -> None:
+    def __init__(self, config: KgateConfig, metrics: MetricsSource = registry_metrics) -> None:
         self.config = config
         self.forced = asyncio.Event()  # a second stop signal: drain no longer
         self.clusters = [
             VirtualCluster(vc, config.proxy, FilterChain(build_filters(config.filters)), config.topic_names)
             for vc in config.virtual_clusters
         ]
+        admin = config.admin
+        self.readiness = Readiness(self.clusters, admin.probe_interval_s, admin.probe_timeout_s)
+        self.admin = AdminServer(admin.listen, self.readiness, metrics) if admin.listen is not None else None
 
     async def start(self) -> None:
         raise_open_files_limit()
+        if self.config.admin.from_metrics_listen:
+            log.warning("metrics.listen is deprecated: it now serves the admin listener; rename it to admin.listen")
+        if self.admin is not None:
+            await self.admin.start()
         for cluster in self.clusters:
             names = [f.name for f in self.config.filters]
             log.info("cluster %s: filter chain: %s", cluster.name, " -> ".join(names) if names else "(none)")
@@ -48,7 +61,11 @@ class Proxy:
         except BaseException:
             for cluster in started:
                 cluster.stop_accepting()
+            if self.admin is not None:
+                await self.admin.close()
             raise
+        self.readiness.started = True
+        self.readiness.start()
 
     async def shutdown(self) -> None:
         """Stop accepting and reading, let owed answers arrive (bounded), close everything.
@@ -57,6 +74,7 @@ class Proxy:
         lost at close) and closes as soon as it owes nothing; a long-poll Fetch still gets its
         answer. kgate's own upstream connections close last, so lookups in flight can finish.
         """
+        self.readiness.draining = True
         for cluster in self.clusters:
             cluster.stop_accepting()
             cluster.begin_drain()
@@ -80,18 +98,9 @@ class Proxy:
             cluster.close_connections()
         for cluster in self.clusters:
             await cluster.wait_closed()
-
-
-def _start_metrics(config: KgateConfig) -> None:
-    if config.metrics.listen is None:
-        return
-    from prometheus_client import start_http_server
-
-    try:
-        start_http_server(config.metrics.listen.port, addr=config.metrics.listen.host)
-    except OSError as exc:
-        raise OSError(exc.errno, f"metrics: cannot listen on {config.metrics.listen}: {exc.strerror or exc}") from exc
-    log.info("metrics on http://%s/metrics", config.metrics.listen)
+        await self.readiness.stop()
+        if self.admin is not None:
+            await self.admin.close()
 
 
 async def serve(
@@ -124,7 +133,6 @@ async def serve(
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     try:
         await proxy.start()
-        _start_metrics(config)
     except BaseException:
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
