@@ -215,7 +215,16 @@ class ClientConnection(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _settle(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
-        decision = await settle(pending, self.settings.filter_timeout_s, suspension.message)
+        direction = "request" if suspension.exchange is None else "response"
+        metrics = self.cluster.metrics
+        metrics.suspended[direction] += 1
+        loop = self._loop()
+        began = loop.time()
+        try:
+            decision = await settle(pending, self.settings.filter_timeout_s, suspension.message)
+        finally:  # also when the connection's teardown cancels the wait
+            metrics.suspended[direction] -= 1
+            metrics.suspensions[direction].observe(loop.time() - began)
         try:
             self.core.hook_done(suspension, decision)
         except Exception:  # a bug in kgate: this connection only, never the process
@@ -336,6 +345,7 @@ class ClientConnection(asyncio.Protocol):
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
             protocol.adopted = True
             self.upstream = transport
+            metrics.open_upstream_connections += 1
             self.upstream_gate.attach(transport, loop)
             if self._early:
                 transport.writelines(self._early)
@@ -364,7 +374,9 @@ class ClientConnection(asyncio.Protocol):
 
     # -- broker side -------------------------------------------------------------------------
     def upstream_lost(self, exc: Exception | None) -> None:
-        self.upstream = None
+        if self.upstream is not None:
+            self.upstream = None
+            self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
         self.core.close(CloseReason.BROKER_CLOSED, detail)
 
@@ -380,6 +392,7 @@ class ClientConnection(asyncio.Protocol):
         if self.upstream is not None:
             GENTLE.close(self.upstream, self._loop())
             self.upstream = None
+            self.cluster.metrics.open_upstream_connections -= 1
         if self._held_reported:
             self._held_reported = 0
             HELD.release(self)

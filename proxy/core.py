@@ -592,7 +592,8 @@ class ConnectionCore:
         header = suspension.header
         assert header is not None
         if decision.verdict is Verdict.TIMED_OUT:
-            decision = self._request_timed_out(header, suspension.message)
+            self.cluster.metrics.count_filter(decision.filter, "request", Verdict.TIMED_OUT.value)
+            decision = self._request_timed_out(header, suspension.message)  # kgate's answer: counted no further
         self._apply_request(decision, suspension.frame, header, suspension.ctx)
         try:
             while self.backlog and not self.suspended and not self.closed:
@@ -634,6 +635,8 @@ class ConnectionCore:
     def _apply_request(self, decision: Decision, frame: memoryview, header: RequestHeader, ctx: MessageContext) -> None:
         api_key, version, cid = header.api_key, header.api_version, header.correlation_id
         verdict, msg = decision.verdict, decision.message
+        if verdict is not Verdict.FORWARD and decision.filter:
+            self.cluster.metrics.count_filter(decision.filter, "request", verdict.value)
         if verdict is Verdict.FAILED:
             self._filter_failed(api_key, version, decision.error)
             return
@@ -850,6 +853,8 @@ class ConnectionCore:
         assert ex is not None
         verdict = decision.verdict
         name = api.API_INFO[ex.api_key].name
+        if verdict is not Verdict.FORWARD:
+            self.cluster.metrics.count_filter(decision.filter or "unknown", "response", verdict.value)
         if verdict is Verdict.FAILED:
             self._filter_failed(ex.api_key, ex.api_version, decision.error, " response")
             return
