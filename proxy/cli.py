@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgate.config import ConfigError, KgateConfig, load_config, quick_config
-from kgate.config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
+from kgate.config.loader import DEFAULT_CONFIG_SOURCE, LOG_FORMATS, LOG_LEVELS
 from kgate.config.port_warnings import ephemeral_range, port_warnings
+from kgate.proxy.logs import TEXT_FORMAT
+from kgate.proxy.logs import setup_logging as _setup_logging
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+LOG_FORMAT = TEXT_FORMAT
 
 _COMMANDS = ("run", "check-config")
 _TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
@@ -86,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LEVEL",
         help="override the configured log level (debug, info, warning, error, critical)",
     )
+    run.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="override the configured log format: text (default, for people) or json (one object per line)",
+    )
 
     check = sub.add_parser(
         "check-config",
@@ -114,8 +121,8 @@ def _config_error(exc: ConfigError) -> int:
     return EXIT_CONFIG
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+def setup_logging(level: str, fmt: str = "text") -> None:
+    _setup_logging(level, fmt)
 
 
 def _load_for_run(args: argparse.Namespace) -> KgateConfig:
@@ -152,11 +159,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _load_for_run(args)
     except ConfigError as exc:
         return _config_error(exc)
-    if args.log_level:
-        import dataclasses
+    import dataclasses
 
+    if args.log_level:
         config = dataclasses.replace(config, log_level=args.log_level)
-    setup_logging(config.log_level)
+    if args.log_format:
+        config = dataclasses.replace(config, log_format=args.log_format)
+    setup_logging(config.log_level, config.log_format)
     source = args.config or ("command line" if args.listen else DEFAULT_CONFIG_SOURCE)
     log.info("kgate %s starting (config: %s)", _version(), source)
     for vc in config.virtual_clusters:
@@ -186,7 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def summarize(config: KgateConfig, source: str) -> str:
-    lines = [f"{source}: OK", f"log_level: {config.log_level}"]
+    lines = [f"{source}: OK", f"log_level: {config.log_level}", f"log_format: {config.log_format}"]
     p = config.proxy
     lines.append(
         f"proxy: max_frame_bytes={p.max_frame_bytes} drain_timeout_s={p.drain_timeout_s:g} "
@@ -208,7 +217,16 @@ def summarize(config: KgateConfig, source: str) -> str:
         f"max_entries={tn.max_entries} idle_revalidate_s={tn.idle_revalidate_s:g} "
         f"sweep_interval_s={tn.sweep_interval_s:g} lookup_timeout_s={tn.lookup_timeout_s:g}"
     )
-    lines.append(f"metrics: {config.metrics.listen or 'disabled'}")
+    admin = config.admin
+    if admin.listen is None:
+        lines.append("admin: disabled")
+    else:
+        lines.append(
+            f"admin: {admin.listen} (/livez /readyz /metrics) probe_interval_s={admin.probe_interval_s:g} "
+            f"probe_timeout_s={admin.probe_timeout_s:g}"
+        )
+    if config.metrics.listen is not None:
+        lines.append(f"metrics: {config.metrics.listen} (deprecated alias of admin.listen)")
     lines.append(f"virtual clusters: {len(config.virtual_clusters)}")
     for vc in config.virtual_clusters:
         np = vc.node_ports

@@ -175,6 +175,7 @@ class ConnectionCore:
         self._max_frame = settings.max_frame_bytes
         self._inflight_paused = False
         self._answers_paused = False
+        self.close_detail = ""
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -232,6 +233,7 @@ class ConnectionCore:
         if self.closed:
             return
         text = detail or reason.value
+        self.close_detail = text  # for the connection's one "connection closed" line (proxy/connection.py)
         if reason.is_error:
             log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
             self.cluster.metrics.closed_on_error(reason.value)

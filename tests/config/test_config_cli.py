@@ -76,7 +76,7 @@ def fake_server(monkeypatch):
 
     mod.run = run  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kgate.proxy.server", mod)
-    monkeypatch.setattr(cli, "setup_logging", levels.append)
+    monkeypatch.setattr(cli, "setup_logging", lambda level, fmt="text": levels.append(level))
     return types.SimpleNamespace(calls=calls, levels=levels)
 
 
