@@ -25,7 +25,7 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 LOG_FORMAT = TEXT_FORMAT
 
-_COMMANDS = ("run", "check-config")
+_COMMANDS = ("run", "check-config", "healthcheck")
 _TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 log = logging.getLogger("kgate.cli")
@@ -101,6 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(subparser=check)
     check.add_argument("file", metavar="FILE", help="YAML configuration file")
+
+    health = sub.add_parser(
+        "healthcheck",
+        help="ask a running kgate's /readyz (for container health checks); exit 0 if ready, 1 if not",
+        description=(
+            "Ask a running kgate whether it is ready (GET /readyz on its admin listener). The address "
+            "comes from -c FILE (admin.listen; a wildcard address is asked on loopback), or --url, or "
+            "the default http://127.0.0.1:9190/readyz. Exit 0 if ready, 1 if not (the answer is printed)."
+        ),
+    )
+    health.set_defaults(subparser=health)
+    health.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
+    health.add_argument("--url", help="the /readyz URL to ask (instead of -c)")
+    health.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default 3")
     return parser
 
 
@@ -257,6 +271,24 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from kgate.proxy.healthcheck import DEFAULT_URL, check, readyz_url
+
+    url = args.url or DEFAULT_URL
+    if args.config and not args.url:
+        try:
+            found = readyz_url(load_config(args.config))
+        except ConfigError as exc:
+            return _config_error(exc)
+        if found is None:
+            print(f"kgate: {args.config} has no admin listener (admin.listen): nothing to ask", file=sys.stderr)
+            return EXIT_CONFIG
+        url = found
+    ready, text = check(url, args.timeout)
+    (sys.stdout if ready else sys.stderr).write(text)
+    return EXIT_OK if ready else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -264,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(_with_default_command(argv))
         if args.command == "check-config":
             return cmd_check_config(args)
+        if args.command == "healthcheck":
+            return cmd_healthcheck(args)
         return cmd_run(args)
     except SystemExit as exc:  # argparse errors (2) and --help/--version (0)
         code = exc.code
