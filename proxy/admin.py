@@ -19,12 +19,12 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
 from kgate.config import HostPort
-from kgate.proxy.readiness import Readiness
 
 log = logging.getLogger("kgate.admin")
 
@@ -38,6 +38,12 @@ Answer = tuple[int, str, bytes]
 MetricsSource = Callable[[str], Awaitable[tuple[str, bytes]]]
 
 
+class ReadinessReport(Protocol):
+    """What ``/readyz`` asks: proxy/readiness.py in one process, the supervisor with ``--workers``."""
+
+    def report(self) -> tuple[bool, list[str]]: ...
+
+
 async def registry_metrics(accept: str) -> tuple[str, bytes]:
     """This process's Prometheus registry, encoded as the scraper asked (text or OpenMetrics)."""
     encoder, content_type = choose_encoder(accept)
@@ -48,7 +54,9 @@ async def registry_metrics(accept: str) -> tuple[str, bytes]:
 class AdminServer:
     """Serves the admin paths on ``listen`` until ``close``."""
 
-    def __init__(self, listen: HostPort, readiness: Readiness, metrics: MetricsSource = registry_metrics) -> None:
+    def __init__(
+        self, listen: HostPort, readiness: ReadinessReport, metrics: MetricsSource = registry_metrics
+    ) -> None:
         self.listen = listen
         self.readiness = readiness
         self.metrics = metrics

@@ -47,6 +47,30 @@ def _log_level(value: str) -> str:
     return level
 
 
+def _worker_count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of workers, got {value!r}") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"must be in range 1-256, got {n}")
+    return n
+
+
+def _without_workers(argv: list[str]) -> list[str]:
+    """The command line a worker runs: the parent's, less ``--workers N``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            out.append(arg)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kgate",
@@ -87,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_log_level,
         metavar="LEVEL",
         help="override the configured log level (debug, info, warning, error, critical)",
+    )
+    run.add_argument(
+        "--workers",
+        type=_worker_count,
+        metavar="N",
+        help=(
+            "run N worker processes sharing the listeners (SO_REUSEPORT), supervised by this one, which "
+            "restarts a dead worker and serves the admin listener (metrics per worker, label worker)"
+        ),
     )
     run.add_argument(
         "--log-format",
@@ -135,8 +168,8 @@ def _config_error(exc: ConfigError) -> int:
     return EXIT_CONFIG
 
 
-def setup_logging(level: str, fmt: str = "text") -> None:
-    _setup_logging(level, fmt)
+def setup_logging(level: str, fmt: str = "text", worker: int | None = None) -> None:
+    _setup_logging(level, fmt, worker)
 
 
 def _load_for_run(args: argparse.Namespace) -> KgateConfig:
@@ -179,7 +212,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = dataclasses.replace(config, log_level=args.log_level)
     if args.log_format:
         config = dataclasses.replace(config, log_format=args.log_format)
-    setup_logging(config.log_level, config.log_format)
+    from kgate.proxy.workers import worker_config, worker_index
+
+    worker = worker_index()
+    if worker is not None:
+        setup_logging(config.log_level, config.log_format, worker)
+        config = worker_config(config)
+    else:
+        setup_logging(config.log_level, config.log_format)
     source = args.config or ("command line" if args.listen else DEFAULT_CONFIG_SOURCE)
     log.info("kgate %s starting (config: %s)", _version(), source)
     for vc in config.virtual_clusters:
@@ -192,6 +232,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             vc.node_ports.last_port,
             vc.advertised_host,
         )
+
+    if args.workers is not None and worker is None:
+        from kgate.proxy.workers import run_supervisor
+
+        log.info("supervising %d worker(s) sharing the listeners", args.workers)
+        return run_supervisor(config, _without_workers(args.argv), args.workers)
+    if worker is not None:
+        from kgate.proxy import cluster
+
+        cluster.SHARED_LISTENERS = True
 
     # Imported lazily: check-config and config errors must not need (or start) the server.
     try:
@@ -293,7 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(_with_default_command(argv))
+        full = _with_default_command(argv)
+        args = parser.parse_args(full)
+        args.argv = full
         if args.command == "check-config":
             return cmd_check_config(args)
         if args.command == "healthcheck":

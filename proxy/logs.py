@@ -45,10 +45,29 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
-def setup_logging(level: str, fmt: str = "text") -> None:
+class _WorkerTag(logging.Filter):
+    """Adds ``worker`` to every record of a ``--workers`` worker, so the lines say whose they are."""
+
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.worker
+        return True
+
+
+def setup_logging(level: str, fmt: str = "text", worker: int | None = None) -> None:
     """Route every ``kgate.*`` (and library) log to stderr in ``fmt`` at ``level``."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    elif worker is not None:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT.replace("%(name)s", f"worker-{worker} %(name)s")))
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    if worker is not None:
+        handler.addFilter(_WorkerTag(worker))
     logging.basicConfig(level=level, handlers=[handler], force=True)
 
 

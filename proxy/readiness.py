@@ -84,7 +84,8 @@ class Readiness:
         state = self.upstream[name]
         if state.ok is not ok:
             if ok:
-                log.info("cluster %s: upstream reachable again", name, extra={"cluster": name})
+                again = " again" if state.ok is False else ""
+                log.info("cluster %s: upstream reachable%s", name, again, extra={"cluster": name})
             elif state.ok is not None:
                 log.warning("cluster %s: upstream unreachable: %s", name, detail, extra={"cluster": name})
             state.since = time.monotonic()

@@ -26,6 +26,7 @@ from kgate.proxy.admin import AdminServer, MetricsSource, registry_metrics
 from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.fd_limit import raise_open_files_limit
 from kgate.proxy.readiness import Readiness
+from kgate.proxy.workers import report_admin_port, watch_parent, worker_index
 
 log = logging.getLogger("kgate.server")
 
@@ -139,6 +140,11 @@ async def serve(
                 loop.remove_signal_handler(sig)
         raise
     log.info("kgate ready")
+    watcher = None
+    if worker_index() is not None:  # --workers: tell the parent where this worker's admin listener is
+        if proxy.admin is not None:
+            report_admin_port(proxy.admin.port)
+        watcher = loop.create_task(watch_parent(stop))
     if on_started is not None:
         on_started(proxy)
     if ready is not None:
@@ -148,6 +154,8 @@ async def serve(
         log.info("stopping: draining (a second SIGTERM/SIGINT closes everything at once)")
         await proxy.shutdown()
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
