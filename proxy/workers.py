@@ -135,7 +135,7 @@ class Supervisor:
         self.count = count
         self.stopping = False
         self.stop_signals = 0
-        self.failed_start: int | None = None  # exit code of a worker that could not start
+        self.failed_start: int | None = None  # exit status of a worker that could not start
         self._dir = Path(tempfile.mkdtemp(prefix="kgate-workers-"))
         self.workers = [Worker(i, self._dir / f"worker-{i}.port") for i in range(count)]
         self.admin = (
@@ -214,31 +214,31 @@ class Supervisor:
         """Keep slot ``w`` filled until stopping; restart a dead worker with backoff."""
         while True:
             assert w.proc is not None
-            code = await w.proc.wait()
+            rc = await w.proc.wait()
             was_running = w.admin_port is not None
             w.admin_port = None
             w.ready = False
             if self.stopping:
                 # SIGTERM's default action ended a worker still starting: it had nothing to drain
-                w.clean_exit = code == 0 or (code == -signal.SIGTERM and not was_running)
-                log.info("worker %d exited with %s", w.index, code, extra={"worker": w.index, "exit": code})
+                w.clean_exit = rc == 0 or (rc == -signal.SIGTERM and not was_running)
+                log.info("worker %d exited with %s", w.index, rc, extra={"worker": w.index, "exit": rc})
                 return
             if not w.ever_started:
                 log.error(
-                    "worker %d could not start (exit %s): stopping every worker", w.index, code,
-                    extra={"worker": w.index, "exit": code},
+                    "worker %d could not start (exit %s): stopping every worker", w.index, rc,
+                    extra={"worker": w.index, "exit": rc},
                 )
-                self.failed_start = code if code and code > 0 else 1
+                self.failed_start = rc if rc and rc > 0 else 1
                 self.stop()
                 return
             ran = time.monotonic() - w.started_at
             w.failures = 1 if ran >= STABLE_S else w.failures + 1
             delay = BACKOFF_S[min(w.failures - 1, len(BACKOFF_S) - 1)]
-            what = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+            what = f"killed by signal {-rc}" if rc < 0 else f"exit {rc}"
             log.error(
                 "worker %d (pid %d) died (%s) after %.1fs: restarting in %gs",
                 w.index, w.proc.pid, what, ran, delay,
-                extra={"worker": w.index, "exit": code, "restart_in_s": delay},
+                extra={"worker": w.index, "exit": rc, "restart_in_s": delay},
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
