@@ -170,7 +170,7 @@ class Supervisor:
                 continue
             try:
                 status, body = await http_get(w.admin_port, "/metrics")
-            except (OSError, TimeoutError):
+            except (OSError, TimeoutError, ValueError, IndexError):
                 continue  # a worker restarting: its series are absent from this scrape
             if status != 200:
                 continue
@@ -206,7 +206,11 @@ class Supervisor:
         w.ready = False
         env = dict(os.environ)
         env.update({WORKER_ENV: str(w.index), ADMIN_FILE_ENV: str(w.admin_file), PARENT_ENV: str(os.getpid())})
-        w.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kgate", *self.argv, env=env)
+        # Its own session: a terminal's Ctrl-C reaches the parent only, which forwards one SIGTERM
+        # (a worker that got both would take the second as "cut the drain short").
+        w.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "kgate", *self.argv, env=env, start_new_session=True
+        )
         w.started_at = time.monotonic()
         log.info("worker %d started (pid %d)", w.index, w.proc.pid, extra={"worker": w.index, "pid": w.proc.pid})
 
@@ -223,6 +227,8 @@ class Supervisor:
                 w.clean_exit = rc == 0 or (rc == -signal.SIGTERM and not was_running)
                 log.info("worker %d exited with %s", w.index, rc, extra={"worker": w.index, "exit": rc})
                 return
+            if w.admin_file.exists():
+                w.ever_started = True  # it did start, and died before the poller read its port
             if not w.ever_started:
                 log.error(
                     "worker %d could not start (exit %s): stopping every worker", w.index, rc,
