@@ -1,9 +1,10 @@
 """Whether this kgate process should receive new clients: what ``/readyz`` answers.
 
-Ready means: every virtual cluster's listeners are bound (the bootstrap listener and every node
-listener kgate tried to open), every cluster's upstream answered kgate recently, and the process
-is not draining. A load balancer or Kubernetes then sends new connections only to instances that
-can serve them, and stops sending them to one that is shutting down, before it closes anything.
+Ready means: every virtual cluster's listeners are bound (the bootstrap listener and the listener
+of every node the upstream's last answer named), every cluster's upstream answered kgate
+recently, and the process is not draining. A load balancer or Kubernetes then sends new
+connections only to instances that can serve them, and stops sending them to one that is
+shutting down, before it closes anything.
 
 The upstream is judged by a cheap periodic probe rather than by clients' connection outcomes:
 a probe is one Metadata request for no topics over kgate's own connection (the one node
@@ -72,13 +73,19 @@ class Readiness:
     async def probe(self, cluster: VirtualCluster) -> None:
         request = api.API_INFO[METADATA].request_class(topics=[], allow_auto_topic_creation=False)
         try:
-            await asyncio.wait_for(
+            _version, resp = await asyncio.wait_for(
                 cluster.own_client.request(METADATA, request, lo=1, timeout_s=self.timeout_s), self.timeout_s
             )
         except (UpstreamError, TimeoutError, OSError) as exc:
             self._record(cluster.name, False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-        else:
-            self._record(cluster.name, True, "answered")
+            return
+        # The answer names every broker: open the listener of any node not served yet, as node
+        # discovery does at start. So "ready" implies every node's port is open (an HA fleet's
+        # clients may arrive holding addresses another instance gave them), and nodes added to
+        # the cluster later get their port within a probe interval, before any client asks.
+        for broker in resp.brokers:
+            cluster.client_address(broker.node_id, broker.host, broker.port)
+        self._record(cluster.name, True, "answered")
 
     def _record(self, name: str, ok: bool, detail: str) -> None:
         state = self.upstream[name]

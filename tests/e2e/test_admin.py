@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import struct
+import time
 
 import pytest
 from support import procs, wire
@@ -56,3 +58,26 @@ def test_readyz_follows_the_broker_and_the_drain(tmp_path, kgate_factory) -> Non
         assert k.wait(timeout=15) == 0
     finally:
         broker.kill()
+
+
+@pytest.mark.timeout(60)
+def test_readyz_waits_for_every_node_listener(tmp_path, tansu, kgate_factory) -> None:
+    """A node port kgate cannot bind keeps it not ready (clients would be sent to a dead port)."""
+    k = procs.Kgate(tmp_path / "k", [tansu.bootstrap], admin=True, bootstrap_serves_node=False)
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", k.node_port(procs.TANSU_NODE_ID)))
+    blocker.listen(1)
+    try:
+        k.start()
+        body = k.wait_ready(False)
+        deadline = time.monotonic() + 20
+        while f"node listener(s) not bound for node id(s) [{procs.TANSU_NODE_ID}]" not in body:
+            assert time.monotonic() < deadline, body
+            time.sleep(0.05)
+            body = k.http("/readyz")[1]
+        assert "upstream reachable" in body  # the broker is fine: only the port is missing
+        blocker.close()  # kgate's bind retry takes the port, and it becomes ready
+        assert k.wait_ready(True).startswith("ready\n")
+    finally:
+        blocker.close()
+        assert k.stop_and_check() == 0
