@@ -293,7 +293,23 @@ class Supervisor:
         log.info("SIGHUP: forwarded to the workers (configuration reload is not supported yet; they ignore it)")
         self._signal_all(signal.SIGHUP)
 
+    def _check_ports_free(self) -> None:
+        """Bind each bootstrap port once without SO_REUSEPORT, and let go.
+
+        Workers share ports with SO_REUSEPORT, which would also let them share with another kgate
+        ``--workers`` already running on this host (same user): two fleets silently splitting each
+        other's clients. A plain bind fails if anyone holds the port, so the mistake stops here.
+        """
+        from kgate.proxy.cluster import _bind
+
+        for vc in self.config.virtual_clusters:
+            try:
+                _bind(vc.listen.host, vc.listen.port).close()
+            except OSError as exc:
+                raise OSError(exc.errno, f"cluster {vc.name}: cannot listen on {vc.listen}: {exc.strerror}") from exc
+
     async def run(self) -> int:
+        self._check_ports_free()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop)

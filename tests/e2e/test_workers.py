@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import threading
 import time
 
@@ -37,6 +38,13 @@ def test_two_workers_serve_clients_and_survive_kill_9(tmp_path, tansu) -> None:
         assert "worker 0: pid" in body and "worker 1: pid" in body, body
         pids = _worker_pids(k)
         assert len(set(pids.values())) == 2 and k.pid not in pids.values()
+
+        # a second --workers kgate on the same ports must not share them (SO_REUSEPORT would let it)
+        twin = subprocess.run(
+            [procs.PYTHON, "-m", "kgate", "run", "-c", str(k.config_path), "--workers", "2"],
+            capture_output=True, text=True, timeout=60, cwd=k.cwd,
+        )
+        assert twin.returncode == 1 and "cannot listen on" in twin.stderr, twin.stderr[-2000:]
 
         topic = w.unique("workers")
         w.confluent_create_topic(k.bootstrap, topic, 2)
