@@ -102,35 +102,53 @@ async def _ask(client: UpstreamClient, topic: str) -> Any:
     return await client.request(METADATA, _metadata(topic), lo=1, timeout_s=5)
 
 
+class Delta:
+    """Values since the test began: other in-process kgates of this session (cluster "default"
+    too) may still be alive and counted in the same registry."""
+
+    def __init__(self, k: InprocKgate) -> None:
+        self.k = k
+        self.base = _scrape(k)
+        self.text = self.base
+
+    def scrape(self) -> Delta:
+        self.text = _scrape(self.k)
+        return self
+
+    def __call__(self, name: str, **labels: str) -> float:
+        return _value(self.text, name, **labels) - _value(self.base, name, **labels)
+
+
 async def test_counters_follow_what_the_clients_did(kgate) -> None:
+    d = Delta(kgate)
     a, b = _client(kgate), _client(kgate)
     try:
         await a.request(API_VERSIONS, api.API_INFO[API_VERSIONS].request_class(), 3)
         await b.request(API_VERSIONS, api.API_INFO[API_VERSIONS].request_class(), 3)
-        text = _scrape(kgate)
-        assert _value(text, "kgate_open_connections", cluster="default", side="client") == 2
-        assert _value(text, "kgate_open_connections", cluster="default", side="upstream") == 2
+        d.scrape()
+        assert d("kgate_open_connections", cluster="default", side="client") == 2
+        assert d("kgate_open_connections", cluster="default", side="upstream") == 2
 
         await _ask(a, "local-1")
         await _ask(a, "local-2")
         await _ask(a, "slow-1")
         await _ask(a, "plain-1")
         await _ask(b, "hang-1")  # kgate answers REQUEST_TIMED_OUT after filter_timeout_s
-        text = _scrape(kgate)
+        d.scrape()
         filt = {"cluster": "default", "filter": "test-metric-outcomes", "direction": "request"}
-        assert _value(text, "kgate_filter_decisions_total", decision="respond", **filt) == 2
-        assert _value(text, "kgate_filter_timeouts_total", **filt) == 1
-        assert _value(text, "kgate_filter_errors_total", **filt) == 0
-        assert _value(text, "kgate_suspension_seconds_count", cluster="default", direction="request") == 2
-        waited = _value(text, "kgate_suspension_seconds_sum", cluster="default", direction="request")
+        assert d("kgate_filter_decisions_total", decision="respond", **filt) == 2
+        assert d("kgate_filter_timeouts_total", **filt) == 1
+        assert d("kgate_filter_errors_total", **filt) == 0
+        assert d("kgate_suspension_seconds_count", cluster="default", direction="request") == 2
+        waited = d("kgate_suspension_seconds_sum", cluster="default", direction="request")
         assert waited >= SLOW_S + 0.5 - 0.01  # slow + timed out; the loop's clock moves in ms steps
-        assert _value(text, "kgate_suspension_seconds_bucket", direction="request", le="0.1") == 0
-        assert _value(text, "kgate_suspension_seconds_bucket", direction="request", le="+Inf") == 2
-        assert _value(text, "kgate_suspended_messages", cluster="default", direction="request") == 0
+        assert d("kgate_suspension_seconds_bucket", direction="request", le="0.1") == 0
+        assert d("kgate_suspension_seconds_bucket", direction="request", le="+Inf") == 2
+        assert d("kgate_suspended_messages", cluster="default", direction="request") == 0
         # api names, not numbers, label the request counter
-        assert _value(text, "kgate_requests_total", cluster="default", api="Metadata") == 5
-        assert 'api_key="3"' not in text
-        assert _value(text, "kgate_build_info", version=__version__) == 1
+        assert d("kgate_requests_total", cluster="default", api="Metadata") == 5
+        assert 'api_key="3"' not in d.text
+        assert _value(d.text, "kgate_build_info", version=__version__) == 1  # a gauge, not a delta
 
         for topic in ("boom-1", "aboom-1"):  # a filter bug closes that connection
             c = _client(kgate)
@@ -139,15 +157,14 @@ async def test_counters_follow_what_the_clients_did(kgate) -> None:
                     await _ask(c, topic)
             finally:
                 c.close()
-        text = _scrape(kgate)
-        assert _value(text, "kgate_filter_errors_total", **filt) == 2
+        d.scrape()
+        assert d("kgate_filter_errors_total", **filt) == 2
     finally:
         a.close()
         b.close()
     for _ in range(200):  # closes are asynchronous: poll until the gauges come back down
-        text = _scrape(kgate)
-        if _value(text, "kgate_open_connections", cluster="default") == 0:
+        if d.scrape()("kgate_open_connections", cluster="default") == 0:
             break
         await asyncio.sleep(0.02)
-    assert _value(text, "kgate_open_connections", cluster="default", side="client") == 0
-    assert _value(text, "kgate_open_connections", cluster="default", side="upstream") == 0
+    assert d("kgate_open_connections", cluster="default", side="client") == 0
+    assert d("kgate_open_connections", cluster="default", side="upstream") == 0
