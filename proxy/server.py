@@ -128,9 +128,13 @@ async def serve(
     def on_hup() -> None:
         log.warning("SIGHUP received: configuration reload is not supported yet; ignoring it")
 
+    def on_worker_int() -> None:
+        log.debug("SIGINT ignored: a --workers worker stops on the SIGTERM its parent forwards")
+
     if signals:  # before the listeners open: a signal that finds them open finds its handler too
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_stop_signal)
+        worker = worker_index() is not None
+        loop.add_signal_handler(signal.SIGTERM, on_stop_signal)
+        loop.add_signal_handler(signal.SIGINT, on_worker_int if worker else on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     try:
         await proxy.start()

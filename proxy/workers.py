@@ -206,11 +206,11 @@ class Supervisor:
         w.ready = False
         env = dict(os.environ)
         env.update({WORKER_ENV: str(w.index), ADMIN_FILE_ENV: str(w.admin_file), PARENT_ENV: str(os.getpid())})
-        # Its own session: a terminal's Ctrl-C reaches the parent only, which forwards one SIGTERM
-        # (a worker that got both would take the second as "cut the drain short").
-        w.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "kgate", *self.argv, env=env, start_new_session=True
-        )
+        # Same process group as the parent (a supervisor or a benchmark that stops the group stops
+        # the workers too). A terminal's Ctrl-C reaches every process of the group: workers ignore
+        # SIGINT (proxy/server.py) and wait for the SIGTERM the parent forwards, since a worker that
+        # took both as stop signals would read the second as "cut the drain short".
+        w.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kgate", *self.argv, env=env)
         w.started_at = time.monotonic()
         log.info("worker %d started (pid %d)", w.index, w.proc.pid, extra={"worker": w.index, "pid": w.proc.pid})
 
