@@ -65,6 +65,13 @@ def test_two_workers_serve_clients_and_survive_kill_9(tmp_path, tansu) -> None:
         w.assert_exact(
             first + second, w.confluent_read_all(k.bootstrap, topic, len(first) + len(second), partitions=2, timeout=30)
         )
+        k.signal(signal.SIGHUP)  # forwarded; each worker logs and ignores it (no reload yet)
+        deadline = time.monotonic() + 10
+        while k.log_text().count("SIGHUP received: configuration reload is not supported yet") < 2:
+            assert time.monotonic() < deadline, k.log_text()[-3000:]
+            time.sleep(0.05)
+        assert k.alive() and k.http("/readyz")[0] == 200
+
         text = k.metrics()
         assert 'kgate_worker_restarts_total{worker="0"} 1.0' in text
         assert re.search(r'kgate_accepted_connections_total\{cluster="default",worker="1"\} [1-9]', text), text
