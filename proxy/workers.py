@@ -144,6 +144,7 @@ class Supervisor:
             else None
         )
         self._stopped = asyncio.Event()
+        self._exiting = False  # every worker is gone: the parent is on its way out
 
     # -- what the admin listener asks -----------------------------------------------------------
     def report(self) -> tuple[bool, list[str]]:
@@ -249,13 +250,16 @@ class Supervisor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopped.wait(), delay)
             if self.stopping:
+                # died before the stop, not during the drain: its loss was logged and counted then;
+                # the exit status is about the drain
+                w.clean_exit = True
                 return
             w.restarts += 1
             await self._spawn(w)
 
     async def _poll(self) -> None:
         """Learn each worker's admin port, then keep its /readyz answer fresh (report() reads it)."""
-        while True:
+        while not self._exiting:
             for w in self.workers:
                 if w.proc is None or w.proc.returncode is not None:
                     continue
@@ -322,11 +326,13 @@ class Supervisor:
         try:
             await asyncio.gather(*(self._supervise(w) for w in self.workers))
         finally:
+            # Bounded: on 3.11 a cancel that lands as an inner wait_for completes can be lost, and
+            # a parent whose workers are all gone must exit whatever its poller does.
+            self._exiting = True
             poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            await asyncio.wait({poller}, timeout=2)
             if self.admin is not None:
-                await self.admin.close()
+                await asyncio.wait({loop.create_task(self.admin.close())}, timeout=2)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             for f in self._dir.iterdir():

@@ -140,3 +140,22 @@ def test_sigterm_drains_without_losing_acknowledged_messages(tmp_path, tansu) ->
     print(f"acked {len(acked)}, consumed {len(consumed)}, failed {len(failed)} (not acknowledged: not owed)")
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
     assert len(consumed) == len(set(consumed)), "the idempotent producer wrote duplicates"
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_while_a_worker_restarts_exits_cleanly(tmp_path, tansu) -> None:
+    """The parent stops restarting, every worker (the restarting one included) ends, and it exits 0."""
+    k = _start(tmp_path, tansu.bootstrap)
+    try:
+        k.wait_ready(True, timeout=60)
+        os.kill(_worker_pids(k)[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while "restarting in" not in k.log_text():
+            assert time.monotonic() < deadline, k.log_text()[-2000:]
+            time.sleep(0.02)
+        k.signal(signal.SIGTERM)  # during the backoff or the new worker's start
+        rc = k.wait(timeout=30)
+    finally:
+        k.kill()
+    assert rc == 0, k.log_text()[-3000:]
+    assert "kgate stopped (workers exited with" in k.log_text()
