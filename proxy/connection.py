@@ -278,8 +278,12 @@ class ClientConnection(asyncio.Protocol):
                 self.peer,
                 self.cluster.name,
                 self._listener(),
-                extra={"event": "connection_opened", "cluster": self.cluster.name, "peer": self.peer,
-                       "listener": self._listener()},
+                extra={
+                    "event": "connection_opened",
+                    "cluster": self.cluster.name,
+                    "peer": self.peer,
+                    "listener": self._listener(),
+                },
             )
         self._connect_task = loop.create_task(self._connect_upstream())
 

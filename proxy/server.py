@@ -66,7 +66,8 @@ class Proxy:
                 await self.admin.close()
             raise
         self.readiness.started = True
-        self.readiness.start()
+        if self.admin is not None:  # /readyz is the probe's only reader: no admin listener, no probe traffic
+            self.readiness.start()
 
     async def shutdown(self) -> None:
         """Stop accepting and reading, let owed answers arrive (bounded), close everything.
