@@ -103,7 +103,6 @@ class PlainHistogram:
         self.sum += value
 
 
-
 def _cumulative(buckets: tuple[float, ...], counts: list[int]) -> list[tuple[str, float]]:
     """Prometheus' cumulative buckets ("le" label, count) from per-bucket counts."""
     out: list[tuple[str, float]] = []
