@@ -3,6 +3,7 @@
 from .errors import ConfigError
 from .loader import load_config, parse_config, quick_config
 from .model import (
+    AdminConfig,
     FilterConfig,
     HostPort,
     KgateConfig,
@@ -18,6 +19,7 @@ from .model import (
 )
 
 __all__ = [
+    "AdminConfig",
     "ConfigError",
     "FilterConfig",
     "HostPort",

@@ -24,6 +24,7 @@ from .model import (
     PROXY_PROTOCOL_MODES,
     TLS_VERSIONS,
     WILDCARD_HOSTS,
+    AdminConfig,
     FilterConfig,
     HostPort,
     KgateConfig,
@@ -40,13 +41,14 @@ from .model import (
 from .self_address import loops_back
 from .tls_context import TlsFileError, server_context, upstream_context
 
-__all__ = ["DEFAULT_CONFIG_SOURCE", "LOG_LEVELS", "load_config", "parse_config", "quick_config"]
+__all__ = ["DEFAULT_CONFIG_SOURCE", "LOG_FORMATS", "LOG_LEVELS", "load_config", "parse_config", "quick_config"]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_FORMATS = ("text", "json")
 DEFAULT_CONFIG_SOURCE = "<embedded default.yaml>"
 QUICK_SOURCE = "command line"
 
-_TOP_KEYS = ("log_level", "proxy", "metrics", "virtual_clusters", "filters", "topic_names")
+_TOP_KEYS = ("log_level", "proxy", "metrics", "virtual_clusters", "filters", "topic_names", "admin", "log_format")
 _PROXY_KEYS = (
     "max_frame_bytes",
     "drain_timeout_s",
@@ -72,6 +74,7 @@ _TOPIC_NAMES_KEYS = (
     "lookup_timeout_s",
 )
 _METRICS_KEYS = ("listen",)
+_ADMIN_KEYS = ("listen", "probe_interval_s", "probe_timeout_s")
 _CLUSTER_KEYS = (
     "name",
     "listen",
@@ -282,6 +285,31 @@ def _parse_metrics(ctx: _Ctx, value: Any, path: str) -> MetricsConfig:
     if listen is None:
         return MetricsConfig()
     return MetricsConfig(listen=ctx.host_port(listen, _join(path, "listen")))
+
+
+def _parse_admin(ctx: _Ctx, value: Any, path: str, metrics: MetricsConfig) -> AdminConfig:
+    """``admin:``; ``metrics.listen`` is its deprecated alias, and both at once is refused.
+
+    Refused rather than one silently winning: two addresses for one listener is a mistake
+    whichever the operator meant, and the error names both keys.
+    """
+    m: Mapping[str, Any] = {} if value is None else ctx.mapping(value, path, _ADMIN_KEYS)
+    kw: dict[str, Any] = {}
+    for key in ("probe_interval_s", "probe_timeout_s"):
+        if key in m:
+            kw[key] = ctx.positive_number(m[key], _join(path, key))
+    listen = m.get("listen")
+    if listen is not None:
+        if metrics.listen is not None:
+            raise ctx.error(
+                "metrics.listen",
+                "is a deprecated alias of admin.listen and both are set; keep only admin.listen",
+            )
+        kw["listen"] = ctx.host_port(listen, _join(path, "listen"))
+    elif metrics.listen is not None:
+        kw["listen"] = metrics.listen
+        kw["from_metrics_listen"] = True
+    return AdminConfig(**kw)
 
 
 def _parse_node_ports(ctx: _Ctx, value: Any, path: str, listen: HostPort) -> NodePorts:
@@ -545,7 +573,7 @@ def _fmt_interval(lo: int, hi: int) -> str:
     return f"port {lo}" if lo == hi else f"ports {lo}-{hi}"
 
 
-def _check_cluster_conflicts(ctx: _Ctx, clusters: tuple[VirtualClusterConfig, ...], metrics: MetricsConfig):
+def _check_cluster_conflicts(ctx: _Ctx, clusters: tuple[VirtualClusterConfig, ...], admin: AdminConfig):
     names: dict[str, int] = {}
     for i, vc in enumerate(clusters):
         path = _join("virtual_clusters", i)
@@ -566,13 +594,13 @@ def _check_cluster_conflicts(ctx: _Ctx, clusters: tuple[VirtualClusterConfig, ..
                             f"{_fmt_interval(olo, ohi)} of cluster {_show(other.name)} "
                             f"(virtual_clusters[{j}])",
                         )
-    if metrics.listen is not None:
-        port = metrics.listen.port
+    if admin.listen is not None:
+        port = admin.listen.port
         for vc in clusters:
             for lo, hi in _cluster_ports(vc):
                 if lo <= port <= hi:
                     raise ctx.error(
-                        "metrics.listen",
+                        "metrics.listen" if admin.from_metrics_listen else "admin.listen",
                         f"port {port} is also used by cluster {_show(vc.name)} ({_fmt_interval(lo, hi)})",
                     )
 
@@ -619,16 +647,23 @@ def parse_config(data: Mapping[str, Any], source: str) -> KgateConfig:
                 "log_level", f"expected one of {', '.join(lv.lower() for lv in LOG_LEVELS)}, got {_show(raw)}"
             )
         log_level = raw.strip().upper()
+    log_format = "text"
+    if "log_format" in m:
+        raw = m["log_format"]
+        if not isinstance(raw, str) or raw.strip().lower() not in LOG_FORMATS:
+            raise ctx.error("log_format", f"expected one of {', '.join(LOG_FORMATS)}, got {_show(raw)}")
+        log_format = raw.strip().lower()
 
     proxy = _parse_proxy(ctx, m["proxy"], "proxy") if m.get("proxy") is not None else ProxySettings()
     metrics = _parse_metrics(ctx, m.get("metrics"), "metrics")
+    admin = _parse_admin(ctx, m.get("admin"), "admin", metrics)
 
     if m.get("virtual_clusters") is None:
         raise ctx.error("virtual_clusters", "required key is missing (at least one virtual cluster is required)")
     clusters = ctx.list_of(m["virtual_clusters"], "virtual_clusters", lambda v, p: _parse_cluster(ctx, v, p))
     if not clusters:
         raise ctx.error("virtual_clusters", "at least one virtual cluster is required")
-    _check_cluster_conflicts(ctx, clusters, metrics)
+    _check_cluster_conflicts(ctx, clusters, admin)
     _check_no_self_upstream(ctx, clusters)
 
     raw_filters = m.get("filters")
@@ -642,6 +677,8 @@ def parse_config(data: Mapping[str, Any], source: str) -> KgateConfig:
         proxy=proxy,
         metrics=metrics,
         log_level=log_level,
+        log_format=log_format,
+        admin=admin,
         filters=filters,
     )
 

@@ -240,6 +240,21 @@ class TopicNamesConfig:
 @dataclass(frozen=True)
 class MetricsConfig:
     listen: HostPort | None = None
+    """Deprecated alias of ``admin.listen`` (kept so existing files keep working)."""
+
+
+@dataclass(frozen=True)
+class AdminConfig:
+    """The admin listener: ``/livez``, ``/readyz``, ``/metrics`` (proxy/admin.py)."""
+
+    listen: HostPort | None = None
+    """None: no admin listener. The embedded default serves it on 127.0.0.1:9190."""
+    probe_interval_s: float = 5.0
+    """How often each virtual cluster's upstream is asked (ApiVersions over kgate's own connection)."""
+    probe_timeout_s: float = 2.0
+    """A probe with no answer within this counts as unreachable."""
+    from_metrics_listen: bool = False
+    """Set when ``listen`` came from the deprecated ``metrics.listen`` (a warning says so)."""
 
 
 @dataclass(frozen=True)
@@ -248,6 +263,9 @@ class KgateConfig:
     proxy: ProxySettings = ProxySettings()
     metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
+    log_format: str = "text"
+    """``text`` (human-readable) or ``json`` (one object per line); proxy/logs.py."""
+    admin: AdminConfig = AdminConfig()
     filters: tuple[FilterConfig, ...] = ()
     """The default chain: for every cluster that sets no ``filters`` of its own."""
     topic_names: TopicNamesConfig = TopicNamesConfig()

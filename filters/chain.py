@@ -9,6 +9,11 @@ future: a passthrough-with-policy request costs one call per hook). The first ho
 an awaitable turns the rest of the run into a coroutine; ``settle`` awaits it with the timeout
 and maps a timeout or an exception to a ``Decision`` too, so the connection core handles every
 way a hook run can end in one place per direction.
+
+Every decision that is not a plain forward names the filter that made it (``Decision.filter``),
+so ``kgate_filter_*`` metrics and logs can say which filter refused, failed or timed out. A
+suspended run is a ``PendingRun`` that remembers which filter it is waiting on, since a timeout
+is decided outside the run (``settle``) and must still be laid at one filter's door.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ class Verdict(enum.Enum):
 class Decision:
     """The typed end of one hook run: what to do, with which message, and why (cheap: slots)."""
 
-    __slots__ = ("changed", "error", "message", "result", "verdict")
+    __slots__ = ("changed", "error", "filter", "message", "result", "verdict")
 
     def __init__(
         self,
@@ -48,18 +53,46 @@ class Decision:
         changed: bool = False,
         result: Result | None = None,
         error: BaseException | None = None,
+        filter: str = "",
     ) -> None:
         self.verdict = verdict
         self.message = message  # the final message (a hook may have replaced it)
         self.changed = changed  # whether any hook replaced or changed it
         self.result = result  # the hook's Respond / Drop / Close, when that ended the run
         self.error = error
+        self.filter = filter  # the filter whose hook ended the run ("" for a plain forward)
 
     def __repr__(self) -> str:
         return f"Decision({self.verdict.name}, changed={self.changed}, result={self.result!r}, error={self.error!r})"
 
 
 _VERDICTS: dict[type, Verdict] = {Respond: Verdict.RESPOND, Drop: Verdict.DROP, Close: Verdict.CLOSE}
+
+
+def filter_name(hook: BoundHook | None) -> str:
+    """The name a hook's filter is known by in metrics and logs (its ``Filter.name``, else its class)."""
+    owner = getattr(hook, "__self__", None)
+    if owner is None:
+        return "unknown"
+    cls = type(owner)
+    return getattr(cls, "name", "") or cls.__name__
+
+
+class PendingRun:
+    """A hook run that awaits: awaitable like the coroutine it wraps, and knows which hook it waits on."""
+
+    __slots__ = ("coro", "hook")
+
+    def __init__(self, hook: BoundHook) -> None:
+        self.hook = hook
+        self.coro: Any = None
+
+    def __await__(self) -> Any:
+        return self.coro.__await__()
+
+    def close(self) -> None:
+        """Drop the run unstarted (its coroutine would otherwise warn that it was never awaited)."""
+        self.coro.close()
 
 
 class FilterChain:
@@ -127,19 +160,23 @@ def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> D
     never the process.
     """
     changed = False
+    hook = None
     try:
         for i, hook in enumerate(hooks):
             result = hook(ctx, message)
             if result is None or result is FORWARD:
                 continue
             if inspect.isawaitable(result):
-                return _continue_async(result, hooks, i + 1, ctx, message, changed)
+                run = PendingRun(hook)
+                run.coro = _continue_async(result, hooks, i + 1, ctx, message, changed, run)
+                return run
             decision = _apply(result, message, changed)
             if decision.verdict is not Verdict.FORWARD:
+                decision.filter = filter_name(hook)
                 return decision
             message, changed = decision.message, decision.changed
     except Exception as exc:
-        return Decision(Verdict.FAILED, message, changed, error=exc)
+        return Decision(Verdict.FAILED, message, changed, error=exc, filter=filter_name(hook))
     return Decision(Verdict.FORWARD, message, changed)
 
 
@@ -148,9 +185,13 @@ async def settle(pending: Awaitable[Decision], timeout_s: float, message: Any) -
     try:
         return await asyncio.wait_for(pending, timeout_s)
     except TimeoutError:
-        return Decision(Verdict.TIMED_OUT, message)
+        return Decision(Verdict.TIMED_OUT, message, filter=_waiting_on(pending))
     except Exception as exc:  # a filter bug must not leave the connection hanging
-        return Decision(Verdict.FAILED, message, error=exc)
+        return Decision(Verdict.FAILED, message, error=exc, filter=_waiting_on(pending))
+
+
+def _waiting_on(pending: Awaitable[Decision]) -> str:
+    return filter_name(pending.hook) if isinstance(pending, PendingRun) else "unknown"
 
 
 def peek_forwards(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> bool:
@@ -190,14 +231,17 @@ async def _continue_async(
     ctx: FilterContext,
     message: Any,
     changed: bool,
+    run: PendingRun,
 ) -> Decision:
     result = await pending
     if result is not None and result is not FORWARD:
         decision = _apply(result, message, changed)
         if decision.verdict is not Verdict.FORWARD:
+            decision.filter = filter_name(run.hook)
             return decision
         message, changed = decision.message, decision.changed
     for hook in hooks[start:]:
+        run.hook = hook  # what a timeout or an exception from here on is laid to
         result = hook(ctx, message)
         if inspect.isawaitable(result):
             result = await result
@@ -205,6 +249,7 @@ async def _continue_async(
             continue
         decision = _apply(result, message, changed)
         if decision.verdict is not Verdict.FORWARD:
+            decision.filter = filter_name(hook)
             return decision
         message, changed = decision.message, decision.changed
     return Decision(Verdict.FORWARD, message, changed)

@@ -16,14 +16,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgate.config import ConfigError, KgateConfig, load_config, quick_config
-from kgate.config.loader import DEFAULT_CONFIG_SOURCE, LOG_LEVELS
+from kgate.config.loader import DEFAULT_CONFIG_SOURCE, LOG_FORMATS, LOG_LEVELS
 from kgate.config.port_warnings import ephemeral_range, port_warnings
+from kgate.proxy.logs import TEXT_FORMAT
+from kgate.proxy.logs import setup_logging as _setup_logging
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
-LOG_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
+LOG_FORMAT = TEXT_FORMAT
 
-_COMMANDS = ("run", "check-config")
+_COMMANDS = ("run", "check-config", "healthcheck")
 _TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 log = logging.getLogger("kgate.cli")
@@ -43,6 +45,30 @@ def _log_level(value: str) -> str:
             f"invalid level {value!r} (choose from {', '.join(lv.lower() for lv in LOG_LEVELS)})"
         )
     return level
+
+
+def _worker_count(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of workers, got {value!r}") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"must be in range 1-256, got {n}")
+    return n
+
+
+def _without_workers(argv: list[str]) -> list[str]:
+    """The command line a worker runs: the parent's, less ``--workers N``."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workers":
+            skip = True
+        elif not arg.startswith("--workers="):
+            out.append(arg)
+    return out
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +112,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="LEVEL",
         help="override the configured log level (debug, info, warning, error, critical)",
     )
+    run.add_argument(
+        "--workers",
+        type=_worker_count,
+        metavar="N",
+        help=(
+            "run N worker processes sharing the listeners (SO_REUSEPORT), supervised by this one, which "
+            "restarts a dead worker and serves the admin listener (metrics per worker, label worker)"
+        ),
+    )
+    run.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        help="override the configured log format: text (default, for people) or json (one object per line)",
+    )
 
     check = sub.add_parser(
         "check-config",
@@ -94,6 +134,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(subparser=check)
     check.add_argument("file", metavar="FILE", help="YAML configuration file")
+
+    health = sub.add_parser(
+        "healthcheck",
+        help="ask a running kgate's /readyz (for container health checks); exit 0 if ready, 1 if not",
+        description=(
+            "Ask a running kgate whether it is ready (GET /readyz on its admin listener). The address "
+            "comes from -c FILE (admin.listen; a wildcard address is asked on loopback), or --url, or "
+            "the default http://127.0.0.1:9190/readyz. Exit 0 if ready, 1 if not (the answer is printed)."
+        ),
+    )
+    health.set_defaults(subparser=health)
+    health.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
+    health.add_argument("--url", help="the /readyz URL to ask (instead of -c)")
+    health.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default 3")
     return parser
 
 
@@ -114,8 +168,8 @@ def _config_error(exc: ConfigError) -> int:
     return EXIT_CONFIG
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(level=level, format=LOG_FORMAT, stream=sys.stderr, force=True)
+def setup_logging(level: str, fmt: str = "text", worker: int | None = None) -> None:
+    _setup_logging(level, fmt, worker)
 
 
 def _load_for_run(args: argparse.Namespace) -> KgateConfig:
@@ -152,11 +206,20 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _load_for_run(args)
     except ConfigError as exc:
         return _config_error(exc)
-    if args.log_level:
-        import dataclasses
+    import dataclasses
 
+    if args.log_level:
         config = dataclasses.replace(config, log_level=args.log_level)
-    setup_logging(config.log_level)
+    if args.log_format:
+        config = dataclasses.replace(config, log_format=args.log_format)
+    from kgate.proxy.workers import worker_config, worker_index
+
+    worker = worker_index()
+    if worker is not None:
+        setup_logging(config.log_level, config.log_format, worker)
+        config = worker_config(config)
+    else:
+        setup_logging(config.log_level, config.log_format)
     source = args.config or ("command line" if args.listen else DEFAULT_CONFIG_SOURCE)
     log.info("kgate %s starting (config: %s)", _version(), source)
     for vc in config.virtual_clusters:
@@ -169,6 +232,16 @@ def cmd_run(args: argparse.Namespace) -> int:
             vc.node_ports.last_port,
             vc.advertised_host,
         )
+
+    if args.workers is not None and worker is None:
+        from kgate.proxy.workers import run_supervisor
+
+        log.info("supervising %d worker(s) sharing the listeners", args.workers)
+        return run_supervisor(config, _without_workers(args.argv), args.workers)
+    if worker is not None:
+        from kgate.proxy import cluster
+
+        cluster.SHARED_LISTENERS = True
 
     # Imported lazily: check-config and config errors must not need (or start) the server.
     try:
@@ -186,7 +259,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def summarize(config: KgateConfig, source: str) -> str:
-    lines = [f"{source}: OK", f"log_level: {config.log_level}"]
+    lines = [f"{source}: OK", f"log_level: {config.log_level}", f"log_format: {config.log_format}"]
     p = config.proxy
     lines.append(
         f"proxy: max_frame_bytes={p.max_frame_bytes} drain_timeout_s={p.drain_timeout_s:g} "
@@ -208,7 +281,16 @@ def summarize(config: KgateConfig, source: str) -> str:
         f"max_entries={tn.max_entries} idle_revalidate_s={tn.idle_revalidate_s:g} "
         f"sweep_interval_s={tn.sweep_interval_s:g} lookup_timeout_s={tn.lookup_timeout_s:g}"
     )
-    lines.append(f"metrics: {config.metrics.listen or 'disabled'}")
+    admin = config.admin
+    if admin.listen is None:
+        lines.append("admin: disabled")
+    else:
+        lines.append(
+            f"admin: {admin.listen} (/livez /readyz /metrics) probe_interval_s={admin.probe_interval_s:g} "
+            f"probe_timeout_s={admin.probe_timeout_s:g}"
+        )
+    if config.metrics.listen is not None:
+        lines.append(f"metrics: {config.metrics.listen} (deprecated alias of admin.listen)")
     lines.append(f"virtual clusters: {len(config.virtual_clusters)}")
     for vc in config.virtual_clusters:
         np = vc.node_ports
@@ -255,13 +337,35 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_healthcheck(args: argparse.Namespace) -> int:
+    from kgate.proxy.healthcheck import DEFAULT_URL, check, readyz_url
+
+    url = args.url or DEFAULT_URL
+    if args.config and not args.url:
+        try:
+            found = readyz_url(load_config(args.config))
+        except ConfigError as exc:
+            return _config_error(exc)
+        if found is None:
+            print(f"kgate: {args.config} has no admin listener (admin.listen): nothing to ask", file=sys.stderr)
+            return EXIT_CONFIG
+        url = found
+    ready, text = check(url, args.timeout)
+    (sys.stdout if ready else sys.stderr).write(text)
+    return EXIT_OK if ready else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        args = parser.parse_args(_with_default_command(argv))
+        full = _with_default_command(argv)
+        args = parser.parse_args(full)
+        args.argv = full
         if args.command == "check-config":
             return cmd_check_config(args)
+        if args.command == "healthcheck":
+            return cmd_healthcheck(args)
         return cmd_run(args)
     except SystemExit as exc:  # argparse errors (2) and --help/--version (0)
         code = exc.code

@@ -57,11 +57,18 @@ REFUSAL_LOG_EVERY_S = 10.0  # connections refused at max_connections: one log li
 BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s
 
 
+#: ``--workers``: every worker binds the same ports (SO_REUSEPORT; the kernel spreads new connections).
+#: Off otherwise, so a second kgate on the same ports still fails with "address in use".
+SHARED_LISTENERS = False
+
+
 def _bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if SHARED_LISTENERS:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind((host, port))
         sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
@@ -300,6 +307,14 @@ class VirtualCluster:
         for conn in list(self.connections):
             if conn.drained:
                 conn.close(CloseReason.DRAINED, "drained for shutdown")
+
+    def listening(self) -> bool:
+        """Whether the bootstrap listener is open (``/readyz``)."""
+        return bool(self._servers) and self._servers[0].is_serving()
+
+    def unbound_nodes(self) -> set[int]:
+        """Node ids whose listener kgate tried to open and could not yet (retrying; ``/readyz``)."""
+        return set(self._bind_attempts)
 
     @property
     def listening_ports(self) -> dict[int | None, int]:

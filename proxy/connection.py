@@ -26,6 +26,7 @@ from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore, Suspension
 from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
+from kgate.proxy.logs import CONNECTION_LINES
 from kgate.proxy.own_listeners import OWN_LISTENERS
 from kgate.proxy.timeouts import Snapshot
 from kgate.proxy.tls import tls_problem
@@ -136,6 +137,8 @@ class ClientConnection(asyncio.Protocol):
         self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
         self._torn_down = False
         self._timed_out = False  # the connect timer (not a teardown) cancelled the connecting task
+        self._opened = 0.0  # loop time the connection was admitted
+        self._close_reason = CloseReason.CLIENT_LEFT
 
     # -- what the rest of kgate asks of a connection -----------------------------------------
     @property
@@ -217,7 +220,16 @@ class ClientConnection(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     async def _settle(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
-        decision = await settle(pending, self.settings.filter_timeout_s, suspension.message)
+        direction = "request" if suspension.exchange is None else "response"
+        metrics = self.cluster.metrics
+        metrics.suspended[direction] += 1
+        loop = self._loop()
+        began = loop.time()
+        try:
+            decision = await settle(pending, self.settings.filter_timeout_s, suspension.message)
+        finally:  # also when the connection's teardown cancels the wait
+            metrics.suspended[direction] -= 1
+            metrics.suspensions[direction].observe(loop.time() - began)
         try:
             self.core.hook_done(suspension, decision)
         except Exception:  # a bug in kgate: this connection only, never the process
@@ -237,6 +249,7 @@ class ClientConnection(asyncio.Protocol):
         HELD.update(self, held)
 
     def close_sockets(self, reason: CloseReason) -> None:
+        self._close_reason = reason
         transport = self.transport
         if transport is not None:
             self.transport = None
@@ -265,6 +278,20 @@ class ClientConnection(asyncio.Protocol):
         metrics = self.cluster.metrics
         metrics.open_connections += 1
         metrics.accepted_connections += 1
+        self._opened = loop.time()
+        if log.isEnabledFor(logging.DEBUG):  # debug: in a reconnect storm the close lines are plenty
+            log.debug(
+                "connection from %s opened (cluster %s, %s)",
+                self.peer,
+                self.cluster.name,
+                self._listener(),
+                extra={
+                    "event": "connection_opened",
+                    "cluster": self.cluster.name,
+                    "peer": self.peer,
+                    "listener": self._listener(),
+                },
+            )
         self._connect_task = loop.create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
@@ -355,6 +382,7 @@ class ClientConnection(asyncio.Protocol):
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
             protocol.adopted = True
             self.upstream = transport
+            metrics.open_upstream_connections += 1
             self.upstream_gate.attach(transport, loop)
             if self._early:
                 transport.writelines(self._early)
@@ -383,7 +411,9 @@ class ClientConnection(asyncio.Protocol):
 
     # -- broker side -------------------------------------------------------------------------
     def upstream_lost(self, exc: Exception | None) -> None:
-        self.upstream = None
+        if self.upstream is not None:
+            self.upstream = None
+            self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
         self.core.close(CloseReason.BROKER_CLOSED, detail)
 
@@ -399,6 +429,7 @@ class ClientConnection(asyncio.Protocol):
         if self.upstream is not None:
             GENTLE.close(self.upstream, self._loop())
             self.upstream = None
+            self.cluster.metrics.open_upstream_connections -= 1
         if self._held_reported:
             self._held_reported = 0
             HELD.release(self)
@@ -406,3 +437,44 @@ class ClientConnection(asyncio.Protocol):
             self.cluster.connections.discard(self)
             self.cluster.metrics.open_connections -= 1
             self.cluster.release(self.node_id)
+            if log.isEnabledFor(logging.INFO):
+                self._log_closed()
+
+    def _listener(self) -> str:
+        return "bootstrap" if self.node_id is None else f"node {self.node_id}"
+
+    def _log_closed(self) -> None:
+        """The connection's one line at info: who, how long, how many requests, and why it ended.
+
+        Rate limited (proxy/logs.py): a reconnect storm must not become a log storm; the next
+        line that passes says how many were held back.
+        """
+        if not CONNECTION_LINES.allow():
+            return
+        reason = self._close_reason.value
+        detail = self.core.close_detail or reason
+        duration = self._loop().time() - self._opened
+        requests = self.core.frames_in
+        held_back = CONNECTION_LINES.take_suppressed()
+        more = f" ({held_back} more connection lines held back by the rate limit)" if held_back else ""
+        log.info(
+            "connection from %s closed after %.1fs and %d request(s) (cluster %s, %s): %s: %s%s",
+            self.peer,
+            duration,
+            requests,
+            self.cluster.name,
+            self._listener(),
+            reason,
+            detail,
+            more,
+            extra={
+                "event": "connection_closed",
+                "cluster": self.cluster.name,
+                "peer": self.peer,
+                "listener": self._listener(),
+                "reason": reason,
+                "duration_s": round(duration, 3),
+                "requests": requests,
+                "suppressed": held_back,
+            },
+        )

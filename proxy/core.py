@@ -184,6 +184,7 @@ class ConnectionCore:
         #: a request being observed that streams through (larger than a read): its exchange, the
         #: pieces so far (``ex.req``), and whether it is an acks=0 Produce reported once it is whole
         self._req_observed: tuple[Exchange, list[bytes | memoryview], bool] | None = None
+        self.close_detail = ""
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -241,6 +242,7 @@ class ConnectionCore:
         if self.closed:
             return
         text = detail or reason.value
+        self.close_detail = text  # for the connection's one "connection closed" line (proxy/connection.py)
         if reason.is_error:
             log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
             self.cluster.metrics.closed_on_error(reason.value)
@@ -622,7 +624,8 @@ class ConnectionCore:
         header = suspension.header
         assert header is not None
         if decision.verdict is Verdict.TIMED_OUT:
-            decision = self._request_timed_out(header, suspension.message)
+            self.cluster.metrics.count_filter(decision.filter, "request", Verdict.TIMED_OUT.value)
+            decision = self._request_timed_out(header, suspension.message)  # kgate's answer: counted no further
         self._apply_request(decision, suspension.frame, header, suspension.ctx)
         try:
             while self.backlog and not self.suspended and not self.closed:
@@ -664,6 +667,8 @@ class ConnectionCore:
     def _apply_request(self, decision: Decision, frame: memoryview, header: RequestHeader, ctx: MessageContext) -> None:
         api_key, version, cid = header.api_key, header.api_version, header.correlation_id
         verdict, msg = decision.verdict, decision.message
+        if verdict is not Verdict.FORWARD and decision.filter:
+            self.cluster.metrics.count_filter(decision.filter, "request", verdict.value)
         if verdict is Verdict.FAILED:
             self._filter_failed(api_key, version, decision.error)
             return
@@ -900,6 +905,8 @@ class ConnectionCore:
         assert ex is not None
         verdict = decision.verdict
         name = api.API_INFO[ex.api_key].name
+        if verdict is not Verdict.FORWARD:
+            self.cluster.metrics.count_filter(decision.filter or "unknown", "response", verdict.value)
         if verdict is Verdict.FAILED:
             self._filter_failed(ex.api_key, ex.api_version, decision.error, " response")
             return

@@ -5,6 +5,10 @@ to ``drain_timeout_s``, then close every connection and return exit code 0. A se
 SIGTERM/SIGINT during the drain cuts it short: every connection closes at once and the exit code
 is 1, so a supervisor can tell that answers may have been lost. SIGHUP is logged and ignored
 until configuration reload exists (its default action would kill the process with no drain).
+
+The admin listener (proxy/admin.py) opens first and closes last: ``/livez`` answers while the
+clusters start, and ``/readyz`` says "draining" for the whole drain, so a load balancer stops
+sending new clients before any connection is closed.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ from collections.abc import Callable
 from kgate.config import ConfigError, KgateConfig
 from kgate.filters.chain import FilterChain
 from kgate.filters.registry import build_filters
+from kgate.proxy.admin import AdminServer, MetricsSource, registry_metrics
 from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.fd_limit import raise_open_files_limit
+from kgate.proxy.readiness import Readiness
+from kgate.proxy.workers import report_admin_port, watch_parent, worker_index
 
 log = logging.getLogger("kgate.server")
 
@@ -27,7 +34,7 @@ log = logging.getLogger("kgate.server")
 class Proxy:
     """All virtual clusters of one kgate process."""
 
-    def __init__(self, config: KgateConfig) -> None:
+    def __init__(self, config: KgateConfig, metrics: MetricsSource = registry_metrics) -> None:
         self.config = config
         self.forced = asyncio.Event()  # a second stop signal: drain no longer
         self.clusters = [
@@ -36,13 +43,20 @@ class Proxy:
                 config.proxy,
                 FilterChain(build_filters(config.chain_for(vc))),
                 config.topic_names,
-                exchange_metrics=config.metrics.listen is not None,
+                exchange_metrics=config.admin.listen is not None,
             )
             for vc in config.virtual_clusters
         ]
+        admin = config.admin
+        self.readiness = Readiness(self.clusters, admin.probe_interval_s, admin.probe_timeout_s)
+        self.admin = AdminServer(admin.listen, self.readiness, metrics) if admin.listen is not None else None
 
     async def start(self) -> None:
         raise_open_files_limit()
+        if self.config.admin.from_metrics_listen:
+            log.warning("metrics.listen is deprecated: it now serves the admin listener; rename it to admin.listen")
+        if self.admin is not None:
+            await self.admin.start()
         for cluster in self.clusters:
             names = [f.name for f in self.config.chain_for(cluster.cfg)]
             log.info("cluster %s: filter chain: %s", cluster.name, " -> ".join(names) if names else "(none)")
@@ -54,7 +68,12 @@ class Proxy:
         except BaseException:
             for cluster in started:
                 cluster.stop_accepting()
+            if self.admin is not None:
+                await self.admin.close()
             raise
+        self.readiness.started = True
+        if self.admin is not None:  # /readyz is the probe's only reader: no admin listener, no probe traffic
+            self.readiness.start()
 
     async def shutdown(self) -> None:
         """Stop accepting and reading, let owed answers arrive (bounded), close everything.
@@ -63,6 +82,7 @@ class Proxy:
         lost at close) and closes as soon as it owes nothing; a long-poll Fetch still gets its
         answer. kgate's own upstream connections close last, so lookups in flight can finish.
         """
+        self.readiness.draining = True
         for cluster in self.clusters:
             cluster.stop_accepting()
             cluster.begin_drain()
@@ -86,18 +106,9 @@ class Proxy:
             cluster.close_connections()
         for cluster in self.clusters:
             await cluster.wait_closed()
-
-
-def _start_metrics(config: KgateConfig) -> None:
-    if config.metrics.listen is None:
-        return
-    from prometheus_client import start_http_server
-
-    try:
-        start_http_server(config.metrics.listen.port, addr=config.metrics.listen.host)
-    except OSError as exc:
-        raise OSError(exc.errno, f"metrics: cannot listen on {config.metrics.listen}: {exc.strerror or exc}") from exc
-    log.info("metrics on http://%s/metrics", config.metrics.listen)
+        await self.readiness.stop()
+        if self.admin is not None:
+            await self.admin.close()
 
 
 async def serve(
@@ -124,19 +135,27 @@ async def serve(
     def on_hup() -> None:
         log.warning("SIGHUP received: configuration reload is not supported yet; ignoring it")
 
+    def on_worker_int() -> None:
+        log.debug("SIGINT ignored: a --workers worker stops on the SIGTERM its parent forwards")
+
     if signals:  # before the listeners open: a signal that finds them open finds its handler too
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_stop_signal)
+        worker = worker_index() is not None
+        loop.add_signal_handler(signal.SIGTERM, on_stop_signal)
+        loop.add_signal_handler(signal.SIGINT, on_worker_int if worker else on_stop_signal)
         loop.add_signal_handler(signal.SIGHUP, on_hup)
     try:
         await proxy.start()
-        _start_metrics(config)
     except BaseException:
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
         raise
     log.info("kgate ready")
+    watcher = None
+    if worker_index() is not None:  # --workers: tell the parent where this worker's admin listener is
+        if proxy.admin is not None:
+            report_admin_port(proxy.admin.port)
+        watcher = loop.create_task(watch_parent(stop))
     if on_started is not None:
         on_started(proxy)
     if ready is not None:
@@ -146,6 +165,8 @@ async def serve(
         log.info("stopping: draining (a second SIGTERM/SIGINT closes everything at once)")
         await proxy.shutdown()
     finally:
+        if watcher is not None:
+            watcher.cancel()
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)

@@ -76,7 +76,7 @@ def fake_server(monkeypatch):
 
     mod.run = run  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kgate.proxy.server", mod)
-    monkeypatch.setattr(cli, "setup_logging", levels.append)
+    monkeypatch.setattr(cli, "setup_logging", lambda level, fmt="text", worker=None: levels.append(level))
     return types.SimpleNamespace(calls=calls, levels=levels)
 
 
@@ -393,3 +393,49 @@ def test_run_logs_startup_with_configured_format(tmp_path, good_file):
     assert r.returncode == 3, r.stderr
     # time, level, logger name
     assert " INFO    kgate.cli: cluster alpha: bootstrap 127.0.0.1:19192" in r.stderr
+
+
+# --------------------------------------------------------------------------- issue 11: formats, healthcheck, workers
+
+
+def test_run_log_format_override(good_file, fake_server):
+    assert cli.main(["run", "-c", str(good_file), "--log-format", "json"]) == 7
+    assert fake_server.calls[0].log_format == "json"
+    assert cli.main(["run", "-c", str(good_file), "--log-format", "xml"]) == 2
+
+
+def test_check_config_names_the_admin_listener(good_file, capsys):
+    assert cli.main(["check-config", str(good_file)]) == 0
+    out = capsys.readouterr().out
+    assert "admin: 127.0.0.1:9190 (/livez /readyz /metrics)" in out
+    assert "metrics: 127.0.0.1:9190 (deprecated alias of admin.listen)" in out
+    assert "log_format: text" in out
+
+
+def test_healthcheck_not_ready_when_nothing_answers(capsys):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert cli.main(["healthcheck", "--url", f"http://127.0.0.1:{port}/readyz", "--timeout", "1"]) == 1
+    assert "Connection refused" in capsys.readouterr().err
+
+
+def test_healthcheck_needs_an_admin_listener_in_the_config(bad_file, tmp_path, capsys):
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("virtual_clusters: [{name: a, listen: 127.0.0.1:19192, upstream: 127.0.0.1:9092}]\n")
+    assert cli.main(["healthcheck", "-c", str(plain)]) == 2
+    assert "has no admin listener" in capsys.readouterr().err
+    assert cli.main(["healthcheck", "-c", str(bad_file)]) == 2  # a config error, as for run
+
+
+@pytest.mark.parametrize("value", ["0", "x", "257"])
+def test_workers_must_be_a_sensible_count(value, fake_server, capsys):
+    assert cli.main(["run", "--workers", value]) == 2
+    assert "--workers" in capsys.readouterr().err
+    assert not fake_server.calls
+
+
+def test_a_worker_runs_the_parents_command_line_without_workers():
+    argv = ["run", "-c", "k.yaml", "--workers", "2", "--log-format", "json"]
+    assert cli._without_workers(argv) == ["run", "-c", "k.yaml", "--log-format", "json"]
+    assert cli._without_workers(["run", "--workers=3"]) == ["run"]

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kgate.config import (
+    AdminConfig,
     ConfigError,
     FilterConfig,
     HostPort,
@@ -105,6 +106,7 @@ def test_full_file_round_trip(tmp_path):
             low_water_bytes=1024,
         ),
         metrics=MetricsConfig(listen=HostPort("127.0.0.1", 9190)),
+        admin=AdminConfig(listen=HostPort("127.0.0.1", 9190), from_metrics_listen=True),
         log_level="DEBUG",
         filters=(
             FilterConfig(

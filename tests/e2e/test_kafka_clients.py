@@ -19,6 +19,8 @@ from support import kafka_broker
 from support import workloads as w
 from support.netconn import ConnectionWatcher
 
+from kgate.codec import api
+
 POLICY = [{"name": "topic-policy", "config": {"deny": ["secret-*"]}}]
 
 
@@ -33,7 +35,7 @@ def _versions_used(k, api_key: int) -> set[int]:
     """api versions clients used for ``api_key``, from kgate's request metric."""
     out = set()
     for labels, v in k.metric_values("kgate_requests_total"):
-        if f'api_key="{api_key}"' in labels and v > 0:
+        if f'api="{api.API_INFO[api_key].name}"' in labels and v > 0:
             out.add(int(labels.split('api_version="')[1].split('"')[0]))
     return out
 

@@ -20,12 +20,13 @@ from support.procs import TANSU_NODE_ID
 
 
 def _log_line_naming(kgate, port: int, timeout: float = 5) -> str:
-    """The first kgate log line that names the client 127.0.0.1:port (waits for it)."""
+    """The first kgate log line that names the client 127.0.0.1:port (waits for it), past the
+    debug line every connection gets when it opens."""
     needle = f"127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
         for line in kgate.log_text().splitlines():
-            if needle in line:
+            if needle in line and f"{needle} opened (" not in line:
                 return line
         if time.monotonic() > deadline:
             return ""

@@ -13,7 +13,7 @@ id only (a) passively, from a Metadata v10+ / CreateTopics / DeleteTopics respon
 through B, or (b) actively, with a Metadata lookup over B's own upstream connection, counted by
 ``kgate_topic_names_lookups_total``. The topic is created and filled directly at the broker (no kgate
 sees it), the consumer is bootstrapped at A only, and B's Metadata request counter
-(``kgate_requests_total{api_key="3"}``) is read right after the first message arrives. If it
+(``kgate_requests_total{api="Metadata"}``) is read right after the first message arrives. If it
 is 0, no Metadata passed through B before the first Fetch was served, so the lookups counter
 (>= 1) shows that B resolved the ids itself. A librdkafka that did send Metadata through B
 first would make this test fail on that precondition (not on kgate), which the message says.
@@ -197,11 +197,11 @@ def test_fetch_through_an_instance_that_never_saw_the_metadata(broker, fleet) ->
             f"127.0.0.1:{a.listen[1]}",
             [(topic, 0), (topic, 1)],
             80,
-            on_first=lambda: b_metadata_at_first.append(b.metric("kgate_requests_total", api_key="3")),
+            on_first=lambda: b_metadata_at_first.append(b.metric("kgate_requests_total", api="Metadata")),
         )
     # the bootstrap connection to A can be too short-lived for the sampler; A's counters show it
     watch.assert_clean(must_use={node_port})
-    assert a.metric("kgate_requests_total", api_key="3") >= 1  # the consumer's Metadata came from A
+    assert a.metric("kgate_requests_total", api="Metadata") >= 1  # the consumer's Metadata came from A
 
     expected = vals[0] + vals[1]
     assert sorted(got) == sorted(expected), f"got {len(got)} of {len(expected)}"
@@ -213,11 +213,11 @@ def test_fetch_through_an_instance_that_never_saw_the_metadata(broker, fleet) ->
         "B could have learnt the ids passively"
     )
     assert b.metric("kgate_topic_names_lookups_total") >= 1, "B never looked a topic id up itself"
-    assert b.metric("kgate_requests_total", api_key="1") >= 1  # Fetch went through B
-    by_id = {v: b.metric("kgate_requests_total", api_key="1", api_version=str(v)) for v in range(13, 18)}
+    assert b.metric("kgate_requests_total", api="Fetch") >= 1  # Fetch went through B
+    by_id = {v: b.metric("kgate_requests_total", api="Fetch", api_version=str(v)) for v in range(13, 18)}
     if hints:  # KIP-951 versions: v16+ (librdkafka's newest), topic ids
         assert by_id[16] + by_id[17] >= 1 and sum(by_id.values()) == by_id[16] + by_id[17], by_id
     else:  # kgate caps Fetch at v15: still topic ids
         assert by_id[15] >= 1 and by_id[16] == by_id[17] == 0, by_id
-    assert a.metric("kgate_requests_total", api_key="1") == 0  # and not through A
+    assert a.metric("kgate_requests_total", api="Fetch") == 0  # and not through A
     assert a.metric("kgate_topic_names_lookups_total") == 0  # A had no filter needing names

@@ -16,7 +16,7 @@ from typing import Any
 
 from kgate.api import ConnectionInfo, Filter
 from kgate.config import parse_config
-from kgate.filters.chain import Decision, FilterChain
+from kgate.filters.chain import Decision, FilterChain, PendingRun
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.core import ConnectionCore, Suspension
@@ -65,7 +65,9 @@ class RecordingActions:
         self.broker_paused.discard(reason)
 
     def spawn(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
-        if inspect.iscoroutine(pending):
+        if isinstance(pending, PendingRun):
+            pending.close()
+        elif inspect.iscoroutine(pending):
             pending.close()  # the test decides how the run ends (core.hook_done)
         self.spawned.append(suspension)
 

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -158,7 +159,7 @@ class Kgate(ManagedProcess):
 
     def __init__(self, workdir: Path, upstream: list[str], *, bootstrap_serves_node: bool = True,
                  drain_timeout_s: float = 5, max_frame_bytes: int = 104857600, metrics: bool = True,
-                 log_level: str = "debug", extra: dict | None = None):
+                 log_level: str = "debug", extra: dict | None = None, admin: bool = False):
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         self.listen_port = free_port()
@@ -179,7 +180,9 @@ class Kgate(ManagedProcess):
             "proxy": {"max_frame_bytes": max_frame_bytes, "drain_timeout_s": drain_timeout_s},
             "virtual_clusters": [cluster],
         }
-        if metrics:
+        if metrics and admin:  # the admin listener, probing the upstream often so tests see changes fast
+            config["admin"] = {"listen": f"{HOST}:{self.metrics_port}", "probe_interval_s": 0.2, "probe_timeout_s": 1}
+        elif metrics:  # metrics.listen: the deprecated alias of admin.listen, which older trees (KGATE_E2E_SRC) know
             config["metrics"] = {"listen": f"{HOST}:{self.metrics_port}"}
         if extra:
             config.update(extra)
@@ -215,6 +218,27 @@ class Kgate(ManagedProcess):
         assert self.metrics_port, "metrics disabled"
         with urllib.request.urlopen(f"http://{HOST}:{self.metrics_port}/metrics", timeout=5) as r:
             return r.read().decode()
+
+    def http(self, path: str, method: str = "GET") -> tuple[int, str]:
+        """(status, body) of one request to the admin listener; HTTP errors are answers too."""
+        assert self.metrics_port, "admin listener disabled"
+        req = urllib.request.Request(f"http://{HOST}:{self.metrics_port}{path}", method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    def wait_ready(self, ready: bool, timeout: float = 30) -> str:
+        """Poll ``/readyz`` until it says ``ready`` (or not); its last body."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status, body = self.http("/readyz")
+            if (status == 200) == ready:
+                return body
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"/readyz still {status} after {timeout}s: {body}")
+            time.sleep(0.05)
 
     def metric_values(self, name: str) -> list[tuple[str, float]]:
         """(labels, value) of every sample of metric ``name`` in the Prometheus text."""

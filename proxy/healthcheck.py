@@ -1,0 +1,41 @@
+"""``kgate healthcheck``: ask a running kgate's ``/readyz``; exit 0 if ready, 1 if not.
+
+For container HEALTHCHECKs and exec probes in images without curl (python:slim): it uses only
+the standard library's urllib. The address comes from the same config file the proxy runs with
+(``admin.listen``; a wildcard listen address is asked on loopback), so the image's health check
+follows the config instead of repeating a port.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+from kgate.config import KgateConfig
+from kgate.config.model import WILDCARD_HOSTS
+
+DEFAULT_URL = "http://127.0.0.1:9190/readyz"
+
+
+def readyz_url(config: KgateConfig, path: str = "/readyz") -> str | None:
+    """Where this config's admin listener answers ``path``; None when it has no admin listener."""
+    listen = config.admin.listen
+    if listen is None:
+        return None
+    host = listen.host
+    if host in WILDCARD_HOSTS:
+        host = "::1" if host == "::" else "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{listen.port}{path}"
+
+
+def check(url: str, timeout_s: float) -> tuple[bool, str]:
+    """(ready, what the endpoint or the connection attempt said)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return resp.status == 200, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return False, exc.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return False, f"{url}: {getattr(exc, 'reason', exc)}\n"

@@ -1,0 +1,161 @@
+"""``kgate run --workers 2``: serves real clients, survives ``kill -9`` of a worker, drains on SIGTERM.
+
+kgate runs as a subprocess (the parent) with its admin listener; the parent's ``/readyz`` names
+each worker's pid, which is how the test finds the worker to kill and sees its replacement.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+from support import procs
+from support import workloads as w
+
+
+def _start(tmp_path, upstream: str, drain_timeout_s: float = 10) -> procs.Kgate:
+    k = procs.Kgate(tmp_path / "kgate", [upstream], admin=True, log_level="info", drain_timeout_s=drain_timeout_s)
+    k.argv += ["--workers", "2"]
+    k.start()
+    return k
+
+
+def _worker_pids(k: procs.Kgate) -> dict[int, int]:
+    _status, body = k.http("/readyz")
+    return {int(i): int(p) for i, p in re.findall(r"^worker (\d+): pid (\d+)", body, re.M)}
+
+
+@pytest.mark.timeout(180)
+def test_two_workers_serve_clients_and_survive_kill_9(tmp_path, tansu) -> None:
+    k = _start(tmp_path, tansu.bootstrap)
+    try:
+        body = k.wait_ready(True, timeout=60)
+        assert "worker 0: pid" in body and "worker 1: pid" in body, body
+        pids = _worker_pids(k)
+        assert len(set(pids.values())) == 2 and k.pid not in pids.values()
+
+        # a second --workers kgate on the same ports must not share them (SO_REUSEPORT would let it)
+        twin = subprocess.run(
+            [procs.PYTHON, "-m", "kgate", "run", "-c", str(k.config_path), "--workers", "2"],
+            capture_output=True, text=True, timeout=60, cwd=k.cwd,
+        )
+        assert twin.returncode == 1 and "cannot listen on" in twin.stderr, twin.stderr[-2000:]
+
+        topic = w.unique("workers")
+        w.confluent_create_topic(k.bootstrap, topic, 2)
+        first = w.payloads(300, tag="a")
+        w.confluent_produce(k.bootstrap, topic, first, **{"enable.idempotence": True})
+        w.assert_exact(first, w.confluent_read_all(k.bootstrap, topic, len(first), partitions=2, timeout=30))
+
+        os.kill(pids[0], signal.SIGKILL)  # the parent must start worker 0 again
+        deadline = time.monotonic() + 60
+        while (new := _worker_pids(k)).get(0) in (None, pids[0]) or k.http("/readyz")[0] != 200:
+            assert time.monotonic() < deadline, k.http("/readyz")
+            time.sleep(0.1)
+        assert new[1] == pids[1], "the other worker was untouched"
+        assert k.alive()
+
+        second = w.payloads(300, tag="b")  # new clients: spread over both workers again
+        w.confluent_produce(k.bootstrap, topic, second, **{"enable.idempotence": True})
+        w.assert_exact(
+            first + second, w.confluent_read_all(k.bootstrap, topic, len(first) + len(second), partitions=2, timeout=30)
+        )
+        k.signal(signal.SIGHUP)  # forwarded; each worker logs and ignores it (no reload yet)
+        deadline = time.monotonic() + 10
+        while k.log_text().count("SIGHUP received: configuration reload is not supported yet") < 2:
+            assert time.monotonic() < deadline, k.log_text()[-3000:]
+            time.sleep(0.05)
+        assert k.alive() and k.http("/readyz")[0] == 200
+
+        text = k.metrics()
+        assert 'kgate_worker_restarts_total{worker="0"} 1.0' in text
+        assert re.search(r'kgate_accepted_connections_total\{cluster="default",worker="1"\} [1-9]', text), text
+        assert "died (killed by signal 9)" in k.log_text()
+    finally:
+        rc = k.stop(timeout=30)
+    assert rc == 0, k.log_text()[-3000:]
+
+
+@pytest.mark.timeout(180)
+def test_sigterm_drains_without_losing_acknowledged_messages(tmp_path, tansu) -> None:
+    from confluent_kafka import Producer
+
+    k = _start(tmp_path, tansu.bootstrap)
+    topic = w.unique("workers-drain")
+    acked: list[bytes] = []
+    failed: list[str] = []
+    stop = threading.Event()
+    try:
+        k.wait_ready(True, timeout=60)
+        w.confluent_create_topic(k.bootstrap, topic, 2)
+
+        def produce(n: int) -> None:
+            p = Producer({
+                "bootstrap.servers": k.bootstrap, "enable.idempotence": True, "linger.ms": 2,
+                "message.timeout.ms": 8000, "reconnect.backoff.max.ms": 200,
+            })
+
+            def on_delivery(err, msg) -> None:
+                if err is None:
+                    acked.append(msg.value())
+                else:
+                    failed.append(str(err))
+
+            i = 0
+            while not stop.is_set():
+                try:
+                    p.produce(topic, value=f"p{n}-{i}".encode(), on_delivery=on_delivery)
+                    i += 1
+                except BufferError:
+                    pass
+                p.poll(0.001)
+            p.flush(15)
+
+        producers = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+        for t in producers:
+            t.start()
+        deadline = time.monotonic() + 30
+        while len(acked) < 2000:
+            assert time.monotonic() < deadline, f"only {len(acked)} acked"
+            time.sleep(0.05)
+        k.signal(signal.SIGTERM)  # while the producers keep sending
+        body = k.wait_ready(False, timeout=5)
+        assert "draining" in body or "not running" in body, body
+        rc = k.wait(timeout=40)
+        stop.set()
+        for t in producers:
+            t.join(30)
+    finally:
+        stop.set()
+        k.kill()
+    assert rc == 0, k.log_text()[-3000:]
+    # Read straight from the broker (kgate is gone): every acknowledged message must be there.
+    consumed = w.confluent_read_all(tansu.bootstrap, topic, len(acked), partitions=2, timeout=30, settle=2)
+    missing = set(acked) - set(consumed)
+    print(f"acked {len(acked)}, consumed {len(consumed)}, failed {len(failed)} (not acknowledged: not owed)")
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    assert len(consumed) == len(set(consumed)), "the idempotent producer wrote duplicates"
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_while_a_worker_restarts_exits_cleanly(tmp_path, tansu) -> None:
+    """The parent stops restarting, every worker (the restarting one included) ends, and it exits 0."""
+    k = _start(tmp_path, tansu.bootstrap)
+    try:
+        k.wait_ready(True, timeout=60)
+        os.kill(_worker_pids(k)[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while "restarting in" not in k.log_text():
+            assert time.monotonic() < deadline, k.log_text()[-2000:]
+            time.sleep(0.02)
+        k.signal(signal.SIGTERM)  # during the backoff or the new worker's start
+        rc = k.wait(timeout=30)
+    finally:
+        k.kill()
+    assert rc == 0, k.log_text()[-3000:]
+    assert "kgate stopped (workers exited with" in k.log_text()

@@ -1,0 +1,148 @@
+"""Write docs/grafana/kgate.json, the Grafana dashboard for kgate's metrics.
+
+    .venv/bin/python tools/grafana_dashboard.py
+
+Generated rather than hand-edited so that every panel is one line here and the metric names
+can be checked (tests/unit/test_grafana_dashboard.py compares them with what kgate exports).
+Queries sum ``without (worker, instance)`` so one dashboard serves single processes,
+``--workers`` and fleets alike; the ``cluster`` variable picks virtual clusters.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parents[1] / "docs" / "grafana" / "kgate.json"
+DS = {"type": "prometheus", "uid": "${datasource}"}
+SEL = 'cluster=~"$cluster"'
+
+
+def panel(title: str, exprs: list[tuple[str, str]], unit: str = "short", kind: str = "timeseries",
+          desc: str = "") -> dict:
+    return {
+        "type": kind,
+        "title": title,
+        "description": desc,
+        "datasource": DS,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]}},
+        "targets": [{"datasource": DS, "expr": e, "legendFormat": legend, "refId": chr(65 + i)}
+                    for i, (e, legend) in enumerate(exprs)],
+    }
+
+
+def row(title: str) -> dict:
+    return {"type": "row", "title": title, "collapsed": False, "panels": []}
+
+
+PANELS: list[dict] = [
+    row("Traffic"),
+    panel("Requests per api", [(f"sum by (api) (rate(kgate_requests_total{{{SEL}}}[$__rate_interval]))", "{{api}}")],
+          "reqps", desc="Requests received from clients (kgate_requests_total), by api name"),
+    panel("Request latency p99 per api", [
+        (f"histogram_quantile(0.99, sum by (api, le) (rate(kgate_request_duration_seconds_bucket{{{SEL}}}"
+         "[$__rate_interval])))", "{{api}}")], "s",
+          desc="Request to response through kgate (kgate_request_duration_seconds)"),
+    panel("Request latency p50 per api", [
+        (f"histogram_quantile(0.5, sum by (api, le) (rate(kgate_request_duration_seconds_bucket{{{SEL}}}"
+         "[$__rate_interval])))", "{{api}}")], "s"),
+    panel("Bytes in / out per api", [
+        (f"sum by (api) (rate(kgate_request_bytes_total{{{SEL}}}[$__rate_interval]))", "in {{api}}"),
+        (f"-sum by (api) (rate(kgate_response_bytes_total{{{SEL}}}[$__rate_interval]))", "out {{api}}")],
+          "Bps", desc="Client requests in (positive), responses out (negative)"),
+    panel("Error responses per api and code", [
+        (f'sum by (api, error) (rate(kgate_responses_total{{{SEL}, error!="NONE"}}[$__rate_interval]))',
+         "{{api}} {{error}}")], "reqps", desc="Responses whose error code is not NONE (kgate_responses_total)"),
+    row("Connections"),
+    panel("Open connections by side", [
+        (f"sum by (cluster, side) (kgate_open_connections{{{SEL}}})", "{{cluster}} {{side}}")], "short"),
+    panel("Accepted connections", [
+        (f"sum by (cluster) (rate(kgate_accepted_connections_total{{{SEL}}}[$__rate_interval]))", "{{cluster}}")],
+          "cps", desc="A reconnect storm shows here first"),
+    panel("Closed on error by reason", [
+        (f"sum by (reason) (rate(kgate_connections_closed_on_error_total{{{SEL}}}[$__rate_interval]))",
+         "{{reason}}")], "cps"),
+    panel("Timeouts, refusals, upstream connect failures", [
+        (f"sum by (kind) (rate(kgate_connection_timeouts_total{{{SEL}}}[$__rate_interval]))", "timeout {{kind}}"),
+        (f"sum by (reason) (rate(kgate_connections_refused_total{{{SEL}}}[$__rate_interval]))", "refused {{reason}}"),
+        (f"sum(rate(kgate_upstream_connect_failures_total{{{SEL}}}[$__rate_interval]))", "upstream connect failed")],
+          "cps"),
+    row("Filters"),
+    panel("Filter decisions (not forward)", [
+        (f"sum by (filter, direction, decision) (rate(kgate_filter_decisions_total{{{SEL}}}[$__rate_interval]))",
+         "{{filter}} {{direction}} {{decision}}")], "ops"),
+    panel("Filter errors and timeouts", [
+        (f"sum by (filter, direction) (rate(kgate_filter_errors_total{{{SEL}}}[$__rate_interval]))",
+         "error {{filter}} {{direction}}"),
+        (f"sum by (filter, direction) (rate(kgate_filter_timeouts_total{{{SEL}}}[$__rate_interval]))",
+         "timeout {{filter}} {{direction}}")], "ops"),
+    panel("Suspended messages", [
+        (f"sum by (direction) (kgate_suspended_messages{{{SEL}}})", "{{direction}}")], "short",
+          desc="Messages waiting on a filter hook that awaits"),
+    panel("Suspension time p99", [
+        (f"histogram_quantile(0.99, sum by (direction, le) (rate(kgate_suspension_seconds_bucket{{{SEL}}}"
+         "[$__rate_interval])))", "{{direction}}")], "s"),
+    row("Topic ids, memory, processes"),
+    panel("Topic-id cache", [
+        (f"sum(rate(kgate_topic_names_hits_total{{{SEL}}}[$__rate_interval]))", "hits"),
+        (f"sum(rate(kgate_topic_names_misses_total{{{SEL}}}[$__rate_interval]))", "misses"),
+        (f"sum(kgate_topic_names_size{{{SEL}}})", "size")], "short"),
+    panel("Held request bytes", [
+        ("sum(kgate_held_request_bytes)", "held"),
+        ("max(kgate_held_request_bytes_peak)", "peak"),
+        ("sum(kgate_held_cap_paused_connections)", "connections paused at the cap")], "bytes"),
+    panel("Worker restarts (--workers)", [
+        ("sum by (instance, worker) (increase(kgate_worker_restarts_total[$__range]))", "{{instance}} {{worker}}")],
+          "short", kind="stat"),
+    panel("Versions in the fleet", [("count by (version, python) (kgate_build_info)", "{{version}} {{python}}")],
+          "short", kind="stat"),
+]
+
+
+def layout(panels: list[dict]) -> list[dict]:
+    y, x = 0, 0
+    for i, p in enumerate(panels, 1):
+        p["id"] = i
+        if p["type"] == "row":
+            if x:
+                y, x = y + 8, 0
+            p["gridPos"] = {"h": 1, "w": 24, "x": 0, "y": y}
+            y += 1
+            continue
+        p["gridPos"] = {"h": 8, "w": 12, "x": x, "y": y}
+        x += 12
+        if x >= 24:
+            y, x = y + 8, 0
+    return panels
+
+
+def dashboard() -> dict:
+    return {
+        "title": "kgate",
+        "uid": "kgate",
+        "description": "kgate Kafka proxy: traffic, latency, connections, filters (docs/deployment.md)",
+        "schemaVersion": 39,
+        "version": 1,
+        "editable": True,
+        "time": {"from": "now-1h", "to": "now"},
+        "refresh": "30s",
+        "tags": ["kafka", "kgate"],
+        "templating": {"list": [
+            {"name": "datasource", "type": "datasource", "query": "prometheus", "label": "Prometheus"},
+            {"name": "cluster", "type": "query", "datasource": DS, "label": "virtual cluster",
+             "query": "label_values(kgate_accepted_connections_total, cluster)", "refresh": 2,
+             "includeAll": True, "multi": True, "current": {"text": "All", "value": "$__all"}},
+        ]},
+        "panels": layout(PANELS),
+    }
+
+
+def main() -> None:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(dashboard(), indent=2) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
