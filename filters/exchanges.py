@@ -73,17 +73,18 @@ def record_policy_decision(
     if isinstance(resource, UUID):
         resource = base64.urlsafe_b64encode(resource.bytes).rstrip(b"=").decode("ascii")
     info = api.API_INFO.get(ctx.api_key)
-    ctx.state.setdefault(POLICY_STATE_KEY, []).append(
-        {
-            "filter": filter_name,
-            "decision": decision,
-            "operation": info.name if info is not None else str(ctx.api_key),
-            "resource_type": resource_type,
-            "resource": resource,
-            "error_code": int(error_code),
-            "reason": reason,
-        }
-    )
+    entry = {
+        "filter": filter_name,
+        "decision": decision,
+        "operation": info.name if info is not None else str(ctx.api_key),
+        "resource_type": resource_type,
+        "resource": resource,
+        "error_code": int(error_code),
+        "reason": reason,
+    }
+    decisions = ctx.state.setdefault(POLICY_STATE_KEY, [])
+    if entry not in decisions:  # a hook asked twice (a Produce peek, then whole) notes it once
+        decisions.append(entry)
 
 
 class ExchangeServices(Protocol):

@@ -76,6 +76,15 @@ from kgate.filters.builtin.topic_visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
 )
+from kgate.filters.exchanges import record_policy_decision
+
+#: the error a refusal of each resource type carries (what Kafka answers for it)
+_DENIED_CODE: Mapping[Res, int] = {
+    Res.TOPIC: ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    Res.GROUP: ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    Res.TRANSACTIONAL_ID: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    Res.CLUSTER: ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+}
 
 _ZERO = UUID(int=0)
 _UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
@@ -158,6 +167,15 @@ class Authorizer(Filter):
             self._denials += 1
             conn = ctx.connection
             self.report.denied(conn.virtual_cluster, who, conn.client_address, ctx.api_key, res, name, op)
+            # the audit log's "policy" field (refusals only, so the allowed path pays nothing)
+            record_policy_decision(
+                ctx,
+                self.report.filter_name,
+                name,
+                _DENIED_CODE[res],
+                f"{op.name.lower()} on {res.name.lower()} denied by {self.report.filter_name}",
+                resource_type=res.name.lower(),
+            )
         return False
 
     def _count(self, ctx: FilterContext, denials_before: int) -> None:

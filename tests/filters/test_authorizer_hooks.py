@@ -20,6 +20,7 @@ from kgate.api import FORWARD, ApiKey, ErrorCode, Forward, Respond
 from kgate.codec import api
 from kgate.filters.builtin.acl_table import TABLE, UNCHECKED, markdown_table
 from kgate.filters.builtin.authorizer import Authorizer
+from kgate.filters.exchanges import POLICY_STATE_KEY
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
@@ -150,6 +151,22 @@ async def test_mixed_topics_refuse_only_the_denied_one() -> None:
     merged = f.merge(ctx.for_response(), broker)
     assert {t.name: t.partition_responses[0].error_code for t in merged.message.responses} == {
         "orders": 0, "secret-pay": TOPIC_DENIED}
+
+
+async def test_refusals_are_noted_for_the_audit_log_and_allowed_requests_note_nothing() -> None:
+    """A refusal lands in the exchange's policy list (the audit log's ``policy``); an allowed one leaves no state."""
+    f = authorizer()
+    ok, ok_ctx = await run(f, ApiKey.PRODUCE, 9, topics_req(ApiKey.PRODUCE, "orders"))
+    assert ok is FORWARD and POLICY_STATE_KEY not in ok_ctx.state
+    c = rq(ApiKey.JOIN_GROUP)
+    _denied, ctx = await run(f, ApiKey.PRODUCE, 9, topics_req(ApiKey.PRODUCE, "secret-pay"))
+    assert [(d["filter"], d["resource_type"], d["resource"], d["error_code"], d["operation"])
+            for d in ctx.state[POLICY_STATE_KEY]] == [("authorizer", "topic", "secret-pay", TOPIC_DENIED, "Produce")]
+    join = req(ApiKey.JOIN_GROUP, group_id="secret-g", session_timeout_ms=10_000, member_id="",
+               protocol_type="consumer", protocols=[struct(c, "protocols", name="range", metadata=b"")])
+    _denied, ctx = await run(f, ApiKey.JOIN_GROUP, 5, join)
+    assert [(d["resource_type"], d["resource"], d["error_code"]) for d in ctx.state[POLICY_STATE_KEY]] == [
+        ("group", "secret-g", GROUP_DENIED)]
 
 
 async def test_ids_are_resolved_and_unknown_ids_fail_closed() -> None:
