@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kgate.codec.error_codes import ErrorCode
 from kgate.pipeline.schema import MALFORMED, OK, SCHEMA_VERSION, UNKNOWN_SCHEMA, event_schema
 
 if TYPE_CHECKING:
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 #: File names a directory given as input contributes (the active file and rotated gzip files).
 AUDIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".gz")
+#: Answer codes that mean "this topic id no longer exists" (deleted, maybe recreated under a new id).
+GONE_ID_ERRORS = (int(ErrorCode.UNKNOWN_TOPIC_ID), int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 #: How much of a bad line the problems table keeps as a sample.
 SAMPLE_CHARS = 200
 
@@ -114,11 +117,14 @@ def with_file(text: DataFrame) -> DataFrame:
 
 
 def parse(lines: DataFrame) -> DataFrame:
-    """Parse ``(value, file)`` lines into flat event columns plus ``status`` and a ``sample``.
+    """Parse ``(value, file)`` lines into flat rows: one per (event, topic it names), atomic columns only.
 
-    The result keeps every non-blank line; :func:`events` and :func:`problems` split it. Column
-    names are those of the reports (``client_id``, ``api_key``, ...), one level deep except the
-    ``topics`` and ``policy`` arrays.
+    Flat and atomic because the parsed rows are cached and every report scans the cache: Spark scans
+    a cache of plain columns vectorized, a cache holding arrays of structs row by row. An event that
+    names no topic (and every bad line) is one row with null topic columns; ``first`` marks the one
+    row per line that event-level counts use (``topic_pos`` is the topic's index, null without one).
+    ``policy`` (rare) stays a JSON string, parsed again only by the policy report. Bad lines keep
+    ``status``, ``schema`` and a ``sample`` of the line; :func:`events` and :func:`problems` split them.
     """
     from pyspark.sql import functions as F
 
@@ -137,13 +143,13 @@ def parse(lines: DataFrame) -> DataFrame:
         .otherwise(F.lit(MALFORMED))
     )
     ts = F.timestamp_micros(e["time_us"])
-    return parsed.select(
+    good = F.col("status") == OK
+    lined = parsed.select(
         "file",
         status.alias("status"),
         e["schema"].alias("schema"),
         F.when(status != OK, F.substring("value", 1, SAMPLE_CHARS)).alias("sample"),
         e["time_us"].alias("time_us"),
-        ts.alias("ts"),
         F.to_date(ts).alias("day"),
         F.date_trunc("hour", ts).alias("hour"),
         e["instance"].alias("instance"),
@@ -154,13 +160,28 @@ def parse(lines: DataFrame) -> DataFrame:
         e["api"]["key"].alias("api_key"),
         e["api"]["name"].alias("api_name"),
         e["api"]["version"].alias("api_version"),
-        e["correlation_id"].alias("correlation_id"),
         e["error_code"].alias("error_code"),
         e["latency_us"].alias("latency_us"),
         e["request_bytes"].alias("request_bytes"),
         e["response_bytes"].alias("response_bytes"),
+        F.when(e["policy"].isNotNull() & (F.size(e["policy"]) > 0), F.to_json(e["policy"])).alias("policy"),
         e["topics"].alias("topics"),
-        e["policy"].alias("policy"),
+    )
+    t = F.col("t")
+    gone = list(GONE_ID_ERRORS)
+    return lined.select(
+        "*", F.posexplode_outer(F.when(good, F.col("topics"))).alias("topic_pos", "t")
+    ).select(
+        *[c for c in lined.columns if c != "topics"],
+        "topic_pos",
+        F.coalesce(F.col("topic_pos") == 0, F.lit(True)).alias("first"),
+        t["id"].alias("topic_id"),
+        t["name"].alias("topic_name"),
+        t["name_status"].alias("name_status"),
+        t["bytes"].alias("topic_bytes"),
+        t["records"].alias("topic_records"),
+        F.coalesce(F.exists(t["error_codes"], lambda c: c != 0), F.lit(False)).alias("topic_failed"),
+        F.coalesce(F.exists(t["error_codes"], lambda c: c.isin(*gone)), F.lit(False)).alias("id_gone"),
     )
 
 
@@ -176,6 +197,13 @@ def events(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
     return df.drop("file", "status", "schema", "sample")
 
 
+def lines_only(parsed: DataFrame) -> DataFrame:
+    """One row per line (or event) of a parsed frame: the ``first`` of its topic rows."""
+    from pyspark.sql import functions as F
+
+    return parsed.where(F.col("first"))
+
+
 def problems(parsed: DataFrame) -> DataFrame:
     """Per file: lines read, good, malformed, of an unknown schema version (which ones), and a sample.
 
@@ -185,7 +213,7 @@ def problems(parsed: DataFrame) -> DataFrame:
 
     bad = F.col("status") != OK
     return (
-        parsed.groupBy("file")
+        lines_only(parsed).groupBy("file")
         .agg(
             F.count(F.lit(1)).alias("lines"),
             F.sum((F.col("status") == OK).cast("long")).alias("ok"),

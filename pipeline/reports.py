@@ -23,16 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kgate.codec.error_codes import ErrorCode
 from kgate.codec.generated.api_keys import ApiKey
+from kgate.pipeline.schema import policy_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
 #: Fetch and Produce carry topic ids from these versions on (KIP-516).
 FIRST_ID_VERSION: dict[ApiKey, int] = {ApiKey.FETCH: 13, ApiKey.PRODUCE: 13}
-#: Answer codes that mean "this topic id no longer exists" (deleted, maybe recreated under a new id).
-GONE_ID_ERRORS = (int(ErrorCode.UNKNOWN_TOPIC_ID), int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 RESOLVED_STATUSES = ("given", "resolved")
 PERCENTILES = (0.5, 0.95, 0.99)
 
@@ -51,24 +49,15 @@ def _failed() -> Column:
 
 
 def _topics(ev: DataFrame) -> DataFrame:
-    """One row per (event, topic it names), topic fields flattened as ``topic_*``."""
+    """One row per (event, topic it names): the flat rows that carry a topic."""
     F = _f()
-    t = F.col("t")
-    return ev.select(
-        "day", "hour", "time_us", "instance", "cluster", "client_id", "principal", "api_key", "api_name",
-        "api_version", F.explode("topics").alias("t"),
-    ).select(
-        "*",
-        t["id"].alias("topic_id"),
-        t["name"].alias("topic_name"),
-        t["name_status"].alias("name_status"),
-        t["bytes"].alias("topic_bytes"),
-        t["records"].alias("topic_records"),
-        F.coalesce(F.exists(t["error_codes"], lambda c: c != 0), F.lit(False)).alias("topic_failed"),
-        F.coalesce(
-            F.exists(t["error_codes"], lambda c: c.isin(*GONE_ID_ERRORS)), F.lit(False)
-        ).alias("id_gone"),
-    ).drop("t")
+    return ev.where(F.col("topic_pos").isNotNull())
+
+
+def _events(ev: DataFrame) -> DataFrame:
+    """One row per event, for event-level counts (the flat rows hold one row per topic)."""
+    F = _f()
+    return ev.where(F.col("first"))
 
 
 def _record_bytes(api: ApiKey, column: str) -> Column:
@@ -111,7 +100,7 @@ def clients(ev: DataFrame) -> DataFrame:
     """Per principal and client id: requests, frame bytes, errors (every api key, topics or not)."""
     F = _f()
     return (
-        ev.groupBy("day", "principal", "client_id")
+        _events(ev).groupBy("day", "principal", "client_id")
         .agg(
             F.count(F.lit(1)).alias("requests"),
             F.sum("request_bytes").alias("request_bytes"),
@@ -126,7 +115,7 @@ def instances(ev: DataFrame) -> DataFrame:
     """Per kgate instance: the load it carried (is the fleet balanced?)."""
     F = _f()
     return (
-        ev.groupBy("day", "instance")
+        _events(ev).groupBy("day", "instance")
         .agg(
             F.count(F.lit(1)).alias("requests"),
             F.sum("request_bytes").alias("request_bytes"),
@@ -144,7 +133,7 @@ def _latency(ev: DataFrame, keys: list[str]) -> DataFrame:
     F = _f()
     pct = F.percentile_approx("latency_us", list(PERCENTILES), 10_000)
     return (
-        ev.where(F.col("latency_us").isNotNull())
+        _events(ev).where(F.col("latency_us").isNotNull())
         .groupBy(*keys)
         .agg(F.count(F.lit(1)).alias("answered"), pct.alias("p"), F.max("latency_us").alias("max_us"),
              F.avg("latency_us").alias("mean_us"))
@@ -167,7 +156,7 @@ def api_errors(ev: DataFrame) -> DataFrame:
     """Per api key and answer error code: exchanges (code 0 included, so rates can be computed)."""
     F = _f()
     return (
-        ev.groupBy("day", "api_key", "api_name", "error_code")
+        _events(ev).groupBy("day", "api_key", "api_name", "error_code")
         .agg(F.count(F.lit(1)).alias("requests"))
     )
 
@@ -262,7 +251,7 @@ def id_adoption(ev: DataFrame) -> DataFrame:
         (key == produce) & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
     )
     return (
-        ev.where(key.isin(fetch, produce))
+        _events(ev).where(key.isin(fetch, produce))
         .groupBy("day", "principal", "client_id")
         .agg(
             F.count(F.lit(1)).alias("fetch_produce"),
@@ -276,11 +265,14 @@ def id_adoption(ev: DataFrame) -> DataFrame:
 
 def policy_denials(ev: DataFrame) -> DataFrame:
     """Policy refusals per principal and resource (and the filter, operation and code that refused)."""
+    from pyspark.sql.types import ArrayType
+
     F = _f()
     p = F.col("p")
+    refused = F.from_json("policy", ArrayType(policy_schema()))
     return (
-        ev.where(F.col("policy").isNotNull())
-        .select("day", "time_us", "principal", "client_id", F.explode("policy").alias("p"))
+        _events(ev).where(F.col("policy").isNotNull())
+        .select("day", "time_us", "principal", "client_id", F.explode(refused).alias("p"))
         .groupBy(
             "day", "principal", p["resource_type"].alias("resource_type"), p["resource"].alias("resource"),
             p["operation"].alias("operation"), p["filter"].alias("filter"), p["decision"].alias("decision"),

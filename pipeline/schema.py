@@ -16,9 +16,6 @@ if TYPE_CHECKING:
 #: The schema version this pipeline reads.
 SCHEMA_VERSION = 1
 
-#: Fetch and Produce carry topic ids from these versions on (KIP-516): Fetch v13+, Produce v13+.
-FIRST_ID_VERSION = {"Fetch": 13, "Produce": 13}
-
 #: Line statuses the ingest step assigns.
 OK, MALFORMED, UNKNOWN_SCHEMA = "ok", "malformed", "unknown_schema"
 
@@ -43,15 +40,7 @@ def event_schema() -> StructType:
         StructField("records", LongType()),
         StructField("error_codes", ArrayType(IntegerType())),
     ])
-    policy = StructType([
-        StructField("filter", StringType()),
-        StructField("decision", StringType()),
-        StructField("operation", StringType()),
-        StructField("resource_type", StringType()),
-        StructField("resource", StringType()),
-        StructField("error_code", IntegerType()),
-        StructField("reason", StringType()),
-    ])
+    policy = policy_schema()
     return StructType([
         StructField("schema", IntegerType()),
         StructField("time_us", LongType()),
@@ -74,4 +63,19 @@ def event_schema() -> StructType:
         StructField("response_bytes", LongType()),
         StructField("topics", ArrayType(topic)),
         StructField("policy", ArrayType(policy)),
+    ])
+
+
+def policy_schema() -> StructType:
+    """One ``policy`` entry: a decision that refused something."""
+    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+    return StructType([
+        StructField("filter", StringType()),
+        StructField("decision", StringType()),
+        StructField("operation", StringType()),
+        StructField("resource_type", StringType()),
+        StructField("resource", StringType()),
+        StructField("error_code", IntegerType()),
+        StructField("reason", StringType()),
     ])

@@ -98,3 +98,11 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 
 def write_events(path: Path, events: list[dict[str, Any]], extra_lines: list[str] = ()) -> Path:  # type: ignore[assignment]
     return write_lines(path, [json.dumps(e) for e in events] + list(extra_lines))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark jobs are slow on a busy 2-core machine: the pipeline's tests get 15 minutes, not 5."""
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.timeout(900))
