@@ -65,13 +65,10 @@ def start(
     on_refresh: Callable[[tables.Result], None] | None = None,
 ) -> StreamingQuery:
     """Start following ``specs``; returns the running query (``awaitTermination()`` / ``stop()``)."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    text_schema = StructType([StructField("value", StringType())])
     streams = []
     for path, options in stream_sources(specs):
-        reader = spark.readStream.schema(text_schema).format("text")
-        for k, v in options.items():
+        reader = spark.readStream.schema(ingest.raw_schema()).format("json")
+        for k, v in {**ingest.json_options(), **options}.items():
             reader = reader.option(k, v)
         streams.append(ingest.with_file(reader.load(path)))
     lines = streams[0]

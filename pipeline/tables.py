@@ -70,7 +70,7 @@ def compute(parsed: DataFrame, window: Window = ALL_TIME, only: Sequence[str] | 
 
 def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
-    return compute(ingest.parse(ingest.read_lines(spark, paths)), window)
+    return compute(ingest.parse(ingest.read_events(spark, paths)), window)
 
 
 def _csv_safe(table: pa.Table) -> pa.Table:
