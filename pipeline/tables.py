@@ -30,12 +30,12 @@ PROBLEMS = "input_files"
 
 @dataclass
 class Result:
-    """The report tables of one run, as Arrow tables, plus window-wide latency for the HTML page."""
+    """The report tables of one run, as Arrow tables, plus window-wide latency per api for the HTML page
+    (percentiles of days cannot be combined into the window's)."""
 
     tables: dict[str, pa.Table]
     problems: pa.Table
     latency_api: pa.Table
-    latency_instance: pa.Table
     timings: dict[str, float] = field(default_factory=dict)
 
 
@@ -61,11 +61,10 @@ def compute(parsed: DataFrame, window: Window = ALL_TIME, only: Sequence[str] | 
             timings[name] = time.perf_counter() - t0
         t0 = time.perf_counter()
         lat_api = reports.latency_api(ev, per_day=False).toArrow()
-        lat_inst = reports.latency_instance(ev, per_day=False).toArrow()
         timings["latency_window"] = time.perf_counter() - t0
     finally:
         cached.unpersist()
-    return Result(tables, problems, lat_api, lat_inst, timings)
+    return Result(tables, problems, lat_api, timings)
 
 
 def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
