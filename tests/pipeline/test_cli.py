@@ -24,6 +24,7 @@ from .test_reports import fleet
         (["--input", "IN", "--output", "OUT", "--since", "yesterday"], "not a time: 'yesterday'"),
         (["--input", "IN", "--output", "OUT", "--since", "2025-11-25", "--until", "2025-11-24"], "is not before"),
         (["--input", "IN", "--output", "OUT", "--follow", "--refresh-s", "0"], "--refresh-s must be positive"),
+        (["--input", "/nonexistent/dir", "--output", "OUT", "--follow"], "/nonexistent/dir: no such directory"),
     ],
 )
 def test_user_mistakes_exit_2_with_a_clear_message(
