@@ -178,5 +178,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":  # spark-submit .../kgate/pipeline/cli.py --input ... --output ...
+if __name__ == "__main__":  # python -m kgate.pipeline.cli; for spark-submit use a launcher (docs/pipeline.md)
     sys.exit(main())

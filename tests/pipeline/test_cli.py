@@ -75,3 +75,16 @@ def test_a_report_run_writes_every_output(spark: Any, tmp_path: Path, capsys: py
     assert "2 malformed and 1 of an unknown schema version skipped" in html
     for png in ("traffic", "principals", "errors", "instances", "latency", "topic_ids"):
         assert f"src='{png}.png'" in html and (out / f"{png}.png").stat().st_size > 1000, png
+
+
+def test_tables_to_a_uri_are_written_by_spark(spark: Any, tmp_path: Path) -> None:
+    """``--tables URI``: Parquet through Spark (any Hadoop file system), partitioned by day."""
+    from kgate.pipeline import ingest, tables
+
+    result = tables.build(spark, ingest.resolve_inputs([str(fleet(tmp_path))]))
+    uri = (tmp_path / "lake").as_uri()
+    tables.write(result, str(tmp_path / "out"), spark, tables_uri=uri)
+    stale = spark.read.parquet(f"{uri}/stale_ids").collect()
+    assert [(r["client_id"], r["requests"], str(r["day"])) for r in stale] == [("consumer-old", 2, "2025-11-24")]
+    assert (tmp_path / "out" / "csv" / "stale_ids.csv").exists()
+    assert not (tmp_path / "out" / "parquet").exists()
