@@ -1,4 +1,4 @@
-"""kgate command line: ``kgate run`` and ``kgate check-config``.
+"""kgate command line: ``kgate run``, ``kgate check-config`` (and ``kgate report``, handed to kgate.pipeline).
 
 ``main()`` is the ``kgate`` console script and what ``python -m kgate`` calls.
 Configuration is loaded and validated before anything is bound; a config
@@ -25,7 +25,7 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 LOG_FORMAT = TEXT_FORMAT
 
-_COMMANDS = ("run", "check-config", "healthcheck")
+_COMMANDS = ("run", "check-config", "healthcheck", "report")
 _TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 log = logging.getLogger("kgate.cli")
@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
     health.add_argument("--url", help="the /readyz URL to ask (instead of -c)")
     health.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default 3")
+    # Listed for --help only: main() hands `report` to kgate.pipeline.cli before this parser runs.
+    sub.add_parser("report", help="fleet report from audit-log files on Spark (kgate report --help)", add_help=False)
     return parser
 
 
@@ -357,6 +359,11 @@ def cmd_healthcheck(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        # Lazy: `kgate run` must never import the pipeline (nor, through it, Spark).
+        from kgate.pipeline.cli import main as report_main
+
+        return report_main(argv[1:])
     parser = build_parser()
     try:
         full = _with_default_command(argv)

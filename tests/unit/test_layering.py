@@ -6,6 +6,7 @@ Layers (a package may import only the ones listed for it; see docs/architecture.
                  ^  ^                        |
                  |  topic_ids <---------------+  (the id -> name resolver: api and codec only)
                  testing (a plugin's test kit: api and codec only)
+    codec <- pipeline <- proxy (kgate report: reads audit files; the CLI dispatches to it lazily)
 
 ``kgate.api`` is what plugins import; it must not reach the proxy, the configuration or the
 filter runtime, or a plugin would depend on kgate's internals (and on their import cost). The
@@ -31,7 +32,7 @@ from kgate.codec.generated.api_keys import ApiKey
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = {"codec": REPO / "codec", "config": REPO / "config", "filters": REPO / "filters",
             "proxy": REPO / "proxy", "api": REPO / "kgate" / "api", "testing": REPO / "kgate" / "testing",
-            "topic_ids": REPO / "kgate" / "topic_ids"}
+            "topic_ids": REPO / "kgate" / "topic_ids", "pipeline": REPO / "pipeline"}
 ALLOWED: dict[str, set[str]] = {
     "codec": set(),
     "api": {"codec"},
@@ -39,7 +40,9 @@ ALLOWED: dict[str, set[str]] = {
     "filters": {"api", "codec"},
     "topic_ids": {"api", "codec"},
     "config": {"api", "codec", "filters"},
-    "proxy": {"api", "codec", "filters", "config", "topic_ids"},
+    "proxy": {"api", "codec", "filters", "config", "topic_ids", "pipeline"},
+    # kgate report reads audit files only: no proxy, filters or config (codec for ApiKey/ErrorCode)
+    "pipeline": {"codec"},
 }
 OLD_TOP_LEVEL = {"codec", "config", "filters", "proxy"}
 

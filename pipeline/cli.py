@@ -1,0 +1,182 @@
+"""``kgate report``: the fleet report from audit-log files (docs/pipeline.md).
+
+Dispatched from ``kgate.proxy.cli`` before its own parser runs, so ``kgate run`` never imports
+this module, let alone Spark. Here too PySpark is imported only once the arguments are known to
+be good: a typo gets its answer without a JVM starting. User mistakes (a missing input, a bad
+time, --since after --until) exit 2 with the path or value named; a missing PySpark or Java
+exits 1 with what to install.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from kgate.pipeline.ingest import InputError, Window
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+log = logging.getLogger("kgate.pipeline")
+
+
+class UsageError(ValueError):
+    """A mistake in the arguments: printed as ``kgate report: error: ...``, exit status 2."""
+
+
+def parse_time(value: str) -> int:
+    """``--since`` / ``--until``: ISO 8601 (``2025-11-24``, ``2025-11-24T16:00:00Z``; UTC when no zone)
+    or seconds since the epoch; returns microseconds since the epoch."""
+    text = value.strip()
+    try:
+        if re.fullmatch(r"\d+(\.\d+)?", text):
+            return int(float(text) * 1_000_000)
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"not a time: {value!r} (use ISO 8601 like 2025-11-24T16:00:00Z, or epoch seconds)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1_000_000)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kgate report",
+        description="Fleet report from kgate audit-log files (plain and .gz JSONL) on Spark: tables as "
+        "Parquet (by day) and CSV, and DIR/index.html with charts. See docs/pipeline.md.",
+    )
+    p.add_argument("--input", nargs="+", action="extend", required=True, metavar="PATH_OR_GLOB",
+                   help="audit files, directories or globs (local, hdfs://, s3a://...); repeatable")
+    p.add_argument("--output", required=True, metavar="DIR", help="where index.html, csv/ and parquet/ go")
+    p.add_argument("--master", metavar="URL",
+                   help="Spark master (spark://host:7077, yarn, k8s://...); default local[2]")
+    p.add_argument("--since", metavar="T", help="only events at or after T (ISO 8601 or epoch seconds)")
+    p.add_argument("--until", metavar="T", help="only events before T")
+    p.add_argument("--follow", action="store_true",
+                   help="keep running: ingest new (rotated, *.gz) files as they appear, exactly once")
+    p.add_argument("--refresh-s", type=float, default=60.0, metavar="N",
+                   help="--follow: look for new files and refresh the report every N seconds (default 60)")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="--follow: checkpoint directory (default DIR/_checkpoint); keep it to resume")
+    p.add_argument("--tables", metavar="URI",
+                   help="write the Parquet tables here (any Hadoop path) instead of DIR/parquet")
+    p.add_argument("--driver-memory", metavar="SIZE", help="local mode: driver heap (default 2g)")
+    p.add_argument("--no-html", action="store_true", help="tables only, no index.html and charts")
+    return p
+
+
+def _java_problem() -> str | None:
+    """Why local Spark cannot start here, or None. PySpark 4 needs Java 17+."""
+    java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
+    if not java or not os.path.exists(java):
+        return "Java was not found; PySpark 4 needs Java 17+ (Debian: apt-get install openjdk-17-jre-headless)"
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if m:
+        major = int(m.group(2)) if m.group(1) == "1" and m.group(2) else int(m.group(1))
+        if major < 17:
+            return f"Java {major} found ({java}); PySpark 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)"
+    return None
+
+
+def _window(args: argparse.Namespace) -> Window:
+    since = parse_time(args.since) if args.since else None
+    until = parse_time(args.until) if args.until else None
+    if since is not None and until is not None and since >= until:
+        raise UsageError(f"--since {args.since} is not before --until {args.until}")
+    return Window(since, until)
+
+
+def run(args: argparse.Namespace) -> int:
+    window = _window(args)
+    if args.refresh_s <= 0:
+        raise UsageError("--refresh-s must be positive")
+    if args.follow:
+        from kgate.pipeline.follow import stream_sources
+
+        stream_sources(args.input)  # InputError before Spark starts
+        paths: list[str] = []
+    else:
+        from kgate.pipeline.ingest import resolve_inputs
+
+        paths = resolve_inputs(args.input)
+    try:
+        os.makedirs(args.output, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--output {args.output}: {exc.strerror}") from None
+    try:
+        import pyspark  # noqa: F401
+    except ModuleNotFoundError:
+        print("kgate report: error: PySpark is not installed (pip install 'kgate-proxy[pipeline]')", file=sys.stderr)
+        return EXIT_FAILED
+    if args.master is None or args.master.startswith("local"):
+        problem = _java_problem()
+        if problem:
+            print(f"kgate report: error: {problem}", file=sys.stderr)
+            return EXIT_FAILED
+
+    from pyspark.sql import SparkSession
+
+    from kgate.pipeline import tables
+    from kgate.pipeline.session import build_session
+
+    owned = SparkSession.getActiveSession() is None  # embedded (tests): leave the caller's session running
+    spark = build_session(args.master, driver_memory=args.driver_memory)
+    try:
+        if args.follow:
+            from kgate.pipeline.follow import start
+
+            checkpoint = args.checkpoint or os.path.join(args.output, "_checkpoint")
+            query = start(spark, args.input, args.output, checkpoint, args.refresh_s, window, args.tables,
+                          html=not args.no_html)
+            print(f"kgate report: following {', '.join(args.input)}; report in {args.output} "
+                  f"every {args.refresh_s:g}s (Ctrl-C stops; checkpoint {checkpoint})", file=sys.stderr)
+            try:
+                query.awaitTermination()
+            except KeyboardInterrupt:
+                query.stop()
+            return EXIT_OK
+        t0 = time.perf_counter()
+        result = tables.build(spark, paths, window)
+        tables.write(result, args.output, spark, args.tables)
+        page = None
+        if not args.no_html:
+            from kgate.pipeline.html import render
+
+            page = render(result, args.output)
+        prob = result.problems.to_pylist()
+        bad = sum(r["malformed"] + r["unknown_schema"] for r in prob)
+        print(f"kgate report: {sum(r['ok'] for r in prob):,} events from {len(prob)} file(s) in "
+              f"{time.perf_counter() - t0:.1f}s; {bad:,} bad lines skipped; "
+              f"{page or os.path.join(args.output, 'csv')}", file=sys.stderr)
+        return EXIT_OK
+    finally:
+        if owned:
+            spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``kgate report ARGS``; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # argparse: 2 on errors, 0 for --help
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except (InputError, UsageError) as exc:
+        print(f"kgate report: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # python -m kgate.pipeline.cli; for spark-submit use a launcher (docs/pipeline.md)
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""From audit files to report tables in memory (Arrow), and from there to Parquet and CSV.
+
+One pass reads and parses the files; the parsed lines are cached (columnar, spilling to disk when
+memory is short) and every report aggregates the cache, so the JSON is parsed once however many
+reports there are. The aggregated tables are small (hours x topics, clients, instances): they
+are brought to the driver as Arrow tables, written as CSV there, and as Parquet partitioned by day
+either there (a local output directory: no extra Spark job) or by Spark (``--tables`` on HDFS/S3).
+
+:func:`report_tables` is the short way from a directory of events to plain Python rows, for tests
+(the end-to-end test with real clients through the ``audit-log`` filter uses it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kgate.pipeline import ingest, reports
+from kgate.pipeline.ingest import ALL_TIME, Window
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+PROBLEMS = "input_files"
+
+
+@dataclass
+class Result:
+    """The report tables of one run, as Arrow tables, plus window-wide latency per api for the HTML page
+    (percentiles of days cannot be combined into the window's)."""
+
+    tables: dict[str, pa.Table]
+    problems: pa.Table
+    latency_api: pa.Table
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def compute(parsed: DataFrame, window: Window = ALL_TIME, only: Sequence[str] | None = None) -> Result:
+    """Aggregate ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) into every report table."""
+    import time
+
+    from pyspark import StorageLevel
+
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    cached = parsed.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        problems = ingest.problems(cached).toArrow()  # the first action: reads, parses and fills the cache
+        timings["ingest"] = time.perf_counter() - start
+        ev = ingest.events(cached, window)
+        tables: dict[str, pa.Table] = {}
+        for name, build in reports.REPORTS.items():
+            if only is not None and name not in only:
+                continue
+            t0 = time.perf_counter()
+            tables[name] = build(ev).toArrow()
+            timings[name] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        lat_api = reports.latency_api(ev, per_day=False).toArrow()
+        timings["latency_window"] = time.perf_counter() - t0
+    finally:
+        cached.unpersist()
+    return Result(tables, problems, lat_api, timings)
+
+
+def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
+    """Read ``paths`` (already resolved files or URIs) and compute every report."""
+    return compute(ingest.parse(ingest.read_events(spark, paths)), window)
+
+
+def _csv_safe(table: pa.Table) -> pa.Table:
+    """CSV has no lists or maps: none of the report tables has any, but guard the writer anyway."""
+    import pyarrow as pa
+
+    for i, f in enumerate(table.schema):
+        if pa.types.is_nested(f.type):
+            table = table.set_column(i, f.name, pa.array([str(v) for v in table.column(i).to_pylist()]))
+    return table
+
+
+def write(result: Result, out_dir: str, spark: SparkSession | None = None, tables_uri: str | None = None) -> None:
+    """Write every table as ``out_dir/csv/NAME.csv`` and Parquet partitioned by day.
+
+    Parquet goes to ``tables_uri/NAME`` when given (written by Spark, so any Hadoop file system
+    works), else to ``out_dir/parquet/NAME`` (written here with pyarrow). A table is replaced whole.
+    """
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    csv_dir = os.path.join(out_dir, "csv")
+    os.makedirs(csv_dir, exist_ok=True)
+    everything = {**result.tables, PROBLEMS: result.problems}
+    for name, table in everything.items():
+        pacsv.write_csv(_csv_safe(table), os.path.join(csv_dir, f"{name}.csv"))
+    for name, table in result.tables.items():
+        if tables_uri is not None:
+            if spark is None:
+                raise ValueError("writing Parquet to a URI needs the SparkSession")
+            df = spark.createDataFrame(table) if table.num_rows else None
+            if df is not None:
+                df.write.mode("overwrite").partitionBy("day").parquet(f"{tables_uri.rstrip('/')}/{name}")
+            continue
+        target = os.path.join(out_dir, "parquet", name)
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(target, exist_ok=True)
+        if table.num_rows:
+            pq.write_to_dataset(table, target, partition_cols=["day"], existing_data_behavior="delete_matching")
+
+
+def report_tables(
+    inputs: str | Sequence[str], spark: SparkSession | None = None, window: Window = ALL_TIME
+) -> dict[str, list[dict[str, Any]]]:
+    """Every report table (and ``input_files``) of the audit files under ``inputs``, as lists of dicts.
+
+    For tests: ``report_tables(tmp_path / "audit")["chargeback"]``. Starts a local session when
+    none is given (reuses one that is running).
+    """
+    from kgate.pipeline.session import build_session
+
+    specs = [inputs] if isinstance(inputs, str | os.PathLike) else list(inputs)
+    paths = ingest.resolve_inputs([os.fspath(s) for s in specs])
+    result = build(spark or build_session(), paths, window)
+    out = {name: t.to_pylist() for name, t in result.tables.items()}
+    out[PROBLEMS] = result.problems.to_pylist()
+    return out

@@ -1,0 +1,108 @@
+"""Fixtures for the pipeline tests: one local SparkSession for the whole run, and event writers.
+
+Spark is optional for the rest of kgate's suite: without pyspark (or without Java 17+) every test
+here is skipped with the reason instead of failing the run.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+T0 = 1_764_000_000_000_000  # 2025-11-24T16:00:00Z in µs
+HOUR = 3_600_000_000
+
+
+def _java_major() -> int | None:
+    java = shutil.which("java")
+    if java is None:
+        return None
+    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    for token in out.replace('"', " ").split():
+        head = token.split(".")[0]
+        if head.isdigit() and "." in token:
+            return int(head) if head != "1" else int(token.split(".")[1])
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[pipeline]')")
+    major = _java_major()
+    if major is None or major < 17:
+        pytest.skip(f"PySpark 4 needs Java 17+ (found: {major}); dev/setup installs openjdk-17-jre-headless")
+    from kgate.pipeline.session import build_session
+
+    session = build_session(shuffle_partitions=1, driver_memory="1g", app_name="kgate-pipeline-tests")
+    yield session
+    session.stop()
+
+
+def event(
+    time_us: int,
+    *,
+    api: str = "Fetch",
+    key: int | None = None,
+    version: int = 12,
+    client_id: str | None = "app",
+    principal: str | None = "User:alice",
+    instance: str = "kgate-a",
+    cluster: str = "default",
+    error_code: int | None = 0,
+    latency_us: int | None = 1000,
+    request_bytes: int = 100,
+    response_bytes: int | None = 200,
+    topics: list[dict[str, Any]] | None = None,
+    policy: list[dict[str, Any]] | None = None,
+    address: str = "10.0.0.1:5000",
+) -> dict[str, Any]:
+    """One v1 event (docs/audit-log.md) with sensible defaults; override what a test is about."""
+    keys = {"Produce": 0, "Fetch": 1, "Metadata": 3}
+    return {
+        "schema": 1, "time_us": time_us, "instance": instance, "cluster": cluster,
+        "client": {"address": address, "id": client_id, "principal": principal},
+        "api": {"key": keys[api] if key is None else key, "name": api, "version": version},
+        "correlation_id": 1, "error_code": error_code, "latency_us": latency_us,
+        "request_bytes": request_bytes, "response_bytes": response_bytes,
+        "topics": topics or [], "policy": policy,
+    }
+
+
+def topic(name: str | None, id: str | None = None, *, status: str = "given", bytes: int | None = None,
+          records: int | None = None, errors: list[int] | None = None, partitions: int = 1) -> dict[str, Any]:
+    return {"id": id, "name": name, "name_status": status, "partitions": partitions, "bytes": bytes,
+            "records": records, "error_codes": [0] if errors is None else errors}
+
+
+def write_lines(path: Path, lines: list[str]) -> Path:
+    """Write raw lines (gzip when the name ends in .gz), atomically: a follower never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = "".join(line + "\n" for line in lines).encode()
+    tmp = path.with_name("." + path.name + ".tmp")
+    if path.name.endswith(".gz"):
+        with gzip.open(tmp, "wb") as f:
+            f.write(data)
+    else:
+        tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def write_events(path: Path, events: list[dict[str, Any]], extra_lines: list[str] = ()) -> Path:  # type: ignore[assignment]
+    return write_lines(path, [json.dumps(e) for e in events] + list(extra_lines))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spark jobs are slow on a busy 2-core machine: the pipeline's tests get 15 minutes, not 5."""
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.timeout(900))

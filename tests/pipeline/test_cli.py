@@ -1,0 +1,90 @@
+"""``kgate report`` from the command line: user mistakes exit 2 with the culprit named, a real run
+writes every output, and ``kgate run`` never imports Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kgate.pipeline.cli import parse_time
+from kgate.proxy.cli import main
+
+from .test_reports import fleet
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "/nonexistent/audit", "--output", "OUT"], "/nonexistent/audit: no such file or directory"),
+        (["--input", "/nonexistent/*.gz", "--output", "OUT"], "/nonexistent/*.gz: no file matches"),
+        (["--input", "IN", "--output", "OUT", "--since", "yesterday"], "not a time: 'yesterday'"),
+        (["--input", "IN", "--output", "OUT", "--since", "2025-11-25", "--until", "2025-11-24"], "is not before"),
+        (["--input", "IN", "--output", "OUT", "--follow", "--refresh-s", "0"], "--refresh-s must be positive"),
+        (["--input", "/nonexistent/dir", "--output", "OUT", "--follow"], "/nonexistent/dir: no such directory"),
+    ],
+)
+def test_user_mistakes_exit_2_with_a_clear_message(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "IN").mkdir()
+    (tmp_path / "IN" / "x.jsonl").write_text("")
+    args = [a.replace("OUT", str(tmp_path / "out")).replace("IN", str(tmp_path / "IN")) if a in ("IN", "OUT") else a
+            for a in args]
+    assert main(["report", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("kgate report: error: ") and message in err, err
+    assert "Traceback" not in err
+
+
+def test_missing_required_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report"]) == 2
+    assert "--input" in capsys.readouterr().err
+
+
+def test_parse_time() -> None:
+    assert parse_time("2025-11-24T16:00:00Z") == 1_764_000_000_000_000
+    assert parse_time("2025-11-24T16:00:00") == 1_764_000_000_000_000  # no zone: UTC
+    assert parse_time("1764000000") == 1_764_000_000_000_000
+
+
+def test_kgate_run_never_imports_the_pipeline() -> None:
+    code = ("import sys; from kgate.proxy import cli; cli.main(['check-config', '/nonexistent.yaml']); "
+            "bad = [m for m in sys.modules if m.startswith(('pyspark', 'kgate.pipeline', 'matplotlib'))]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def test_a_report_run_writes_every_output(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kgate.pipeline.reports import REPORTS
+
+    out = tmp_path / "report"
+    assert main(["report", "--input", str(fleet(tmp_path)), "--output", str(out)]) == 0
+    assert "9 events from 2 file(s)" in capsys.readouterr().err
+    for name in REPORTS:
+        assert (out / "csv" / f"{name}.csv").exists(), name
+    assert (out / "csv" / "input_files.csv").read_text().count("\n") == 3
+    assert list((out / "parquet" / "topic_hourly").glob("day=2025-11-24/*.parquet"))
+    read = spark.read.parquet(str(out / "parquet" / "chargeback"))
+    assert read.where("principal = 'User:alice'").first()["bytes_in"] == 1500
+    html = (out / "index.html").read_text()
+    assert "consumer-old (User:bob)" in html  # the stale-id client is named in the summary
+    assert "2 malformed and 1 of an unknown schema version skipped" in html
+    for png in ("traffic", "principals", "errors", "instances", "latency", "topic_ids"):
+        assert f"src='{png}.png'" in html and (out / f"{png}.png").stat().st_size > 1000, png
+
+
+def test_tables_to_a_uri_are_written_by_spark(spark: Any, tmp_path: Path) -> None:
+    """``--tables URI``: Parquet through Spark (any Hadoop file system), partitioned by day."""
+    from kgate.pipeline import ingest, tables
+
+    result = tables.build(spark, ingest.resolve_inputs([str(fleet(tmp_path))]))
+    uri = (tmp_path / "lake").as_uri()
+    tables.write(result, str(tmp_path / "out"), spark, tables_uri=uri)
+    stale = spark.read.parquet(f"{uri}/stale_ids").collect()
+    assert [(r["client_id"], r["requests"], str(r["day"])) for r in stale] == [("consumer-old", 2, "2025-11-24")]
+    assert (tmp_path / "out" / "csv" / "stale_ids.csv").exists()
+    assert not (tmp_path / "out" / "parquet").exists()

@@ -1,0 +1,57 @@
+"""``--follow``: a new file is picked up, and a restart on the same checkpoint counts nothing twice."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from .conftest import T0, event, topic, write_events
+
+S = 1_000_000
+
+
+def _file(d: Path, name: str, n: int, start: int) -> None:
+    write_events(d / name, [event(T0 + (start + i) * S, topics=[topic("orders", bytes=10, records=1)])
+                            for i in range(n)])
+
+
+def _run(spark: Any, src: Path, out: Path, ckpt: Path, seen: list[Any]) -> Any:
+    from kgate.pipeline.follow import start
+
+    return start(spark, [str(src)], str(out), str(ckpt), refresh_s=0.5, html=False, on_refresh=seen.append)
+
+
+def _requests(result: Any) -> int:
+    return sum(r["requests"] for r in result.tables["instances"].to_pylist())
+
+
+def test_follow_is_exactly_once_across_a_restart(spark: Any, tmp_path: Path) -> None:
+    src, out, ckpt = tmp_path / "audit", tmp_path / "report", tmp_path / "ckpt"
+    _file(src, "a-0.jsonl.gz", 3, 0)
+    (src / "active.jsonl").write_text("")  # the writer's current file: not followed (only rotated *.gz)
+    seen: list[Any] = []
+    q = _run(spark, src, out, ckpt, seen)
+    try:
+        q.processAllAvailable()
+        assert _requests(seen[-1]) == 3
+        _file(src, "a-1.jsonl.gz", 2, 100)  # a new file while running
+        q.processAllAvailable()
+        assert _requests(seen[-1]) == 5
+        assert (out / "csv" / "instances.csv").exists()
+    finally:
+        q.stop()
+
+    _file(src, "a-2.jsonl.gz", 4, 200)  # arrives while stopped
+    seen.clear()
+    q = _run(spark, src, out, ckpt, seen)
+    try:
+        q.processAllAvailable()
+        deadline = time.monotonic() + 60
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _requests(seen[-1]) == 9  # 3 + 2 + 4: the first two files were not read again
+        files = {Path(r["file"]).name: r["ok"] for r in seen[-1].problems.to_pylist()}
+        assert files == {"a-0.jsonl.gz": 3, "a-1.jsonl.gz": 2, "a-2.jsonl.gz": 4}
+    finally:
+        q.stop()

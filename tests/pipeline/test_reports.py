@@ -1,0 +1,176 @@
+"""Known answers: a small hand-made fleet log, every report table checked against it.
+
+The story (T0 = 2025-11-24 16:00 UTC): alice produces to ``orders`` through two kgate instances,
+bob consumes it by name and by id; at T0+2h ``orders`` is deleted and recreated (new id NEW), carol
+fetches NEW while bob's ``consumer-old`` keeps fetching the old id OLD and gets error 100; dave
+sends an id that never resolves; eve is refused ``secret`` by the policy. One file lists its
+events newest first (the writer logs in order of completion), one is gzip, and the plain one holds
+two malformed lines, a blank line and a line of an unknown schema version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import HOUR, T0, event, topic, write_events
+
+S = 1_000_000
+DENY = {"filter": "topic-policy", "decision": "deny", "operation": "Read", "resource_type": "topic",
+        "resource": "secret", "error_code": 29, "reason": "topic matches deny pattern secret*"}
+
+
+def fleet(tmp: Path) -> Path:
+    d = tmp / "audit"
+    a = [  # kgate-a, written newest first
+        event(T0 + 2 * HOUR + 30 * S, version=13, client_id="consumer-old", principal="User:bob", instance="kgate-a",
+              error_code=100, topics=[topic("orders", "OLD", status="resolved", errors=[100])]),
+        event(T0 + 2 * HOUR + 10 * S, version=13, client_id="consumer-new2", principal="User:carol",
+              instance="kgate-a", topics=[topic("orders", "NEW", status="resolved", bytes=200, records=2)]),
+        event(T0 + 50 * S, api="Metadata", version=12, client_id="snoop", principal="User:eve", instance="kgate-a",
+              error_code=29, latency_us=500, topics=[topic("secret", errors=[29])], policy=[DENY]),
+        event(T0 + 20 * S, version=12, client_id="consumer", principal="User:bob", instance="kgate-a",
+              latency_us=1000, topics=[topic("orders", bytes=1500, records=15)]),
+        event(T0 + 10 * S, api="Produce", version=9, client_id="producer", principal="User:alice",
+              instance="kgate-a", latency_us=2000, request_bytes=1100,
+              topics=[topic("orders", bytes=1000, records=10)]),
+    ]
+    write_events(d / "kgate-a" / "audit-1.jsonl", a,
+                 extra_lines=["", "this is not json", '{"schema": 1, "time_us": 17', '{"schema": 2, "when": "now"}'])
+    b = [
+        event(T0 + 30 * S, version=13, client_id="consumer-new", principal="User:bob", instance="kgate-b",
+              topics=[topic("orders", "OLD", status="resolved", bytes=300, records=3)]),
+        event(T0 + 40 * S, version=13, client_id="ghost", principal="User:dave", instance="kgate-b",
+              error_code=100, latency_us=None, response_bytes=None,
+              topics=[topic(None, "GHOST", status="unresolved", errors=[100])]),
+        event(T0 + HOUR + 5 * S, api="Produce", version=9, client_id="producer", principal="User:alice",
+              instance="kgate-b", latency_us=4000, request_bytes=600,
+              topics=[topic("orders", bytes=500, records=5)]),
+        event(T0 + 2 * HOUR + 20 * S, version=13, client_id="consumer-old", principal="User:bob", instance="kgate-b",
+              error_code=100, topics=[topic("orders", "OLD", status="resolved", errors=[100])]),
+    ]
+    write_events(d / "kgate-b" / "audit-0.jsonl.gz", b)
+    return d
+
+
+@pytest.fixture(scope="module")
+def tables(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    from kgate.pipeline.tables import report_tables
+
+    return report_tables(fleet(tmp_path_factory.mktemp("fleet")), spark)
+
+
+def _one(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
+    found = [r for r in rows if all(r[k] == v for k, v in match.items())]
+    assert len(found) == 1, f"{match}: {found}"
+    return found[0]
+
+
+def test_bad_lines_are_counted_per_file_never_fatal(tables: dict[str, list[dict[str, Any]]]) -> None:
+    files = {Path(r["file"]).name: r for r in tables["input_files"]}
+    assert set(files) == {"audit-1.jsonl", "audit-0.jsonl.gz"}
+    plain = files["audit-1.jsonl"]
+    assert (plain["lines"], plain["ok"], plain["malformed"], plain["unknown_schema"]) == (8, 5, 2, 1)
+    assert plain["unknown_versions"] == "2"
+    assert plain["sample"] in {"this is not json", '{"schema": 1, "time_us": 17'}
+    gz = files["audit-0.jsonl.gz"]
+    assert (gz["lines"], gz["ok"], gz["malformed"], gz["unknown_schema"]) == (4, 4, 0, 0)
+
+
+def test_topic_hourly(tables: dict[str, list[dict[str, Any]]]) -> None:
+    rows = tables["topic_hourly"]
+    assert len(rows) == 7
+    h0 = _one(rows, topic_name="orders", topic_id=None, requests=2)
+    assert (h0["bytes_in"], h0["bytes_out"], h0["records"], h0["errors"]) == (1000, 1500, 25, 0)
+    assert h0["hour"].timestamp() == T0 / S
+    h1 = _one(rows, topic_name="orders", topic_id=None, requests=1)
+    assert (h1["bytes_in"], h1["bytes_out"], h1["records"], h1["hour"].timestamp()) == (500, 0, 5, (T0 + HOUR) / S)
+    old = [r for r in rows if r["topic_id"] == "OLD"]
+    assert sorted((r["hour"].timestamp(), r["requests"], r["bytes_out"], r["errors"]) for r in old) == [
+        (T0 / S, 1, 300, 0), ((T0 + 2 * HOUR) / S, 2, 0, 2)]
+    assert _one(rows, topic_id="NEW")["bytes_out"] == 200
+    assert _one(rows, topic_id="GHOST")["topic_name"] is None
+    assert _one(rows, topic_name="secret")["errors"] == 1
+    assert {str(r["day"]) for r in rows} == {"2025-11-24"}
+
+
+def test_chargeback(tables: dict[str, list[dict[str, Any]]]) -> None:
+    rows = tables["chargeback"]
+    alice = _one(rows, principal="User:alice", topic_name="orders")
+    assert (alice["client_id"], alice["requests"], alice["bytes_in"], alice["bytes_out"], alice["records"]) == (
+        "producer", 2, 1500, 0, 15)
+    bob = {r["client_id"]: r["bytes_out"] for r in rows if r["principal"] == "User:bob"}
+    assert bob == {"consumer": 1500, "consumer-new": 300, "consumer-old": 0}
+    assert _one(rows, principal="User:carol")["bytes_out"] == 200
+
+
+def test_instances_and_clients(tables: dict[str, list[dict[str, Any]]]) -> None:
+    inst = {r["instance"]: r for r in tables["instances"]}
+    assert {k: v["requests"] for k, v in inst.items()} == {"kgate-a": 5, "kgate-b": 4}
+    assert {k: v["errors"] for k, v in inst.items()} == {"kgate-a": 2, "kgate-b": 2}
+    assert inst["kgate-a"]["request_bytes"] == 1100 + 4 * 100
+    assert inst["kgate-b"]["response_bytes"] == 3 * 200  # the ghost fetch had no answer
+    assert inst["kgate-a"]["first_seen"].timestamp() == (T0 + 10 * S) / S  # ordered by time, not by file
+    assert inst["kgate-a"]["last_seen"].timestamp() == (T0 + 2 * HOUR + 30 * S) / S
+    alice = _one(tables["clients"], principal="User:alice")
+    assert (alice["requests"], alice["request_bytes"], alice["instances"]) == (2, 1700, 2)
+
+
+def test_latency(tables: dict[str, list[dict[str, Any]]]) -> None:
+    produce = _one(tables["latency_api"], api_name="Produce")
+    assert (produce["answered"], produce["p50_us"], produce["p99_us"], produce["max_us"]) == (2, 2000, 4000, 4000)
+    fetch = _one(tables["latency_api"], api_name="Fetch")
+    assert fetch["answered"] == 5  # the unanswered ghost fetch is not a latency
+    assert {r["instance"]: r["answered"] for r in tables["latency_instance"]} == {"kgate-a": 5, "kgate-b": 3}
+
+
+def test_api_errors(tables: dict[str, list[dict[str, Any]]]) -> None:
+    by = {(r["api_name"], r["error_code"]): r["requests"] for r in tables["api_errors"]}
+    assert by == {("Fetch", 0): 3, ("Fetch", 100): 3, ("Produce", 0): 2, ("Metadata", 29): 1}
+
+
+def test_stale_id_of_a_recreated_topic(tables: dict[str, list[dict[str, Any]]]) -> None:
+    stale = tables["stale_ids"]
+    assert len(stale) == 1, stale  # consumer-new used OLD before the topic was recreated: not stale
+    row = stale[0]
+    assert (row["topic_name"], row["topic_id"], row["current_id"]) == ("orders", "OLD", "NEW")
+    assert (row["principal"], row["client_id"], row["requests"], row["unknown_id_errors"]) == (
+        "User:bob", "consumer-old", 2, 2)
+    assert row["instances"] == "kgate-a,kgate-b"
+    history = {r["topic_id"]: r for r in tables["topic_id_history"]}
+    assert set(history) == {"OLD", "NEW"}
+    assert history["OLD"]["replaced_by"] == "NEW"
+    assert history["OLD"]["replaced_at"].timestamp() == (T0 + 2 * HOUR + 10 * S) / S
+    assert history["OLD"]["first_unknown_id_error"].timestamp() == (T0 + 2 * HOUR + 20 * S) / S
+    assert history["NEW"]["replaced_by"] is None
+
+
+def test_never_resolved_ids(tables: dict[str, list[dict[str, Any]]]) -> None:
+    (row,) = tables["unresolved_ids"]
+    assert (row["topic_id"], row["requests"], row["statuses"], row["client_ids"]) == (
+        "GHOST", 1, "unresolved", "ghost")
+
+
+def test_id_adoption(tables: dict[str, list[dict[str, Any]]]) -> None:
+    share = {r["client_id"]: (r["with_ids"], r["fetch_produce"], r["share"]) for r in tables["id_adoption"]}
+    assert share == {"producer": (0, 2, 0.0), "consumer": (0, 1, 0.0), "consumer-new": (1, 1, 1.0),
+                     "consumer-new2": (1, 1, 1.0), "consumer-old": (2, 2, 1.0), "ghost": (1, 1, 1.0)}
+    assert _one(tables["id_adoption"], client_id="producer")["max_produce_version"] == 9
+
+
+def test_policy_denials(tables: dict[str, list[dict[str, Any]]]) -> None:
+    (row,) = tables["policy_denials"]
+    assert (row["principal"], row["resource_type"], row["resource"], row["denials"], row["client_ids"]) == (
+        "User:eve", "topic", "secret", 1, "snoop")
+    assert (row["filter"], row["decision"], row["error_code"]) == ("topic-policy", "deny", 29)
+
+
+def test_time_window(spark: Any, tmp_path: Path) -> None:
+    from kgate.pipeline.ingest import Window
+    from kgate.pipeline.tables import report_tables
+
+    t = report_tables(fleet(tmp_path), spark, Window(since_us=T0 + HOUR, until_us=T0 + 2 * HOUR + 25 * S))
+    assert sum(r["requests"] for r in t["instances"]) == 3  # produce at +1h, carol and the first stale fetch
+    assert sum(r["lines"] for r in t["input_files"]) == 12  # the input is still read (and checked) whole
