@@ -53,6 +53,12 @@ ExchangeObserver = Callable[[FinishedExchange, ConnectionInfo, "Answer | None", 
 #: key in an exchange's ``state`` under which filters list the policy decisions that refused
 #: something (dicts with filter, decision, operation, resource_type, resource, error_code, reason)
 POLICY_STATE_KEY = "kgate.policy"
+#: the (filter, resource, error) already noted in this exchange: a hook asked twice (a Produce peek,
+#: then whole) notes a refusal once, without a quadratic search of the list
+_POLICY_SEEN_KEY = "kgate.policy.seen"
+#: at most this many decisions are kept per exchange: a request naming 130,000 denied topics (a
+#: hostile Metadata) must not make one audit line of megabytes; the first ones are kept
+MAX_POLICY_DECISIONS = 100
 
 
 def record_policy_decision(
@@ -72,6 +78,14 @@ def record_policy_decision(
     """
     if isinstance(resource, UUID):
         resource = base64.urlsafe_b64encode(resource.bytes).rstrip(b"=").decode("ascii")
+    state = ctx.state
+    seen: set[tuple[str, str, int]] | None = state.get(_POLICY_SEEN_KEY)
+    if seen is None:
+        seen = state[_POLICY_SEEN_KEY] = set()
+    key = (filter_name, resource, int(error_code))
+    if key in seen or len(seen) >= MAX_POLICY_DECISIONS:
+        return
+    seen.add(key)
     info = api.API_INFO.get(ctx.api_key)
     entry = {
         "filter": filter_name,
@@ -82,9 +96,7 @@ def record_policy_decision(
         "error_code": int(error_code),
         "reason": reason,
     }
-    decisions = ctx.state.setdefault(POLICY_STATE_KEY, [])
-    if entry not in decisions:  # a hook asked twice (a Produce peek, then whole) notes it once
-        decisions.append(entry)
+    state.setdefault(POLICY_STATE_KEY, []).append(entry)
 
 
 class ExchangeServices(Protocol):

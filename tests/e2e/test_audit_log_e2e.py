@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from support import workloads as w
 
+from kgate.codec import api
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.proxy.upstream_client import UpstreamClient
 
@@ -34,12 +35,16 @@ def _events(directory: Path) -> list[dict[str, Any]]:
     return out
 
 
+_KEY_OF_NAME = {info.name: key for key, info in api.API_INFO.items()}
+
+
 def _per_key(k: Any, name: str) -> Counter[int]:
+    """A per-api counter of kgate's /metrics by api key (its ``api`` label is Kafka's api name)."""
     counts: Counter[int] = Counter()
     for labels, v in k.metric_values(name):
-        key = labels.split('api_key="')[1].split('"')[0]
-        if key != "unknown":
-            counts[int(key)] += int(v)
+        api_name = labels.split('api="')[1].split('"')[0]
+        if api_name != "unknown":
+            counts[_KEY_OF_NAME[api_name]] += int(v)
     return counts
 
 

@@ -8,6 +8,7 @@ specs is where the codec finds the body, and the pairs decode to what the client
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -36,9 +37,16 @@ async def test_records_frames_paired_and_decodable(kafka, tmp_path: Path) -> Non
             client_software_name="relay-test", client_software_version="1"), 3)
         _v, created = await c.request(ApiKey.CREATE_TOPICS, CreateTopicsRequest(
             topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)], timeout_ms=10000), 7)
-        _v, md = await c.request(ApiKey.METADATA, MetadataRequest(
-            topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=False), 12)
-        tid = md.topics[0].topic_id
+        # Kafka acknowledges CreateTopics before every broker's metadata cache has the topic: under
+        # load a Metadata right after it can still answer without its id, so ask until it has one
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            _v, md = await c.request(ApiKey.METADATA, MetadataRequest(
+                topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=False), 12)
+            tid = md.topics[0].topic_id
+            if tid.int != 0 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.1)
     finally:
         c.close()
         relay.stop()
