@@ -37,18 +37,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from support import procs
 from support import workloads as w
+from support.ports import HOST, free_port
 from support.procs import PYTHON, REPO
+from support.sasl_gate import SaslGate
 from support.wire import record_batch
 
+from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.delete_topics import DeleteTopicsRequest
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.config import UpstreamAuth
 from kgate.proxy.upstream_client import UpstreamClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "filters"))
-from idtools import FETCH, PRODUCE, create_topic, delete_topic, fetch_request, produce, topic_id
+from idtools import FETCH, PRODUCE, fetch_request, topic_id
 from pipeline.conftest import spark  # noqa: F401  (tests/pipeline: the session's SparkSession)
 
 TOPIC_AUTHORIZATION_FAILED = 29
+CREATE_TOPICS, DELETE_TOPICS = 19, 20
+SVC = "kgate-svc"
+USERS = {SVC: "svc-secret", "alice": "alice-secret", "bob": "bob-secret"}
 GONE = (3, 100)  # UNKNOWN_TOPIC_OR_PARTITION (Tansu), UNKNOWN_TOPIC_ID (Kafka)
 TABLES = ("topic_hourly", "chargeback", "clients", "instances", "latency_api", "latency_instance", "api_errors",
           "unresolved_ids", "topic_id_history", "stale_ids", "id_adoption", "policy_denials")
@@ -65,8 +75,83 @@ def sid(u: uuid.UUID) -> str:
     return base64.urlsafe_b64encode(u.bytes).rstrip(b"=").decode()
 
 
-def raw(k: Any, client_id: str) -> UpstreamClient:
-    return UpstreamClient(lambda: [("127.0.0.1", k.listen_port)], client_id=client_id)
+def auth(user: str) -> UpstreamAuth:
+    return UpstreamAuth("PLAIN", user, USERS[user])
+
+
+def raw(k: Any, client_id: str, user: str) -> UpstreamClient:
+    """A plain Kafka client through kgate, authenticated as ``user`` (SASL PLAIN)."""
+    return UpstreamClient(lambda: [(HOST, k.listen_port)], client_id=client_id, auth=auth(user))
+
+
+def rdk(user: str, client_id: str) -> dict[str, str]:
+    """confluent-kafka settings of a client ``client_id`` signed in as ``user``."""
+    return {"client.id": client_id, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": user, "sasl.password": USERS[user]}
+
+
+def kp(user: str, client_id: str) -> dict[str, str]:
+    """kafka-python and aiokafka settings (the same names) of a client signed in as ``user``."""
+    return {"client_id": client_id, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+            "sasl_plain_username": user, "sasl_plain_password": USERS[user]}
+
+
+class Broker:
+    """The test's Kafka: Tansu behind the test SASL gate (support/sasl_gate.py), which Tansu advertises,
+    so every client authenticates and kgate learns its principal. The helpers here talk to Tansu itself
+    (its own port, setup and ground truth, never through kgate), one request at a time."""
+
+    def __init__(self, tmp: Path) -> None:
+        gate_port = free_port()
+        self.tansu = procs.Tansu(tmp / "tansu.log", advertised_port=gate_port)
+        self.tansu.start()
+        self.gate = SaslGate((HOST, self.tansu.port), USERS, port=gate_port).start()
+
+    def stop(self) -> None:
+        self.gate.stop()
+        self.tansu.kill()
+
+    def _call(self, api_key: int, msg: Any, version: int | None = None, **kw: Any) -> Any:
+        async def go() -> Any:
+            c = UpstreamClient(lambda: [(HOST, self.tansu.port)], client_id="truth")
+            try:
+                return (await c.request(api_key, msg, version, **kw))[1]
+            finally:
+                c.close()
+
+        return asyncio.run(go())
+
+    def create(self, name: str, partitions: int) -> None:
+        req = CreateTopicsRequest(topics=[CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)],
+                                  timeout_ms=20000)
+        assert self._call(CREATE_TOPICS, req, lo=7).topics[0].error_code == 0
+
+    def delete(self, name: str) -> None:
+        resp = self._call(DELETE_TOPICS, DeleteTopicsRequest(topic_names=[name], timeout_ms=20000), hi=5)
+        assert resp.responses[0].error_code == 0, resp
+
+    def produce(self, name: str, values: list[bytes]) -> None:
+        msg = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
+            name=name, partition_data=[PartitionProduceData(index=0, records=record_batch(values))])])
+        resp = self._call(PRODUCE, msg, 9)
+        assert resp.responses[0].partition_responses[0].error_code == 0
+
+    def topic_id(self, name: str) -> uuid.UUID:
+        async def go() -> uuid.UUID:
+            c = UpstreamClient(lambda: [(HOST, self.tansu.port)], client_id="truth")
+            try:
+                return await topic_id(c, name)
+            finally:
+                c.close()
+
+        return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: Any) -> Any:
+    b = Broker(tmp_path_factory.mktemp("secured"))
+    yield b
+    b.stop()
 
 
 def until(pred: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -96,6 +181,15 @@ class Metrics:
                 out[lab.split(f'{label}="')[1].split('"')[0]] += int(v)
         return out
 
+    def versions(self) -> Counter[tuple[str, int]]:
+        """Requests per (api, version), from ``kgate_requests_total{api, api_version}``."""
+        out: Counter[tuple[str, int]] = Counter()
+        for lab, v in self.k.metric_values("kgate_requests_total"):
+            api, version = (lab.split(f'{x}="')[1].split('"')[0] for x in ("api", "api_version"))
+            if version.isdigit():
+                out[(api, int(version))] += int(v)
+        return out
+
     def audited(self) -> bool:
         """Every request kgate read has its event written (an idle instance)."""
         return self.total("kgate_audit_events_written_total", sink="file") >= self.total("kgate_requests_total")
@@ -106,7 +200,7 @@ def stored_bytes(broker_port: int, name: str, partitions: int) -> tuple[int, int
     from kafka.record import MemoryRecords
 
     async def go() -> tuple[int, int]:
-        c = UpstreamClient(lambda: [("127.0.0.1", broker_port)], client_id="truth")
+        c = UpstreamClient(lambda: [(HOST, broker_port)], client_id="truth")
         try:
             tid = await topic_id(c, name)
             total = records = 0
@@ -138,11 +232,11 @@ def stored_bytes(broker_port: int, name: str, partitions: int) -> tuple[int, int
 class StaleConsumer:
     """A confluent-kafka consumer (Fetch v13+, by topic id) polling ``topic`` in a thread until stopped."""
 
-    def __init__(self, bootstrap: str, topic: str, client_id: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, conf: dict[str, str]) -> None:
         from confluent_kafka import Consumer
 
         self.c = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": w.unique("g-stale"), "client.id": client_id,
+            "bootstrap.servers": bootstrap, "group.id": w.unique("g-stale"), **conf,
             "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
             # metadata is refreshed only when a fetch fails (the periodic refresh is minutes away): the
             # fetch after the deletion carries the old id
@@ -173,9 +267,9 @@ class StaleConsumer:
         self.thread.join(30)
 
 
-async def produce_denied(k: Any, client_id: str, topic: str, times: int) -> None:
-    """``times`` Produce v9 requests to a denied topic (plus the client's ApiVersions); each refused."""
-    c = raw(k, client_id)
+async def produce_denied(k: Any, client_id: str, user: str, topic: str, times: int) -> None:
+    """``times`` Produce v9 requests to a denied topic (after ApiVersions and SASL); each refused."""
+    c = raw(k, client_id, user)
     try:
         for _ in range(times):
             msg = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
@@ -200,6 +294,20 @@ async def fetch_codes(c: UpstreamClient, tid: uuid.UUID) -> tuple[list[int], int
     return [p.error_code for p in parts], n
 
 
+#: Every client of the test: (instance it went through, the user it signed in as).
+CLIENTS = {
+    "rdk-stale": ("e2e-a", "alice"), "rdk-prod-a": ("e2e-a", "alice"), "rdk-cons-a": ("e2e-a", "alice"),
+    "kp-prod-a": ("e2e-a", "alice"), "denied-a": ("e2e-a", "alice"), "raw-stale-b": ("e2e-b", "bob"),
+    "aio-prod-b": ("e2e-b", "bob"), "aio-cons-b": ("e2e-b", "bob"), "kp-cons-b": ("e2e-b", "bob"),
+    "denied-b": ("e2e-b", "bob"),
+}
+PRINCIPALS: dict[str, str] = {}  # user -> the principal the audit log names (checked in check_clients)
+
+
+def principal(client_id: str) -> str:
+    return PRINCIPALS[CLIENTS[client_id][1]]
+
+
 def rows(tables: dict[str, list[dict[str, Any]]], name: str, **match: Any) -> list[dict[str, Any]]:
     return [r for r in tables[name] if all(r.get(k) == v for k, v in match.items())]
 
@@ -214,48 +322,65 @@ def summed(found: list[dict[str, Any]], *cols: str) -> dict[str, int]:
     return {c: sum(r[c] or 0 for r in found) for c in cols}
 
 
+def start_kgate(broker: Broker, workdir: Path, filters: list[dict[str, Any]]) -> procs.Kgate:
+    """kgate in front of the SASL gate; its own requests (node discovery, id lookups) as the service user."""
+    k = procs.Kgate(workdir, [broker.gate.address], admin=True, extra={"filters": filters})
+    k.config["virtual_clusters"][0]["upstream_auth"] = {"mechanism": "PLAIN", "username": SVC,
+                                                        "password": USERS[SVC]}
+    k.config_path.write_text(yaml.safe_dump(k.config, sort_keys=False))
+    return k.start()  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def fleet(secured: Broker, tmp_path: Path) -> Any:
+    """Starts kgate instances; at teardown each must stop with exit 0 and no Python traceback in its log."""
+    started: list[procs.Kgate] = []
+
+    def make(name: str, filters: list[dict[str, Any]]) -> procs.Kgate:
+        k = start_kgate(secured, tmp_path / name, filters)
+        started.append(k)
+        return k
+
+    yield make
+    for k in started:
+        rc = k.stop_and_check()
+        text = k.log_text(tail=20_000)
+        assert rc == 0 and "Traceback (most recent call last)" not in text, f"{k.log_path}: rc {rc}\n{text}"
+
+
 @pytest.mark.timeout(400)
-async def test_report_matches_what_the_clients_did(tansu: Any, kgate_factory: Any, spark: Any,  # noqa: F811
+async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any,  # noqa: F811
                                                     tmp_path: Path) -> None:
+    broker = secured
     audit_a, audit_b = tmp_path / "audit-a", tmp_path / "audit-b"
     secret_a, secret_b = w.unique("secret-a"), w.unique("secret-b")
-    a = kgate_factory(tansu.bootstrap, name="a", admin=True, extra={"filters": [
-        {"name": "topic-policy", "config": {"deny": ["secret-*"]}},
-        {"name": "audit-log", "config": {"directory": str(audit_a), "instance_id": "e2e-a"}}]})
-    b = kgate_factory(tansu.bootstrap, name="b", admin=True, extra={"filters": [
-        {"name": "authorizer", "config": {"default": "deny", "rules": AUTHZ_RULES}},
-        {"name": "audit-log", "config": {"directory": str(audit_b), "instance_id": "e2e-b"}}]})
+    a = fleet("a", [{"name": "topic-policy", "config": {"deny": ["secret-*"]}},
+                    {"name": "audit-log", "config": {"directory": str(audit_a), "instance_id": "e2e-a"}}])
+    b = fleet("b", [{"name": "authorizer", "config": {"default": "deny", "rules": AUTHZ_RULES}},
+                    {"name": "audit-log", "config": {"directory": str(audit_b), "instance_id": "e2e-b"}}])
     ma, mb = Metrics(a), Metrics(b)
     ta1, ta2, tb1, rname = w.unique("ta1"), w.unique("ta2"), w.unique("tb1"), w.unique("rec")
     parts = {ta1: 2, ta2: 1, tb1: 2, rname: 1}
     for t, n in parts.items():  # straight at the broker: no kgate sees the topics created
-        await asyncio.to_thread(create_topic, tansu.bootstrap, t, n)
-    await asyncio.to_thread(produce, tansu.bootstrap, rname, [b"old-%d" % i for i in range(5)])
-    direct = UpstreamClient(lambda: [("127.0.0.1", tansu.port)], client_id="truth")
-    try:
-        old_id = await topic_id(direct, rname)
-    finally:
-        direct.close()
+        await asyncio.to_thread(broker.create, t, n)
+    await asyncio.to_thread(broker.produce, rname, [b"old-%d" % i for i in range(5)])
+    old_id = await asyncio.to_thread(broker.topic_id, rname)
 
     # -- the topic deleted and recreated under a consumer --------------------------------------
-    # raw-stale-b (through B) fetches R by its id while R exists: B's writer names the id by a lookup
-    stale_raw = raw(b, "raw-stale-b")
+    # raw-stale-b (bob, through B) fetches R by its id while R exists: B's writer names the id by a lookup
+    stale_raw = raw(b, "raw-stale-b", "bob")
     codes, n = await fetch_codes(stale_raw, old_id)
     assert codes == [0] and n == 5
     await asyncio.to_thread(until, mb.audited, 20, "B's writer to catch up")
-    # rdk-stale (through A) consumes R by id (its Metadata through A names the id in A's cache)
-    stale = await asyncio.to_thread(StaleConsumer, a.bootstrap, rname, "rdk-stale")
+    # rdk-stale (alice, through A) consumes R by id (its Metadata through A names the id in A's cache)
+    stale = await asyncio.to_thread(StaleConsumer, a.bootstrap, rname, rdk("alice", "rdk-stale"))
     try:
         await asyncio.to_thread(until, lambda: len(stale.values) >= 5, 30, "rdk-stale's first 5 records")
-        await asyncio.to_thread(delete_topic, tansu.bootstrap, rname)
+        await asyncio.to_thread(broker.delete, rname)
         seen = ma.per("kgate_requests_total", "api")
-        await asyncio.to_thread(create_topic, tansu.bootstrap, rname, 1)
-        await asyncio.to_thread(produce, tansu.bootstrap, rname, [b"new-%d" % i for i in range(4)])
-        direct = UpstreamClient(lambda: [("127.0.0.1", tansu.port)], client_id="truth")
-        try:
-            new_id = await topic_id(direct, rname)
-        finally:
-            direct.close()
+        await asyncio.to_thread(broker.create, rname, 1)
+        await asyncio.to_thread(broker.produce, rname, [b"new-%d" % i for i in range(4)])
+        new_id = await asyncio.to_thread(broker.topic_id, rname)
         assert new_id != old_id
         # raw-stale-b keeps fetching with the old id: each answer says the id is gone
         stale_fetches = 3
@@ -280,21 +405,21 @@ async def test_report_matches_what_the_clients_did(tansu: Any, kgate_factory: An
     assert stale.values[:5] == [b"old-%d" % i for i in range(5)]
     assert stale.values[5:] in ([], [b"new-%d" % i for i in range(4)]), stale.values
 
-    # -- producers and consumers with known counts, one instance each --------------------------
+    # -- producers and consumers with known counts, one instance each: alice on A, bob on B -------
     vals_ta1, vals_ta2, vals_tb1 = w.payloads(120, size=200), w.payloads(30, size=100), w.payloads(40, size=150)
-    await asyncio.to_thread(w.confluent_produce, a.bootstrap, ta1, vals_ta1, **{"client.id": "rdk-prod-a"})
-    await asyncio.to_thread(w.kp_produce, a.bootstrap, ta2, vals_ta2, client_id="kp-prod-a")
-    await w.aio_produce(b.bootstrap, tb1, vals_tb1, client_id="aio-prod-b")
-    got, _ = await asyncio.to_thread(w.confluent_consume, a.bootstrap, ta1, 120, **{"client.id": "rdk-cons-a"})
+    await asyncio.to_thread(w.confluent_produce, a.bootstrap, ta1, vals_ta1, **rdk("alice", "rdk-prod-a"))
+    await asyncio.to_thread(w.kp_produce, a.bootstrap, ta2, vals_ta2, **kp("alice", "kp-prod-a"))
+    await w.aio_produce(b.bootstrap, tb1, vals_tb1, **kp("bob", "aio-prod-b"))
+    got, _ = await asyncio.to_thread(w.confluent_consume, a.bootstrap, ta1, 120, **rdk("alice", "rdk-cons-a"))
     w.assert_exact(vals_ta1, got)
-    got, _ = await w.aio_consume(b.bootstrap, tb1, 40, client_id="aio-cons-b")
+    got, _ = await w.aio_consume(b.bootstrap, tb1, 40, **kp("bob", "aio-cons-b"))
     w.assert_exact(vals_tb1, got)
-    got, _ = await asyncio.to_thread(w.kp_consume, b.bootstrap, ta2, 30, client_id="kp-cons-b")
+    got, _ = await asyncio.to_thread(w.kp_consume, b.bootstrap, ta2, 30, **kp("bob", "kp-cons-b"))
     w.assert_exact(vals_ta2, got)
 
     # -- denied topics: topic-policy on A, the authorizer on B ---------------------------------
-    await produce_denied(a, "denied-a", secret_a, 2)
-    await produce_denied(b, "denied-b", secret_b, 1)
+    await produce_denied(a, "denied-a", "alice", secret_a, 2)
+    await produce_denied(b, "denied-b", "bob", secret_b, 1)
 
     # -- kgate's own counters, then SIGTERM: the writers drain and publish their files ----------
     expect: dict[str, dict[str, Any]] = {}
@@ -302,6 +427,7 @@ async def test_report_matches_what_the_clients_did(tansu: Any, kgate_factory: An
         await asyncio.to_thread(until, m.audited, 20, f"{inst}'s writer to catch up")
         expect[inst] = {
             "requests": m.per("kgate_requests_total", "api"),
+            "versions": m.versions(),
             "request_bytes": m.per("kgate_request_bytes_total", "api"),
             "response_bytes": m.per("kgate_response_bytes_total", "api"),
             "answers": m.per("kgate_responses_total", "api"),
@@ -310,7 +436,7 @@ async def test_report_matches_what_the_clients_did(tansu: Any, kgate_factory: An
         }
         assert expect[inst]["dropped"] == 0
     assert a.stop_and_check() == 0 and b.stop_and_check() == 0
-    truth = {t: await asyncio.to_thread(stored_bytes, tansu.port, t, n) for t, n in parts.items() if t != rname}
+    truth = {t: await asyncio.to_thread(stored_bytes, broker.tansu.port, t, n) for t, n in parts.items() if t != rname}
     assert {t: r for t, (_b, r) in truth.items()} == {ta1: 120, ta2: 30, tb1: 40}
 
     # -- the report, in process -------------------------------------------------------------------
@@ -323,9 +449,9 @@ async def test_report_matches_what_the_clients_did(tansu: Any, kgate_factory: An
     assert files and all(f["malformed"] == 0 and f["unknown_schema"] == 0 and f["ok"] == f["lines"] for f in files)
     assert {Path(f["file"]).parent.name for f in files} == {"audit-a", "audit-b"}
     check_instances(tables, expect)
+    check_clients(tables, expect)  # first: learns the principals' spelling
     check_topics_and_chargeback(tables, truth, ta1, ta2, tb1)
-    check_clients(tables, expect)
-    check_topic_ids(tables, rname, sid(old_id), sid(new_id), sid(never), stale_fetches)
+    check_topic_ids(tables, expect, rname, sid(old_id), sid(new_id), sid(never), stale_fetches)
     check_policy(tables, secret_a, secret_b, sid(old_id))
 
     # -- the report, with the CLI: the files --------------------------------------------------------
@@ -385,7 +511,7 @@ def check_topics_and_chargeback(tables: dict[str, list[dict[str, Any]]], truth: 
                                     ("kp-cons-b", ta2, False)):
         stored, n = truth[topic]
         row = one(tables, "chargeback", client_id=client, topic_name=topic)
-        assert row["principal"] is None and row["cluster"] == "default"
+        assert row["principal"] == principal(client) and row["cluster"] == "default"
         want = {"bytes_in": stored if produced else 0, "bytes_out": 0 if produced else stored, "records": n}
         assert {c: row[c] for c in want} == want, (client, topic, row)
         assert row["requests"] >= 1
@@ -394,28 +520,35 @@ def check_topics_and_chargeback(tables: dict[str, list[dict[str, Any]]], truth: 
 
 
 def check_clients(tables: dict[str, list[dict[str, Any]]], expect: dict[str, dict[str, Any]]) -> None:
-    ids = {r["client_id"] for r in tables["clients"]}
-    assert ids == {"rdk-stale", "rdk-prod-a", "rdk-cons-a", "kp-prod-a", "denied-a",
-                   "raw-stale-b", "aio-prod-b", "aio-cons-b", "kp-cons-b", "denied-b"}, ids
-    assert all(r["instances"] == 1 and r["principal"] is None for r in tables["clients"])
+    # two rows per client: no principal (ApiVersions and SaslHandshake, before it signed in on each
+    # connection) and the principal it signed in as (SASL PLAIN: the user name), from SaslAuthenticate on
+    got: dict[str, set[str | None]] = {}
+    for r in tables["clients"]:
+        got.setdefault(r["client_id"], set()).add(r["principal"])
+    assert set(got) == set(CLIENTS), got
+    for user in ("alice", "bob"):
+        (PRINCIPALS[user],) = {p for c, (_i, u) in CLIENTS.items() if u == user for p in got[c] if p is not None}
+        assert PRINCIPALS[user] in (user, f"User:{user}"), PRINCIPALS
+    assert all(got[c] == {None, principal(c)} for c in CLIENTS), got
+    assert all(r["instances"] == 1 for r in tables["clients"])
+    assert all(r["errors"] == 0 for r in rows(tables, "clients", principal=None))  # signing in went well
     for inst, e in expect.items():  # the clients of an instance add up to it
-        mine = [r for r in tables["clients"] if r["client_id"].endswith(inst[-1]) or
-                (inst == "e2e-a" and r["client_id"] == "rdk-stale")]
+        mine = [r for r in tables["clients"] if CLIENTS[r["client_id"]][0] == inst]
         assert sum(r["requests"] for r in mine) == sum(e["requests"].values()), inst
         assert sum(r["request_bytes"] for r in mine) == sum(e["request_bytes"].values()), inst
         assert sum(r["response_bytes"] for r in mine) == sum(e["response_bytes"].values()), inst
     # the plain clients: exactly what they sent (ApiVersions first, then their requests)
-    denied_a = one(tables, "clients", client_id="denied-a")
-    assert (denied_a["requests"], denied_a["errors"]) == (1 + 2, 2)
-    denied_b = one(tables, "clients", client_id="denied-b")
-    assert (denied_b["requests"], denied_b["errors"]) == (1 + 1, 1)
-    raw_b = one(tables, "clients", client_id="raw-stale-b")
-    assert raw_b["requests"] == 1 + 1 + 3 + 1 + 1  # ApiVersions, live id, 3 stale, new id, never-existing id
-    assert raw_b["errors"] == 3 + 1
+    # (ApiVersions, SaslHandshake unauthenticated; SaslAuthenticate and the rest as the user)
+    for client, sent, errors in (("denied-a", 2, 2), ("denied-b", 1, 1),
+                                 ("raw-stale-b", 1 + 3 + 1 + 1, 3 + 1)):  # live id, 3 stale, new id, unknown id
+        before = one(tables, "clients", client_id=client, principal=None)
+        after = one(tables, "clients", client_id=client, principal=principal(client))
+        assert (before["requests"], before["errors"]) == (2, 0), before
+        assert (after["requests"], after["errors"]) == (1 + sent, errors), after
 
 
-def check_topic_ids(tables: dict[str, list[dict[str, Any]]], rname: str, old: str, new: str, never: str,
-                    stale_fetches: int) -> None:
+def check_topic_ids(tables: dict[str, list[dict[str, Any]]], expect: dict[str, dict[str, Any]], rname: str,
+                    old: str, new: str, never: str, stale_fetches: int) -> None:
     # the deleted-and-recreated topic: the old id replaced by the new one, with the unknown-id error
     hist_old = one(tables, "topic_id_history", topic_name=rname, topic_id=old)
     assert hist_old["replaced_by"] == new and hist_old["first_unknown_id_error"] is not None
@@ -425,11 +558,12 @@ def check_topic_ids(tables: dict[str, list[dict[str, Any]]], rname: str, old: st
     # who is still on the old id: the plain client exactly, librdkafka at least once before it moved on
     stale = {r["client_id"]: r for r in rows(tables, "stale_ids", topic_name=rname)}
     assert set(stale) == {"raw-stale-b", "rdk-stale"}, stale
-    assert all(r["topic_id"] == old and r["current_id"] == new and r["principal"] is None for r in stale.values())
+    assert all(r["topic_id"] == old and r["current_id"] == new for r in stale.values())
+    assert all(r["principal"] == principal(c) for c, r in stale.items())
     rb = stale["raw-stale-b"]
     assert (rb["requests"], rb["unknown_id_errors"], rb["instances"]) == (stale_fetches, stale_fetches, "e2e-b")
     rs = stale["rdk-stale"]
-    assert rs["requests"] >= 1 and rs["unknown_id_errors"] >= 1 and rs["instances"] == "e2e-a", rs
+    assert rs["requests"] >= rs["unknown_id_errors"] >= 1 and rs["instances"] == "e2e-a", rs
     # an id that never named a topic
     (un,) = rows(tables, "unresolved_ids", topic_id=never)
     assert (un["requests"], un["client_ids"]) == (1, "raw-stale-b")
@@ -447,6 +581,13 @@ def check_topic_ids(tables: dict[str, list[dict[str, Any]]], rname: str, old: st
         r = adoption[client]
         assert r["share"] == 0.0 and r["max_produce_version"] < 13 and r["max_fetch_version"] is None, r
     assert adoption["denied-a"]["fetch_produce"] == 2 and adoption["denied-b"]["fetch_produce"] == 1
+    assert all(r["principal"] == principal(c) for c, r in adoption.items())
+    # per instance, its clients' Fetch/Produce requests and those by id add up to kgate's counters per version
+    for inst, e in expect.items():
+        mine = [r for c, r in adoption.items() if CLIENTS[c][0] == inst]
+        counted = {(api, v): n for (api, v), n in e["versions"].items() if api in ("Fetch", "Produce")}
+        assert sum(r["fetch_produce"] for r in mine) == sum(counted.values()), (inst, counted)
+        assert sum(r["with_ids"] for r in mine) == sum(n for (_api, v), n in counted.items() if v >= 13), inst
 
 
 def check_policy(tables: dict[str, list[dict[str, Any]]], secret_a: str, secret_b: str, old: str) -> None:
@@ -464,7 +605,7 @@ def check_policy(tables: dict[str, list[dict[str, Any]]], secret_a: str, secret_
     assert (pb["filter"], pb["error_code"], pb["denials"], pb["client_ids"]) == (
         "authorizer", TOPIC_AUTHORIZATION_FAILED, 1, "denied-b"), pb
     assert pa["resource_type"] == pb["resource_type"] == "topic"
-    assert pa["principal"] is None and pb["principal"] is None
+    assert (pa["principal"], pb["principal"]) == (principal("denied-a"), principal("denied-b"))
 
 
 def check_cli_output(out: Path, tables: dict[str, list[dict[str, Any]]]) -> None:
