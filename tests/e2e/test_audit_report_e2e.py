@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import datetime as dt
 import os
 import re
 import subprocess
@@ -195,11 +196,11 @@ class Metrics:
         return self.total("kgate_audit_events_written_total", sink="file") >= self.total("kgate_requests_total")
 
 
-def stored_bytes(broker_port: int, name: str, partitions: int) -> tuple[int, int]:
-    """(record batch bytes, records) the broker holds for ``name``: read straight from it, not via kgate."""
+def stored_bytes(broker_port: int, name: str, partitions: int) -> tuple[int, int, str]:
+    """(record batch bytes, records, topic id) the broker holds for ``name``: read straight from it, not via kgate."""
     from kafka.record import MemoryRecords
 
-    async def go() -> tuple[int, int]:
+    async def go() -> tuple[int, int, str]:
         c = UpstreamClient(lambda: [(HOST, broker_port)], client_id="truth")
         try:
             tid = await topic_id(c, name)
@@ -222,7 +223,7 @@ def stored_bytes(broker_port: int, name: str, partitions: int) -> tuple[int, int
                     total += len(data)
                     if offset >= part.high_watermark:
                         break
-            return total, records
+            return total, records, sid(tid)
         finally:
             c.close()
 
@@ -352,6 +353,7 @@ def fleet(secured: Broker, tmp_path: Path) -> Any:
 async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any,  # noqa: F811
                                                     tmp_path: Path) -> None:
     broker = secured
+    began = time.time()
     audit_a, audit_b = tmp_path / "audit-a", tmp_path / "audit-b"
     secret_a, secret_b = w.unique("secret-a"), w.unique("secret-b")
     a = fleet("a", [{"name": "topic-policy", "config": {"deny": ["secret-*"]}},
@@ -437,7 +439,7 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
         assert expect[inst]["dropped"] == 0
     assert a.stop_and_check() == 0 and b.stop_and_check() == 0
     truth = {t: await asyncio.to_thread(stored_bytes, broker.tansu.port, t, n) for t, n in parts.items() if t != rname}
-    assert {t: r for t, (_b, r) in truth.items()} == {ta1: 120, ta2: 30, tb1: 40}
+    assert {t: r for t, (_b, r, _id) in truth.items()} == {ta1: 120, ta2: 30, tb1: 40}
 
     # -- the report, in process -------------------------------------------------------------------
     from kgate.pipeline.tables import report_tables
@@ -450,7 +452,10 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     assert {Path(f["file"]).parent.name for f in files} == {"audit-a", "audit-b"}
     check_instances(tables, expect)
     check_clients(tables, expect)  # first: learns the principals' spelling
-    check_topics_and_chargeback(tables, truth, ta1, ta2, tb1)
+    hours = {dt.datetime.fromtimestamp(h * 3600, dt.UTC).replace(tzinfo=None)
+             for h in range(int(began // 3600), int(time.time() // 3600) + 1)}
+    check_topics_and_chargeback(tables, truth, ta1, ta2, tb1, hours)
+    assert {r["topic_id"] for r in rows(tables, "topic_hourly", topic_name=ta1)} == {truth[ta1][2], None}
     check_topic_ids(tables, expect, rname, sid(old_id), sid(new_id), sid(never), stale_fetches)
     check_policy(tables, secret_a, secret_b, sid(old_id))
 
@@ -498,18 +503,22 @@ def check_instances(tables: dict[str, list[dict[str, Any]]], expect: dict[str, d
     assert one(tables, "api_errors", api_key=PRODUCE, error_code=TOPIC_AUTHORIZATION_FAILED)["requests"] == 3
 
 
-def check_topics_and_chargeback(tables: dict[str, list[dict[str, Any]]], truth: dict[str, tuple[int, int]],
-                                ta1: str, ta2: str, tb1: str) -> None:
+def check_topics_and_chargeback(tables: dict[str, list[dict[str, Any]]], truth: dict[str, tuple[int, int, str]],
+                                ta1: str, ta2: str, tb1: str, hours: set[Any]) -> None:
     """Record bytes in (Produce) and out (Fetch) equal what the broker stores; records what was produced + read."""
-    for topic, (stored, n) in truth.items():
+    for topic, (stored, n, tid) in truth.items():
         found = rows(tables, "topic_hourly", topic_name=topic)
         assert found, topic
+        # the broker's id where a request or answer carried one (Fetch v13+, Metadata), else none (by name)
+        assert {r["topic_id"] for r in found} <= {tid, None}, (topic, tid, found)
+        assert {r["hour"].replace(tzinfo=None) for r in found} <= hours, (topic, found)
+        assert all(r["cluster"] == "default" for r in found)
         s = summed(found, "bytes_in", "bytes_out", "records", "errors")
         assert s == {"bytes_in": stored, "bytes_out": stored, "records": 2 * n, "errors": 0}, (topic, s, stored)
     for client, topic, produced in (("rdk-prod-a", ta1, True), ("kp-prod-a", ta2, True), ("aio-prod-b", tb1, True),
                                     ("rdk-cons-a", ta1, False), ("aio-cons-b", tb1, False),
                                     ("kp-cons-b", ta2, False)):
-        stored, n = truth[topic]
+        stored, n, _id = truth[topic]
         row = one(tables, "chargeback", client_id=client, topic_name=topic)
         assert row["principal"] == principal(client) and row["cluster"] == "default"
         want = {"bytes_in": stored if produced else 0, "bytes_out": 0 if produced else stored, "records": n}
