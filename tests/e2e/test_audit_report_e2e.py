@@ -2,7 +2,9 @@
 ``kgate report`` over their logs; the report tables match what the clients did, field by field.
 
 Two kgate processes (``e2e-a`` and ``e2e-b``, each writing its own audit directory) stand in front
-of one Tansu. Every client has its own client id and goes through one instance only:
+of one Tansu, behind the test SASL gate (support/sasl_gate.py) so that clients sign in and the
+events carry principals: ``alice`` on A, ``bob`` on B. Every client has its own client id and goes
+through one instance only:
 
 * through A: a confluent-kafka producer (``rdk-prod-a``, topic ``ta1``), a kafka-python producer
   (``kp-prod-a``, ``ta2``), a confluent-kafka consumer of ``ta1`` (``rdk-cons-a``, Fetch v13+ by
@@ -17,6 +19,11 @@ Expected values come from what the clients did (records produced and consumed, r
 clients sent), from the broker itself (the record batches it stores, read directly, not through
 kgate: the record bytes a producer sent and a consumer received) and from each kgate's /metrics
 counters (requests, frame bytes, answers per instance and api), never from the audit files.
+Not asserted exactly (nothing independent to compare with): how many requests each real client sent
+(they poll, heartbeat and refresh on their own; only their per-instance sums are exact) and how many
+times librdkafka fetched with the deleted topic's id (at least once). topic-policy, failing closed,
+may refuse one of those fetches with UNKNOWN_TOPIC_ID once kgate's cache has dropped the old id; that
+refusal is a policy decision (resource: the id) and is checked as such.
 The report is computed once in process (``report_tables`` on the session's SparkSession) and
 once with the CLI (``python -m kgate report``), whose files are checked against the first.
 """
