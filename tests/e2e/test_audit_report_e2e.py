@@ -457,6 +457,10 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     files = tables["input_files"]
     assert files and all(f["malformed"] == 0 and f["unknown_schema"] == 0 and f["ok"] == f["lines"] for f in files)
     assert {Path(f["file"]).parent.name for f in files} == {"audit-a", "audit-b"}
+    # published at SIGTERM: gzip files only, nothing left hidden, one event per request kgate read
+    on_disk = sorted(str(p) for d in (audit_a, audit_b) for p in d.iterdir())
+    assert on_disk == sorted(f["file"] for f in files) and all(p.endswith(".jsonl.gz") for p in on_disk), on_disk
+    assert sum(f["lines"] for f in files) == sum(sum(e["requests"].values()) for e in expect.values())
     check_instances(tables, expect)
     check_clients(tables, expect)  # first: learns the principals' spelling
     hours = {dt.datetime.fromtimestamp(h * 3600, dt.UTC).replace(tzinfo=None)
