@@ -12,6 +12,7 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
 from support import procs  # noqa: E402
+from support.spark import spark  # noqa: E402, F401  (the session's SparkSession, for any test that asks)
 
 _ALL_PROCS: list[procs.ManagedProcess] = []
 

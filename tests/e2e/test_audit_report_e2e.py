@@ -53,6 +53,7 @@ from support.procs import PYTHON, REPO
 from support.sasl_gate import SaslGate
 from support.wire import record_batch
 
+from kgate.api import ApiKey, ErrorCode
 from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.codec.generated.delete_topics import DeleteTopicsRequest
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -61,13 +62,12 @@ from kgate.proxy.upstream_client import UpstreamClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "filters"))
 from idtools import FETCH, PRODUCE, fetch_request, topic_id
-from pipeline.conftest import spark  # noqa: F401  (tests/pipeline: the session's SparkSession)
 
-TOPIC_AUTHORIZATION_FAILED = 29
-CREATE_TOPICS, DELETE_TOPICS = 19, 20
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+CREATE_TOPICS, DELETE_TOPICS = ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS
 SVC = "kgate-svc"
 USERS = {SVC: "svc-secret", "alice": "alice-secret", "bob": "bob-secret"}
-GONE = (3, 100)  # UNKNOWN_TOPIC_OR_PARTITION (Tansu), UNKNOWN_TOPIC_ID (Kafka)
+GONE = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)  # Tansu, Kafka
 TABLES = ("topic_hourly", "chargeback", "clients", "instances", "latency_api", "latency_instance", "api_errors",
           "unresolved_ids", "topic_id_history", "stale_ids", "id_adoption", "policy_denials")
 AUTHZ_RULES = [
@@ -357,7 +357,7 @@ def fleet(secured: Broker, tmp_path: Path) -> Any:
 
 
 @pytest.mark.timeout(400)
-async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any,  # noqa: F811
+async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any,
                                                     tmp_path: Path) -> None:
     broker = secured
     began = time.time()

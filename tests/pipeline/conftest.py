@@ -9,9 +9,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import shutil
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +16,6 @@ import pytest
 
 T0 = 1_764_000_000_000_000  # 2025-11-24T16:00:00Z in µs
 HOUR = 3_600_000_000
-
-
-def _java_major() -> int | None:
-    java = shutil.which("java")
-    if java is None:
-        return None
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
-    for token in out.replace('"', " ").split():
-        head = token.split(".")[0]
-        if head.isdigit() and "." in token:
-            return int(head) if head != "1" else int(token.split(".")[1])
-    return None
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[pipeline]')")
-    major = _java_major()
-    if major is None or major < 17:
-        pytest.skip(f"PySpark 4 needs Java 17+ (found: {major}); dev/setup installs openjdk-17-jre-headless")
-    from kgate.pipeline.session import build_session
-
-    session = build_session(shuffle_partitions=1, driver_memory="1g", app_name="kgate-pipeline-tests")
-    yield session
-    session.stop()
 
 
 def event(
