@@ -182,6 +182,14 @@ class InternalTopics(ConfigChangeHooks, Filter):
     @on_request(ApiKey.DELETE_RECORDS)
     @on_request(ApiKey.DELETE_TOPICS)
     @on_request(ApiKey.FETCH)
+    # the other RPCs that name a topic's partitions: only kgate's marks topic is refused there, so
+    # that neither its offsets nor its existence reach a client
+    @on_request(ApiKey.LIST_OFFSETS)
+    @on_request(ApiKey.OFFSET_COMMIT)
+    @on_request(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+    @on_request(ApiKey.TXN_OFFSET_COMMIT)
+    @on_request(ApiKey.OFFSET_DELETE)
+    @on_request(ApiKey.DESCRIBE_PRODUCERS)
     def check(self, ctx: FilterContext, request: Any) -> Result | Any:
         """Decides from names synchronously (the Produce fast path); unknown ids suspend only this request."""
         api_key = ctx.api_key
@@ -274,6 +282,12 @@ class InternalTopics(ConfigChangeHooks, Filter):
     @on_response(ApiKey.PRODUCE, needs_state=True)
     @on_response(ApiKey.DELETE_RECORDS, needs_state=True)
     @on_response(ApiKey.FETCH, needs_state=True)
+    @on_response(ApiKey.LIST_OFFSETS, needs_state=True)
+    @on_response(ApiKey.OFFSET_COMMIT, needs_state=True)
+    @on_response(ApiKey.OFFSET_FOR_LEADER_EPOCH, needs_state=True)
+    @on_response(ApiKey.TXN_OFFSET_COMMIT, needs_state=True)
+    @on_response(ApiKey.OFFSET_DELETE, needs_state=True)
+    @on_response(ApiKey.DESCRIBE_PRODUCERS, needs_state=True)
     def merge(self, ctx: FilterContext, response: Any) -> Result:
         return merge_refused(ctx, response)
 

@@ -22,7 +22,10 @@ from idtools import ZERO, client, create_topic, unique, wait_until
 
 from kgate.api import ApiKey, ErrorCode
 from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from kgate.codec.generated.describe_producers import DescribeProducersRequest
+from kgate.codec.generated.describe_producers import TopicRequest as DescribeProducersTopic
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
 
 FILTERS = {"filters": [{"name": "internal-topics"}]}
@@ -270,6 +273,14 @@ def test_the_marks_topic_is_hidden_from_clients(broker: Any, kgate_factory: Any)
         )
         resp = _request(k.listen_port, 1, req, version)
         assert [p.error_code for r in resp.responses for p in r.partitions] == [AUTHZ], version
+    # its offsets and producers are not for clients either (ListOffsets would reveal it exists)
+    offsets = _request(k.listen_port, ApiKey.LIST_OFFSETS, ListOffsetsRequest(
+        replica_id=-1, isolation_level=0, topics=[ListOffsetsTopic(name=MARKS, partitions=[
+            ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
+    assert [p.error_code for t in offsets.topics for p in t.partitions] == [AUTHZ]
+    producers = _request(k.listen_port, ApiKey.DESCRIBE_PRODUCERS, DescribeProducersRequest(
+        topics=[DescribeProducersTopic(name=MARKS, partition_indexes=[0])]), 0)
+    assert [p.error_code for t in producers.topics for p in t.partitions] == [AUTHZ]
     fs = _admin(k.bootstrap).delete_topics([MARKS], operation_timeout=20)
     with pytest.raises(Exception) as refused:
         fs[MARKS].result(timeout=30)
