@@ -163,7 +163,10 @@ def parse(raw: DataFrame) -> DataFrame:
         .when(e("schema").isNotNull(), F.lit(UNKNOWN_SCHEMA))
         .otherwise(F.lit(MALFORMED))
     )
-    ts = F.timestamp_micros(e("time_us"))
+    # Integer arithmetic, not to_date / date_trunc (time-zone aware, several times slower per row): the
+    # session's time zone is UTC (session.py), where a day is 86,400 s and an hour starts at a multiple of 3,600 s.
+    us = e("time_us")
+    day_us, hour_us = 86_400_000_000, 3_600_000_000
     good = F.col("status") == OK
     lined = raw.select(
         "file",
@@ -171,8 +174,8 @@ def parse(raw: DataFrame) -> DataFrame:
         e("schema").alias("schema"),
         F.when(status != OK, F.substring(e(CORRUPT), 1, SAMPLE_CHARS)).alias("sample"),
         e("time_us").alias("time_us"),
-        F.to_date(ts).alias("day"),
-        F.date_trunc("hour", ts).alias("hour"),
+        F.date_from_unix_date(F.floor(us / day_us).cast("int")).alias("day"),
+        F.timestamp_micros(us - F.pmod(us, F.lit(hour_us))).alias("hour"),
         e("instance").alias("instance"),
         e("cluster").alias("cluster"),
         F.xxhash64(e("client.address")).alias("client_address"),  # only counted distinct: a hash is enough
