@@ -142,12 +142,12 @@ def with_file(raw: DataFrame) -> DataFrame:
 def parse(raw: DataFrame) -> DataFrame:
     """Turn :func:`read_events` rows into flat rows: one per (event, topic it names), atomic columns only.
 
-    Flat and atomic because the parsed rows are cached and every report scans the cache: Spark scans
-    a cache of plain columns vectorized, a cache holding arrays of structs row by row. An event that
-    names no topic (and every bad line) is one row with null topic columns; ``first`` marks the one
-    row per line that event-level counts use (``topic_pos`` is the topic's index, null without one).
+    Flat and atomic: the roll-up (:func:`kgate.pipeline.reports.rollup`) groups them by plain columns,
+    and ``--follow`` stores them as Parquet. An event that names no topic (and every bad line) is one
+    row with null topic columns; ``first`` marks the one row per line that event-level counts use
+    (``topic_pos`` is the topic's index, null without one).
     ``policy`` (rare) stays a JSON string, parsed again only by the policy report. Bad lines keep
-    ``status``, ``schema`` and a ``sample`` of the line; :func:`events` and :func:`problems` split them.
+    ``status``, ``schema`` and a ``sample`` of the line; the roll-up counts them per file.
     """
     from pyspark.sql import functions as F
 
@@ -163,7 +163,10 @@ def parse(raw: DataFrame) -> DataFrame:
         .when(e("schema").isNotNull(), F.lit(UNKNOWN_SCHEMA))
         .otherwise(F.lit(MALFORMED))
     )
-    ts = F.timestamp_micros(e("time_us"))
+    # Integer arithmetic instead of to_date / date_trunc (time-zone aware, more work per row); the same
+    # answers: the session's time zone is UTC (session.py), where days and hours are fixed multiples of µs.
+    us = e("time_us")
+    day_us, hour_us = 86_400_000_000, 3_600_000_000
     good = F.col("status") == OK
     lined = raw.select(
         "file",
@@ -171,8 +174,8 @@ def parse(raw: DataFrame) -> DataFrame:
         e("schema").alias("schema"),
         F.when(status != OK, F.substring(e(CORRUPT), 1, SAMPLE_CHARS)).alias("sample"),
         e("time_us").alias("time_us"),
-        F.to_date(ts).alias("day"),
-        F.date_trunc("hour", ts).alias("hour"),
+        F.date_from_unix_date(F.floor(us / day_us).cast("int")).alias("day"),
+        F.timestamp_micros(us - F.pmod(us, F.lit(hour_us))).alias("hour"),
         e("instance").alias("instance"),
         e("cluster").alias("cluster"),
         F.xxhash64(e("client.address")).alias("client_address"),  # only counted distinct: a hash is enough
@@ -205,48 +208,4 @@ def parse(raw: DataFrame) -> DataFrame:
         # array functions, not lambdas: these compile to Java, higher-order functions are interpreted
         F.coalesce(F.size(F.array_remove(codes, 0)) > 0, F.lit(False)).alias("topic_failed"),
         F.coalesce(F.arrays_overlap(codes, gone), F.lit(False)).alias("id_gone"),
-    )
-
-
-def events(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
-    """The good events of ``parsed`` inside ``window``, without the ingest bookkeeping columns."""
-    from pyspark.sql import functions as F
-
-    df = parsed.where(F.col("status") == OK)
-    if window.since_us is not None:
-        df = df.where(F.col("time_us") >= window.since_us)
-    if window.until_us is not None:
-        df = df.where(F.col("time_us") < window.until_us)
-    return df.drop("file", "status", "schema", "sample")
-
-
-def lines_only(parsed: DataFrame) -> DataFrame:
-    """One row per line (or event) of a parsed frame: the ``first`` of its topic rows."""
-    from pyspark.sql import functions as F
-
-    return parsed.where(F.col("first"))
-
-
-def problems(parsed: DataFrame) -> DataFrame:
-    """Per file: lines read, good, malformed, of an unknown schema version (which ones), and a sample.
-
-    Files without a single bad line are listed too, so the table doubles as the list of inputs.
-    """
-    from pyspark.sql import functions as F
-
-    bad = F.col("status") != OK
-    return (
-        lines_only(parsed).groupBy("file")
-        .agg(
-            F.count(F.lit(1)).alias("lines"),
-            F.sum((F.col("status") == OK).cast("long")).alias("ok"),
-            F.sum((F.col("status") == MALFORMED).cast("long")).alias("malformed"),
-            F.sum((F.col("status") == UNKNOWN_SCHEMA).cast("long")).alias("unknown_schema"),
-            F.array_join(
-                F.array_sort(F.collect_set(F.when(F.col("status") == UNKNOWN_SCHEMA, F.col("schema")))), ","
-            ).alias("unknown_versions"),
-            F.min(F.when(bad, F.col("sample"))).alias("sample"),
-        )
-        .withColumn("file", F.regexp_replace("file", "^file:(//)?", ""))
-        .orderBy(F.desc("malformed"), F.desc("unknown_schema"), "file")
     )

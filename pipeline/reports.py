@@ -1,4 +1,13 @@
-"""The report tables, each a Spark aggregation over the good events (see :mod:`kgate.pipeline.ingest`).
+"""The report tables, all from one roll-up: one pass over the parsed lines (see :mod:`kgate.pipeline.ingest`).
+
+The parsed lines are aggregated **once**, by a single ``GROUPING SETS`` aggregation (:func:`rollup`):
+one grouping set per report grain (per topic and hour; per principal, client and topic; per client,
+instance and policy refusal; per instance and HyperLogLog register; per api, instance, error code
+and latency bucket; per topic-id use; per input file). Only sums, counts, minima and maxima of
+fixed-width columns are computed, so Spark runs it as one code-generated hash aggregation with
+partial aggregation before its one shuffle. The result (the roll-up) is orders of magnitude
+smaller than the events for every grain but the topic-id uses, and every table below is a small
+query on it: the JSON is parsed once and the raw lines are never cached.
 
 Every table has a ``day`` column (UTC), so each can be written as Parquet partitioned by day and a
 fleet can keep months of them; the HTML page sums over the days of the run's window.
@@ -11,6 +20,12 @@ Byte columns, two kinds, both from docs/audit-log.md:
 * ``request_bytes`` / ``response_bytes`` on per-instance and per-client tables are *frame* bytes on
   the wire, every api key included: the load a client puts on kgate.
 
+Approximations (docs/pipeline.md): latency percentiles are read from an exact-count histogram of
+latencies rounded to three significant digits (exact below 1 ms, within 0.5% above; max and mean are
+exact); distinct client addresses per instance are a HyperLogLog estimate (4,096 registers, ~1.6%
+standard error); every other number is exact (distinct instances per client and client ids per
+instance are counted exactly).
+
 Stale topic ids (the doc's last rule): kgate keeps the cached name of an id the broker no longer
 knows and the answer carries error 100 (UNKNOWN_TOPIC_ID) or 3 (UNKNOWN_TOPIC_OR_PARTITION). A use
 of a topic id is *stale* when it got one of those errors, or when its topic name has since been
@@ -20,11 +35,12 @@ appearance. Event order in files does not matter: everything is ordered by ``tim
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kgate.codec.generated.api_keys import ApiKey
-from kgate.pipeline.schema import policy_schema
+from kgate.pipeline.ingest import ALL_TIME, Window
+from kgate.pipeline.schema import MALFORMED, OK, UNKNOWN_SCHEMA, policy_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -33,6 +49,22 @@ if TYPE_CHECKING:
 FIRST_ID_VERSION: dict[ApiKey, int] = {ApiKey.FETCH: 13, ApiKey.PRODUCE: 13}
 RESOLVED_STATUSES = ("given", "resolved")
 PERCENTILES = (0.5, 0.95, 0.99)
+#: HyperLogLog registers (2**HLL_P) for distinct client addresses per instance and day.
+HLL_P = 12
+
+#: The grouping sets of the roll-up: name -> key columns (every other key column is null in its rows).
+SETS: dict[str, tuple[str, ...]] = {
+    "files": ("file", "status", "schema", "sample"),
+    "topic_hour": ("day", "hour", "cluster", "topic_name", "topic_id"),
+    "charge": ("day", "cluster", "principal", "client_id", "topic_name"),
+    "client": ("day", "principal", "client_id", "instance", "policy"),  # policy: null but for refusals
+    "instance": ("day", "instance", "hll_bucket"),
+    "latency": ("day", "api_key", "api_name", "instance", "error_code", "lat_bucket"),
+    # one row per distinct use of a topic id (time included): the stale-id rule compares single uses
+    "id_use": ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
+               "id_gone", "use_us"),
+}
+KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for keys in SETS.values() for k in keys))
 
 
 def _f() -> Any:
@@ -42,140 +74,275 @@ def _f() -> Any:
     return F
 
 
-def _failed() -> Column:
-    """The exchange's answer carried an error (null: no answer, not counted as an error)."""
+def _gid(name: str) -> int:
+    """``grouping_id()`` of a set: bit (n-1-i) is set when key i is not in the set."""
+    keys = SETS[name]
+    return sum(1 << (len(KEYS) - 1 - i) for i, k in enumerate(KEYS) if k not in keys)
+
+
+def _lat_bucket(c: Column) -> Column:
+    """A latency rounded to three significant digits (exact below 1,000 µs)."""
     F = _f()
-    return F.coalesce(F.col("error_code") != 0, F.lit(False))
+    out = F.when(c < 1000, c)
+    for digits in range(4, 19):
+        out = out.when(c < 10 ** digits, F.round(c, 3 - digits))
+    return out.otherwise(c)
 
 
-def _topics(ev: DataFrame) -> DataFrame:
-    """One row per (event, topic it names): the flat rows that carry a topic."""
+def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
+    """One aggregation of ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) feeding every table.
+
+    Bad lines and events outside ``window`` count only in the ``files`` set: every other aggregate is
+    conditioned on ``in_report`` (a group that got nothing has a zero count and is dropped by its table).
+    """
     F = _f()
-    return ev.where(F.col("topic_pos").isNotNull())
+    e = F.col
+    in_report = e("status") == OK
+    if window.since_us is not None:
+        in_report = in_report & (e("time_us") >= window.since_us)
+    if window.until_us is not None:
+        in_report = in_report & (e("time_us") < window.until_us)
+    is_ev = e("first") & in_report
+    is_tr = e("topic_pos").isNotNull() & in_report
+    is_idu = is_tr & e("topic_id").isNotNull()
+    fetch, produce = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
+    key, version = e("api_key"), e("api_version")
+    with_ids = ((key == fetch) & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
+        (key == produce) & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
+    )
+    failed = F.coalesce(e("error_code") != 0, F.lit(False))
+    width = 64 - HLL_P
+    rest = F.shiftrightunsigned(e("client_address"), HLL_P)  # the hash's top bits: 0 <= rest < 2**width
+    rho = F.when(rest == 0, F.lit(width + 1)).otherwise(F.lit(width) - F.floor(F.log2(rest)))
+
+    def n(cond: Column) -> Column:
+        return cond.cast("long")
+
+    prepared = parsed.select(
+        *[c for c in KEYS if c not in ("hll_bucket", "lat_bucket", "use_us")],
+        e("client_address").bitwiseAND((1 << HLL_P) - 1).alias("hll_bucket"),
+        _lat_bucket(e("latency_us")).alias("lat_bucket"),
+        F.when(is_idu, e("time_us")).alias("use_us"),
+        n(e("first")).alias("v_line"),
+        n(is_ev).alias("v_ev"),
+        n(is_tr).alias("v_tr"),
+        n(is_idu).alias("v_idu"),
+        F.when(is_tr & (key == produce), e("topic_bytes")).alias("v_bytes_in"),
+        F.when(is_tr & (key == fetch), e("topic_bytes")).alias("v_bytes_out"),
+        F.when(is_tr, e("topic_records")).alias("v_records"),
+        n(is_tr & e("topic_failed")).alias("v_topic_errors"),
+        F.when(is_ev, e("request_bytes")).alias("v_req"),
+        F.when(is_ev, e("response_bytes")).alias("v_resp"),
+        n(is_ev & failed).alias("v_errors"),
+        F.when(is_ev, e("time_us")).alias("v_t"),
+        n(is_ev & key.isin(fetch, produce)).alias("v_fp"),
+        n(is_ev & with_ids).alias("v_with_ids"),
+        F.when(is_ev & (key == fetch), version).alias("v_fv"),
+        F.when(is_ev & (key == produce), version).alias("v_pv"),
+        F.when(is_ev, rho).cast("int").alias("v_rho"),
+        n(is_ev & e("latency_us").isNotNull()).alias("v_lat_n"),
+        F.when(is_ev, e("latency_us")).alias("v_lat"),
+        n(is_ev & e("policy").isNotNull()).alias("v_pol"),
+    )
+    return prepared.groupingSets([list(keys) for keys in SETS.values()], *KEYS).agg(
+        F.grouping_id().alias("gid"),
+        F.sum("v_line").alias("lines"),
+        F.sum("v_ev").alias("events"),
+        F.sum("v_tr").alias("topic_rows"),
+        F.sum("v_idu").alias("id_uses"),
+        F.sum("v_bytes_in").alias("bytes_in"),
+        F.sum("v_bytes_out").alias("bytes_out"),
+        F.sum("v_records").alias("records"),
+        F.sum("v_topic_errors").alias("topic_errors"),
+        F.sum("v_req").alias("request_bytes"),
+        F.sum("v_resp").alias("response_bytes"),
+        F.sum("v_errors").alias("errors"),
+        F.min("v_t").alias("min_us"),
+        F.max("v_t").alias("max_us"),
+        F.sum("v_fp").alias("fetch_produce"),
+        F.sum("v_with_ids").alias("with_ids"),
+        F.max("v_fv").alias("max_fetch_version"),
+        F.max("v_pv").alias("max_produce_version"),
+        F.max("v_rho").alias("rho"),
+        F.sum("v_lat_n").alias("answered"),
+        F.sum("v_lat").alias("latency_sum"),
+        F.max("v_lat").alias("latency_max"),
+        F.sum("v_pol").alias("policy_events"),
+    )
 
 
-def _events(ev: DataFrame) -> DataFrame:
-    """One row per event, for event-level counts (the flat rows hold one row per topic)."""
+def part(roll: DataFrame, name: str, count: str) -> DataFrame:
+    """The rows of grouping set ``name`` that counted something (``count`` > 0)."""
     F = _f()
-    return ev.where(F.col("first"))
+    return roll.where((F.col("gid") == _gid(name)) & (F.col(count) > 0))
 
 
-def _record_bytes(api: ApiKey, column: str) -> Column:
+def problems(roll: DataFrame) -> DataFrame:
+    """Per file: lines read, good, malformed, of an unknown schema version (which ones), and a sample.
+
+    Files without a single bad line are listed too, so the table doubles as the list of inputs.
+    """
     F = _f()
-    return F.sum(F.when(F.col("api_key") == int(api), F.col(column)))
+    status, lines = F.col("status"), F.col("lines")
+    bad = status != OK
+
+    def count(s: str) -> Column:
+        return F.coalesce(F.sum(F.when(status == s, lines)), F.lit(0)).cast("long")
+
+    return (
+        part(roll, "files", "lines").groupBy("file")
+        .agg(
+            F.sum(lines).alias("lines"),
+            count(OK).alias("ok"),
+            count(MALFORMED).alias("malformed"),
+            count(UNKNOWN_SCHEMA).alias("unknown_schema"),
+            F.array_join(F.array_sort(F.collect_set(F.when(status == UNKNOWN_SCHEMA, F.col("schema")))), ",")
+            .alias("unknown_versions"),
+            F.min(F.when(bad, F.col("sample"))).alias("sample"),
+        )
+        .withColumn("file", F.regexp_replace("file", "^file:(//)?", ""))
+        .orderBy(F.desc("malformed"), F.desc("unknown_schema"), "file")
+    )
 
 
-def topic_hourly(ev: DataFrame) -> DataFrame:
+def _ts(c: str) -> Column:
+    return _f().timestamp_micros(_f().col(c))
+
+
+def topic_hourly(roll: DataFrame) -> DataFrame:
     """Per topic (name and id) per hour: requests, record bytes in/out, records, errors."""
     F = _f()
-    return (
-        _topics(ev)
-        .groupBy("day", "hour", "cluster", "topic_name", "topic_id")
-        .agg(
-            F.count(F.lit(1)).alias("requests"),
-            F.coalesce(_record_bytes(ApiKey.PRODUCE, "topic_bytes"), F.lit(0)).alias("bytes_in"),
-            F.coalesce(_record_bytes(ApiKey.FETCH, "topic_bytes"), F.lit(0)).alias("bytes_out"),
-            F.coalesce(F.sum("topic_records"), F.lit(0)).alias("records"),
-            F.sum(F.col("topic_failed").cast("long")).alias("errors"),
-        )
+    return part(roll, "topic_hour", "topic_rows").select(
+        "day", "hour", "cluster", "topic_name", "topic_id",
+        F.col("topic_rows").alias("requests"),
+        F.coalesce("bytes_in", F.lit(0)).alias("bytes_in"),
+        F.coalesce("bytes_out", F.lit(0)).alias("bytes_out"),
+        F.coalesce("records", F.lit(0)).alias("records"),
+        F.col("topic_errors").alias("errors"),
     )
 
 
-def chargeback(ev: DataFrame) -> DataFrame:
+def chargeback(roll: DataFrame) -> DataFrame:
     """Record bytes in/out per principal and client id per topic name (ids change, names are billed)."""
     F = _f()
-    return (
-        _topics(ev)
-        .groupBy("day", "cluster", "principal", "client_id", "topic_name")
-        .agg(
-            F.count(F.lit(1)).alias("requests"),
-            F.coalesce(_record_bytes(ApiKey.PRODUCE, "topic_bytes"), F.lit(0)).alias("bytes_in"),
-            F.coalesce(_record_bytes(ApiKey.FETCH, "topic_bytes"), F.lit(0)).alias("bytes_out"),
-            F.coalesce(F.sum("topic_records"), F.lit(0)).alias("records"),
-        )
+    return part(roll, "charge", "topic_rows").select(
+        "day", "cluster", "principal", "client_id", "topic_name",
+        F.col("topic_rows").alias("requests"),
+        F.coalesce("bytes_in", F.lit(0)).alias("bytes_in"),
+        F.coalesce("bytes_out", F.lit(0)).alias("bytes_out"),
+        F.coalesce("records", F.lit(0)).alias("records"),
     )
 
 
-def clients(ev: DataFrame) -> DataFrame:
+def clients(roll: DataFrame) -> DataFrame:
     """Per principal and client id: requests, frame bytes, errors (every api key, topics or not)."""
     F = _f()
     return (
-        _events(ev).groupBy("day", "principal", "client_id")
+        part(roll, "client", "events").groupBy("day", "principal", "client_id")
         .agg(
-            F.count(F.lit(1)).alias("requests"),
+            F.sum("events").alias("requests"),
             F.sum("request_bytes").alias("request_bytes"),
             F.coalesce(F.sum("response_bytes"), F.lit(0)).alias("response_bytes"),
-            F.sum(_failed().cast("long")).alias("errors"),
-            F.approx_count_distinct("instance").alias("instances"),
+            F.sum("errors").alias("errors"),
+            F.countDistinct("instance").alias("instances"),
         )
     )
 
 
-def instances(ev: DataFrame) -> DataFrame:
+def instances(roll: DataFrame) -> DataFrame:
     """Per kgate instance: the load it carried (is the fleet balanced?)."""
     F = _f()
-    return (
-        _events(ev).groupBy("day", "instance")
+    m = 1 << HLL_P
+    alpha = 0.7213 / (1 + 1.079 / m)
+    client_ids = (
+        part(roll, "client", "events").where(F.col("client_id").isNotNull())
+        .groupBy("day", "instance").agg(F.countDistinct("client_id").alias("client_ids"))
+    )
+    per = (
+        part(roll, "instance", "events").groupBy("day", "instance")
         .agg(
-            F.count(F.lit(1)).alias("requests"),
+            F.sum("events").alias("requests"),
             F.sum("request_bytes").alias("request_bytes"),
             F.coalesce(F.sum("response_bytes"), F.lit(0)).alias("response_bytes"),
-            F.sum(_failed().cast("long")).alias("errors"),
-            F.approx_count_distinct("client_address").alias("client_addresses"),
-            F.approx_count_distinct("client_id").alias("client_ids"),
-            F.timestamp_micros(F.min("time_us")).alias("first_seen"),
-            F.timestamp_micros(F.max("time_us")).alias("last_seen"),
+            F.sum("errors").alias("errors"),
+            # HyperLogLog: the registers present, the rest are 0
+            (F.sum(F.pow(F.lit(2.0), -F.col("rho"))) + (m - F.count("rho"))).alias("z"),
+            (m - F.count("rho")).alias("zeros"),
+            F.min("min_us").alias("min_us"),
+            F.max("max_us").alias("max_us"),
         )
     )
-
-
-def _latency(ev: DataFrame, keys: list[str]) -> DataFrame:
-    F = _f()
-    pct = F.percentile_approx("latency_us", list(PERCENTILES), 10_000)
-    return (
-        _events(ev).where(F.col("latency_us").isNotNull())
-        .groupBy(*keys)
-        .agg(F.count(F.lit(1)).alias("answered"), pct.alias("p"), F.max("latency_us").alias("max_us"),
-             F.avg("latency_us").alias("mean_us"))
-        .select(*keys, "answered", F.col("p")[0].alias("p50_us"), F.col("p")[1].alias("p95_us"),
-                F.col("p")[2].alias("p99_us"), "max_us", "mean_us")
+    raw = F.lit(alpha * m * m) / F.col("z")
+    small = (raw <= 2.5 * m) & (F.col("zeros") > 0)
+    estimate = F.when(small, F.lit(float(m)) * F.log(F.lit(float(m)) / F.col("zeros"))).otherwise(raw)
+    return per.join(client_ids, ["day", "instance"], "left").select(
+        "day", "instance", "requests", "request_bytes", "response_bytes", "errors",
+        F.round(estimate).cast("long").alias("client_addresses"),
+        F.coalesce("client_ids", F.lit(0)).cast("long").alias("client_ids"),
+        _ts("min_us").alias("first_seen"), _ts("max_us").alias("last_seen"),
     )
 
 
-def latency_api(ev: DataFrame, per_day: bool = True) -> DataFrame:
+def _latency(roll: DataFrame, keys: Sequence[str]) -> DataFrame:
+    """Percentiles from the latency histogram: the smallest bucket whose running count reaches
+    ``ceil(p * answered)`` (the rank ``percentile_approx`` answers with)."""
+    from pyspark.sql import Window as W
+
+    F = _f()
+    hist = part(roll, "latency", "answered").groupBy(*keys, "lat_bucket").agg(
+        F.sum("answered").alias("n"), F.sum("latency_sum").alias("s"), F.max("latency_max").alias("mx"))
+    running = F.sum("n").over(W.partitionBy(*keys).orderBy("lat_bucket")
+                              .rowsBetween(W.unboundedPreceding, W.currentRow))
+    ranked = hist.select("*", running.alias("cum"), F.sum("n").over(W.partitionBy(*keys)).alias("total"))
+
+    def pct(p: float) -> Column:
+        return F.min(F.when(F.col("cum") >= F.ceil(F.lit(p) * F.col("total")), F.col("lat_bucket")))
+
+    return ranked.groupBy(*keys).agg(
+        F.sum("n").alias("answered"),
+        pct(PERCENTILES[0]).alias("p50_us"), pct(PERCENTILES[1]).alias("p95_us"), pct(PERCENTILES[2]).alias("p99_us"),
+        F.max("mx").alias("max_us"),
+        (F.sum("s") / F.sum("n")).alias("mean_us"),
+    )
+
+
+def latency_api(roll: DataFrame, per_day: bool = True) -> DataFrame:
     """Latency p50/p95/p99 (µs) per api key, answered exchanges only."""
-    return _latency(ev, ["day", "api_key", "api_name"] if per_day else ["api_key", "api_name"])
+    return _latency(roll, ["day", "api_key", "api_name"] if per_day else ["api_key", "api_name"])
 
 
-def latency_instance(ev: DataFrame, per_day: bool = True) -> DataFrame:
+def latency_instance(roll: DataFrame, per_day: bool = True) -> DataFrame:
     """Latency p50/p95/p99 (µs) per kgate instance, answered exchanges only."""
-    return _latency(ev, ["day", "instance"] if per_day else ["instance"])
+    return _latency(roll, ["day", "instance"] if per_day else ["instance"])
 
 
-def api_errors(ev: DataFrame) -> DataFrame:
+def api_errors(roll: DataFrame) -> DataFrame:
     """Per api key and answer error code: exchanges (code 0 included, so rates can be computed)."""
     F = _f()
     return (
-        _events(ev).groupBy("day", "api_key", "api_name", "error_code")
-        .agg(F.count(F.lit(1)).alias("requests"))
+        part(roll, "latency", "events").groupBy("day", "api_key", "api_name", "error_code")
+        .agg(F.sum("events").alias("requests"))
     )
 
 
-def _id_uses(ev: DataFrame) -> DataFrame:
+def _id_uses(roll: DataFrame) -> DataFrame:
+    """Uses of topic ids, one row per distinct (use, time) with its count ``n``."""
     F = _f()
-    return _topics(ev).where(F.col("topic_id").isNotNull())
+    return part(roll, "id_use", "id_uses").select(
+        "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
+        "id_gone", F.col("use_us").alias("time_us"), F.col("id_uses").alias("n"))
 
 
-def unresolved_ids(ev: DataFrame) -> DataFrame:
+def unresolved_ids(roll: DataFrame) -> DataFrame:
     """Topic ids that never resolved to a name anywhere in the input, with who sent them."""
     F = _f()
-    uses = _id_uses(ev)
+    uses = _id_uses(roll)
     resolved = uses.where(F.col("topic_name").isNotNull() & F.col("name_status").isin(*RESOLVED_STATUSES))
     never = uses.join(resolved.select("cluster", "topic_id").distinct(), ["cluster", "topic_id"], "left_anti")
     return (
         never.groupBy("day", "cluster", "topic_id")
         .agg(
-            F.count(F.lit(1)).alias("requests"),
+            F.sum("n").alias("requests"),
             F.array_join(F.array_sort(F.collect_set("name_status")), ",").alias("statuses"),
             F.array_join(F.array_sort(F.collect_set(F.coalesce("client_id", F.lit("")))), ",").alias("client_ids"),
             F.timestamp_micros(F.min("time_us")).alias("first_seen"),
@@ -186,17 +353,17 @@ def unresolved_ids(ev: DataFrame) -> DataFrame:
 
 def _id_history(uses: DataFrame) -> DataFrame:
     """Per (cluster, topic name, id): first/last use, first gone-id error, and the newest id of the name."""
-    from pyspark.sql import Window
+    from pyspark.sql import Window as W
 
     F = _f()
     named = uses.where(F.col("topic_name").isNotNull())
     per_id = named.groupBy("cluster", "topic_name", "topic_id").agg(
         F.min("time_us").alias("first_us"),
         F.max("time_us").alias("last_us"),
-        F.count(F.lit(1)).alias("requests"),
+        F.sum("n").alias("requests"),
         F.min(F.when(F.col("id_gone"), F.col("time_us"))).alias("first_gone_us"),
     )
-    by_name = Window.partitionBy("cluster", "topic_name")
+    by_name = W.partitionBy("cluster", "topic_name")
     newest = F.max_by("topic_id", "first_us").over(by_name)
     newest_first = F.max("first_us").over(by_name)
     return per_id.select(
@@ -206,10 +373,10 @@ def _id_history(uses: DataFrame) -> DataFrame:
     )
 
 
-def topic_id_history(ev: DataFrame) -> DataFrame:
+def topic_id_history(roll: DataFrame) -> DataFrame:
     """Every (topic name, id) pair seen: when, how much, whether deleted, and which id replaced it."""
     F = _f()
-    h = _id_history(_id_uses(ev))
+    h = _id_history(_id_uses(roll))
     return h.select(
         F.to_date(F.timestamp_micros("first_us")).alias("day"),
         "cluster", "topic_name", "topic_id", "requests",
@@ -221,10 +388,10 @@ def topic_id_history(ev: DataFrame) -> DataFrame:
     )
 
 
-def stale_ids(ev: DataFrame) -> DataFrame:
+def stale_ids(roll: DataFrame) -> DataFrame:
     """Clients still using the id of a deleted (and maybe recreated) topic: who, which id, how often."""
     F = _f()
-    uses = _id_uses(ev)
+    uses = _id_uses(roll)
     h = _id_history(uses).select("cluster", "topic_name", "topic_id", "newer_id", "newer_first_us")
     joined = uses.where(F.col("topic_name").isNotNull()).join(h, ["cluster", "topic_name", "topic_id"])
     superseded = F.col("newer_first_us").isNotNull() & (F.col("time_us") >= F.col("newer_first_us"))
@@ -233,8 +400,8 @@ def stale_ids(ev: DataFrame) -> DataFrame:
         stale.groupBy("day", "cluster", "topic_name", "topic_id", "principal", "client_id")
         .agg(
             F.first("newer_id", ignorenulls=True).alias("current_id"),
-            F.count(F.lit(1)).alias("requests"),
-            F.sum(F.col("id_gone").cast("long")).alias("unknown_id_errors"),
+            F.sum("n").alias("requests"),
+            F.coalesce(F.sum(F.when(F.col("id_gone"), F.col("n"))), F.lit(0)).alias("unknown_id_errors"),
             F.array_join(F.array_sort(F.collect_set("instance")), ",").alias("instances"),
             F.timestamp_micros(F.min("time_us")).alias("first_seen"),
             F.timestamp_micros(F.max("time_us")).alias("last_seen"),
@@ -242,28 +409,22 @@ def stale_ids(ev: DataFrame) -> DataFrame:
     )
 
 
-def id_adoption(ev: DataFrame) -> DataFrame:
+def id_adoption(roll: DataFrame) -> DataFrame:
     """Per client: the share of its Fetch/Produce requests at versions that carry topic ids."""
     F = _f()
-    fetch, produce = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
-    key, version = F.col("api_key"), F.col("api_version")
-    with_ids = ((key == fetch) & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
-        (key == produce) & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
-    )
     return (
-        _events(ev).where(key.isin(fetch, produce))
-        .groupBy("day", "principal", "client_id")
+        part(roll, "client", "fetch_produce").groupBy("day", "principal", "client_id")
         .agg(
-            F.count(F.lit(1)).alias("fetch_produce"),
-            F.sum(with_ids.cast("long")).alias("with_ids"),
-            F.max(F.when(key == fetch, version)).alias("max_fetch_version"),
-            F.max(F.when(key == produce, version)).alias("max_produce_version"),
+            F.sum("fetch_produce").alias("fetch_produce"),
+            F.sum("with_ids").alias("with_ids"),
+            F.max("max_fetch_version").alias("max_fetch_version"),
+            F.max("max_produce_version").alias("max_produce_version"),
         )
         .withColumn("share", F.round(F.col("with_ids") / F.col("fetch_produce"), 4))
     )
 
 
-def policy_denials(ev: DataFrame) -> DataFrame:
+def policy_denials(roll: DataFrame) -> DataFrame:
     """Policy refusals per principal and resource (and the filter, operation and code that refused)."""
     from pyspark.sql.types import ArrayType
 
@@ -271,23 +432,24 @@ def policy_denials(ev: DataFrame) -> DataFrame:
     p = F.col("p")
     refused = F.from_json("policy", ArrayType(policy_schema()))
     return (
-        _events(ev).where(F.col("policy").isNotNull())
-        .select("day", "time_us", "principal", "client_id", F.explode(refused).alias("p"))
+        part(roll, "client", "policy_events")
+        .select("day", "principal", "client_id", "policy_events", "min_us", "max_us", F.explode(refused).alias("p"))
         .groupBy(
             "day", "principal", p["resource_type"].alias("resource_type"), p["resource"].alias("resource"),
             p["operation"].alias("operation"), p["filter"].alias("filter"), p["decision"].alias("decision"),
             p["error_code"].alias("error_code"),
         )
         .agg(
-            F.count(F.lit(1)).alias("denials"),
+            F.sum("policy_events").alias("denials"),
             F.array_join(F.array_sort(F.collect_set(F.coalesce("client_id", F.lit("")))), ",").alias("client_ids"),
-            F.timestamp_micros(F.min("time_us")).alias("first_seen"),
-            F.timestamp_micros(F.max("time_us")).alias("last_seen"),
+            F.timestamp_micros(F.min("min_us")).alias("first_seen"),
+            F.timestamp_micros(F.max("max_us")).alias("last_seen"),
         )
     )
 
 
-#: Every report table, by the name its files get (``DIR/csv/NAME.csv``, ``DIR/parquet/NAME/day=.../``).
+#: Every report table, by the name its files get (``DIR/csv/NAME.csv``, ``DIR/parquet/NAME/day=.../``);
+#: each takes the roll-up of :func:`rollup`.
 REPORTS: dict[str, Callable[[DataFrame], DataFrame]] = {
     "topic_hourly": topic_hourly,
     "chargeback": chargeback,
