@@ -174,3 +174,16 @@ def test_time_window(spark: Any, tmp_path: Path) -> None:
     t = report_tables(fleet(tmp_path), spark, Window(since_us=T0 + HOUR, until_us=T0 + 2 * HOUR + 25 * S))
     assert sum(r["requests"] for r in t["instances"]) == 3  # produce at +1h, carol and the first stale fetch
     assert sum(r["lines"] for r in t["input_files"]) == 12  # the input is still read (and checked) whole
+
+
+def test_percentiles_are_observed_latencies_never_above_the_max(spark: Any, tmp_path: Path) -> None:
+    """Latencies above 1 ms share rounded buckets; a percentile is the largest value seen in its bucket,
+    so it never exceeds the maximum (an end-to-end run once reported p99 2,010,000 over a max of 2,007,939)."""
+    from kgate.pipeline.tables import report_tables
+
+    lat = [1_500, 1_502, 2_007_939, 2_004_001]  # the last two round into one bucket (3 significant digits)
+    write_events(tmp_path / "a" / "x.jsonl", [event(T0 + i, api="Metadata", latency_us=v) for i, v in enumerate(lat)])
+    row = _one(report_tables(str(tmp_path / "a"), spark)["latency_api"], api_name="Metadata")
+    assert row["max_us"] == 2_007_939
+    assert 0 < row["p50_us"] <= row["p95_us"] <= row["p99_us"] <= row["max_us"]
+    assert (row["p50_us"], row["p99_us"]) == (1_502, 2_007_939)
