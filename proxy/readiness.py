@@ -73,9 +73,11 @@ class Readiness:
     async def probe(self, cluster: VirtualCluster) -> None:
         request = api.API_INFO[METADATA].request_class(topics=[], allow_auto_topic_creation=False)
         try:
-            _version, resp = await asyncio.wait_for(
-                cluster.own_client.request(METADATA, request, lo=1, timeout_s=self.timeout_s), self.timeout_s
-            )
+            # asyncio.timeout, not wait_for: wait_for runs the request as a task of its own, and a
+            # shutdown that closes kgate's connection mid-probe left that task's UpstreamError
+            # unretrieved ("Task exception was never retrieved" in a full test run)
+            async with asyncio.timeout(self.timeout_s):
+                _version, resp = await cluster.own_client.request(METADATA, request, lo=1, timeout_s=self.timeout_s)
         except (UpstreamError, TimeoutError, OSError) as exc:
             self._record(cluster.name, False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             return
