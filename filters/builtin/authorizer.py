@@ -68,10 +68,10 @@ from kgate.filters.builtin.authz_shapes import (
     look_up,
 )
 from kgate.filters.builtin.topic_visibility import (
-    hide_described_topics,
     hide_log_dir_topics,
     hide_offsets,
     hide_transaction_topics,
+    hide_undescribable,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
@@ -491,23 +491,7 @@ class Authorizer(Filter):
 
     def described_topics(self, ctx: FilterContext, response: Any) -> Result:
         """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does)."""
-        request = ctx.request
-        asked_ids: frozenset[UUID] = frozenset()
-        changed = False
-        if ctx.api_key == ApiKey.METADATA:
-            asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
-            if not asked_for_all:
-                asked_ids = frozenset(t.topic_id for t in request.topics if getattr(t, "topic_id", _ZERO).int)
-                if not request.topics and response.topics:
-                    response.topics, changed = [], True
-        else:
-            asked_for_all = request is None or not request.topics
-        kept = hide_described_topics(response.topics, self._describe(ctx), asked_for_all, asked_ids)
-        if kept is not None:
-            response.topics, changed = kept, True
-        if ctx.api_key == ApiKey.METADATA and merge_refused(ctx, response) is not FORWARD:
-            changed = True
-        return forward(response) if changed else FORWARD
+        return hide_undescribable(ctx, response, self._describe(ctx))
 
     def created_topics(self, ctx: FilterContext, response: Any) -> Result:
         """CreateTopics: no existence oracle, no configs without describe_configs; then merge refusals."""

@@ -50,10 +50,10 @@ from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_po
 from kgate.filters.builtin.authorizer import Authorizer
 from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
-    hide_described_topics,
     hide_log_dir_topics,
     hide_offsets,
     hide_transaction_topics,
+    hide_undescribable,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
@@ -245,25 +245,7 @@ class TopicPolicy(Filter):
         (A DescribeTopicPartitions answer's ``next_cursor`` is left as the broker set it: the client
         needs it to page on, even when it names a denied topic.)
         """
-        request = ctx.request
-        asked_ids: frozenset[UUID] = frozenset()
-        changed = False
-        if ctx.api_key == ApiKey.METADATA:
-            asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
-            if not asked_for_all:
-                asked_ids = frozenset(t.topic_id for t in request.topics if getattr(t, "topic_id", _ZERO).int)
-                if not request.topics and response.topics:
-                    # v1+: an empty list asks for no topic (all of them refused by metadata_request,
-                    # or the client's own broker-only refresh); some brokers (Tansu) list every topic
-                    response.topics, changed = [], True
-        else:
-            asked_for_all = request is None or not request.topics
-        kept = hide_described_topics(response.topics, self.allowed, asked_for_all, asked_ids)
-        if kept is not None:
-            response.topics, changed = kept, True
-        if ctx.api_key == ApiKey.METADATA and merge_refused(ctx, response) is not FORWARD:
-            changed = True  # the entries metadata_request refused, in the answer
-        return forward(response) if changed else FORWARD
+        return hide_undescribable(ctx, response, self.allowed)
 
     @on_response(ApiKey.OFFSET_FETCH)
     def offset_fetch(self, ctx: FilterContext, response: Any) -> Result | Any:

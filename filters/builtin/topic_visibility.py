@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
-from kgate.api import ErrorCode
+from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward, merge_refused
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -235,3 +235,30 @@ def refuse_classic_groups_with_denied_assignments(response: Any, allowed: Allowe
                 changed = True
                 break
     return changed
+
+
+def hide_undescribable(ctx: FilterContext, response: Any, allowed: Allowed) -> Result:
+    """A Metadata / DescribeTopicPartitions answer with the topics ``allowed`` refuses hidden, and the
+    entries a request hook refused merged back in (Metadata): one rule for topic-policy and the authorizer.
+
+    v1+ Metadata with an empty topic list asks for no topic (every one refused by the request hook, or a
+    broker-only refresh), yet some brokers (Tansu) list every topic: the answer's list is emptied. A
+    DescribeTopicPartitions answer's ``next_cursor`` is left as the broker set it (the client pages on it).
+    """
+    request = ctx.request
+    asked_ids: frozenset[UUID] = frozenset()
+    changed = False
+    if ctx.api_key == ApiKey.METADATA:
+        asked_for_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
+        if not asked_for_all:
+            asked_ids = frozenset(t.topic_id for t in request.topics if getattr(t, "topic_id", _ZERO).int)
+            if not request.topics and response.topics:
+                response.topics, changed = [], True
+    else:
+        asked_for_all = request is None or not request.topics
+    kept = hide_described_topics(response.topics, allowed, asked_for_all, asked_ids)
+    if kept is not None:
+        response.topics, changed = kept, True
+    if ctx.api_key == ApiKey.METADATA and merge_refused(ctx, response) is not FORWARD:
+        changed = True
+    return forward(response) if changed else FORWARD
