@@ -33,6 +33,7 @@ from .model import (
     ProxyProtocolConfig,
     ProxySettings,
     ServerTlsConfig,
+    TopicMetricsConfig,
     TopicNamesConfig,
     UpstreamAuth,
     UpstreamTlsConfig,
@@ -74,7 +75,8 @@ _TOPIC_NAMES_KEYS = (
     "lookup_timeout_s",
 )
 _METRICS_KEYS = ("listen",)
-_ADMIN_KEYS = ("listen", "probe_interval_s", "probe_timeout_s")
+_ADMIN_KEYS = ("listen", "probe_interval_s", "probe_timeout_s", "topic_metrics")
+_TOPIC_METRICS_KEYS = ("enabled", "max_topics")
 _CLUSTER_KEYS = (
     "name",
     "listen",
@@ -287,6 +289,16 @@ def _parse_metrics(ctx: _Ctx, value: Any, path: str) -> MetricsConfig:
     return MetricsConfig(listen=ctx.host_port(listen, _join(path, "listen")))
 
 
+def _parse_topic_metrics(ctx: _Ctx, value: Any, path: str) -> TopicMetricsConfig:
+    m = ctx.mapping(value, path, _TOPIC_METRICS_KEYS)
+    kw: dict[str, Any] = {}
+    if "enabled" in m:
+        kw["enabled"] = ctx.boolean(m["enabled"], _join(path, "enabled"))
+    if "max_topics" in m:
+        kw["max_topics"] = ctx.integer(m["max_topics"], _join(path, "max_topics"), minimum=1)
+    return TopicMetricsConfig(**kw)
+
+
 def _parse_admin(ctx: _Ctx, value: Any, path: str, metrics: MetricsConfig) -> AdminConfig:
     """``admin:``; ``metrics.listen`` is its deprecated alias, and both at once is refused.
 
@@ -298,6 +310,8 @@ def _parse_admin(ctx: _Ctx, value: Any, path: str, metrics: MetricsConfig) -> Ad
     for key in ("probe_interval_s", "probe_timeout_s"):
         if key in m:
             kw[key] = ctx.positive_number(m[key], _join(path, key))
+    if m.get("topic_metrics") is not None:
+        kw["topic_metrics"] = _parse_topic_metrics(ctx, m["topic_metrics"], _join(path, "topic_metrics"))
     listen = m.get("listen")
     if listen is not None:
         if metrics.listen is not None:

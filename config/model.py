@@ -244,6 +244,16 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class TopicMetricsConfig:
+    """Per-topic metrics (proxy/topic_metrics.py): ``kgate_topic_requests_total``, ``kgate_topic_bytes_total``."""
+
+    enabled: bool = True
+    """On by default: with the cap, at most ~4 series per topic, and ~3 us per Produce or Fetch."""
+    max_topics: int = 200
+    """Topics with a label of their own, per cluster; later ones count under ``topic="<other>"``."""
+
+
+@dataclass(frozen=True)
 class AdminConfig:
     """The admin listener: ``/livez``, ``/readyz``, ``/metrics`` (proxy/admin.py)."""
 
@@ -255,6 +265,8 @@ class AdminConfig:
     """A probe with no answer within this counts as unreachable."""
     from_metrics_listen: bool = False
     """Set when ``listen`` came from the deprecated ``metrics.listen`` (a warning says so)."""
+    topic_metrics: TopicMetricsConfig = TopicMetricsConfig()
+    """Per-topic metrics, collected only while the admin listener is on (it serves ``/metrics``)."""
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,13 @@ class FinishedExchange(Protocol):
     request: Any  # the decoded request when a request hook decoded it, else None
     state: dict[str, Any] | None  # the request hooks' state (policy decisions live under "kgate.policy")
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
+    #: when its last byte went to the broker: ``t0_ns`` for a request forwarded whole (the same
+    #: call), later for one that streamed through in pieces; for a request that never went
+    #: upstream (a filter answered it) it is ``t0_ns`` too, and ``up_ns`` stays 0
+    sent_ns: int
+    #: when the broker's answer was in kgate's hands (the whole frame, or the first bytes of one that
+    #: streams through); 0 when no answer came from the broker (kgate answered, acks=0, closed first)
+    up_ns: int
     #: the request frame (size prefix included), or the list of pieces it was forwarded in when it
     #: streamed through (a large Produce: never held whole; the list fills as its bytes pass)
     req: bytes | memoryview | list[bytes | memoryview]

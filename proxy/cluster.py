@@ -18,14 +18,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import ssl
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kgate.api import ApiKey, TopicNameError
 from kgate.codec import api
-from kgate.config import ProxySettings, TopicNamesConfig, VirtualClusterConfig
+from kgate.config import ProxySettings, TopicMetricsConfig, TopicNamesConfig, VirtualClusterConfig
 from kgate.config.tls_context import TlsFileError
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver, fan_out
@@ -34,7 +33,7 @@ from kgate.proxy.answer_memo import AnswerMemo
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
-from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
+from kgate.proxy.front_door import FrontDoor, RefusalLog
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -42,6 +41,7 @@ from kgate.proxy.plans import Plans
 from kgate.proxy.proxy_protocol import SourceFilter
 from kgate.proxy.timeouts import sweep_forever
 from kgate.proxy.tls import ReloadingContext
+from kgate.proxy.topic_metrics import TopicMetrics
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 from kgate.topic_ids import TopicNameResolver
 
@@ -88,6 +88,7 @@ class VirtualCluster:
         chain: FilterChain | None = None,
         topic_names: TopicNamesConfig | None = None,
         exchange_metrics: bool = False,
+        topic_metrics: TopicMetricsConfig | None = None,
     ) -> None:
         self.cfg = cfg
         #: per finished exchange (filters/exchanges.py): set in ``start`` from the filters that ask
@@ -128,6 +129,7 @@ class VirtualCluster:
             refuse_own_listeners=True,
             tls=self.upstream_tls,
             server_hostname=self.upstream_server_hostname,
+            on_tls_failure=lambda: self.metrics.tls_handshake_failed("upstream"),
         )
         self._discovery: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None  # idle, frame and upstream timeouts
@@ -152,6 +154,9 @@ class VirtualCluster:
             sweep_interval_s=tn.sweep_interval_s,
             lookup_timeout_s=tn.lookup_timeout_s,
         )
+        tm = topic_metrics or TopicMetricsConfig()
+        if self.exchange_metrics is not None and tm.enabled:
+            self.exchange_metrics.topics = TopicMetrics(cfg.name, tm.max_topics, self.topic_names)
         #: what filters use outside a message (Filter.start): own requests, topic names
         self.services = ClusterServicesImpl(self)
 
@@ -165,7 +170,6 @@ class VirtualCluster:
         self.client_tls: ReloadingContext | None = None
         #: TLS towards the brokers, for client connections and kgate's own; None: plaintext
         self.upstream_tls: ReloadingContext | None = None
-        self._listening_ssl: ssl.SSLContext | None = None  # what the TLS listeners are created with
         self.upstream_server_hostname = cfg.upstream_tls.server_hostname if cfg.upstream_tls else None
         self.proxy_protocol = cfg.proxy_protocol
         self.proxy_sources = SourceFilter(cfg.proxy_protocol.trusted_sources if cfg.proxy_protocol else ())
@@ -174,7 +178,6 @@ class VirtualCluster:
         try:
             if cfg.tls is not None:
                 self.client_tls = ReloadingContext.for_clients(cfg.name, cfg.tls)
-                self._listening_ssl = self.client_tls.listening_context()
             if cfg.upstream_tls is not None:
                 self.upstream_tls = ReloadingContext.for_brokers(cfg.name, cfg.upstream_tls)
         except TlsFileError as exc:
@@ -260,16 +263,9 @@ class VirtualCluster:
         from kgate.proxy.connection import ClientConnection
 
         loop = asyncio.get_running_loop()
-        if self.proxy_protocol is not None:  # the header first, then TLS if any (proxy/front_door.py)
+        if self.proxy_protocol is not None or self.client_tls is not None:
+            # the PROXY header first if any, then the TLS handshake if any (proxy/front_door.py)
             server = await loop.create_server(lambda: FrontDoor(self, node_id, loop), sock=sock, backlog=LISTEN_BACKLOG)
-        elif self.client_tls is not None:
-            server = await loop.create_server(
-                lambda: TlsClientConnection(self, node_id, loop),
-                sock=sock,
-                backlog=LISTEN_BACKLOG,
-                ssl=self._listening_ssl,
-                ssl_handshake_timeout=self.settings.frame_timeout_s,
-            )
         else:
             server = await loop.create_server(
                 lambda: ClientConnection(self, node_id, loop), sock=sock, backlog=LISTEN_BACKLOG

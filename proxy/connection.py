@@ -355,6 +355,8 @@ class ClientConnection(asyncio.Protocol):
                 transport, protocol = await self._connect_once(host, port)
             except (OSError, TimeoutError) as exc:
                 metrics.upstream_connect_failures.inc()
+                if isinstance(exc, ssl.SSLError):
+                    metrics.tls_handshake_failed("upstream")
                 why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
                 errors.append(f"{host}:{port}: {why}")
                 continue

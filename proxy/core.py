@@ -776,7 +776,8 @@ class ConnectionCore:
         self._stream_left = size + 4 - len(head)
         if self._observer is not None and ex.api_key != RAW_SASL:
             # reported once its last byte went: observers get every piece (not copied)
-            self._streamed = (ex, [head], size + 4, time.monotonic_ns())
+            ex.up_ns = now = time.monotonic_ns()  # its first bytes arrived and went on at once
+            self._streamed = (ex, [head], size + 4, now)
         return True
 
     def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
@@ -822,6 +823,8 @@ class ConnectionCore:
                 self.close(CloseReason.OUT_OF_ORDER, f"broker answered correlation id {got}, expected {head.cid}")
                 return
         ex = self.upstream_waiting.popleft()
+        if self._observer is not None:
+            ex.up_ns = time.monotonic_ns()  # the upstream latency ends here (proxy/exchange_metrics.py)
         plan = ex.plan
         if plan is _PASS or plan is _RAW_SASL_PLAN:
             ex.response = frame
@@ -990,7 +993,8 @@ class ConnectionCore:
         the pieces it is forwarded in, completed by ``_request_piece`` (the buffers themselves,
         not copies).
         """
-        ex.t0_ns = time.monotonic_ns()
+        ex.sent_ns = ex.t0_ns = time.monotonic_ns()
+        ex.up_ns = 0
         ex.req_bytes = size
         if len(frame) < size:
             pieces: list[bytes | memoryview] = [frame]
@@ -1008,6 +1012,8 @@ class ConnectionCore:
             self._req_observed = None
             if acks0:
                 self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
+            else:
+                ex.sent_ns = time.monotonic_ns()  # the broker can answer only once it has it all
 
     def _observe_acks0(
         self,

@@ -17,10 +17,26 @@ class VersionRefused(HeaderError):
 class Exchange:
     """A request that expects an answer, the plan for that answer, and the answer once it is ready."""
 
-    # ``t0_ns``, ``req`` and ``req_bytes`` are set only while an exchange observer is installed
-    # (filters/exchanges.py): unobserved exchanges never assign them, so they cost nothing.
-    __slots__ = ("api_key", "api_version", "cid", "plan", "req", "req_bytes", "request", "response", "state", "t0_ns")
+    # ``t0_ns``, ``sent_ns``, ``up_ns``, ``req`` and ``req_bytes`` are set only while an exchange
+    # observer is installed (filters/exchanges.py): unobserved exchanges never assign them, so they
+    # cost nothing.
+    __slots__ = (
+        "api_key",
+        "api_version",
+        "cid",
+        "plan",
+        "req",
+        "req_bytes",
+        "request",
+        "response",
+        "sent_ns",
+        "state",
+        "t0_ns",
+        "up_ns",
+    )
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
+    sent_ns: int  # when its last byte went to the broker (t0_ns unless it streamed through in pieces)
+    up_ns: int  # when the broker's answer was in kgate's hands; 0: none came (kgate answered, acks=0)
     req: bytes | memoryview | list[bytes | memoryview]  # the request frame, or the pieces it streamed in
     req_bytes: int  # the request frame's size, size prefix included
 

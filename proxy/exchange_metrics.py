@@ -31,16 +31,23 @@ from prometheus_client.registry import Collector
 from kgate.api import ConnectionInfo
 from kgate.codec import api
 from kgate.codec.error_codes import ErrorCode
+from kgate.codec.generated.api_keys import ApiKey
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.exchanges import Answer, FinishedExchange
+from kgate.proxy.topic_metrics import TopicMetrics
 
 #: upper bounds of the latency buckets, seconds (Kafka round trips: sub-ms Metadata to 30 s long polls)
 BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _BOUNDS_NS = tuple(int(b * 1e9) for b in BUCKETS_S)
 _N = len(BUCKETS_S)
-# row layout: buckets..., +Inf, sum_ns, request bytes, response bytes, the api key it is labelled with
-_SUM, _REQ, _RESP, _LABEL = _N + 1, _N + 2, _N + 3, _N + 4
+# row layout: buckets..., +Inf, sum_ns, request bytes, response bytes, then the upstream histogram
+# (buckets..., +Inf, sum_ns), then the api key it is labelled with
+_SUM, _REQ, _RESP = _N + 1, _N + 2, _N + 3
+_UP = _N + 4  # first upstream bucket
+_UP_SUM = _UP + _N + 1
+_LABEL = _UP_SUM + 1
 UNKNOWN_API = -1
+PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 
 
 def api_name(api_key: int) -> str:
@@ -63,6 +70,8 @@ class ExchangeMetrics:
         self.cluster = cluster
         self.rows: dict[int, list[int]] = {}
         self.answers: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, error code) -> count
+        #: per-topic counters (proxy/topic_metrics.py); None: admin.topic_metrics.enabled is false
+        self.topics: TopicMetrics | None = None
         _LIVE.add(self)
 
     def _row(self, api_key: int) -> list[int]:
@@ -70,11 +79,11 @@ class ExchangeMetrics:
         if api_key not in api.API_INFO:
             shared = self.rows.get(UNKNOWN_API)
             if shared is None:
-                shared = self.rows[UNKNOWN_API] = [0] * (_N + 4) + [UNKNOWN_API]
+                shared = self.rows[UNKNOWN_API] = [0] * _LABEL + [UNKNOWN_API]
             if len(self.rows) < 1024:  # remember the garbage key only while few: bounded either way
                 self.rows[api_key] = shared
             return shared
-        row = self.rows[api_key] = [0] * (_N + 4) + [api_key]
+        row = self.rows[api_key] = [0] * _LABEL + [api_key]
         return row
 
     def observe(
@@ -89,6 +98,15 @@ class ExchangeMetrics:
         if row is None:
             row = self._row(ex.api_key)
         row[_REQ] += ex.req_bytes
+        up = ex.up_ns
+        if up:  # the broker answered (not kgate itself): its part of the latency
+            up -= ex.sent_ns
+            if up < 0:
+                up = 0
+            row[_UP + bisect_left(_BOUNDS_NS, up)] += 1
+            row[_UP_SUM] += up
+        if self.topics is not None and (ex.api_key == PRODUCE or ex.api_key == FETCH):
+            self.topics.observe(ex, answer, answer_bytes)
         if answer is None or answer_bytes is None:
             return  # no answer: no latency, no response bytes (acks=0, the connection closed first)
         took = end_ns - ex.t0_ns
@@ -103,11 +121,25 @@ class ExchangeMetrics:
 _LIVE: weakref.WeakSet[ExchangeMetrics] = weakref.WeakSet()
 
 
+def _cumulative(counts: list[int]) -> list[tuple[str, int]]:
+    """Prometheus' cumulative ("le", count) pairs from per-bucket counts (+Inf last)."""
+    cumulative, buckets = 0, []
+    for bound, n in zip((*(str(b) for b in BUCKETS_S), "+Inf"), counts, strict=True):
+        cumulative += n
+        buckets.append((bound, cumulative))
+    return buckets
+
+
 class _ExchangeCollector(Collector):
     def collect(self) -> Iterator[Any]:
         duration = HistogramMetricFamily(
             "kgate_request_duration_seconds",
             "From reading a request to handing its answer to the client, per api",
+            labels=["cluster", "api"],
+        )
+        upstream = HistogramMetricFamily(
+            "kgate_upstream_request_duration_seconds",
+            "From kgate's last byte of a request to the broker to the broker's answer in kgate's hands, per api",
             labels=["cluster", "api"],
         )
         req_bytes = CounterMetricFamily(
@@ -135,16 +167,15 @@ class _ExchangeCollector(Collector):
             for (key, code), n in list(m.answers.items()):
                 answers[(m.cluster, api_name(key), error_name(code))] += n
         for labels, row in sorted(rows.items()):
-            cumulative, buckets = 0, []
-            for bound, n in zip((*(str(b) for b in BUCKETS_S), "+Inf"), row[: _N + 1], strict=True):
-                cumulative += n
-                buckets.append((bound, cumulative))
-            duration.add_metric(list(labels), buckets, row[_SUM] / 1e9)
+            duration.add_metric(list(labels), _cumulative(row[: _N + 1]), row[_SUM] / 1e9)
+            if any(row[_UP:_UP_SUM]):  # only apis the broker answered (not those kgate answers itself)
+                upstream.add_metric(list(labels), _cumulative(row[_UP:_UP_SUM]), row[_UP_SUM] / 1e9)
             req_bytes.add_metric(list(labels), row[_REQ])
             resp_bytes.add_metric(list(labels), row[_RESP])
         for answer_labels, n in sorted(answers.items()):
             responses.add_metric(list(answer_labels), n)
         yield duration
+        yield upstream
         yield req_bytes
         yield resp_bytes
         yield responses

@@ -3,9 +3,13 @@
 A listener with neither feature hands every accepted socket straight to a ``ClientConnection``
 (proxy/connection.py), as it always has: this module costs plaintext listeners nothing.
 
-**TLS only**: the listener is an asyncio TLS server (uvloop's TLS, the fastest there is here);
-``TlsClientConnection`` only adds the mTLS principal when the handshake is done. The context
-follows its files (proxy/tls.py: ``listening_context``).
+**TLS only**: a ``FrontDoor`` takes the socket, pauses reading (the ClientHello stays in the
+socket) and runs ``loop.start_tls`` with the current context (uvloop's TLS: the same transport
+an asyncio TLS server would make). Not a TLS server (``create_server(ssl=...)``): there a failed
+handshake (a plaintext client, a wrong CA, an expired certificate) vanishes inside the event loop,
+which logs it only in debug mode and tells the protocol nothing; here each failure is logged
+(rate-limited, with the peer and OpenSSL's reason) and counted in
+``kgate_tls_handshake_failures_total{side="client"}`` and ``kgate_connections_refused_total``.
 
 **PROXY protocol** (with or without TLS): a ``FrontDoor`` takes the socket first. The peer must be
 a trusted source (else refused at once, logged, counted); the header is read **exactly** (a
@@ -67,16 +71,9 @@ def adopt_tls_principal(conn: ClientConnection, transport: asyncio.BaseTransport
     conn.info.principal = conn.core.sasl.principal = principal_of(transport)
 
 
-class TlsClientConnection(ClientConnection):
-    """A client connection on a TLS listener: the handshake is done when it starts; note who it is."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        adopt_tls_principal(self, transport)
-        super().connection_made(transport)
-
-
 class FrontDoor(asyncio.BufferedProtocol):
-    """Reads a PROXY header, then the TLS handshake if the cluster has TLS, then hands over (module doc)."""
+    """Reads a PROXY header if the cluster wants one, then the TLS handshake if the cluster has TLS,
+    then hands over (module doc)."""
 
     def __init__(self, cluster: VirtualCluster, node_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
         self.cluster = cluster
@@ -85,13 +82,16 @@ class FrontDoor(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.address = "?"  # the client's address: the peer's, or the PROXY header's source
-        assert cluster.proxy_protocol is not None
-        self._mode = cluster.proxy_protocol.mode
+        #: no PROXY header to read: TLS only, the handshake starts at once
+        self._tls_only = cluster.proxy_protocol is None
+        self._mode = cluster.proxy_protocol.mode if cluster.proxy_protocol is not None else ""
         self._buf = bytearray()
         self._scratch = bytearray(256)
         self._need = 0
         self._timer: asyncio.TimerHandle | None = None
-        self._task: asyncio.Task[None] | None = None
+        #: ``start_tls`` under way: its coroutine, stepped by hand (``_begin_tls``); None before and after
+        self._starting: Any = None
+        self._tls_begun = False
         self.done = False
 
     # -- accept ------------------------------------------------------------------------------
@@ -105,6 +105,10 @@ class FrontDoor(asyncio.BufferedProtocol):
             return
         cluster.doors.add(self)
         self._timer = self.loop.call_later(cluster.settings.frame_timeout_s, self._expired)
+        if self._tls_only:  # the ClientHello stays in the socket for start_tls
+            self.transport.pause_reading()  # type: ignore[union-attr]
+            self._begin_tls()
+            return
         host = peer[0] if isinstance(peer, tuple) else ""
         if not cluster.proxy_sources.trusted(host):
             self._refuse(
@@ -153,31 +157,47 @@ class FrontDoor(asyncio.BufferedProtocol):
 
     # -- TLS ---------------------------------------------------------------------------------
     def _begin_tls(self) -> None:
-        self._task = self.loop.create_task(self._handshake())
+        """Start the handshake: ``start_tls``'s first step runs here, synchronously.
 
-    async def _handshake(self) -> None:
+        That step makes the TLS layer the socket's protocol. Done now, not on a task's first turn:
+        uvloop starts reading an accepted socket right after ``connection_made`` returns (whatever
+        it paused), and the ClientHello read by this door would be lost to the handshake (seen:
+        "bad PROXY protocol header ... b'\\x16'"). Bytes that reach the TLS layer before its own
+        ``connection_made`` wait in its input buffer. The rest of ``start_tls`` runs on a task.
+        """
         tls = self.cluster.client_tls
         transport = self.transport
         assert tls is not None and transport is not None
         conn = ClientConnection(self.cluster, self.node_id, self.loop)
+        starting = self.loop.start_tls(
+            transport, conn, tls.current, server_side=True, ssl_handshake_timeout=self.cluster.settings.frame_timeout_s
+        )
+        self._tls_begun = True
         try:
-            tls_transport = await self.loop.start_tls(
-                transport,
-                conn,
-                tls.current,
-                server_side=True,
-                ssl_handshake_timeout=self.cluster.settings.frame_timeout_s,
-            )
-        except asyncio.CancelledError:
-            transport.abort()
-            raise
-        except (OSError, ssl.SSLError, ConnectionError, TimeoutError, EOFError) as exc:
-            why = _handshake_problem(exc)
-            self._refuse("tls_handshake", f"TLS handshake failed: {why}")
+            waiter = starting.send(None)  # runs up to its ``await waiter`` and yields that future
+        except Exception as exc:  # StopIteration included: it cannot finish before a handshake
+            self._handshake_failed(exc)
             return
-        except Exception:
-            log.exception("cluster %s: TLS handshake with %s failed", self.cluster.name, self.peer)
-            self._refuse("tls_handshake", "TLS handshake failed (internal error)")
+        self._starting = starting
+        # resumed from the waiter's callback, as a task awaiting start_tls would be: one loop turn
+        # after the handshake, before the client's first request can be delivered to ``conn``
+        waiter.add_done_callback(lambda _done: self._handshake_done(conn))
+
+    def _handshake_done(self, conn: ClientConnection) -> None:
+        """The handshake ended: finish ``start_tls`` (its TLS transport, or its error)."""
+        starting, self._starting = self._starting, None
+        if starting is None:
+            return  # given up already (front-door timeout, shutdown)
+        try:
+            starting.send(None)
+        except StopIteration as done:
+            tls_transport = done.value
+        except (Exception, asyncio.CancelledError) as exc:  # every handshake failure: logged and counted
+            self._handshake_failed(exc)
+            return
+        else:  # start_tls awaits once only: not reached
+            starting.close()
+            self._handshake_failed(RuntimeError("start_tls did not finish"))
             return
         if tls_transport is None or self.done or tls_transport.is_closing():
             if tls_transport is not None:
@@ -185,6 +205,21 @@ class FrontDoor(asyncio.BufferedProtocol):
             self._finish()
             return
         self._hand_over(tls_transport, conn)
+
+    def _stop_tls(self) -> None:
+        """Give up a handshake under way: ``start_tls`` closes its TLS transport on the way out."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.close()
+
+    def _handshake_failed(self, exc: BaseException) -> None:
+        """One failed client handshake: counted, logged (rate-limited, with the peer), closed."""
+        self.cluster.metrics.tls_handshake_failed("client")
+        if isinstance(exc, OSError | ssl.SSLError | ConnectionError | TimeoutError | EOFError):
+            self._refuse("tls_handshake", f"TLS handshake failed: {_handshake_problem(exc)}")
+            return
+        log.error("cluster %s: TLS handshake with %s failed", self.cluster.name, self.peer, exc_info=exc)
+        self._refuse("tls_handshake", "TLS handshake failed (internal error)")
 
     # -- hand-over and failure ---------------------------------------------------------------
     def _hand_over(self, transport: asyncio.Transport, conn: Any) -> None:
@@ -217,19 +252,18 @@ class FrontDoor(asyncio.BufferedProtocol):
     def _expired(self) -> None:
         self._timer = None
         if not self.done:
-            what = "TLS handshake" if self._task is not None else "PROXY protocol header"
+            what = "TLS handshake" if self._tls_begun else "PROXY protocol header"
+            if self._tls_begun:
+                self.cluster.metrics.tls_handshake_failed("client")
             self._refuse("front_door_timeout", f"no complete {what} within frame_timeout_s")
-            if self._task is not None:
-                self._task.cancel()
+            self._stop_tls()
 
     def close(self) -> None:
         """At shutdown: a connection still at the door goes."""
         if not self.done:
             transport = self.transport
-            task = self._task
             self._finish()
-            if task is not None:
-                task.cancel()
+            self._stop_tls()
             if transport is not None:
                 transport.abort()
 

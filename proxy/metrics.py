@@ -62,6 +62,13 @@ SELF_ADDRESS_REFUSED = Counter(
     ["cluster"],
 )
 
+TLS_HANDSHAKE_FAILURES = Counter(
+    "kgate_tls_handshake_failures_total",
+    "TLS handshakes that failed: client (a client to kgate's TLS listener: wrong CA, plaintext, expired"
+    " certificate, no handshake in time) and upstream (kgate to a broker: a TLS error)",
+    ["cluster", "side"],
+)
+
 UNKNOWN = -1  # api keys (and versions) kgate does not know share one label: garbage must not grow the metric
 
 
@@ -143,6 +150,10 @@ class ClusterMetrics:
     def count_filter(self, filter_name: str, direction: str, verdict: str) -> None:
         """A filter's decision that was not a plain forward (or its error, or its timeout)."""
         self.filter_outcomes[(filter_name, direction, verdict)] += 1
+
+    def tls_handshake_failed(self, side: str) -> None:
+        """A TLS handshake that failed, ``side`` ``client`` or ``upstream`` (rare: a resolved child)."""
+        TLS_HANDSHAKE_FAILURES.labels(self.cluster, side).inc()
 
     def refused_connection(self, reason: str) -> None:
         REFUSED_CONNECTIONS.labels(self.cluster, reason).inc()

@@ -44,6 +44,7 @@ class Proxy:
                 FilterChain(build_filters(config.chain_for(vc))),
                 config.topic_names,
                 exchange_metrics=config.admin.listen is not None,
+                topic_metrics=config.admin.topic_metrics,
             )
             for vc in config.virtual_clusters
         ]

@@ -133,23 +133,6 @@ class ReloadingContext:
             f"cluster {cluster}: upstream TLS", lambda: upstream_context(cfg), files_of(cfg), cfg.reload_interval_s
         )
 
-    def listening_context(self) -> ssl.SSLContext:
-        """The context a TLS server is created with, once: it hands each new handshake to ``current``.
-
-        A server keeps the context it was created with; the SNI callback, which OpenSSL calls for
-        every ClientHello (with or without a server name), moves the connection to the newest
-        context before the certificate is chosen (``SSLObject.context = ...``, SSL_set_SSL_CTX).
-        """
-        first = self.current
-
-        def to_current(sslobj: Any, _server_name: str | None, ctx: ssl.SSLContext) -> None:
-            current = self.current
-            if current is not ctx:
-                sslobj.context = current
-
-        first.sni_callback = to_current
-        return first
-
     def check(self) -> bool:
         """Rebuild if the files changed; whether ``current`` is new."""
         stamp = _stamp(self.files)

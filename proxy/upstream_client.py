@@ -68,9 +68,12 @@ class UpstreamClient:
         refuse_own_listeners: bool = False,
         tls: ReloadingContext | None = None,
         server_hostname: str | None = None,
+        on_tls_failure: Callable[[], None] | None = None,
     ) -> None:
         #: TLS towards the brokers (the cluster's ``upstream_tls``, reloaded as its files change)
         self.tls = tls
+        #: called per failed TLS handshake (kgate_tls_handshake_failures_total{side="upstream"})
+        self.on_tls_failure = on_tls_failure
         self.server_hostname = server_hostname
         self._targets = targets
         #: kgate's own connection never goes to one of its listeners (a loop); other users of this
@@ -122,6 +125,8 @@ class UpstreamClient:
                     )
                 transport, protocol = await asyncio.wait_for(connecting, self.connect_timeout_s)
             except (OSError, TimeoutError) as exc:
+                if isinstance(exc, ssl.SSLError) and self.on_tls_failure is not None:
+                    self.on_tls_failure()
                 why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
                 errors.append(f"{host}:{port}: {why}")
                 continue

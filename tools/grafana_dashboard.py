@@ -47,6 +47,13 @@ PANELS: list[dict] = [
     panel("Request latency p50 per api", [
         (f"histogram_quantile(0.5, sum by (api, le) (rate(kgate_request_duration_seconds_bucket{{{SEL}}}"
          "[$__rate_interval])))", "{{api}}")], "s"),
+    panel("Client vs upstream latency p99 per api", [
+        (f"histogram_quantile(0.99, sum by (api, le) (rate(kgate_request_duration_seconds_bucket{{{SEL}}}"
+         "[$__rate_interval])))", "client {{api}}"),
+        (f"histogram_quantile(0.99, sum by (api, le) (rate(kgate_upstream_request_duration_seconds_bucket{{{SEL}}}"
+         "[$__rate_interval])))", "upstream {{api}}")], "s",
+          desc="client: kgate's whole exchange (kgate_request_duration_seconds); upstream: the broker's part "
+               "(kgate_upstream_request_duration_seconds). A gap between them is time spent in kgate"),
     panel("Bytes in / out per api", [
         (f"sum by (api) (rate(kgate_request_bytes_total{{{SEL}}}[$__rate_interval]))", "in {{api}}"),
         (f"-sum by (api) (rate(kgate_response_bytes_total{{{SEL}}}[$__rate_interval]))", "out {{api}}")],
@@ -83,6 +90,22 @@ PANELS: list[dict] = [
     panel("Suspension time p99", [
         (f"histogram_quantile(0.99, sum by (direction, le) (rate(kgate_suspension_seconds_bucket{{{SEL}}}"
          "[$__rate_interval])))", "{{direction}}")], "s"),
+    row("Topics and TLS"),
+    panel("Top 10 topics by record bytes", [
+        (f"topk(10, sum by (topic, direction) (rate(kgate_topic_bytes_total{{{SEL}}}[$__rate_interval])))",
+         "{{direction}} {{topic}}")], "Bps",
+          desc="Record bytes per topic: in (Produce), out (Fetch). Capped at admin.topic_metrics.max_topics "
+               "topics; later ones show as <other>"),
+    panel("Top 10 topics by requests; cap overflow", [
+        (f"topk(10, sum by (topic, api) (rate(kgate_topic_requests_total{{{SEL}}}[$__rate_interval])))",
+         "{{api}} {{topic}}"),
+        (f"sum(rate(kgate_topic_metrics_overflow_total{{{SEL}}}[$__rate_interval]))", "over the cap (<other>)")],
+          "reqps", desc="A steady 'over the cap' means admin.topic_metrics.max_topics is too small"),
+    panel("TLS handshake failures", [
+        (f"sum by (cluster, side) (rate(kgate_tls_handshake_failures_total{{{SEL}}}[$__rate_interval]))",
+         "{{cluster}} {{side}}")], "cps",
+          desc="client: wrong CA, plaintext client, expired certificate, no handshake in time; upstream: "
+               "kgate to a broker. The log has one line per burst with the peer and reason"),
     row("Topic ids, memory, processes"),
     panel("Topic-id cache", [
         (f"sum(rate(kgate_topic_names_hits_total{{{SEL}}}[$__rate_interval]))", "hits"),

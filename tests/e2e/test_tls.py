@@ -367,3 +367,55 @@ def test_certificate_reload_new_handshakes_get_new_cert(pki, tmp_path, tls_broke
     assert len(held.recv(65536)) > 0
     held.close()
     assert k.call(lambda: k.cluster.client_tls.reloads) == 1
+
+
+def _scraped(admin_port: int, name: str, labels: str) -> float:
+    """One sample of ``name`` with exactly ``labels`` (Prometheus text from the admin listener)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{HOST}:{admin_port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{{labels}}} "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_tls_handshake_failures_are_counted_and_logged(pki, tls_broker, kgate_factory_inproc, caplog):
+    """A plaintext client and a client with another CA's certificate on the TLS listener: each
+    counts in kgate_tls_handshake_failures_total{side="client"} (scraped from /metrics), and the
+    first of the burst is logged with the peer's address and the reason."""
+    import dataclasses
+
+    from kgate.config import AdminConfig, HostPort
+
+    admin_port = free_port()
+    cfg = tls_config(pki, tls_broker.relay.bootstrap, name="tls-fail")
+    cfg = dataclasses.replace(cfg, admin=AdminConfig(listen=HostPort(HOST, admin_port)))
+    labels = 'cluster="tls-fail",side="client"'
+    with caplog.at_level(logging.WARNING, logger="kgate.connection"):
+        k = kgate_factory_inproc(cfg)
+        assert _scraped(admin_port, "kgate_tls_handshake_failures_total", labels) == 0
+        with socket.create_connection((HOST, k.port), timeout=10) as plain:  # plaintext on a TLS port
+            peer = f"{HOST}:{plain.getsockname()[1]}"
+            plain.sendall(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")  # ApiVersions v0
+            try:
+                assert plain.recv(65536) == b""
+            except ConnectionResetError:
+                pass
+        deadline = time.monotonic() + 10
+        while _scraped(admin_port, "kgate_tls_handshake_failures_total", labels) < 1:
+            assert time.monotonic() < deadline, "the plaintext client's failed handshake was not counted"
+            time.sleep(0.05)
+        s, _why = _handshake(k.port, client_context(pki, pki.rogue_client))
+        assert s is None, "a certificate from another CA was accepted"
+        while _scraped(admin_port, "kgate_tls_handshake_failures_total", labels) < 2:
+            assert time.monotonic() < deadline + 10, "the rogue certificate's failed handshake was not counted"
+            time.sleep(0.05)
+        ok, why = _handshake(k.port, client_context(pki, pki.alice))  # a good client does not count
+        assert ok is not None, why
+        ok.close()
+    assert _scraped(admin_port, "kgate_tls_handshake_failures_total", labels) == 2
+    lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
+    assert len(lines) == 1, lines  # rate-limited: the second failure within 10 s is only counted
+    assert peer in lines[0] and "cluster tls-fail" in lines[0], lines[0]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
+import kgate.proxy.exchange_metrics  # registers the per-exchange and per-topic collectors
 import kgate.proxy.metrics  # registers the data-path collector
 import kgate.topic_ids.metrics  # noqa: F401  (registers the topic-id collector)
 
@@ -39,4 +40,6 @@ def test_every_metric_in_a_query_exists() -> None:
     known = {m.name for m in REGISTRY.collect()} | OTHER
     assert used - known == set(), f"unknown metrics in the dashboard: {sorted(used - known)}"
     for name in ("kgate_open_connections", "kgate_filter_decisions", "kgate_suspension_seconds", "kgate_requests"):
+        assert name in used
+    for name in ("kgate_upstream_request_duration_seconds", "kgate_topic_bytes", "kgate_tls_handshake_failures"):
         assert name in used

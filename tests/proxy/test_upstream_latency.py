@@ -1,0 +1,173 @@
+"""``kgate_upstream_request_duration_seconds``: the broker's part of an exchange, driven through the
+core without sockets (tests/support/core_driver.py) on a fake clock, so every duration is exact.
+
+From kgate's last byte of a request to the broker to the answer in kgate's hands (the whole frame,
+or the first bytes of one that streams through); nothing for what kgate answers itself or acks=0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from support.core_driver import RecordingActions
+from support.wire import record_batch
+
+import kgate.proxy.core as core_module
+from kgate.api import ApiKey, ConnectionInfo, Filter, FilterContext, Respond, on_request
+from kgate.codec.generated.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
+from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse
+from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
+from kgate.config import parse_config
+from kgate.filters.chain import FilterChain
+from kgate.proxy.cluster import VirtualCluster
+from kgate.proxy.core import ConnectionCore
+from kgate.proxy.exchange_metrics import ExchangeMetrics, _ExchangeCollector
+from kgate.testing.frames import request_bytes, response_bytes
+
+METADATA, PRODUCE, FETCH = int(ApiKey.METADATA), int(ApiKey.PRODUCE), int(ApiKey.FETCH)
+MS = 1_000_000
+
+
+class Clock:
+    """Stands in for the core's ``time`` module: ``monotonic_ns`` is whatever the test set."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def monotonic_ns(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    c = Clock()
+    monkeypatch.setattr(core_module, "time", c)
+    return c
+
+
+class AnswersMetadata(Filter):
+    """Answers every Metadata request itself: the broker never sees it."""
+
+    name = "test-answers-metadata"
+
+    @on_request(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        return Respond(MetadataResponse(brokers=[], topics=[]))
+
+
+def _core(name: str, filters: Sequence[Filter] = ()) -> tuple[ConnectionCore, RecordingActions]:
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": name, "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
+    )
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain(list(filters)), cfg.topic_names)
+    cluster.exchange_metrics = ExchangeMetrics(name)
+    cluster.exchange_observer = cluster.exchange_metrics.observe
+    actions = RecordingActions()
+    return ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", name), actions), actions
+
+
+def _samples(cluster: str, metric: str) -> dict[tuple[str, str], float]:
+    """(api, le or "") -> value of ``metric``'s samples for ``cluster``."""
+    out: dict[tuple[str, str], float] = {}
+    for family in _ExchangeCollector().collect():
+        for s in family.samples:
+            if s.name == metric and s.labels.get("cluster") == cluster:
+                out[(s.labels["api"], s.labels.get("le", ""))] = s.value
+    return out
+
+
+def _produce(acks: int, cid: int, size: int = 100) -> bytes:
+    msg = ProduceRequest(
+        acks=acks,
+        timeout_ms=100,
+        topic_data=[
+            TopicProduceData(
+                name="t", partition_data=[PartitionProduceData(index=0, records=record_batch([b"v" * size]))]
+            )
+        ],
+    )
+    return request_bytes(PRODUCE, 9, msg, correlation_id=cid)
+
+
+def test_broker_time_is_separate_from_kgate_time(clock: Clock) -> None:
+    core, _ = _core("up-1")
+    clock.now = 1 * MS
+    core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=1))
+    clock.now = 4 * MS  # 3 ms later the broker answers, handed on in the same call
+    core.receive_broker(response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=1))
+    up = _samples("up-1", "kgate_upstream_request_duration_seconds_sum")
+    assert up == {("Metadata", ""): pytest.approx(0.003)}
+    buckets = _samples("up-1", "kgate_upstream_request_duration_seconds_bucket")
+    assert buckets[("Metadata", "0.0025")] == 0 and buckets[("Metadata", "0.005")] == 1
+    client = _samples("up-1", "kgate_request_duration_seconds_sum")
+    assert client == {("Metadata", ""): pytest.approx(0.003)}
+
+
+def test_answers_kgate_makes_itself_have_no_upstream_time(clock: Clock) -> None:
+    core, actions = _core("up-2", [AnswersMetadata({})])
+    clock.now = 1 * MS
+    core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=1))
+    assert actions.client.data and not actions.upstream.data  # answered by the filter
+    assert _samples("up-2", "kgate_request_duration_seconds_count") == {("Metadata", ""): 1}
+    assert _samples("up-2", "kgate_upstream_request_duration_seconds_count") == {}
+
+
+def test_acks0_produce_has_no_upstream_time(clock: Clock) -> None:
+    core, actions = _core("up-3")
+    core.receive_client(_produce(0, 1))
+    assert actions.upstream.data
+    assert _samples("up-3", "kgate_upstream_request_duration_seconds_count") == {}
+
+
+def test_streamed_request_counts_from_its_last_byte(clock: Clock) -> None:
+    """A Produce larger than a read goes upstream in pieces: the broker's time starts at the last."""
+    core, _ = _core("up-4")
+    req = _produce(-1, 7, size=20_000)
+    for now, (a, b) in zip((1, 2, 5), ((0, 100), (100, 9000), (9000, len(req))), strict=True):
+        clock.now = now * MS
+        core.receive_client(req[a:b])
+    clock.now = 6 * MS
+    core.receive_broker(response_bytes(PRODUCE, 9, ProduceResponse(responses=[]), correlation_id=7))
+    assert _samples("up-4", "kgate_upstream_request_duration_seconds_sum") == {("Produce", ""): pytest.approx(0.001)}
+    assert _samples("up-4", "kgate_request_duration_seconds_sum") == {("Produce", ""): pytest.approx(0.005)}
+
+
+def test_streamed_answer_ends_at_its_first_bytes(clock: Clock) -> None:
+    """A large Fetch answer is forwarded as it arrives: the broker's time ends at its first bytes."""
+    core, actions = _core("up-5")
+    clock.now = 1 * MS
+    core.receive_client(request_bytes(FETCH, 12, FetchRequest(max_wait_ms=1, min_bytes=1, topics=[]), correlation_id=2))
+    resp = response_bytes(
+        FETCH,
+        12,
+        FetchResponse(
+            responses=[
+                FetchableTopicResponse(
+                    topic="t", partitions=[PartitionData(partition_index=0, records=record_batch([b"x" * 5000]))]
+                )
+            ]
+        ),
+        correlation_id=2,
+    )
+    clock.now = 3 * MS
+    core.receive_broker(resp[:100])
+    clock.now = 9 * MS
+    core.receive_broker(resp[100:])
+    assert bytes(actions.client.data) == resp
+    assert _samples("up-5", "kgate_upstream_request_duration_seconds_sum") == {("Fetch", ""): pytest.approx(0.002)}
+    assert _samples("up-5", "kgate_request_duration_seconds_sum") == {("Fetch", ""): pytest.approx(0.002)}
+
+
+def test_no_observer_no_stamps() -> None:
+    """With the admin listener off nothing observes: exchanges get no timestamps at all."""
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "up-6", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
+    )
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
+    core = ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "up-6"), RecordingActions())
+    core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=1))
+    (ex,) = core.pending
+    core.receive_broker(response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=1))
+    assert not hasattr(ex, "sent_ns") and not hasattr(ex, "up_ns")
