@@ -14,16 +14,19 @@ observations (one per topic per exchange), so a dashboard can say the cap is too
 cache does not know counts under ``topic="<unresolved>"`` while one background lookup per id asks
 the cluster (kgate/topic_ids), so the next exchange of that topic has its name.
 
-Cost, on the event loop: the frame is walked over its topic and partition headers only (the
-shared walkers of filters/builtin/audit_wire.py, without the record counts; over the pieces of a
-frame that streamed through, never joined), then a dict add per topic. Measured on the 2-core
-test machine (shared with other helpers, load ~4), core-only round trips
-(tests/support/core_driver.py, min of 7 runs of 20,000): a one-topic, one-partition Produce v9
-costs 3.0 us more with per-topic metrics than with the per-api metrics alone, a one-topic Fetch
-v12 answer with one partition 2.6 us more (see tests/proxy/test_topic_metrics.py for the bench),
-against ~60 us of CPU for a whole round trip through kgate: about 5%. Off with
-``admin.topic_metrics.enabled: false`` (and, like every per-exchange metric, whenever the admin
-listener is off).
+Cost, on the event loop: the frame is walked over its topic and partition headers only, never
+its records (a frame held whole by the inline walkers of filters/builtin/audit_wire.py,
+``produce_topic_bytes`` / ``fetch_topic_bytes``; one that streamed through in pieces by the audit
+log's own walkers, over the pieces, never joined), then one dict read and two adds per topic.
+Measured with bench/exchange_metrics_cost.py (core-only round trips, CPU time, min of 7 runs of
+20,000, 2-core machine shared with other helpers at load ~7.4): a one-topic, one-partition
+Produce v9 with a 1 KiB batch costs 2.6 us more with per-topic metrics than with the per-exchange
+metrics alone (8.15 against 5.54 us), a Fetch v12 answer of the same shape 2.6 us more (6.97
+against 4.42 us); a whole round trip through kgate costs ~60 us of CPU, so about 4%. The audit
+log's generic walker took 3.9 us for that Produce alone, the inline one 1.6 us. Worth it on by
+default (``admin.topic_metrics.enabled``, cap 200): per-topic traffic is the first question about
+a Kafka cluster, and batching clients send one Produce per broker per linger, not per record.
+Like every per-exchange metric, nothing at all while the admin listener is off.
 """
 
 from __future__ import annotations

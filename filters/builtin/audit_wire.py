@@ -347,9 +347,10 @@ def fetch_response_topics(
 #
 # The same walk as ``produce_request_topics`` / ``fetch_response_topics`` (tests/unit/
 # test_audit_wire_fast.py checks they agree over every version), written out with the field reads
-# inline instead of one method call each: the generic walk of a one-topic Produce cost ~5 us on
-# the event loop, this one ~1 us (measured in bench/exchange_metrics_cost.py). Only for a frame
-# held whole; one that streamed through in pieces takes the generic walk over ``Chunks``.
+# inline instead of one method call each: the generic walk of a one-topic, one-partition Produce
+# v9 cost 3.9 us of CPU, this one 1.6 us (the Fetch answer of the same shape: 4.5 against 1.7 us;
+# measured on the loaded 2-core test machine). Only for a frame held whole; one that streamed
+# through in pieces takes the generic walk over ``Chunks``.
 
 _i16 = _I16.unpack_from
 _i32 = _I32.unpack_from
