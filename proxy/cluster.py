@@ -35,6 +35,7 @@ from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.front_door import FrontDoor, RefusalLog, TlsClientConnection
+from kgate.proxy.gentle_close import GentleCloser
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -110,6 +111,7 @@ class VirtualCluster:
         HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)
+        self.gentle = GentleCloser()  # broker connections whose client left: FIN, then a full close
         self.connections: set[ClientConnection] = set()
         self.upstream_nodes: dict[int, tuple[str, int]] = {}  # node id -> broker's own address
         self._servers: list[asyncio.base_events.Server] = []
