@@ -247,3 +247,38 @@ def test_reload_adds_and_removes_a_virtual_cluster(tansu, kgate_factory) -> None
     assert not steady.errors, steady.errors[:5]
     got = w.confluent_read_all(k.bootstrap, topic, len(steady.acked) + len(values), timeout=60)
     w.assert_exact(steady.acked + values, got)
+
+
+@pytest.mark.timeout(180)
+def test_replacing_the_audit_log_loses_no_event(tansu, kgate_factory, tmp_path) -> None:
+    """The old chain's audit writer closes only after its last exchange: one event per request, across a reload."""
+    from collections import Counter
+
+    from e2e.test_audit_log_e2e import _events, _per_key
+
+    audit = tmp_path / "audit"
+    filters = [{"name": "audit-log", "config": {"directory": str(audit), "instance_id": "e2e-r", "gzip": False}}]
+    k = kgate_factory(tansu.bootstrap, admin=True, extra={"filters": filters})
+    config = copy.deepcopy(k.config)
+    topic = w.unique("reload-audit")
+    w.confluent_create_topic(k.bootstrap, topic, partitions=1)
+    steady = SteadyProducer(k.bootstrap, topic)
+    try:
+        steady.wait_acked(300)
+        config["filters"][0]["config"]["max_file_age_s"] = 3600  # a different chain: a new writer
+        write_config(k, config)
+        status, body = k.http("/reload", method="POST")
+        assert status == 200, body
+        wait_for(lambda: "every connection moved to the new filter chain" in k.log_text(), message=k.log_text())
+        steady.wait_acked(300)
+    finally:
+        steady.stop()
+    assert not steady.errors, steady.errors[:5]
+    requests = _per_key(k, "kgate_requests_total")
+    assert k.stop_and_check() == 0  # the new writer drains and publishes at shutdown
+    files = [p for p in audit.iterdir() if not p.name.startswith(".")]
+    assert len(files) >= 2, "the old writer published its own file when the old chain closed"
+    events = _events(audit)
+    assert Counter(e["api"]["key"] for e in events) == requests
+    produced = sum(t["records"] or 0 for e in events if e["api"]["key"] == 0 for t in e["topics"] if t["name"] == topic)
+    assert produced == len(steady.acked)

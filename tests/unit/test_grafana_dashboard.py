@@ -10,7 +10,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 import kgate.proxy.metrics  # registers the data-path collector
-import kgate.proxy.reload  # noqa: F401  (registers the reload counters)
+import kgate.proxy.reload  # registers the reload counters
 import kgate.topic_ids.metrics  # noqa: F401  (registers the topic-id collector)
 
 ROOT = Path(__file__).resolve().parents[2]
