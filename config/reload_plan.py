@@ -82,7 +82,9 @@ def plan_reload(running: KgateConfig, new: KgateConfig, source: str = "") -> Rel
     """The plan that turns ``running`` into ``new``; ConfigError naming every restart-only key that differs."""
     problems: list[str] = []
     for key in RESTART_ONLY_TOP:
-        problems.extend(_differing_fields(getattr(running, key), getattr(new, key), key))
+        # from_metrics_listen is kgate's own note of which spelling named the admin listener, not a key
+        skip = ("from_metrics_listen",) if key == "admin" else ()
+        problems.extend(_differing_fields(getattr(running, key), getattr(new, key), key, skip))
     old_by_name = {vc.name: vc for vc in running.virtual_clusters}
     new_names = {vc.name for vc in new.virtual_clusters}
     added: list[str] = []

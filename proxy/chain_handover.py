@@ -50,12 +50,18 @@ def step(conn: ClientConnection, old: FilterChain) -> bool:
 
 
 async def hand_over(cluster: VirtualCluster, old: FilterChain, timeout_s: float) -> None:
-    """Return once no open connection of ``cluster`` uses ``old`` (the caller then closes it)."""
+    """Return once no open connection of ``cluster`` uses ``old`` (the caller then closes it).
+
+    Only the connections still waiting are looked at every ``POLL_S``: a cluster with 10,000
+    connections and one slow one would otherwise cost 2 million checks a second. Connections that
+    open from now on take the new chain themselves (``ClientConnection.start``).
+    """
     started = time.monotonic()
     deadline = started + timeout_s
     warned = False
+    waiting = [conn for conn in list(cluster.connections) if not step(conn, old)]
     while True:
-        waiting = [conn for conn in list(cluster.connections) if not step(conn, old)]
+        waiting = [conn for conn in waiting if not step(conn, old)]
         if not waiting:
             break
         now = time.monotonic()

@@ -230,6 +230,8 @@ class ClientConnection(asyncio.Protocol):
         self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
+        if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
+            self.core.adopt_chain()
         metrics = self.cluster.metrics
         metrics.open_connections += 1
         metrics.accepted_connections += 1

@@ -120,3 +120,11 @@ def test_a_secret_that_changes_is_named_but_never_shown() -> None:
         plan(old, new)
     assert err.value.path == "virtual_clusters[0].upstream_auth"
     assert "secret" not in str(err.value)
+
+
+def test_renaming_metrics_listen_to_admin_listen_names_only_the_real_key() -> None:
+    old = {**copy.deepcopy(BASE), "metrics": {"listen": "127.0.0.1:19990"}}
+    new = {**copy.deepcopy(BASE), "admin": {"listen": "127.0.0.1:19990"}}
+    with pytest.raises(ConfigError) as err:
+        plan(old, new)
+    assert err.value.path == "metrics.listen"
