@@ -70,6 +70,38 @@ class SteadyProducer:
         assert self.producer.flush(30) == 0
 
 
+class SteadyConsumer:
+    """A librdkafka consumer reading one partition from the start (a thread): long-poll Fetches in flight."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": w.unique("steady"),
+                                  "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+        self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        self.got: list[bytes] = []
+        self.errors: list[Any] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            msg = self.consumer.poll(0.05)
+            if msg is None:
+                continue
+            if msg.error():
+                self.errors.append(msg.error())
+            else:
+                self.got.append(msg.value())
+
+    def stop_after(self, n: int, timeout: float = 30) -> None:
+        wait_for(lambda: len(self.got) >= n or self.errors, timeout, f"consumed {len(self.got)} of {n}")
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+
+
 def wait_for(what: Callable[[], Any], timeout: float = 20, message: str = "") -> Any:
     deadline = time.monotonic() + timeout
     while True:
@@ -117,6 +149,7 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
     assert abs(started_at - time.time()) < 120
 
     steady = SteadyProducer(k.bootstrap, allowed)
+    reader = SteadyConsumer(k.bootstrap, allowed)  # its Fetches wait at the broker across each reload
     # a second client whose connection is open before the reload: the new policy must reach it
     other = Producer({"bootstrap.servers": k.bootstrap, "acks": "all", "message.timeout.ms": 10000})
     try:
@@ -179,6 +212,9 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
         steady.stop()
         other.flush(10)
     assert not steady.errors, steady.errors[:5]
+    reader.stop_after(len(steady.acked))
+    assert not reader.errors, reader.errors[:5]
+    w.assert_exact(steady.acked, reader.got)  # the consumer that stayed connected saw each exactly once
     assert reloads(k, "success") == 2
     assert k.metric_values("kgate_config_last_reload_success_timestamp_seconds")[0][1] > started_at
     # every acknowledged message is there exactly once, and nothing else
