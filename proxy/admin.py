@@ -1,4 +1,4 @@
-"""The admin listener: ``/livez``, ``/readyz`` and ``/metrics`` over a tiny HTTP/1.1 server.
+"""The admin listener: ``/livez``, ``/readyz``, ``/metrics`` and ``POST /reload`` over a tiny HTTP/1.1 server.
 
 It runs on kgate's event loop (an asyncio server) rather than prometheus_client's own HTTP
 server (a thread), because ``/readyz`` reads loop state (the probe results, the drain flag,
@@ -11,12 +11,20 @@ written to be read from another thread (they copy the plain-int tables before it
 HTTP support is the minimum a probe, a scraper and a human with curl need: one request per
 connection (``Connection: close``), GET and HEAD, 404 for any other path, 405 for any other
 method, 400 for what does not parse, and a bounded head (8 KiB, 5 s). No new dependency.
+
+``POST /reload`` re-reads the config (proxy/reload.py) and answers once the reload is done: 200
+and ``{"result": "success", "message": <what changed>}``, or 500 and ``{"result": "failure",
+"message": <the error>}`` (Prometheus' ``/-/reload`` convention, so ``curl -f`` fails on a bad
+config). Only a loopback peer may ask (403 otherwise): the admin listener may be bound to a pod
+address for probes and scrapes, and a reload is an operator's act on the host, not a scraper's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -31,11 +39,32 @@ log = logging.getLogger("kgate.admin")
 MAX_HEAD_BYTES = 8192
 HEAD_TIMEOUT_S = 5.0
 TEXT = "text/plain; charset=utf-8"
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+JSON = "application/json"
 
 Answer = tuple[int, str, bytes]
 #: what builds ``/metrics``: given the Accept header, (content type, body); replaceable (workers aggregate)
 MetricsSource = Callable[[str], Awaitable[tuple[str, bytes]]]
+#: what ``POST /reload`` runs: (ok, what changed or the error)
+ReloadAction = Callable[[], Awaitable["ReloadOutcome"]]
+
+
+class ReloadOutcome(Protocol):
+    """What a reload reports back (proxy/reload.py ``ReloadResult``)."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def message(self) -> str: ...
 
 
 class ReadinessReport(Protocol):
@@ -55,11 +84,16 @@ class AdminServer:
     """Serves the admin paths on ``listen`` until ``close``."""
 
     def __init__(
-        self, listen: HostPort, readiness: ReadinessReport, metrics: MetricsSource = registry_metrics
+        self,
+        listen: HostPort,
+        readiness: ReadinessReport,
+        metrics: MetricsSource = registry_metrics,
+        reload: ReloadAction | None = None,
     ) -> None:
         self.listen = listen
         self.readiness = readiness
         self.metrics = metrics
+        self.reload = reload
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -69,7 +103,7 @@ class AdminServer:
             )
         except OSError as exc:
             raise OSError(exc.errno, f"admin: cannot listen on {self.listen}: {exc.strerror or exc}") from exc
-        log.info("admin listener on http://%s (/livez, /readyz, /metrics)", self.listen)
+        log.info("admin listener on http://%s (/livez, /readyz, /metrics, POST /reload)", self.listen)
 
     @property
     def port(self) -> int:
@@ -93,7 +127,7 @@ class AdminServer:
             if method is None:
                 answer: Answer = (400, TEXT, b"bad request\n")
             else:
-                answer = await self._answer(method, path, accept)
+                answer = await self._answer(method, path, accept, writer.get_extra_info("peername"))
             status, content_type, body = answer
             headers = [
                 f"HTTP/1.1 {status} {_REASONS[status]}",
@@ -103,7 +137,7 @@ class AdminServer:
                 "Cache-Control: no-store",
             ]
             if status == 405:
-                headers.append("Allow: GET, HEAD")
+                headers.append("Allow: POST" if path == "/reload" else "Allow: GET, HEAD")
             writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("latin-1"))
             if method != "HEAD":
                 writer.write(body)
@@ -117,9 +151,11 @@ class AdminServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
-    async def _answer(self, method: str, path: str, accept: str) -> Answer:
+    async def _answer(self, method: str, path: str, accept: str, peer: object = None) -> Answer:
+        if path == "/reload" and self.reload is not None:
+            return await self._reload(method, peer)
         if path not in ("/livez", "/readyz", "/metrics"):
-            return 404, TEXT, b"not found: kgate serves /livez, /readyz and /metrics\n"
+            return 404, TEXT, b"not found: kgate serves /livez, /readyz, /metrics and POST /reload\n"
         if method not in ("GET", "HEAD"):
             return 405, TEXT, b"method not allowed: use GET or HEAD\n"
         if path == "/livez":
@@ -130,6 +166,33 @@ class AdminServer:
             return (200 if ready else 503), TEXT, body.encode()
         content_type, data = await self.metrics(accept)
         return 200, content_type, data
+
+
+    async def _reload(self, method: str, peer: object) -> Answer:
+        if method != "POST":
+            return 405, TEXT, b"method not allowed: use POST /reload\n"
+        if not is_loopback(peer):
+            log.warning("POST /reload from %s refused: only a loopback peer may reload", _host(peer))
+            return 403, TEXT, b"forbidden: POST /reload is accepted from loopback only\n"
+        assert self.reload is not None
+        result = await self.reload()
+        body = json.dumps({"result": "success" if result.ok else "failure", "message": result.message})
+        return (200 if result.ok else 500), JSON, (body + "\n").encode()
+
+
+def _host(peer: object) -> str:
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+
+
+def is_loopback(peer: object) -> bool:
+    """Whether a socket peer (``peername``) is this host's loopback, IPv4-mapped IPv6 included."""
+    try:
+        addr = ipaddress.ip_address(_host(peer).split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped.is_loopback
+    return addr.is_loopback
 
 
 def _parse_head(head: bytes) -> tuple[str | None, str, str]:

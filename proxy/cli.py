@@ -203,23 +203,34 @@ def _filter_args(values: list[str], parser: argparse.ArgumentParser) -> list[dic
     return entries
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    try:
-        config = _load_for_run(args)
-    except ConfigError as exc:
-        return _config_error(exc)
+def _config_for_run(args: argparse.Namespace) -> KgateConfig:
+    """The config ``kgate run`` serves: the file (or quick mode's flags), the CLI's overrides, a
+    worker's private admin listener. Also what a reload re-reads (SIGHUP, ``POST /reload``), so the
+    overrides hold across reloads; quick mode and the embedded default read the same again."""
     import dataclasses
 
+    from kgate.proxy.workers import worker_config, worker_index
+
+    config = _load_for_run(args)
     if args.log_level:
         config = dataclasses.replace(config, log_level=args.log_level)
     if args.log_format:
         config = dataclasses.replace(config, log_format=args.log_format)
-    from kgate.proxy.workers import worker_config, worker_index
+    if worker_index() is not None:
+        config = worker_config(config)
+    return config
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    try:
+        config = _config_for_run(args)
+    except ConfigError as exc:
+        return _config_error(exc)
+    from kgate.proxy.workers import worker_index
 
     worker = worker_index()
     if worker is not None:
         setup_logging(config.log_level, config.log_format, worker)
-        config = worker_config(config)
     else:
         setup_logging(config.log_level, config.log_format)
     source = args.config or ("command line" if args.listen else DEFAULT_CONFIG_SOURCE)
@@ -255,7 +266,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
 
     try:
-        return int(server.run(config))
+        return int(server.run(config, source=lambda: _config_for_run(args)))
     except KeyboardInterrupt:
         return 130
 

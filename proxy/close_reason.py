@@ -19,6 +19,7 @@ class CloseReason(enum.Enum):
     BROKER_CLOSED = "broker-closed"
     DRAINED = "drained"
     SHUTDOWN = "shutdown"
+    RELOAD = "reload"  # still on a replaced filter chain at the reload deadline (proxy/chain_handover.py)
     REFUSED = "refused"  # over max_connections: counted by kgate_connections_refused_total instead
     # the client's bytes
     BAD_FRAME = "bad-frame"
@@ -47,5 +48,6 @@ class CloseReason(enum.Enum):
 
 
 _ORDINARY = frozenset(
-    {CloseReason.CLIENT_LEFT, CloseReason.BROKER_CLOSED, CloseReason.DRAINED, CloseReason.SHUTDOWN, CloseReason.REFUSED}
+    {CloseReason.CLIENT_LEFT, CloseReason.BROKER_CLOSED, CloseReason.DRAINED, CloseReason.SHUTDOWN, CloseReason.REFUSED,
+     CloseReason.RELOAD}
 )

@@ -34,6 +34,7 @@ from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.front_door import FrontDoor, RefusalLog
+from kgate.proxy.gentle_close import GentleCloser
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -95,22 +96,16 @@ class VirtualCluster:
         #: and the per-exchange metrics; None (the core's zero-cost case) when nobody observes
         self.exchange_observer: ExchangeObserver | None = None
         self.exchange_metrics = ExchangeMetrics(cfg.name) if exchange_metrics else None
-        self.chain = chain if chain is not None else FilterChain([])
-        #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
-        self.version_limits = rewrite.version_limits(self.chain.version_limits(), settings.leader_hints)
-        #: ApiVersions and Metadata broker-list rewrites, remembered (proxy/answer_memo.py)
-        self.answers = AnswerMemo(self.version_limits, self.chain.refuses_unknown_api_keys)
-        #: api keys filters must see -> the versions they (and the codec) handle; others are refused
-        self.filter_limits = {
-            key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))
-            for key, (lo, hi) in self.chain.version_limits().items()
-        }
-        #: what the data path does with each request and response (decided once per api key and version)
-        self.plans = Plans(self.chain, self.filter_limits, self.names_in_use)
         self.settings = settings
+        self._use_chain(chain if chain is not None else FilterChain([]))
+        #: chains a reload replaced that connections still use (closed once none does: proxy/chain_handover.py)
+        self.retired_chains: list[FilterChain] = []
+        self._handovers: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Task[None]] = set()  # replaced chains being closed
         HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)
+        self.gentle = GentleCloser()  # broker connections whose client left: FIN, then a full close
         self.connections: set[ClientConnection] = set()
         self.upstream_nodes: dict[int, tuple[str, int]] = {}  # node id -> broker's own address
         self._servers: list[asyncio.base_events.Server] = []
@@ -159,6 +154,56 @@ class VirtualCluster:
             self.exchange_metrics.topics = TopicMetrics(cfg.name, tm.max_topics, self.topic_names)
         #: what filters use outside a message (Filter.start): own requests, topic names
         self.services = ClusterServicesImpl(self)
+
+    def _use_chain(self, chain: FilterChain) -> None:
+        """Make ``chain`` the one new connections (and connections handed over) use, with what derives from it."""
+        self.chain = chain
+        #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
+        self.version_limits = rewrite.version_limits(chain.version_limits(), self.settings.leader_hints)
+        #: ApiVersions and Metadata broker-list rewrites, remembered (proxy/answer_memo.py)
+        self.answers = AnswerMemo(self.version_limits, chain.refuses_unknown_api_keys)
+        #: api keys filters must see -> the versions they (and the codec) handle; others are refused
+        self.filter_limits = {
+            key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))
+            for key, (lo, hi) in chain.version_limits().items()
+        }
+        #: what the data path does with each request and response (decided once per api key and version)
+        self.plans = Plans(chain, self.filter_limits, self.names_in_use)
+
+    def replace_chain(self, chain: FilterChain) -> None:
+        """Configuration reload: ``chain`` for requests that start from now on (proxy/chain_handover.py).
+
+        The new filters start (``Filter.start``, exchange observers) before any request can reach
+        them; every open connection moves over at its next point with nothing owed, and the old
+        chain's filters close once no connection uses them, so an exchange always finishes with
+        the chain it started with and no audit event of the old chain is lost.
+        """
+        from kgate.proxy.chain_handover import hand_over
+
+        old = self.chain
+        self._use_chain(chain)
+        self._install_exchange_observers()
+        for f in chain.filters:
+            f.start(self.services)
+        self.retired_chains.append(old)
+        task = asyncio.get_running_loop().create_task(hand_over(self, old, self.settings.drain_timeout_s))
+        self._handovers.add(task)
+        task.add_done_callback(lambda t: self._handed_over(t, old))
+
+    def _handed_over(self, task: asyncio.Task[None], old: FilterChain) -> None:
+        """No connection uses ``old`` any more: close its filters (unless shutdown already took it)."""
+        self._handovers.discard(task)
+        if task.cancelled() or old not in self.retired_chains:
+            return  # wait_closed closes it
+        self.retired_chains.remove(old)
+        closing = asyncio.get_running_loop().create_task(old.close())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closed_retired)
+
+    def _closed_retired(self, task: asyncio.Task[None]) -> None:
+        self._closing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("cluster %s: closing a replaced filter chain failed: %r", self.name, task.exception())
 
     def _setup_tls_and_proxy_protocol(self, cfg: VirtualClusterConfig) -> None:
         """Contexts (reloaded as their files change) and the PROXY protocol's trusted sources.
@@ -543,6 +588,13 @@ class VirtualCluster:
         # filters first: one may still need names while it finishes (the audit log resolves the ids
         # of its last events) and their background tasks may still use the clients; then the
         # resolver, then the filters' own connections and kgate's own connection
+        for task in list(self._handovers):
+            task.cancel()
+        retired, self.retired_chains = self.retired_chains, []
+        for chain in retired:
+            await chain.close()
+        if self._closing:
+            await asyncio.wait(set(self._closing))
         await self.chain.close()
         await self.topic_names.close()
         self.services.close()

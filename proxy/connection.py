@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from kgate.api import ConnectionInfo
@@ -37,52 +36,8 @@ if TYPE_CHECKING:
     from kgate.proxy.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.connection")
-UPSTREAM_CLOSE_GRACE_S = 2.0
 
 
-class GentleCloser:
-    """Half-closes broker connections whose client left, and closes them fully after a grace period.
-
-    A broker may still be working through requests the client sent just before leaving (acks=0
-    Produce especially); some brokers (Tansu) drop those once the peer has closed fully. Sending
-    FIN first and reading on briefly lets them finish; the answers have nowhere to go and are
-    discarded. Every connection gets the same grace, so the deadlines queue up in order and one
-    timer serves them all: a timer per connection was a heap push and a handle per client, on the
-    path that 200 connecting producers pay 400 times.
-    """
-
-    __slots__ = ("_timer", "_waiting", "grace_s")
-
-    def __init__(self, grace_s: float = UPSTREAM_CLOSE_GRACE_S) -> None:
-        self.grace_s = grace_s
-        self._waiting: deque[tuple[float, asyncio.Transport]] = deque()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def close(self, upstream: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        if upstream.is_closing():
-            return
-        try:
-            if upstream.can_write_eof():
-                upstream.write_eof()
-                self._waiting.append((loop.time() + self.grace_s, upstream))
-                if self._timer is None:
-                    self._timer = loop.call_later(self.grace_s, self._expire, loop)
-                return
-        except (OSError, RuntimeError):
-            pass
-        upstream.close()
-
-    def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._timer = None
-        waiting = self._waiting
-        now = loop.time()
-        while waiting and waiting[0][0] <= now:
-            waiting.popleft()[1].close()  # closing twice is harmless: a broker may have closed it already
-        if waiting:
-            self._timer = loop.call_at(waiting[0][0], self._expire, loop)
-
-
-GENTLE = GentleCloser()
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -275,6 +230,8 @@ class ClientConnection(asyncio.Protocol):
         self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
+        if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
+            self.core.adopt_chain()
         metrics = self.cluster.metrics
         metrics.open_connections += 1
         metrics.accepted_connections += 1
@@ -379,7 +336,7 @@ class ClientConnection(asyncio.Protocol):
                 if self._early:
                     transport.writelines(self._early)
                     self._early.clear()
-                GENTLE.close(transport, loop)  # a full close right away can make Tansu drop the last frame
+                self.cluster.gentle.close(transport, loop)  # a full close right away can make Tansu drop the last frame
                 return
             transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
             protocol.adopted = True
@@ -429,7 +386,7 @@ class ClientConnection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
         if self.upstream is not None:
-            GENTLE.close(self.upstream, self._loop())
+            self.cluster.gentle.close(self.upstream, self._loop())
             self.upstream = None
             self.cluster.metrics.open_upstream_connections -= 1
         if self._held_reported:

@@ -208,6 +208,31 @@ class ConnectionCore:
     def inflight_count(self) -> int:
         return len(self.pending) + len(self.backlog) + (1 if self._stream_left else 0)
 
+    # -- configuration reload (proxy/chain_handover.py) -------------------------------------------
+    @property
+    def mid_request(self) -> bool:
+        """Part of a request already went upstream: reading must go on until it has all gone."""
+        return bool(self._held or self._req_skip or self._req_stream_left)
+
+    def adopt_chain(self) -> bool:
+        """Take the cluster's current chain if nothing is owed and no request is half through; whether it did.
+
+        Only then: every exchange read so far has had its answer under the chain it started with
+        (response hooks, per-exchange state, observers), and the next request is the first one the
+        new chain sees. A request whose bytes sit unread in the frame reader is fine: no chain
+        has looked at it yet. Raw mode (no request hooks) only resumes with nothing buffered.
+        """
+        if self.closed or self.mid_request or not self.drained:
+            return False
+        cluster = self.cluster
+        self.chain = cluster.chain
+        self.plans = cluster.plans
+        self._observer = cluster.exchange_observer
+        self.raw_requests = (
+            not self.chain.has_request_hooks and not self.settings.validate_requests and not self.reader.buffered
+        )
+        return True
+
     @property
     def mid_frame(self) -> bool:
         """Whether a request has begun but not wholly arrived (the frame timeout watches this)."""

@@ -3,11 +3,12 @@
 A listener with neither feature hands every accepted socket straight to a ``ClientConnection``
 (proxy/connection.py), as it always has: this module costs plaintext listeners nothing.
 
-**TLS only**: a ``FrontDoor`` takes the socket, pauses reading (the ClientHello stays in the
-socket) and runs ``loop.start_tls`` with the current context (uvloop's TLS: the same transport
-an asyncio TLS server would make). Not a TLS server (``create_server(ssl=...)``): there a failed
-handshake (a plaintext client, a wrong CA, an expired certificate) vanishes inside the event loop,
-which logs it only in debug mode and tells the protocol nothing; here each failure is logged
+**TLS only**: a ``FrontDoor`` takes the socket and runs ``loop.start_tls`` with the current
+context at once (uvloop's TLS: the same transport an asyncio TLS server would make; see
+``_begin_tls`` for why its first step runs inside ``connection_made``). Not a TLS server
+(``create_server(ssl=...)``): there a failed handshake (a plaintext client, a wrong CA, an
+expired certificate) vanishes inside the event loop, which logs it only in debug mode and tells
+the protocol nothing; here each failure is logged
 (rate-limited, with the peer and OpenSSL's reason) and counted in
 ``kgate_tls_handshake_failures_total{side="client"}`` and ``kgate_connections_refused_total``.
 It costs each TLS connection about 50 us of CPU more than the TLS server did (1.38 against
@@ -108,8 +109,7 @@ class FrontDoor(asyncio.BufferedProtocol):
             return
         cluster.doors.add(self)
         self._timer = self.loop.call_later(cluster.settings.frame_timeout_s, self._expired)
-        if self._tls_only:  # the ClientHello stays in the socket for start_tls
-            self.transport.pause_reading()  # type: ignore[union-attr]
+        if self._tls_only:  # the TLS layer takes the socket before anything is read from it
             self._begin_tls()
             return
         host = peer[0] if isinstance(peer, tuple) else ""

@@ -90,7 +90,9 @@ class Readiness:
         self._record(cluster.name, True, "answered")
 
     def _record(self, name: str, ok: bool, detail: str) -> None:
-        state = self.upstream[name]
+        state = self.upstream.get(name)
+        if state is None:
+            return  # a reload removed the cluster while its probe was out
         if state.ok is not ok:
             if ok:
                 again = " again" if state.ok is False else ""

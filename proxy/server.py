@@ -3,8 +3,9 @@
 SIGTERM/SIGINT: stop accepting, let requests already in flight get their responses for up
 to ``drain_timeout_s``, then close every connection and return exit code 0. A second
 SIGTERM/SIGINT during the drain cuts it short: every connection closes at once and the exit code
-is 1, so a supervisor can tell that answers may have been lost. SIGHUP is logged and ignored
-until configuration reload exists (its default action would kill the process with no drain).
+is 1, so a supervisor can tell that answers may have been lost. SIGHUP reloads the configuration
+(proxy/reload.py; also ``POST /reload`` on the admin listener): new filter chains for new
+requests, virtual clusters added and removed, a bad file rejected with the old config kept.
 
 The admin listener (proxy/admin.py) opens first and closes last: ``/livez`` answers while the
 clusters start, and ``/readyz`` says "draining" for the whole drain, so a load balancer stops
@@ -26,6 +27,7 @@ from kgate.proxy.admin import AdminServer, MetricsSource, registry_metrics
 from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.fd_limit import raise_open_files_limit
 from kgate.proxy.readiness import Readiness
+from kgate.proxy.reload import ConfigSource, Reloader, ReloadResult
 from kgate.proxy.workers import report_admin_port, watch_parent, worker_index
 
 log = logging.getLogger("kgate.server")
@@ -34,7 +36,9 @@ log = logging.getLogger("kgate.server")
 class Proxy:
     """All virtual clusters of one kgate process."""
 
-    def __init__(self, config: KgateConfig, metrics: MetricsSource = registry_metrics) -> None:
+    def __init__(
+        self, config: KgateConfig, metrics: MetricsSource = registry_metrics, source: ConfigSource | None = None
+    ) -> None:
         self.config = config
         self.forced = asyncio.Event()  # a second stop signal: drain no longer
         self.clusters = [
@@ -50,9 +54,22 @@ class Proxy:
         ]
         admin = config.admin
         self.readiness = Readiness(self.clusters, admin.probe_interval_s, admin.probe_timeout_s)
-        self.admin = AdminServer(admin.listen, self.readiness, metrics) if admin.listen is not None else None
+        self.reloader = Reloader(self, source)
+        self.admin = (
+            AdminServer(admin.listen, self.readiness, metrics, reload=self.reload)
+            if admin.listen is not None
+            else None
+        )
+
+    async def reload(self, trigger: str = "POST /reload") -> ReloadResult:
+        """Re-read the config and apply what may change while running (proxy/reload.py)."""
+        return await self.reloader.reload(trigger)
 
     async def start(self) -> None:
+        async with self.reloader.lock:  # a SIGHUP during start-up waits for every listener to open
+            await self._start()
+
+    async def _start(self) -> None:
         raise_open_files_limit()
         if self.config.admin.from_metrics_listen:
             log.warning("metrics.listen is deprecated: it now serves the admin listener; rename it to admin.listen")
@@ -84,6 +101,8 @@ class Proxy:
         answer. kgate's own upstream connections close last, so lookups in flight can finish.
         """
         self.readiness.draining = True
+        async with self.reloader.lock:  # a reload under way finishes first (it is bounded)
+            pass
         for cluster in self.clusters:
             cluster.stop_accepting()
             cluster.begin_drain()
@@ -107,6 +126,7 @@ class Proxy:
             cluster.close_connections()
         for cluster in self.clusters:
             await cluster.wait_closed()
+        await self.reloader.close()
         await self.readiness.stop()
         if self.admin is not None:
             await self.admin.close()
@@ -117,12 +137,15 @@ async def serve(
     ready: asyncio.Event | None = None,
     stop: asyncio.Event | None = None,
     on_started: Callable[[Proxy], None] | None = None,
+    source: ConfigSource | None = None,
 ) -> bool:
     """Run until SIGTERM/SIGINT (or ``stop`` is set, for embedding and tests), then drain and return.
 
-    Returns whether a second stop signal cut the drain short.
+    ``source`` re-reads the config for a reload (SIGHUP, ``POST /reload``); None: a reload
+    re-applies ``config`` (nothing changes, still counted). Returns whether a second stop signal
+    cut the drain short.
     """
-    proxy = Proxy(config)
+    proxy = Proxy(config, source=source)
     loop = asyncio.get_running_loop()
     signals = stop is None
     stop = stop or asyncio.Event()
@@ -133,8 +156,12 @@ async def serve(
         else:
             stop.set()
 
+    reloads: set[asyncio.Task[ReloadResult]] = set()
+
     def on_hup() -> None:
-        log.warning("SIGHUP received: configuration reload is not supported yet; ignoring it")
+        task = loop.create_task(proxy.reload("SIGHUP"))
+        reloads.add(task)  # held: a task only the loop references may be collected mid-reload
+        task.add_done_callback(reloads.discard)
 
     def on_worker_int() -> None:
         log.debug("SIGINT ignored: a --workers worker stops on the SIGTERM its parent forwards")
@@ -177,7 +204,7 @@ async def serve(
     return proxy.forced.is_set()
 
 
-def run(config: KgateConfig) -> int:
+def run(config: KgateConfig, source: ConfigSource | None = None) -> int:
     """Entry point used by the CLI: serve on uvloop; the exit code for the process."""
     try:
         import uvloop
@@ -185,9 +212,9 @@ def run(config: KgateConfig) -> int:
         uvloop = None  # type: ignore[assignment]
     try:
         if uvloop is not None:
-            forced = uvloop.run(serve(config))
+            forced = uvloop.run(serve(config, source=source))
         else:
-            forced = asyncio.run(serve(config))
+            forced = asyncio.run(serve(config, source=source))
     except OSError as exc:
         log.error("cannot start: %s", exc.strerror if exc.errno is not None and exc.strerror else exc)
         return 1

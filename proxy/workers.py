@@ -14,10 +14,11 @@ The parent serves no Kafka traffic. It:
   30 s; reset once a worker has run 60 s), and gives up at once if a worker fails before it ever
   started (a bad port, a config error: restarting would fail the same way);
 - forwards SIGTERM/SIGINT (every worker drains; a second one cuts the drain short, as in one
-  process) and SIGHUP (logged and ignored by each worker until reload exists), and exits when
-  all workers have, 0 if every one exited 0;
+  process) and SIGHUP (each worker re-reads the config and reloads: proxy/reload.py), and exits
+  when all workers have, 0 if every one exited 0;
 - serves the admin listener: ``/livez`` (the parent), ``/readyz`` (ready when every worker is
-  running and reports ready; the body has each worker's own lines), ``/metrics``.
+  running and reports ready; the body has each worker's own lines), ``/metrics``, and
+  ``POST /reload`` (every worker reloads; the answer has each one's outcome).
 
 Metrics are **per worker, with a ``worker`` label**: the parent fetches each worker's
 ``/metrics`` at scrape time and re-labels its samples, and adds its own
@@ -31,6 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import os
 import signal
@@ -56,6 +59,7 @@ PARENT_ENV = "KGATE_PARENT_PID"  # a worker exits when its parent is gone
 BACKOFF_S = (0.5, 1, 2, 4, 8, 16, 30)
 STABLE_S = 60.0  # a worker that ran this long starts its backoff from the beginning again
 POLL_S = 0.5  # how often the parent asks workers' /readyz
+RELOAD_TIMEOUT_S = 30.0  # a worker's reload answers once applied (an added cluster's first probe included)
 
 
 def worker_index() -> int | None:
@@ -66,8 +70,6 @@ def worker_index() -> int | None:
 
 def worker_config(config: KgateConfig) -> KgateConfig:
     """A worker's config: its admin listener private, on loopback, on a port the OS chooses."""
-    import dataclasses
-
     admin = dataclasses.replace(config.admin, listen=HostPort("127.0.0.1", 0), from_metrics_listen=False)
     return dataclasses.replace(config, admin=admin)
 
@@ -93,11 +95,13 @@ async def watch_parent(stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def http_get(port: int, path: str, timeout_s: float = 2.0, accept: str = "") -> tuple[int, bytes]:
-    """One GET to a worker's private admin listener: (status, body)."""
+async def http_get(
+    port: int, path: str, timeout_s: float = 2.0, accept: str = "", method: str = "GET"
+) -> tuple[int, bytes]:
+    """One request (GET unless told) to a worker's private admin listener: (status, body)."""
     reader, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout_s)
     try:
-        head = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        head = f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
         if accept:
             head += f"Accept: {accept}\r\n"
         writer.write((head + "\r\n").encode("latin-1"))
@@ -107,6 +111,14 @@ async def http_get(port: int, path: str, timeout_s: float = 2.0, accept: str = "
     status_line, _, rest = data.partition(b"\r\n")
     _headers, _, body = rest.partition(b"\r\n\r\n")
     return int(status_line.split()[1]), body
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkersReload:
+    """What ``POST /reload`` on the parent answers: every worker's outcome in one message."""
+
+    ok: bool
+    message: str
 
 
 class Worker:
@@ -139,7 +151,7 @@ class Supervisor:
         self._dir = Path(tempfile.mkdtemp(prefix="kgate-workers-"))
         self.workers = [Worker(i, self._dir / f"worker-{i}.port") for i in range(count)]
         self.admin = (
-            AdminServer(config.admin.listen, self, self.metrics)
+            AdminServer(config.admin.listen, self, self.metrics, reload=self.reload)
             if config.admin.listen is not None
             else None
         )
@@ -294,8 +306,32 @@ class Supervisor:
         self._signal_all(signal.SIGTERM)
 
     def hup(self) -> None:
-        log.info("SIGHUP: forwarded to the workers (configuration reload is not supported yet; they ignore it)")
+        log.info("SIGHUP: forwarded to the workers (each re-reads the config and reloads on its own)")
         self._signal_all(signal.SIGHUP)
+
+    async def reload(self) -> WorkersReload:
+        """``POST /reload`` on the parent: every running worker reloads (through its private admin
+        listener, so the answer says how each one fared); ok only if every worker's reload was.
+
+        The parent itself keeps the config it started with: it serves no clients, and what it uses
+        of the config (the admin listener, the ports it checks at start) changes only at restart.
+        """
+        lines: list[str] = []
+        ok = True
+        for w in self.workers:
+            running = w.proc is not None and w.proc.returncode is None and w.admin_port is not None
+            if not running or w.admin_port is None:
+                ok = False
+                lines.append(f"worker {w.index}: not running (it reads the config when it starts)")
+                continue
+            try:
+                status, body = await http_get(w.admin_port, "/reload", timeout_s=RELOAD_TIMEOUT_S, method="POST")
+                message = str(json.loads(body).get("message", ""))
+            except (OSError, TimeoutError, ValueError, IndexError) as exc:
+                status, message = 0, f"no answer ({exc!r})"
+            ok = ok and status == 200
+            lines.append(f"worker {w.index}: {'ok' if status == 200 else 'failed'}: {message}")
+        return WorkersReload(ok, "; ".join(lines))
 
     def _check_ports_free(self) -> None:
         """Bind each bootstrap port once without SO_REUSEPORT, and let go.

@@ -118,6 +118,9 @@ PANELS: list[dict] = [
     panel("Worker restarts (--workers)", [
         ("sum by (instance, worker) (increase(kgate_worker_restarts_total[$__range]))", "{{instance}} {{worker}}")],
           "short", kind="stat"),
+    panel("Config reloads (SIGHUP, POST /reload)", [
+        ("sum by (result) (increase(kgate_config_reloads_total[$__range]))", "{{result}}")],
+          "short", kind="stat"),
     panel("Versions in the fleet", [("count by (version, python) (kgate_build_info)", "{{version}} {{python}}")],
           "short", kind="stat"),
 ]

@@ -10,11 +10,12 @@ import sys
 import textwrap
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import kgate.proxy.cli as cli
-from kgate.config import HostPort, KgateConfig
+from kgate.config import ConfigError, HostPort, KgateConfig
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -67,17 +68,19 @@ def bad_file(tmp_path) -> Path:
 def fake_server(monkeypatch):
     """Replace proxy.server with a recorder; also stop run from reconfiguring logging."""
     calls: list[KgateConfig] = []
+    sources: list[Any] = []
     levels: list[str] = []
     mod = types.ModuleType("kgate.proxy.server")
 
-    def run(config: KgateConfig) -> int:
+    def run(config: KgateConfig, source: Any = None) -> int:
         calls.append(config)
+        sources.append(source)
         return 7
 
     mod.run = run  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "kgate.proxy.server", mod)
     monkeypatch.setattr(cli, "setup_logging", lambda level, fmt="text", worker=None: levels.append(level))
-    return types.SimpleNamespace(calls=calls, levels=levels)
+    return types.SimpleNamespace(calls=calls, levels=levels, sources=sources)
 
 
 # --------------------------------------------------------------------------- check-config
@@ -222,6 +225,20 @@ def test_run_with_file_calls_server(good_file, fake_server):
     assert fake_server.levels == ["WARNING"]
 
 
+def test_run_hands_the_server_what_a_reload_rereads(good_file, fake_server):
+    """A reload reads the same file again, with the command line's overrides applied again."""
+    assert cli.main(["run", "-c", str(good_file), "--log-level", "error"]) == 7
+    (source,) = fake_server.sources
+    assert source() == fake_server.calls[0]
+    good_file.write_text(good_file.read_text().replace("alpha", "beta"))
+    again = source()
+    assert again.virtual_clusters[0].name == "beta"
+    assert again.log_level == "ERROR"
+    good_file.write_text("virtual_clusters: [")
+    with pytest.raises(ConfigError):
+        source()
+
+
 def test_run_log_level_override(good_file, fake_server):
     assert cli.main(["run", "-c", str(good_file), "--log-level", "debug"]) == 7
     assert fake_server.calls[0].log_level == "DEBUG"
@@ -321,7 +338,7 @@ def test_help_and_version(capsys):
 SHIM = """\
 import json, os, runpy, sys, types
 fake = types.ModuleType("kgate.proxy.server")
-def run(config):
+def run(config, source=None):
     vc = config.virtual_clusters[0]
     with open(os.environ["KGATE_TEST_MARKER"], "w") as f:
         json.dump({"listen": str(vc.listen), "upstream": [str(u) for u in vc.upstream],

@@ -180,7 +180,7 @@ def test_acks0_frames_sent_before_close_are_forwarded(compliant_kgate, how):
             # CI run (a broker quirk, no kgate on that path); kgate must keep them all either way.
             if how == "shutdown-write" or name == "direct":
                 c.sock.shutdown(socket.SHUT_WR)
-                c.closed_by_peer(timeout=5)
+                assert c.closed_by_peer(timeout=30), f"{name}: the connection was not closed after the client's FIN"
             c.close()
         got = w.confluent_read_all(kgate.bootstrap, topic, len(values))
         counts[name] = (len(got), len(values))

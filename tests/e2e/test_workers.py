@@ -6,6 +6,7 @@ each worker's pid, which is how the test finds the worker to kill and sees its r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -65,12 +66,18 @@ def test_two_workers_serve_clients_and_survive_kill_9(tmp_path, tansu) -> None:
         w.assert_exact(
             first + second, w.confluent_read_all(k.bootstrap, topic, len(first) + len(second), partitions=2, timeout=30)
         )
-        k.signal(signal.SIGHUP)  # forwarded; each worker logs and ignores it (no reload yet)
+        k.signal(signal.SIGHUP)  # forwarded; each worker re-reads the (unchanged) config
         deadline = time.monotonic() + 10
-        while k.log_text().count("SIGHUP received: configuration reload is not supported yet") < 2:
+        while k.log_text().count("config reloaded (SIGHUP): no changes") < 2:
             assert time.monotonic() < deadline, k.log_text()[-3000:]
             time.sleep(0.05)
         assert k.alive() and k.http("/readyz")[0] == 200
+        status, body = k.http("/reload", method="POST")  # on the parent: every worker reloads
+        assert status == 200, body
+        assert json.loads(body) == {
+            "result": "success",
+            "message": "worker 0: ok: no changes; worker 1: ok: no changes",
+        }
 
         text = k.metrics()
         assert 'kgate_worker_restarts_total{worker="0"} 1.0' in text

@@ -57,3 +57,83 @@ async def test_paths_methods_and_formats() -> None:
         assert headers["content-type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
     finally:
         await server.close()
+
+
+class Outcome:
+    def __init__(self, ok: bool, message: str) -> None:
+        self.ok = ok
+        self.message = message
+
+
+def test_only_loopback_peers_count_as_loopback() -> None:
+    from kgate.proxy.admin import is_loopback
+
+    assert is_loopback(("127.0.0.1", 5000))
+    assert is_loopback(("127.8.9.10", 5000))
+    assert is_loopback(("::1", 5000, 0, 0))
+    assert is_loopback(("::ffff:127.0.0.1", 5000, 0, 0))  # a dual-stack listener's IPv4 loopback peer
+    assert not is_loopback(("10.0.0.7", 5000))
+    assert not is_loopback(("::ffff:10.0.0.7", 5000, 0, 0))
+    assert not is_loopback(("fe80::1%eth0", 5000, 0, 2))
+    assert not is_loopback(None)  # a peer the socket cannot name (it left): refused
+    assert not is_loopback("/run/kgate.sock")
+
+
+def _own_non_loopback_address() -> str | None:
+    """An address of this host that is not loopback (the route a packet to a public address takes)."""
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("192.0.2.1", 9))  # TEST-NET-1: nothing is sent by a UDP connect
+        addr = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return None if addr.startswith("127.") else addr
+
+
+async def test_post_reload_answers_with_the_outcome_and_refuses_other_methods_and_peers() -> None:
+    import json
+
+    outcomes = [Outcome(True, "filter chains replaced: c"), Outcome(False, "kgate.yaml: filters[0].name: no filter")]
+    calls: list[int] = []
+
+    async def reload() -> Outcome:
+        calls.append(1)
+        return outcomes[len(calls) - 1]
+
+    server = AdminServer(HostPort("0.0.0.0", 0), Stub(), reload=reload)
+    await server.start()
+    port = server.port
+    try:
+        status, headers, body = await _raw(port, b"POST /reload HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        assert status == 200 and headers["content-type"] == "application/json"
+        assert json.loads(body) == {"result": "success", "message": "filter chains replaced: c"}
+        status, _h, body = await _raw(port, b"POST /reload HTTP/1.1\r\n\r\n")
+        assert status == 500 and json.loads(body)["result"] == "failure"
+        assert json.loads(body)["message"] == "kgate.yaml: filters[0].name: no filter"
+        status, headers, _b = await _raw(port, b"GET /reload HTTP/1.1\r\n\r\n")
+        assert status == 405 and headers["allow"] == "POST"
+        assert len(calls) == 2  # GET reloaded nothing
+
+        other = _own_non_loopback_address()
+        if other is not None:  # a peer from this host's own non-loopback address is not loopback
+            reader, writer = await asyncio.open_connection(other, port, local_addr=(other, 0))
+            writer.write(b"POST /reload HTTP/1.1\r\n\r\n")
+            data = await asyncio.wait_for(reader.read(), 5)
+            writer.close()
+            assert data.startswith(b"HTTP/1.1 403 "), data
+            assert len(calls) == 2
+    finally:
+        await server.close()
+
+
+async def test_without_a_reload_action_reload_is_not_a_path() -> None:
+    server = AdminServer(HostPort("127.0.0.1", 0), Stub())
+    await server.start()
+    try:
+        assert (await _raw(server.port, b"POST /reload HTTP/1.1\r\n\r\n"))[0] == 404
+    finally:
+        await server.close()

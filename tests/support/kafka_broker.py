@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -30,6 +31,41 @@ TARBALL = REPO.parent / "shared" / "kafka" / "kafka_2.13-4.0.2.tgz"
 DIST_NAME = "kafka_2.13-4.0.2"
 NODE_ID = 1
 START_TIMEOUT_S = 60.0
+OFFSETS_PARTITIONS = 4
+
+
+#: OffsetFetch for each group until it succeeds (librdkafka retries COORDINATOR_LOAD_IN_PROGRESS); a
+#: consumer's, since AdminClient.list_consumer_group_offsets crashes confluent-kafka's process at exit
+_WARM_UP = """
+import sys, time
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+for group in sys.argv[2:]:
+    c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": group, "enable.auto.commit": False})
+    try:
+        while True:
+            try:
+                c.committed([TopicPartition("kgate-warmup", 0)], timeout=10)
+                break
+            except KafkaException:  # COORDINATOR_NOT_AVAILABLE while the offsets topic is created
+                time.sleep(0.2)
+    finally:
+        c.close()
+"""
+
+
+def _group_on_partition(partition: int, partitions: int) -> str:
+    """A group id whose coordinator is ``__consumer_offsets`` partition ``partition`` (Kafka:
+    ``Utils.abs(groupId.hashCode()) % partitions``, Java's String.hashCode on UTF-16 units)."""
+    for i in range(10_000):
+        name = f"kgate-warmup-{i}"
+        h = 0
+        for ch in name:
+            h = (31 * h + ord(ch)) & 0xFFFFFFFF
+        if h >= 1 << 31:
+            h -= 1 << 32
+        if (0 if h == -(1 << 31) else abs(h)) % partitions == partition:
+            return name
+    raise AssertionError("no group id found")  # unreachable: the hash spreads evenly
 
 
 def cache_dir() -> Path:
@@ -114,7 +150,7 @@ class Kafka(ManagedProcess):
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "4",
+            "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "transaction.state.log.num.partitions": "4",
@@ -172,9 +208,30 @@ class Kafka(ManagedProcess):
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"kafka exited with {self.proc.returncode}:\n{self.log_text(tail=5000)}")
             if "Kafka Server started" in self.log_text(tail=10**9)[mark:] and port_open(self.port):
+                self._warm_group_coordinator(deadline)
                 return self
             time.sleep(0.1)
         raise TimeoutError(f"kafka did not start within {timeout}s:\n{self.log_text(tail=5000)}")
+
+    def _warm_group_coordinator(self, deadline: float) -> None:
+        """Create ``__consumer_offsets`` and wait until every partition's group coordinator answers.
+
+        "Kafka Server started" comes before the offsets topic exists: the first group request
+        auto-creates it and each partition is then loaded by the coordinator runtime. A test that
+        was first to use groups on a freshly started broker spent that time in
+        COORDINATOR_LOAD_IN_PROGRESS retries and, on two busy cores, once consumed nothing within
+        its 60 s. An OffsetFetch per partition (a group whose hash lands there, as Kafka picks it)
+        returns only once that partition's coordinator is loaded; librdkafka retries the load error.
+        """
+        groups = [_group_on_partition(p, OFFSETS_PARTITIONS) for p in range(OFFSETS_PARTITIONS)]
+        # In a child process: a librdkafka client left in the test process keeps a socket straight to
+        # the broker (tests assert clients never have one) and its destruction at an arbitrary GC
+        # point crashed the interpreter once.
+        res = subprocess.run([sys.executable, "-c", _WARM_UP, self.bootstrap, *groups], capture_output=True,
+                             text=True, timeout=max(1.0, deadline - time.monotonic()))
+        if res.returncode != 0:
+            raise TimeoutError(f"kafka's group coordinator not ready: {res.stdout}{res.stderr}\n"
+                               f"{self.log_text(tail=5000)}")
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM (a controlled shutdown) and wait; SIGKILL if it does not exit in time."""

@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY
 
 import kgate.proxy.exchange_metrics  # registers the per-exchange and per-topic collectors
 import kgate.proxy.metrics  # registers the data-path collector
+import kgate.proxy.reload  # registers the reload counters
 import kgate.topic_ids.metrics  # noqa: F401  (registers the topic-id collector)
 
 ROOT = Path(__file__).resolve().parents[2]
