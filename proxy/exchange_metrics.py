@@ -18,10 +18,9 @@ difference is kgate's own time (response hooks and their suspensions, rewriting,
 an earlier answer), not the transfer of a large answer that both sides see alike. (A request hook
 that suspends is in neither: the core stamps ``t0_ns`` when the request is forwarded, after it.)
 Answers kgate makes itself (a filter's ``respond``) and acks=0 Produce have no upstream time and
-are not observed. Cost: one
-clock read per exchange in the core (``_response``; a streamed answer reuses the one already
-read, a request that streamed in pieces reads one more when its last piece goes), a bisect and
-two adds here: +0.37 us per core-only Metadata round trip (5.04 against 4.67 us), +0.41 us per
+are not observed. Cost: one clock read per exchange in the core (``_response``; a streamed answer
+reuses the one already read, a request that streamed in pieces reads one more when its last
+piece goes), a bisect and two adds here: +0.37 us per core-only Metadata round trip (5.04 against 4.67 us), +0.41 us per
 Produce, +0.34 us per Fetch, and none with the admin listener off (3.39 against 3.38 us);
 bench/exchange_metrics_cost.py, CPU time, min of 7 x 20,000, A/B against main in one run on
 the shared 2-core machine at load ~7.4.
