@@ -33,9 +33,10 @@ class FinishedExchange(Protocol):
     request: Any  # the decoded request when a request hook decoded it, else None
     state: dict[str, Any] | None  # the request hooks' state (policy decisions live under "kgate.policy")
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
-    #: when its last byte went to the broker: ``t0_ns`` for a request forwarded whole (the same
-    #: call), later for one that streamed through in pieces; for a request that never went
-    #: upstream (a filter answered it) it is ``t0_ns`` too, and ``up_ns`` stays 0
+    #: when its last byte went to the broker: ``t0_ns`` for a request forwarded whole at once (the
+    #: same call), later for one that waited on a request hook (or behind one) or streamed through
+    #: in pieces; for a request that never went upstream (a filter answered it), when it was
+    #: answered, and ``up_ns`` stays 0
     sent_ns: int
     #: when the broker's answer was in kgate's hands (the whole frame, or the first bytes of one that
     #: streams through); 0 when no answer came from the broker (kgate answered, acks=0, closed first)

@@ -108,7 +108,7 @@ class Actions(Protocol):
 class Suspension:
     """A hook run that awaits: what the core needs back when it ends (``hook_done``)."""
 
-    __slots__ = ("changed", "ctx", "exchange", "frame", "header", "message", "offset")
+    __slots__ = ("arrived_ns", "changed", "ctx", "exchange", "frame", "header", "message", "offset")
 
     def __init__(
         self,
@@ -127,6 +127,7 @@ class Suspension:
         self.exchange = exchange  # set for a response
         self.offset = offset  # response: where its body starts
         self.changed = changed  # response: whether its addresses were rewritten
+        self.arrived_ns = 0  # request, while an exchange observer is installed: when it was read
 
 
 class ConnectionCore:
@@ -168,6 +169,11 @@ class ConnectionCore:
         self.up_chunks = 0  # reads from the broker so far
         self.frames_in = 0  # request frames started so far
         self._backlog_bytes = 0  # bytes of the frames in backlog
+        # While an exchange observer is installed, when each backlog frame was read, and the read time
+        # of the request being handled after a wait (0: now): latency counts the time a request waited
+        # on a hook or behind one, as its client saw it, not from when kgate sent it on.
+        self._backlog_arrived: deque[int] = deque()
+        self._arrived_ns = 0
         self._held_told = 0  # what was last reported through ``report_held``
         # limits read on every chunk, and whether this core paused for them (so the common
         # case, not paused, calls nothing on the way out of _flush)
@@ -281,6 +287,7 @@ class ConnectionCore:
             self._unanswered()
         self._to(Event.CLOSE)
         self.backlog.clear()
+        self._backlog_arrived.clear()
         self._backlog_bytes = 0
         self.out.close_sockets(reason)
 
@@ -621,12 +628,17 @@ class ConnectionCore:
         decision = run_hooks(self.chain.hooks("request", api_key, version), ctx, msg)
         if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self._to(Event.SUSPEND)
-            self.out.spawn(decision, Suspension(frame, msg, ctx, header=header))  # type: ignore[arg-type]
+            suspension = Suspension(frame, msg, ctx, header=header)
+            if self._observer is not None:
+                suspension.arrived_ns = self._arrived_ns or time.monotonic_ns()
+            self.out.spawn(decision, suspension)  # type: ignore[arg-type]
             return
         self._apply_request(decision, frame, header, ctx)
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
         self.backlog.append(frame)
+        if self._observer is not None:
+            self._backlog_arrived.append(time.monotonic_ns())
         self._backlog_bytes += len(frame)
         if self._backlog_full():
             self.out.pause_client("backlog-full")
@@ -651,15 +663,20 @@ class ConnectionCore:
         if decision.verdict is Verdict.TIMED_OUT:
             self.cluster.metrics.count_filter(decision.filter, "request", Verdict.TIMED_OUT.value)
             decision = self._request_timed_out(header, suspension.message)  # kgate's answer: counted no further
-        self._apply_request(decision, suspension.frame, header, suspension.ctx)
+        self._arrived_ns = suspension.arrived_ns
         try:
+            self._apply_request(decision, suspension.frame, header, suspension.ctx)
+            arrived = self._backlog_arrived
             while self.backlog and not self.suspended and not self.closed:
                 frame = self.backlog.popleft()
                 self._backlog_bytes -= len(frame)
+                self._arrived_ns = arrived.popleft() if arrived else 0
                 self._request(frame)
         except HeaderError as exc:
             self._refuse(exc)
             return
+        finally:
+            self._arrived_ns = 0
         if self.closed:
             return
         if not self._backlog_full():
@@ -1018,7 +1035,8 @@ class ConnectionCore:
         the pieces it is forwarded in, completed by ``_request_piece`` (the buffers themselves,
         not copies).
         """
-        ex.sent_ns = ex.t0_ns = time.monotonic_ns()
+        ex.sent_ns = now = time.monotonic_ns()
+        ex.t0_ns = self._arrived_ns or now  # a request that waited on a hook (or behind one): when it was read
         ex.up_ns = 0
         ex.req_bytes = size
         if len(frame) < size:

@@ -35,7 +35,7 @@ class Exchange:
         "up_ns",
     )
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
-    sent_ns: int  # when its last byte went to the broker (t0_ns unless it streamed through in pieces)
+    sent_ns: int  # when its last byte went to the broker (later than t0_ns if it waited on a hook or came in pieces)
     up_ns: int  # when the broker's answer was in kgate's hands; 0: none came (kgate answered, acks=0)
     req: bytes | memoryview | list[bytes | memoryview]  # the request frame, or the pieces it streamed in
     req_bytes: int  # the request frame's size, size prefix included

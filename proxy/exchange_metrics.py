@@ -9,14 +9,14 @@ fixed offset (filters/answer_errors.py); answers whose codes are only per topic 
 are in the audit log.
 
 ``kgate_upstream_request_duration_seconds{cluster,api}`` (histogram, same buckets) is the broker's
-part: from kgate's last byte of the request to the broker (``sent_ns``: the read time of a request
+part: from kgate's last byte of the request to the broker (``sent_ns``: when a request was
 forwarded whole, the time its last piece went for one that streamed through) to the answer in
 kgate's hands (``up_ns``). "In hand" is the whole frame for answers kgate holds (it cannot act on
 less: decode, rewrite, hooks), and the first bytes for one it forwards as they arrive (a large
 Fetch): that is also where the client-side clock stops, so upstream <= client-side always and the
 difference is kgate's own time (response hooks and their suspensions, rewriting, waiting behind
-an earlier answer), not the transfer of a large answer that both sides see alike. (A request hook
-that suspends is in neither: the core stamps ``t0_ns`` when the request is forwarded, after it.)
+an earlier answer, a request hook that awaited or a request waiting behind one: ``t0_ns`` is when
+kgate read the request), not the transfer of a large answer that both sides see alike.
 Answers kgate makes itself (a filter's ``respond``) and acks=0 Produce have no upstream time and
 are not observed. Cost: one clock read per exchange in the core (``_response``; a streamed answer
 reuses the one already read, a request that streamed in pieces reads one more when its last

@@ -171,3 +171,38 @@ def test_no_observer_no_stamps() -> None:
     (ex,) = core.pending
     core.receive_broker(response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=1))
     assert not hasattr(ex, "sent_ns") and not hasattr(ex, "up_ns")
+
+
+class AwaitsOnMetadata(Filter):
+    """An async request hook: the core suspends the request and the test ends the run (hook_done)."""
+
+    name = "test-awaits-metadata"
+
+    @on_request(ApiKey.METADATA)
+    async def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        return request
+
+
+def test_waiting_on_a_hook_is_client_time_not_broker_time(clock: Clock) -> None:
+    """A request that waited on an awaiting hook, and one read while it waited (the backlog): the
+    client-side latency runs from when kgate read each, the broker's part from when it went on."""
+    from kgate.filters.chain import Decision, Verdict
+
+    core, actions = _core("up-7", [AwaitsOnMetadata({})])
+    clock.now = 1 * MS
+    core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=1))
+    clock.now = 2 * MS
+    core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=2))
+    (first,) = actions.spawned
+    clock.now = 5 * MS  # the hook ends; the first goes upstream, then the second (it suspends in turn)
+    core.hook_done(first, Decision(Verdict.FORWARD, first.message))
+    second = actions.spawned[1]
+    clock.now = 6 * MS
+    core.hook_done(second, Decision(Verdict.FORWARD, second.message))
+    clock.now = 8 * MS
+    for cid in (1, 2):
+        core.receive_broker(response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=cid))
+    client = _samples("up-7", "kgate_request_duration_seconds_sum")
+    assert client == {("Metadata", ""): pytest.approx(0.007 + 0.006)}  # read at 1 and 2 ms, answered at 8
+    upstream = _samples("up-7", "kgate_upstream_request_duration_seconds_sum")
+    assert upstream == {("Metadata", ""): pytest.approx(0.003 + 0.002)}  # sent at 5 and 6 ms
