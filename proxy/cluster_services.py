@@ -51,6 +51,11 @@ class ClusterServicesImpl:
                 max_frame_bytes=settings.max_frame_bytes,
                 auth=cluster.cfg.upstream_auth,
                 refuse_own_listeners=True,
+                # the same TLS as kgate's other upstream connections: without it a filter's request
+                # to one node went out in plaintext to a TLS broker (and failed, or worse, did not)
+                tls=cluster.upstream_tls,
+                server_hostname=cluster.upstream_server_hostname,
+                on_tls_failure=lambda: cluster.metrics.tls_handshake_failed("upstream"),
             )
             self._node_clients[node_id] = client
         return client

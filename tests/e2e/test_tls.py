@@ -191,6 +191,10 @@ def test_librdkafka_mtls_both_ways_principal_reaches_filter(pki, tls_broker, kga
     _v, resp = asyncio.run_coroutine_threadsafe(
         k.cluster.own_client.request(int(ApiKey.METADATA), req, lo=1), k.loop).result(10)
     assert [b.port for b in resp.brokers] == [tls_broker.relay.port]
+    # ... and so does a filter's request to one node (ClusterServices.send_request(node_id=...))
+    node_resp = asyncio.run_coroutine_threadsafe(
+        k.cluster.services.send_request(int(ApiKey.METADATA), req, max_version=12, node_id=111), k.loop).result(10)
+    assert [b.node_id for b in node_resp.brokers] == [111]
     confluent_roundtrip(k.bootstrap, confluent_ssl(pki, pki.alice))
     assert principals_seen() == {"CN=alice,OU=payments,O=kgate tests"}
     # node connections went through TLS too: kgate learned node 111 and served it on its own port
