@@ -65,7 +65,13 @@ def test_connect_timeout_closes_the_client_and_counts_a_failure(black_hole: int)
         client = socket.create_connection(("127.0.0.1", kgate.port), timeout=10)
         client.sendall(_API_VERSIONS_V0)
         started = time.monotonic()
-        assert client.recv(100) == b""  # closed by kgate, not answered
+        # closed by kgate, not answered: a FIN, or a reset when kgate's socket still held the request
+        # unread (reading pauses while the upstream connects; whether the request arrived before or
+        # after that pause is up to the scheduler, and the kernel resets a close with unread bytes)
+        try:
+            assert client.recv(100) == b""
+        except ConnectionResetError:
+            pass
         waited = time.monotonic() - started
         client.close()
         assert 0.3 <= waited < 5, waited
