@@ -25,7 +25,7 @@ EXIT_OK = 0
 EXIT_CONFIG = 2
 LOG_FORMAT = TEXT_FORMAT
 
-_COMMANDS = ("run", "check-config", "healthcheck", "report")
+_COMMANDS = ("run", "check-config", "healthcheck", "reload", "report")
 _TOP_LEVEL_FLAGS = ("-h", "--help", "--version")
 
 log = logging.getLogger("kgate.cli")
@@ -148,6 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
     health.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
     health.add_argument("--url", help="the /readyz URL to ask (instead of -c)")
     health.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default 3")
+    reload = sub.add_parser(
+        "reload",
+        help="make a running kgate re-read its configuration (POST /reload); exit 0 if applied, 1 if not",
+        description=(
+            "Make a running kgate re-read its configuration file (POST /reload on its admin listener, "
+            "which accepts loopback callers only; the same as SIGHUP, but the answer says whether the new "
+            "configuration was applied). The address comes from -c FILE (admin.listen), or --url, or the "
+            "default http://127.0.0.1:9190/reload. Exit 0 if the new configuration is in force, 1 if it "
+            "was refused (the old one stays; the reason is printed) or kgate could not be asked."
+        ),
+    )
+    reload.set_defaults(subparser=reload)
+    reload.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
+    reload.add_argument("--url", help="the /reload URL to ask (instead of -c)")
+    reload.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="default 30")
     # Listed for --help only: main() hands `report` to kgate.pipeline.cli before this parser runs.
     sub.add_parser("report", help="fleet report from audit-log files on Spark (kgate report --help)", add_help=False)
     return parser
@@ -350,22 +365,24 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_healthcheck(args: argparse.Namespace) -> int:
+def cmd_healthcheck(args: argparse.Namespace, path: str = "/readyz", method: str = "GET") -> int:
     from kgate.proxy.healthcheck import DEFAULT_URL, check, readyz_url
 
-    url = args.url or DEFAULT_URL
+    url = args.url or DEFAULT_URL.replace("/readyz", path)
     if args.config and not args.url:
         try:
-            found = readyz_url(load_config(args.config))
+            found = readyz_url(load_config(args.config), path)
         except ConfigError as exc:
             return _config_error(exc)
         if found is None:
             print(f"kgate: {args.config} has no admin listener (admin.listen): nothing to ask", file=sys.stderr)
             return EXIT_CONFIG
         url = found
-    ready, text = check(url, args.timeout)
-    (sys.stdout if ready else sys.stderr).write(text)
-    return EXIT_OK if ready else 1
+    ok, text = check(url, args.timeout, method)
+    if text and not text.endswith("\n"):
+        text += "\n"
+    (sys.stdout if ok else sys.stderr).write(text)
+    return EXIT_OK if ok else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -384,6 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_check_config(args)
         if args.command == "healthcheck":
             return cmd_healthcheck(args)
+        if args.command == "reload":
+            return cmd_healthcheck(args, "/reload", "POST")
         return cmd_run(args)
     except SystemExit as exc:  # argparse errors (2) and --help/--version (0)
         code = exc.code

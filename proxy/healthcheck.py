@@ -1,4 +1,7 @@
-"""``kgate healthcheck``: ask a running kgate's ``/readyz``; exit 0 if ready, 1 if not.
+"""``kgate healthcheck`` and ``kgate reload``: ask a running kgate's admin listener.
+
+``healthcheck`` GETs ``/readyz`` (exit 0 if ready, 1 if not); ``reload`` POSTs ``/reload``
+(exit 0 if the new configuration is in force, 1 if it was refused and the old one stays).
 
 For container HEALTHCHECKs and exec probes in images without curl (python:slim): it uses only
 the standard library's urllib. The address comes from the same config file the proxy runs with
@@ -30,10 +33,11 @@ def readyz_url(config: KgateConfig, path: str = "/readyz") -> str | None:
     return f"http://{host}:{listen.port}{path}"
 
 
-def check(url: str, timeout_s: float) -> tuple[bool, str]:
-    """(ready, what the endpoint or the connection attempt said)."""
+def check(url: str, timeout_s: float, method: str = "GET") -> tuple[bool, str]:
+    """(a 200 answer, what the endpoint or the connection attempt said)."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+        request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(request, timeout=timeout_s) as resp:
             return resp.status == 200, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return False, exc.read().decode("utf-8", "replace")

@@ -11,6 +11,8 @@ import copy
 import json
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -195,14 +197,21 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
         assert answer["result"] == "failure"
         assert "virtual_clusters[0].max_connections: changes only at restart" in answer["message"]
         assert reloads(k, "failure") == 2
+        # the same through `kgate reload -c FILE` (what an operator runs in an image without curl)
+        cli = subprocess.run([sys.executable, "-m", "kgate", "reload", "-c", str(k.config_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 1, cli
+        assert "virtual_clusters[0].max_connections: changes only at restart" in cli.stderr
+        assert reloads(k, "failure") == 3
 
         # (c) POST /reload from loopback: the deny goes away again
         assert k.http("/reload")[0] == 405
         config["filters"] = []
         write_config(k, config)
-        status, body = k.http("/reload", method="POST")
-        assert status == 200, body
-        assert json.loads(body) == {"result": "success", "message": "filter chains replaced: default"}
+        cli = subprocess.run([sys.executable, "-m", "kgate", "reload", "-c", str(k.config_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 0, cli
+        assert json.loads(cli.stdout) == {"result": "success", "message": "filter chains replaced: default"}
         # a fresh client: librdkafka remembers a topic refused to it until its next metadata refresh
         fresh = Producer({"bootstrap.servers": k.bootstrap, "acks": "all", "message.timeout.ms": 10000})
         assert produce_once(fresh, secret, b"allowed-again") is None
