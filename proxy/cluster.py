@@ -331,6 +331,7 @@ class VirtualCluster:
             server.close()
         for sock in self._unserved:
             sock.close()
+        self.metrics.node_listeners.set(0)  # all closed (a cluster a reload removed keeps its series at 0)
         self._forget_own_listeners()
 
     def _forget_own_listeners(self) -> None:
