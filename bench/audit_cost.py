@@ -159,13 +159,15 @@ def machine_busy() -> float:
 
 
 class Target:
-    def __init__(self, name: str, tree: Path, audit: bool, upstream: int, workdir: Path) -> None:
+    def __init__(self, name: str, tree: Path, audit: bool, upstream: int, workdir: Path, pin: str | None) -> None:
         self.name, self.tree, self.audit = name, tree, audit
         self.port = free_port()
         self.audit_dir = workdir / f"audit-{name}"
         argv = [VENV_PY, "-m", "kgate", "--listen", f"{HOST}:{self.port}", "--upstream", f"{HOST}:{upstream}"]
         if audit:
             argv += ["--filter", "audit-log=" + json.dumps({"directory": str(self.audit_dir)})]
+        if pin is not None:
+            argv = ["taskset", "-c", pin, *argv]
         env = dict(os.environ, PYTHONPATH=str(tree))
         self.log = open(workdir / f"{name}.log", "wb")
         self.proc = subprocess.Popen(argv, cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -236,6 +238,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", help="comma list of rows (p100,c100,p10k,c10k,one,meta)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--pin", help="run every kgate on these CPUs only (taskset -c), e.g. 0")
     a = ap.parse_args()
     builds = [(b.split("=", 1)[0], Path(b.split("=", 1)[1]).resolve()) for b in a.build] or [("new", BENCH.parent)]
     q = 2 if a.quick else 1
@@ -262,7 +265,7 @@ def main() -> None:
         wait_port(broker_port, 20, broker)
         for name, tree in builds:
             for audit in (False, True):
-                targets.append(Target(f"{name}-{'on' if audit else 'off'}", tree, audit, broker_port, workdir))
+                targets.append(Target(f"{name}-{'on' if audit else 'off'}", tree, audit, broker_port, workdir, a.pin))
         for rep in range(a.reps):
             order = targets if rep % 2 == 0 else targets[::-1]
             for t in order:

@@ -369,6 +369,7 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
 
 
 _WALKED = frozenset((PRODUCE, FETCH, METADATA))
+_WHOLE_TYPES = frozenset((bytes, memoryview, Chunks))
 
 
 def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | None:
@@ -380,10 +381,10 @@ def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | No
     v = ex.api_version
     req = ex.req
     header = _header(c)
-    if header is None or not _whole(req, ex.req_bytes):
+    if header is None or req is None or len(req) != ex.req_bytes:
         return None
     answer = c.answer
-    if answered and not (isinstance(answer, bytes | memoryview | Chunks) and _whole(answer, c.answer_bytes)):
+    if answered and (type(answer) not in _WHOLE_TYPES or len(answer) != c.answer_bytes):  # type: ignore[arg-type]
         return None  # no whole answer: the decoder path reads its top-level error code
     if key == METADATA and (v < 1 or _asks_no_topic(c)):
         return None
@@ -441,7 +442,10 @@ def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | No
 
 
 def _response_body(answer: bytes | memoryview, key: int, version: int) -> int:
-    return 8 if _header_versions(key, version)[1] == 0 else walk._tags(answer, 8)
+    """Where an answer's body starts: after the correlation id (and header v1's tag section)."""
+    if _header_versions(key, version)[1] == 0:
+        return 8
+    return 9 if answer[8] == 0 else walk._tags(answer, 8)
 
 
 def _fetched(f: _Facts, facts: Iterable[tuple[str | UUID, int, int, int, list[int]]]) -> None:
