@@ -8,7 +8,8 @@ writer's event builder (``audit_event.event_line``), the way the writer thread r
 ``--compare`` also times the decoder path (the walkers switched off), alternating with it; with
 ``--profile CASE`` a cProfile of that case (where inside the builder the time goes).
 
-Run: ``PYTHONPATH=$PWD .venv/bin/python bench/audit_events.py [--n 5000] [--reps 7] [--profile fetch]``
+Run: ``PYTHONPATH=$PWD .venv/bin/python bench/audit_events.py [--n 5000] [--reps 7] [--profile fetch]``;
+``PYTHONPATH=../other-worktree`` times another build's builder with the same script (before/after).
 
 Cases (frame sizes as recorded):
   produce       Produce v10, one topic, one partition, ~0.5 KB request (a 100 B-message batch)
@@ -101,16 +102,20 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--compare", action="store_true", help="also time the decoder path (walkers off), alternating")
     a = ap.parse_args()
-    walked = audit_event._WALKED
+    walked = getattr(audit_event, "_WALKED", None)  # None: a build before the walkers (d82bc5e)
+    if walked is None:
+        a.compare = False
     for case in a.cases.split(","):
         make = captured(a.corpus, case)
         best = {"walk": float("inf"), "decode": float("inf")}
         for _ in range(a.reps):
             for path in ("walk", "decode") if a.compare else ("walk",):
-                audit_event._WALKED = walked if path == "walk" else frozenset()
+                if walked is not None:
+                    audit_event._WALKED = walked if path == "walk" else frozenset()
                 run_case(make, 50)  # warm: decoders compiled, caches filled
                 best[path] = min(best[path], run_case(make, a.n))
-        audit_event._WALKED = walked
+        if walked is not None:
+            audit_event._WALKED = walked
         extra = f"   decoder path {best['decode']:7.2f} us/event" if a.compare else ""
         print(f"{case:13s} {best['walk']:7.2f} us/event{extra}")
     if a.profile:

@@ -369,6 +369,8 @@ def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, lis
     """A Metadata v1-13 answer: its top-level error code (v13+, else 0) and, per topic entry,
     (non-zero id, else name, else None; [topic error code, partition error codes...])."""
     flex = v >= 9
+    if flex:
+        return _metadata_response_flex(buf, p, v)
     if v >= 3:
         p += 4  # throttle_time_ms
     nbrokers, p = _count(buf, p, flex)
@@ -662,6 +664,72 @@ def _fetch_response_flex(buf: bytes | memoryview, p: int, v: int) -> tuple[int, 
         p = _tags(buf, p)
     else:
         p += 1
+    if p > end:
+        raise WireError("frame ends early")
+    return top, out
+
+
+def _metadata_response_flex(
+    buf: bytes | memoryview, p: int, v: int
+) -> tuple[int, list[tuple[str | UUID | None, list[int]]]]:
+    end = len(buf)
+    p += 4  # throttle_time_ms
+    nbrokers, p = _count(buf, p, True)
+    for _ in range(nbrokers):
+        p = _skip_str(buf, p + 4, True, False) + 4  # node_id, host, port
+        p = _skip_str(buf, p, True, True)  # rack
+        p = p + 1 if buf[p] == 0 else _tags(buf, p)
+    p = _skip_str(buf, p, True, True) + 4  # cluster_id, controller_id
+    out: list[tuple[str | UUID | None, list[int]]] = []
+    ntopics, p = _count(buf, p, True)
+    ids = v >= 10
+    for _ in range(ntopics):
+        codes = [_I16(buf, p)[0]]
+        n = buf[p + 2]
+        if n & 0x80:
+            n, p = _uvarint(buf, p + 2)
+        else:
+            p += 3
+        n -= 1
+        if n < -1 or (n == -1 and v < 12):
+            raise WireError("bad topic name")
+        key: str | UUID | None = None
+        if n >= 0:
+            if p + n > end:
+                raise WireError("frame ends early")
+            key = str(buf[p : p + n], "utf-8")
+            p += n
+        if ids:
+            if buf[p : p + 16] != _ZERO16:
+                key = _uuid(buf, p)
+            p += 16
+        p += 1  # is_internal
+        nparts = buf[p] - 1
+        if nparts >= 0x7F or nparts < 0:
+            nparts, p = _count(buf, p, True)
+        else:
+            p += 1
+        for _ in range(nparts):
+            codes.append(_I16(buf, p)[0])
+            p += 14  # error_code, partition_index, leader_id, leader_epoch
+            for _ in range(3):  # replica_nodes, isr_nodes, offline_replicas
+                n = buf[p] - 1
+                if n >= 0x7F or n < 0:
+                    n, p = _count(buf, p, True)
+                else:
+                    p += 1
+                p += 4 * n
+            p = p + 1 if buf[p] == 0 else _tags(buf, p)
+        p += 4  # topic_authorized_operations
+        p = p + 1 if buf[p] == 0 else _tags(buf, p)
+        out.append((key, codes))
+    if v <= 10:
+        p += 4  # cluster_authorized_operations
+    top = 0
+    if v >= 13:
+        top = _I16(buf, p)[0]
+        p += 2
+    p = _tags(buf, p)
     if p > end:
         raise WireError("frame ends early")
     return top, out
