@@ -14,6 +14,7 @@ Run: ``PYTHONPATH=$PWD .venv/bin/python bench/audit_events.py [--n 5000] [--reps
 Cases (frame sizes as recorded):
   produce       Produce v10, one topic, one partition, ~0.5 KB request (a 100 B-message batch)
   produce-1m    Produce v10, ~1 MB request held whole (a 10 KB-message batch of a large linger)
+  produce-1m-s  the same request as it reaches the audit log live: streamed through in 256 KiB reads
   fetch         Fetch v16, 4.3 KB answer held whole
   fetch-1m      Fetch v16, 1.25 MB answer that streamed through kgate in 64 KiB pieces
   metadata      Metadata v12 naming one topic
@@ -40,6 +41,7 @@ CORPUS = Path("/work/shared/corpus-tansu/frames")
 CASES: dict[str, tuple[int, int, int]] = {
     "produce": (29, 32, 0),
     "produce-1m": (49, 50, 0),
+    "produce-1m-s": (49, 50, -(1 << 18)),
     "fetch": (141, 142, 0),
     "fetch-1m": (143, 144, 1 << 16),
     "metadata": (47, 48, 0),
@@ -68,6 +70,11 @@ def captured(corpus: Path, case: str) -> Any:
     req, key, version, cid = _frame(corpus, req_seq)
     resp, _k, _v, _c = _frame(corpus, resp_seq)
     answer: Any = resp
+    req_pieces = None
+    if piece < 0:  # the request streamed through in pieces
+        view = memoryview(req)
+        req_pieces = [view[i : i - piece] for i in range(0, len(req), -piece)]
+        piece = 0
     if piece:
         view = memoryview(resp)
         answer = [view[i : i + piece] for i in range(0, len(resp), piece)]
@@ -75,7 +82,7 @@ def captured(corpus: Path, case: str) -> Any:
 
     def make() -> Captured:
         ex = Exchange(cid, key, version)
-        ex.t0_ns, ex.req, ex.req_bytes = t0, memoryview(req), len(req)
+        ex.t0_ns, ex.req, ex.req_bytes = t0, list(req_pieces) if req_pieces else memoryview(req), len(req)
         return Captured(ex, _Info(), list(answer) if piece else memoryview(answer), len(resp), t0 + 500_000)  # type: ignore[arg-type]
 
     return make

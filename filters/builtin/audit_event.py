@@ -313,7 +313,7 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
     ex = c.ex
     key = ex.api_key
     answered = c.answer is not None
-    if key in _WALKED and ex.request is None and type(ex.req) is not list:
+    if key in _WALKED and ex.request is None:
         try:
             found = _walked(c, answered)
         except (ValueError, IndexError, struct.error):  # WireError, UnicodeDecodeError included
@@ -379,9 +379,13 @@ def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | No
     ex = c.ex
     key = ex.api_key
     v = ex.api_version
-    req = ex.req
+    req: Any = ex.req
+    if type(req) is list:
+        if key != PRODUCE or v < 9:
+            return None
+        req = Chunks(req)  # a streamed Produce request, read across its pieces (indexed like bytes)
     header = _header(c)
-    if header is None or req is None or len(req) != ex.req_bytes:
+    if header is None or len(req) != ex.req_bytes:
         return None
     answer = c.answer
     if answered and (type(answer) not in _WHOLE_TYPES or len(answer) != c.answer_bytes):  # type: ignore[arg-type]
@@ -390,7 +394,6 @@ def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | No
         return None
     f = _Facts()
     body = header[1]
-    assert not isinstance(req, list)
     if key == PRODUCE:
         if not 3 <= v <= 13:
             return None

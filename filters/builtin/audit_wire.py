@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
-from typing import Any
+from typing import Any, overload
 from uuid import UUID
 
 TopicFacts = tuple["str | UUID", int, int, int, list[int]]
@@ -44,6 +44,27 @@ class Chunks:
 
     def __len__(self) -> int:
         return self._len
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+    @overload
+    def __getitem__(self, key: slice) -> bytes: ...
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        """A byte (as bytes[i] gives it) or a copy of a range, so that the straight-line walkers
+        (audit_walk.py) read a streamed Produce request as they read a whole one: the few bytes
+        of headers between records, one index each, mostly within the piece read last."""
+        if type(key) is int:
+            i = self._last
+            off = key - self._starts[i]
+            piece = self._pieces[i]
+            if 0 <= off < len(piece):
+                return piece[off]
+            if not 0 <= key < self._len:
+                raise IndexError("frame ends early")
+            return self.get(key, 1)[0]
+        assert isinstance(key, slice)
+        start, stop = key.start or 0, min(key.stop, self._len)
+        return bytes(self.get(start, stop - start)) if stop > start else b""
 
     def unpack(self, fmt: struct.Struct, pos: int) -> tuple[Any, ...]:
         """``fmt.unpack_from`` at ``pos``, in place when it lies within one piece (the usual case)."""

@@ -56,9 +56,17 @@ T2 = UUID("11111111-2222-3333-4444-555555555555")
 NAMES: dict[UUID, Any] = {T1: "orders", T2: "payments"}
 
 
-def _captured(key: int, version: int, req: bytes, answer: Any, answer_bytes: int | None) -> Captured:
+def _captured(
+    key: int, version: int, req: bytes, answer: Any, answer_bytes: int | None, piece: int = 0, size: int = 0
+) -> Captured:
+    """An exchange as the core reports it; ``piece``: the request streamed through in pieces of
+    that size (as a Produce larger than one read does), ``size``: its size on the wire when the
+    connection closed before all of it went."""
     ex = Exchange(int.from_bytes(req[8:12], "big") if len(req) >= 12 else 0, key, version)
-    ex.t0_ns, ex.req, ex.req_bytes = 1_000_000_000, memoryview(req), len(req)
+    view = memoryview(req)
+    ex.t0_ns, ex.req, ex.req_bytes = 1_000_000_000, view, size or len(req)
+    if piece:
+        ex.req = [view[i : i + piece] for i in range(0, len(req), piece)]
     return Captured(ex, INFO, answer, answer_bytes, 1_000_400_000)
 
 
@@ -123,6 +131,13 @@ def test_corpus_exchanges_give_the_same_events(monkeypatch: pytest.MonkeyPatch) 
             event = _same(make, monkeypatch)
             assert event["api"]["key"] == key
             walked_any += bool(event["topics"])
+        if key == 0 and resp is not None:  # the request streamed through kgate in pieces
+            for piece in (64, 100, 4096):  # the core gives the header whole in the first piece
+
+                def cut(version: int = version, req: bytes = req, resp: bytes = resp, piece: int = piece) -> Captured:
+                    return _captured(0, version, req, memoryview(resp), len(resp), piece)
+
+                assert _same(cut, monkeypatch)["topics"] == event["topics"]
     assert seen == {0, 1, 3}
     assert walked_any > 50  # events with topics: the walkers were exercised, not only skipped
 
@@ -257,6 +272,18 @@ def test_every_version_gives_the_same_event(
         assert by_name["orders"]["error_codes"] == [0, 9] and by_name["gone"]["error_codes"] == [3]
         assert by_name["payments"]["name_status"] == ("resolved" if version >= 10 else "given")
     assert event["client"]["id"] == "test-client"  # parsed from the request header, not the connection's
+    if what == "produce":  # the same request streamed through kgate in pieces, whole or cut short
+        for piece in (40, 100):
+
+            def pieces(piece: int = piece) -> Captured:
+                return _captured(key, version, req, memoryview(answer), len(answer), piece)
+
+            def short(piece: int = piece) -> Captured:  # the connection closed 30 bytes before its end
+                return _captured(key, version, req[:-30], None, None, piece, len(req))
+
+            assert _same(pieces, monkeypatch)["topics"] == event["topics"]
+            assert (audit_event._walked(pieces(), True) is not None) == (version >= 9)  # walked in place from v9
+            _same(short, monkeypatch)
 
 
 @pytest.mark.parametrize(("what", "key", "version", "frames"), CASES[::3], ids=[f"{c[0]}-v{c[2]}" for c in CASES[::3]])
