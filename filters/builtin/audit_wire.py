@@ -231,9 +231,12 @@ def count_records(buf: Buffer, start: int, end: int) -> int:
     n = 0
     pos = start
     unpack = _BATCH.unpack_from
-    batches = 0
     if isinstance(buf, Chunks):
+        # the answer's pieces are read in place; the one unpack per batch is inlined (a method call
+        # per batch was a third of the cost for brokers that answer one batch per record)
         get = buf.get
+        pieces, starts = buf._pieces, buf._starts
+        batches = 0
         while pos + 17 <= end:
             batches += 1
             if batches > MAX_BATCHES:
@@ -242,21 +245,29 @@ def count_records(buf: Buffer, start: int, end: int) -> int:
                 if get(pos + 16, 1)[0] < 2:
                     n += 1  # a legacy message shorter than a batch header
                 break
-            size, magic, count = buf.unpack(_BATCH, pos)
+            i = buf._last
+            off = pos - starts[i]
+            piece = pieces[i]
+            if 0 <= off and off + 61 <= len(piece):
+                size, magic, count = unpack(piece, off)
+            else:
+                size, magic, count = _BATCH.unpack(get(pos, 61))
             if size <= 0:
                 break
             n += count if magic >= 2 else 1
             pos += 12 + size
         return n
-    while pos + 61 <= end:
-        batches += 1
-        if batches > MAX_BATCHES:
-            return -1
+    for _ in range(MAX_BATCHES):
+        if pos + 61 > end:
+            break
         size, magic, count = unpack(buf, pos)
         if size <= 0:
             break
         n += count if magic >= 2 else 1
         pos += 12 + size
+    else:
+        if pos + 61 <= end:
+            return -1  # a batch past MAX_BATCHES
     if pos + 17 <= end and buf[pos + 16] < 2:  # a legacy message shorter than a batch header
         n += 1
     return n

@@ -298,3 +298,20 @@ def test_truncated_frames_are_left_to_the_decoder_path(
     for cut in range(4, len(answer), max(1, len(answer) // 40)):
         short = answer[:cut]
         _same(lambda short=short: _captured(key, version, req, memoryview(short), len(short)), monkeypatch)
+
+
+@pytest.mark.parametrize("batches", [255, 256, 257])
+def test_batch_limit_boundary_in_place_and_whole(batches: int) -> None:
+    """Exactly MAX_BATCHES batches are counted, one more makes the count unknown (-1), whether
+    the record set is whole or in pieces; a short legacy message after them counts as one."""
+    from kgate.filters.builtin.audit_wire import MAX_BATCHES, Chunks, count_records
+
+    assert MAX_BATCHES == 256
+    data = b"".join(record_batch([b"r", b"s"]) for _ in range(batches))
+    expected = 2 * batches if batches <= MAX_BATCHES else -1
+    assert count_records(data, 0, len(data)) == expected
+    view = memoryview(data)
+    assert count_records(Chunks([view[i : i + 1000] for i in range(0, len(data), 1000)]), 0, len(data)) == expected
+    legacy = bytes(16) + b"\x01"  # offset, size, crc; magic 1: a message shorter than a batch header
+    tail = data + legacy
+    assert count_records(tail, 0, len(tail)) == (expected + 1 if batches <= MAX_BATCHES else -1)
