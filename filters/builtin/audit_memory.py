@@ -5,11 +5,12 @@ request and answer buffers (up to 256 KiB reads) alive until the writer has read
 ``POLL_S`` later. The buffers pile up for those milliseconds and are freed in bursts; glibc then
 gives the top of the heap back to the OS (its dynamic trim threshold is twice the largest
 buffer it recently served with mmap), and the next reads fault it back in, page by page, on the
-event loop. Measured (bench/audit_cost.py, 2026-11-24, 2 shared cores at ~200 % load): audit on
-took 110-220 minor faults per MB of produce-100 B traffic against none with audit off, and the
-event-loop thread's CPU went from 0.60 to 1.0-1.2 ms/MB; the writer thread itself was 0.15-0.25
-ms/MB. With the heap kept (this module), the faults are gone after the first seconds and the
-loop's CPU is back within noise of audit off.
+event loop. Measured (bench/audit_cost.py, 2026-11-24, 2 shared cores at ~200 % load, 5 reps):
+audit on took 130-214 minor faults per MB of produce-100 B traffic in every rep against none with
+audit off, all on the event-loop thread, whose CPU went from 0.64 to 0.94-1.13 ms/MB; the writer
+thread itself used 0.10-0.14 ms/MB. With the heap kept (this module) the faults stop once the
+heap has grown to its working size (the first seconds of traffic), and the loop's CPU is within
+0.04-0.06 ms/MB of audit off.
 
 What it does: ``keep_freed_memory(limit)`` sets glibc's ``M_TRIM_THRESHOLD`` to ``limit`` (up to
 that many free bytes at the heap top stay mapped; default: ``max_queue_bytes``, the most the

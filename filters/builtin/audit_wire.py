@@ -63,7 +63,8 @@ class Chunks:
                 raise IndexError("frame ends early")
             return self.get(key, 1)[0]
         assert isinstance(key, slice)
-        start, stop = key.start or 0, min(key.stop, self._len)
+        start = key.start or 0
+        stop = self._len if key.stop is None else min(key.stop, self._len)
         return bytes(self.get(start, stop - start)) if stop > start else b""
 
     def unpack(self, fmt: struct.Struct, pos: int) -> tuple[Any, ...]:

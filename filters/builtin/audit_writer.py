@@ -14,9 +14,9 @@ carries on. The loop never signals the thread (a ``call_soon_threadsafe`` or ``E
 event would cost more than the event): the thread polls every ``POLL_S`` when it finds nothing.
 
 The frames stay referenced until the thread has read them (up to ``POLL_S``); freed in bursts,
-their memory was handed back to the OS and faulted in again by the event loop's next reads (110-220
-minor faults per MB of produce traffic, the event-loop thread's CPU +0.3-0.6 ms/MB, more than
-the writer's own cost): the filter therefore keeps freed heap for reuse (audit_memory.py).
+their memory was handed back to the OS and faulted in again by the event loop's next reads (130-214
+minor faults per MB of produce-100 B traffic, the event-loop thread's CPU +0.3-0.5 ms/MB, three
+times the writer's own cost; docs/performance.md): the filter therefore keeps freed heap for reuse (audit_memory.py).
 
 Counters are plain ints, each written by one thread only (the loop: queue drops; the writer:
 the rest), exported at scrape time (audit_log.py).
