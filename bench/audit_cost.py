@@ -143,8 +143,8 @@ def _switches(pid: int) -> int:
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
             with open(f"/proc/{pid}/task/{task}/status") as f:
-                for line in f:
-                    if line.endswith("ctxt_switches:\t" + line.split("\t")[-1]) and "ctxt_switches" in line:
+                for line in f:  # voluntary_ctxt_switches: N / nonvoluntary_ctxt_switches: N
+                    if line.split(":", 1)[0].endswith("ctxt_switches"):
                         n += int(line.split()[-1])
         except OSError:
             continue
