@@ -44,6 +44,7 @@ from kgate.api import ConnectionInfo, Filter, FilterConfigError
 from kgate.codec import api
 from kgate.filters.builtin.audit_files import AuditFiles
 from kgate.filters.builtin.audit_kafka import KafkaSink
+from kgate.filters.builtin.audit_memory import keep_freed_memory
 from kgate.filters.builtin.audit_writer import AuditCounters, AuditWriter, loop_resolver
 from kgate.filters.exchanges import ExchangeObserver, ExchangeServices, FinishedExchange
 
@@ -205,6 +206,7 @@ class AuditLog(Filter):
             counters=self.counters,
             sink=self.kafka,
         )
+        keep_freed_memory(c["max_queue_bytes"])  # held frames freed in bursts must not cost page faults
         self.writer.start()
         return self._observer(self.writer, c["sample"])
 

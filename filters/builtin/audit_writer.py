@@ -13,6 +13,11 @@ builds the events (audit_event.py), and writes them with one ``write`` per chunk
 carries on. The loop never signals the thread (a ``call_soon_threadsafe`` or ``Event.set`` per
 event would cost more than the event): the thread polls every ``POLL_S`` when it finds nothing.
 
+The frames stay referenced until the thread has read them (up to ``POLL_S``); freed in bursts,
+their memory was handed back to the OS and faulted in again by the event loop's next reads (130-214
+minor faults per MB of produce-100 B traffic, the event-loop thread's CPU +0.3-0.5 ms/MB, three
+times the writer's own cost; docs/performance.md): the filter therefore keeps freed heap for reuse (audit_memory.py).
+
 Counters are plain ints, each written by one thread only (the loop: queue drops; the writer:
 the rest), exported at scrape time (audit_log.py).
 """
@@ -29,7 +34,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Protocol
 from uuid import UUID
 
-from kgate.api import LOOKUP_FAILED, ApiKey, ConnectionInfo, TopicNameError
+from kgate.api import LOOKUP_FAILED, ConnectionInfo, TopicNameError
 from kgate.filters.builtin.audit_event import Captured, Offered, event_line, topic_ids_of
 from kgate.filters.builtin.audit_files import AuditFiles
 from kgate.filters.exchanges import Answer, FinishedExchange
@@ -121,7 +126,8 @@ class AuditWriter:
 
     # -- writer thread -------------------------------------------------------------------------
     def _run(self) -> None:
-        warm_decoders()
+        # no decoder warm-up: whole Produce/Fetch/Metadata frames are walked (audit_walk.py), and
+        # compiling the 64 decoders the walkers replaced took ~130 ms of this thread's CPU at start
         q = self._q
         while True:
             if not q:
@@ -238,27 +244,6 @@ class AuditWriter:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
                 log.error("audit: writer did not finish within %.0fs; %d events not written", timeout_s, len(self._q))
-
-
-#: (api key, versions) whose request and answer decoders are compiled when the writer starts: the
-#: versions current clients use for the api keys that carry topics (the codec compiles a decoder
-#: on first use, ~0.8 ms each; 64 of them at start cost ~50 ms once, on this thread, instead of
-#: landing on the first minutes of traffic)
-WARM = ((ApiKey.PRODUCE, range(7, 12)), (ApiKey.FETCH, range(11, 18)), (ApiKey.METADATA, range(9, 13)))
-
-
-def warm_decoders() -> None:
-    from kgate.codec import api
-    from kgate.codec.schema import get_decoder
-
-    for key, versions in WARM:
-        info = api.API_INFO[int(key)]
-        for version in versions:
-            if not info.min_version <= version <= info.max_version:
-                continue
-            for cls in (info.request_class, info.response_class):
-                for raw in (False, True):
-                    get_decoder(cls, version, cls.is_flexible(version), raw)
 
 
 def loop_resolver(
