@@ -121,6 +121,7 @@ class Authorizer(Filter):
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self.report = DecisionReport(report_as or self.name)
         self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
+        self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
         self._denials = 0  # checks refused so far; a request's count decides its decision label
         self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
             ApiKey.PRODUCE: self._produce,
@@ -489,8 +490,28 @@ class Authorizer(Filter):
         return forward(response)
 
     def _describe(self, ctx: FilterContext) -> Callable[[str], bool]:
+        """``allowed(topic name)`` for describe, for this client: asked once per topic in every answer
+        that lists topics (a Metadata listing: each of them), so it is a closure over this identity's own
+        verdict dict, one ``dict.get`` per topic, rather than the rule set's cache, which builds a 6-tuple
+        key per call: 0.40 -> 0.10 µs per topic of a Metadata listing (in-process CPU time, 100 topics;
+        ``bench/authz_rules.py`` prints the hook beside the response decode, ~3.5 µs per topic)."""
         who = self._who(ctx.connection)
-        return lambda name: self.rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+        verdicts = self._describe_verdicts.get(who)
+        if verdicts is None:
+            if len(self._describe_verdicts) >= 1_000:
+                self._describe_verdicts.clear()
+            verdicts = self._describe_verdicts[who] = {}
+        get, rules = verdicts.get, self.rules
+
+        def allowed(name: str) -> bool:
+            verdict = get(name)
+            if verdict is None:
+                if len(verdicts) >= RuleSet.CACHE_MAX:
+                    verdicts.clear()
+                verdict = verdicts[name] = rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+            return verdict
+
+        return allowed
 
     def described_topics(self, ctx: FilterContext, response: Any) -> Result:
         """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does),

@@ -561,3 +561,17 @@ async def test_a_topic_entry_without_name_or_id_names_nothing_and_goes_to_the_br
     merged = await testing.run_hook(f.merge, ctx.for_response(), api.API_INFO[ApiKey.DELETE_TOPICS].response_class(
         responses=[]))
     assert [(r.name, r.error_code) for r in merged.message.responses] == [("secret-pay", TOPIC_DENIED)]
+
+
+async def test_listing_verdicts_are_remembered_per_client() -> None:
+    """The describe verdicts a Metadata listing remembers (``Authorizer._describe``) belong to one identity:
+    the same filter shows alice and admin their own topics, in either order, twice."""
+    f = authorizer([{"allow": "all", "topic": "*", "principal": "admin"},
+                    {"allow": ["describe"], "topic": "orders", "principal": "alice"}])
+    rc = api.API_INFO[ApiKey.METADATA].response_class
+    for principal, expected in [("alice", ["orders"]), ("admin", ["orders", "payments"])] * 2:
+        listing = rc(topics=[struct(rc, "topics", name=n) for n in ("orders", "payments")])
+        ctx = testing.FakeContext(ApiKey.METADATA, 12, request=req(ApiKey.METADATA, topics=None), principal=principal)
+        out = f.described_topics(ctx, listing)
+        shown = [t.name for t in (listing if out is FORWARD else out.message).topics]
+        assert shown == expected, principal
