@@ -255,6 +255,13 @@ class TopicPolicy(Filter):
             return FORWARD
         return respond(error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
 
+    @on_response(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+    @on_response(ApiKey.SHARE_GROUP_HEARTBEAT)
+    def heartbeat_answer(self, ctx: FilterContext, response: Any) -> Result | Any:
+        """Denied topics are left out of the assignment a member sees (a KIP-848 regex subscription is
+        resolved by the broker over every topic; see the authorizer's ``heartbeat_answer``)."""
+        return self._admin.heartbeat_answer(ctx, response)
+
     @on_response(ApiKey.CONSUMER_GROUP_DESCRIBE)
     @on_response(ApiKey.SHARE_GROUP_DESCRIBE)
     def group_describe(self, ctx: FilterContext, response: Any) -> Result:

@@ -14,7 +14,8 @@ authorizer does with them, so that clients meet errors they already handle:
   offsets are listed whole; asked for by name or id, each partition gets TOPIC_AUTHORIZATION_FAILED
   and offset -1.
 * ConsumerGroupHeartbeat, ShareGroupHeartbeat: subscribing to a denied topic by name is answered
-  with TOPIC_AUTHORIZATION_FAILED; nothing goes upstream.
+  with TOPIC_AUTHORIZATION_FAILED; nothing goes upstream. Denied topics are left out of the
+  assignment in the answer (``strip_assignment``: a KIP-848 regex is resolved by the broker).
 * ConsumerGroupDescribe, ShareGroupDescribe: a group whose members are assigned a denied topic is
   answered with TOPIC_AUTHORIZATION_FAILED for that group, its members left out.
 

@@ -179,6 +179,19 @@ async def test_heartbeat_assignment_loses_topics_the_member_may_not_describe(key
     assert c.lookups == [[UNKNOWN_ID, LATER_ID]]
 
 
+async def test_topic_policy_strips_denied_topics_from_heartbeat_assignments() -> None:
+    from kgate.filters.builtin.topic_policy import TopicPolicy
+
+    key, version = ApiKey.CONSUMER_GROUP_HEARTBEAT, 1
+    rc = api.API_INFO[key].response_class
+    broker = rc(member_id="m", member_epoch=3, assignment=struct(rc, "assignment", topic_partitions=[
+        struct(rc, "assignment.topic_partitions", topic_id=i, partitions=[0]) for i in (OK_ID, SECRET_ID)]))
+    policy = TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
+    c = ctx(key, version, principal=None, cache={OK_ID: "orders", SECRET_ID: "secret-pay"})
+    out = seen(key, version, await testing.run_hook(policy.heartbeat_answer, c, broker))
+    assert [tp.topic_id for tp in out.assignment.topic_partitions] == [OK_ID]
+
+
 async def test_heartbeat_answers_without_assignment_or_denied_topics_stream_through() -> None:
     key, version = ApiKey.CONSUMER_GROUP_HEARTBEAT, 1
     rc = api.API_INFO[key].response_class

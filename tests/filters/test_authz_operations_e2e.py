@@ -211,7 +211,16 @@ async def _topic_ids(port: int, *names: str) -> dict[str, uuid.UUID]:
         c.close()
 
 
-async def test_regex_heartbeat_answers_carry_no_hidden_topic_id(kafka, k) -> None:
+@pytest.fixture(params=["authorizer", "topic-policy"])
+def either(request, kafka, kgate_factory) -> Any:
+    """kgate with the authorizer, or with topic-policy (sugar over the same rules) denying ``*-hidden``."""
+    filters = AUTHZ if request.param == "authorizer" else [
+        {"name": "topic-policy", "config": {"deny": ["*-hidden"]}}]
+    return kgate_factory(kafka.bootstrap, extra={"proxy": {"drain_timeout_s": 1}, "filters": filters})
+
+
+async def test_regex_heartbeat_answers_carry_no_hidden_topic_id(kafka, either) -> None:
+    k = either
     tag = uuid.uuid4().hex[:8]
     open_topic, hidden = f"rh-{tag}-open", f"rh-{tag}-hidden"
     await asyncio.to_thread(_topics, kafka, open_topic, hidden)
