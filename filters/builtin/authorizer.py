@@ -122,6 +122,7 @@ class Authorizer(Filter):
         self.report = DecisionReport(report_as or self.name)
         self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
         self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
+        self._describe_size = 0  # entries in all of them
         self._denials = 0  # checks refused so far; a request's count decides its decision label
         self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
             ApiKey.PRODUCE: self._produce,
@@ -498,17 +499,18 @@ class Authorizer(Filter):
         who = self._who(ctx.connection)
         verdicts = self._describe_verdicts.get(who)
         if verdicts is None:
-            if len(self._describe_verdicts) >= 1_000:
-                self._describe_verdicts.clear()
             verdicts = self._describe_verdicts[who] = {}
         get, rules = verdicts.get, self.rules
 
         def allowed(name: str) -> bool:
             verdict = get(name)
             if verdict is None:
-                if len(verdicts) >= RuleSet.CACHE_MAX:
-                    verdicts.clear()
-                verdict = verdicts[name] = rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+                verdict = rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+                if self._describe_size >= RuleSet.CACHE_MAX:  # all identities together: bounded as the rules' cache
+                    self._describe_verdicts.clear()  # (this answer goes on filling its own dict, then drops it)
+                    self._describe_size = 0
+                verdicts[name] = verdict
+                self._describe_size += 1
             return verdict
 
         return allowed

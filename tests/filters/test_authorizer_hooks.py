@@ -575,3 +575,16 @@ async def test_listing_verdicts_are_remembered_per_client() -> None:
         out = f.described_topics(ctx, listing)
         shown = [t.name for t in (listing if out is FORWARD else out.message).topics]
         assert shown == expected, principal
+
+
+def test_listing_verdicts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """All identities' remembered describe verdicts together stay under the rule set's cache bound."""
+    from kgate.filters.builtin.acl_rules import RuleSet
+
+    monkeypatch.setattr(RuleSet, "CACHE_MAX", 50)
+    f = authorizer()
+    for i in range(30):
+        ctx = testing.FakeContext(ApiKey.METADATA, 12, principal=f"user-{i}")
+        allowed = f._describe(ctx)
+        assert [allowed(n) for n in ("orders", "secret-pay", f"t-{i}")] == [True, False, True]
+        assert sum(map(len, f._describe_verdicts.values())) <= 50

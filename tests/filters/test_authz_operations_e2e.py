@@ -23,7 +23,7 @@ import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection
+from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
@@ -122,8 +122,6 @@ def test_authorized_operations_are_what_kgates_rules_allow(kafka, k) -> None:
     classic = f"ops-classic-{tag}"
     kc = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": classic, "group.protocol": "classic"})
     try:
-        from confluent_kafka import TopicPartition
-
         kc.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # creates the (empty) group
     finally:
         kc.close()
