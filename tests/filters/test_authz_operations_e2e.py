@@ -4,14 +4,16 @@ Kafka 4.0 without an authorizer answers every ``*_authorized_operations`` field 
 operations the resource supports (the controls below, straight at the broker). Through kgate a
 client sees the operations kgate's rules give it (``filters.builtin.authz_operations``), asked with
 real admin clients: confluent-kafka's describe_topics / describe_cluster / describe_consumer_groups
-(Metadata, DescribeCluster, ConsumerGroupDescribe) and kafka-python's describe_groups (DescribeGroups).
+(Metadata v13, Metadata v10's cluster field, ConsumerGroupDescribe) and kafka-python's describe_groups
+and describe_cluster (DescribeGroups, DescribeCluster).
 
 A KIP-848 regex subscription (confluent-kafka ``group.protocol=consumer``) is resolved by the broker
 over every topic; through kgate the member is assigned only the topics it may describe: librdkafka
 consumes the allowed topic either way (it drops an assigned id whose Metadata kgate refuses), so the
 heartbeat answers are also read from spec-built ConsumerGroupHeartbeat v1 frames, where the hidden
 topic's id shows straight at the broker and not through kgate.
-Tansu answers neither: it has no KIP-848 groups and leaves the bitfields at "not requested".
+Against Kafka only: Tansu leaves the bitfields unset (confluent-kafka reads None for a topic and the
+cluster there), and the regex subscription is Kafka 4.0's KIP-848 behaviour.
 """
 
 from __future__ import annotations
@@ -125,14 +127,20 @@ def test_authorized_operations_are_what_kgates_rules_allow(kafka, k) -> None:
         kc.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # creates the (empty) group
     finally:
         kc.close()
-    for client_id, expected in (("reader-kp", {"READ", "DESCRIBE"}), ("full-kp", {o.name for o in GROUP_OPS})):
+    # kafka-python: DescribeGroups for the classic group, DescribeCluster (confluent-kafka's describe_cluster
+    # asks Metadata v10 instead)
+    cases = (("reader-kp", {"READ", "DESCRIBE"}, {"DESCRIBE"}),
+             ("full-kp", {o.name for o in GROUP_OPS}, {o.name for o in CLUSTER_OPS}))
+    for client_id, group_expected, cluster_expected in cases:
         kp = KafkaAdminClient(bootstrap_servers=k.bootstrap, client_id=client_id)
         try:
             described = kp.describe_groups([classic])[classic]
+            cluster = kp.describe_cluster()
         finally:
             kp.close()
         assert described["error"] is None, described
-        assert {getattr(o, "name", o) for o in described["authorized_operations"]} == expected
+        assert {getattr(o, "name", o) for o in described["authorized_operations"]} == group_expected
+        assert set(cluster["authorized_operations"]) == cluster_expected, cluster
 
 
 def test_regex_subscription_is_assigned_only_describable_topics(kafka, k) -> None:
