@@ -11,7 +11,8 @@ A KIP-848 regex subscription (confluent-kafka ``group.protocol=consumer``) is re
 over every topic; through kgate the member is assigned only the topics it may describe: librdkafka
 consumes the allowed topic either way (it drops an assigned id whose Metadata kgate refuses), so the
 heartbeat answers are also read from spec-built ConsumerGroupHeartbeat v1 frames, where the hidden
-topic's id shows straight at the broker and not through kgate.
+topic's id shows straight at the broker and not through kgate; and a second member shows that the
+partitions kgate hid from the first are released to it at once when the broker rebalances.
 Against Kafka only: Tansu leaves the bitfields unset (confluent-kafka reads None for a topic and the
 cluster there), and the regex subscription is Kafka 4.0's KIP-848 behaviour.
 """
@@ -171,41 +172,76 @@ def test_regex_subscription_is_assigned_only_describable_topics(kafka, k) -> Non
     assert not [e for e in errors if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
 
 
-async def _regex_assignment(port: int, group: str, regex: str, client_id: str) -> set[uuid.UUID]:
-    """Join ``group`` with a regex subscription (ConsumerGroupHeartbeat v1) and heartbeat until the broker,
-    which resolves regexes in the background, assigns something; leave; return the assigned ids."""
-    c = UpstreamClient(lambda: [("127.0.0.1", port)], client_id=client_id)
-    member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    try:
-        req = cgh.ConsumerGroupHeartbeatRequest(
-            group_id=group, member_id=member_id, member_epoch=0, rebalance_timeout_ms=30000,
-            subscribed_topic_regex=regex, topic_partitions=[])
-        deadline = time.monotonic() + 30
-        find = fc.FindCoordinatorRequest(key_type=0, coordinator_keys=[group])
-        while (code := (await c.request(10, find, 4))[1].coordinators[0].error_code) in COORDINATOR_NOT_READY:
+class RawMember:
+    """A KIP-848 consumer group member speaking spec-built ConsumerGroupHeartbeat v1 frames.
+
+    It subscribes with a regex and, as a member must, reports in every heartbeat the partitions it owns:
+    those of the last assignment it was given (what kgate let it see).
+    """
+
+    def __init__(self, port: int, group: str, regex: str, client_id: str) -> None:
+        self.c = UpstreamClient(lambda: [("127.0.0.1", port)], client_id=client_id)
+        self.group, self.regex = group, regex
+        self.member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.epoch = 0
+        self.owned: dict[uuid.UUID, list[int]] = {}
+
+    async def join(self, deadline: float) -> None:
+        find = fc.FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group])
+        while (code := (await self.c.request(10, find, 4))[1].coordinators[0].error_code) in COORDINATOR_NOT_READY:
             # a fresh broker creates __consumer_offsets on the first FindCoordinator: asked again, as clients do
             assert time.monotonic() < deadline, code
             await asyncio.sleep(0.2)
         assert code == 0, code
         while True:
-            resp = (await c.request(68, req, 1))[1]
-            if resp.error_code in COORDINATOR_NOT_READY and req.member_epoch == 0:
-                assert time.monotonic() < deadline, resp  # the group's partition still loading: asked again
-                await asyncio.sleep(0.2)
-                continue
-            assert resp.error_code == 0, resp
-            if resp.assignment is not None and resp.assignment.topic_partitions:
-                ids = {tp.topic_id for tp in resp.assignment.topic_partitions}
+            req = cgh.ConsumerGroupHeartbeatRequest(
+                group_id=self.group, member_id=self.member_id, member_epoch=0, rebalance_timeout_ms=30000,
+                subscribed_topic_regex=self.regex, topic_partitions=[])
+            resp = (await self.c.request(68, req, 1))[1]
+            if resp.error_code not in COORDINATOR_NOT_READY:
                 break
-            assert time.monotonic() < deadline, "no assignment within 30 s"
-            await asyncio.sleep(0.2)  # heartbeat pacing: the broker resolves the regex on its own schedule
-            req = cgh.ConsumerGroupHeartbeatRequest(group_id=group, member_id=member_id,
-                                                    member_epoch=resp.member_epoch)
-        leave = cgh.ConsumerGroupHeartbeatRequest(group_id=group, member_id=member_id, member_epoch=-1)
-        await c.request(68, leave, 1)
-        return ids
+            assert time.monotonic() < deadline, resp  # the group's partition still loading: asked again
+            await asyncio.sleep(0.2)
+        self._took(resp)
+
+    async def heartbeat(self) -> None:
+        owned = [cgh.TopicPartitions(topic_id=t, partitions=p) for t, p in self.owned.items()]
+        req = cgh.ConsumerGroupHeartbeatRequest(group_id=self.group, member_id=self.member_id,
+                                                member_epoch=self.epoch, topic_partitions=owned)
+        self._took((await self.c.request(68, req, 1))[1])
+
+    def _took(self, resp: Any) -> None:
+        assert resp.error_code == 0, resp
+        self.epoch = resp.member_epoch
+        if resp.assignment is not None:
+            self.owned = {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
+
+    async def leave(self) -> None:
+        leave = cgh.ConsumerGroupHeartbeatRequest(group_id=self.group, member_id=self.member_id, member_epoch=-1)
+        await self.c.request(68, leave, 1)
+        self.c.close()
+
+
+async def _until(members: list[RawMember], done: Any, deadline: float, what: str) -> None:
+    """Heartbeat ``members`` (every 0.2 s, the pace the broker's regex resolution and assignor work at)
+    until ``done()``."""
+    while not done():
+        assert time.monotonic() < deadline, f"{what}: {[m.owned for m in members]}"
+        await asyncio.sleep(0.2)
+        for m in members:
+            await m.heartbeat()
+
+
+async def _regex_assignment(port: int, group: str, regex: str, client_id: str) -> set[uuid.UUID]:
+    """Join ``group`` with a regex subscription and heartbeat until the broker, which resolves regexes in
+    the background, assigns something; leave; return the assigned ids."""
+    m = RawMember(port, group, regex, client_id)
+    try:
+        await m.join(time.monotonic() + 30)
+        await _until([m], lambda: bool(m.owned), time.monotonic() + 30, "no assignment")
     finally:
-        c.close()
+        await m.leave()
+    return set(m.owned)
 
 
 async def _topic_ids(port: int, *names: str) -> dict[str, uuid.UUID]:
@@ -236,3 +272,35 @@ async def test_regex_heartbeat_answers_carry_no_hidden_topic_id(kafka, either) -
     assert direct == {ids[open_topic], ids[hidden]}  # control: the broker's resolution includes the hidden one
     via = await _regex_assignment(k.listen_port, f"rh-k-{tag}", regex, "reader-raw")
     assert via == {ids[open_topic]}
+
+
+async def test_a_stripped_partition_is_released_to_another_member_at_once(kafka, k) -> None:
+    """The consequence docs/authorization.md describes: member A (through kgate) is assigned hidden
+    partitions it never sees, so it never reports owning them; when member B (straight at the broker,
+    allowed everything) joins, the broker moves some of them to B without waiting for A's rebalance
+    timeout (30 s): KIP-848 waits for a revocation only while the member reports owning the partitions."""
+    tag = uuid.uuid4().hex[:8]
+    open_topic, hidden = f"rv-{tag}-open", f"rv-{tag}-hidden"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    futures = admin.create_topics([NewTopic(open_topic, 1, 1), NewTopic(hidden, 4, 1)])
+    for f in futures.values():
+        await asyncio.to_thread(f.result, 30)
+    ids = await _topic_ids(kafka.port, open_topic, hidden)
+    group, regex = f"rv-g-{tag}", f"rv-{tag}-.*"
+    a = RawMember(k.listen_port, group, regex, "reader-raw")
+    b = RawMember(kafka.port, group, regex, "other")
+    try:
+        await a.join(time.monotonic() + 30)
+        await _until([a], lambda: bool(a.owned), time.monotonic() + 30, "A got nothing")
+        assert a.owned == {ids[open_topic]: [0]}  # the four hidden partitions are A's at the broker, unseen
+        await b.join(time.monotonic() + 30)
+        # the uniform assignor balances 5 partitions 3/2: B gets at least two, of which at most one is the
+        # open topic's, so at least one hidden partition is revoked from A; within 10 s, far below A's
+        # 30 s rebalance timeout
+        def balanced() -> bool:
+            return sum(map(len, b.owned.values())) >= 2 and bool(b.owned.get(ids[hidden]))
+
+        await _until([a, b], balanced, time.monotonic() + 10, "hidden partitions not released to B")
+    finally:
+        await a.leave()
+        await b.leave()
