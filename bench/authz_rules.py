@@ -10,7 +10,8 @@ plus a few denies. Measures, per call:
   literal rule, by a prefix, by a glob only, and by nothing (the default);
 * ``allowed``: the same through the decision cache (what the data path pays once warm);
 * the ``authorizer`` filter's request hook on a decoded single-topic Produce and a 5-topic Fetch (the
-  whole hook: identity, dispatch, cache lookups, counting), as kgate calls it.
+  whole hook: identity, dispatch, cache lookups, counting), as kgate calls it;
+* a Metadata listing of 10 and 100 topics: the request and response hooks beside the response decode.
 
 Naive evaluation (every rule checked in order) is shown for comparison.
 """
@@ -21,10 +22,11 @@ import argparse
 import fnmatch
 import random
 import time
+import uuid
 from collections.abc import Callable
 
 from kgate import testing
-from kgate.api import ApiKey
+from kgate.api import FORWARD, ApiKey
 from kgate.codec import api
 from kgate.filters.builtin.acl_rules import Identity, Op, Res, Rule, RuleSet, parse_rules
 from kgate.filters.builtin.authorizer import Authorizer
@@ -143,6 +145,33 @@ def main() -> None:
     tp = TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
     print(f"(topic-policy hook, same Produce:    {per_call_ns(lambda: tp.check(pctx, produce), n) / 1000:.2f} us)")
     print(f"(topic-policy hook, same Fetch:      {per_call_ns(lambda: tp.check(fctx, fetch), n) / 1000:.2f} us)")
+    for topics in (10, 100):
+        metadata(f, topics, max(1, n // 20))
+
+
+def metadata(f: Authorizer, topics: int, n: int) -> None:
+    """A Metadata v12 listing (``topics: null``, as ``list_topics``) of ``topics`` topics x 3 partitions:
+    what the authorizer's hooks cost beside the response decode that any name-using chain pays (the
+    topic-id cache learns names from every Metadata answer)."""
+    key, version = ApiKey.METADATA, 12
+    rc = api.API_INFO[key].response_class
+    tcls = next(x.struct for x in rc._FIELDS if x.name == "topics")
+    pcls = next(x.struct for x in tcls._FIELDS if x.name == "partitions")
+    bcls = next(x.struct for x in rc._FIELDS if x.name == "brokers")
+    answer = rc(brokers=[bcls(node_id=1, host="127.0.0.1", port=9092)], cluster_id="c", controller_id=1, topics=[
+        tcls(name=f"team3.svc{i}.t", topic_id=uuid.uuid4(), partitions=[
+            pcls(partition_index=p, leader_id=1, replica_nodes=[1], isr_nodes=[1]) for p in range(3)])
+        for i in range(topics)])
+    body = memoryview(answer.encode(version))
+    request = api.API_INFO[key].request_class(topics=None, allow_auto_topic_creation=True)
+    ctx = testing.FakeContext(key, version, request=request, principal="team3", client_id="team3-app")
+    decoded = api.decode_response(key, version, body)
+    assert f.check(ctx, request) is FORWARD and f.described_topics(ctx, decoded) is FORWARD
+    decode = per_call_ns(lambda: api.decode_response(key, version, body), n) / 1000
+    req_hook = per_call_ns(lambda: f.check(ctx, request), n) / 1000
+    resp_hook = per_call_ns(lambda: f.described_topics(ctx, decoded), n) / 1000
+    print(f"Metadata listing, {topics:>3} topics: response decode {decode:6.1f} us, request hook {req_hook:.2f} us, "
+          f"response hook {resp_hook:5.1f} us")
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ def _cluster(op: Op, note: str = "") -> tuple[Need, ...]:
 
 
 _BROKER_ONLY = "inter-broker / controller RPC: no client needs it"
+_ASSIGNMENT = "left out of the assignment the member sees (a KIP-848 regex is resolved by the broker: see below)"
 
 #: api keys every client needs before or without naming a resource: never checked
 UNCHECKED: frozenset[int] = frozenset(
@@ -183,6 +184,8 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
         Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request"),
+        Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer",
+             _ASSIGNMENT),
     ),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (
         Need(G, Op.DESCRIBE, "group_ids[]", GROUP_DENIED, "entry"),
@@ -195,6 +198,8 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.SHARE_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
         Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request"),
+        Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer",
+             _ASSIGNMENT),
     ),
     ApiKey.SHARE_GROUP_DESCRIBE: (
         Need(G, Op.DESCRIBE, "group_ids[]", GROUP_DENIED, "entry"),

@@ -52,6 +52,7 @@ from kgate.api import (
 from kgate.codec import api
 from kgate.filters.builtin.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.acl_table import TABLE, UNCHECKED
+from kgate.filters.builtin.authz_operations import NOT_REQUESTED, narrowed, operations_bitfield
 from kgate.filters.builtin.authz_report import DecisionReport
 from kgate.filters.builtin.authz_shapes import (
     CONFIG_RESOURCES,
@@ -68,6 +69,7 @@ from kgate.filters.builtin.authz_shapes import (
     look_up,
 )
 from kgate.filters.builtin.topic_visibility import (
+    assigned_topic_ids,
     hide_log_dir_topics,
     hide_offsets,
     hide_transaction_topics,
@@ -75,6 +77,7 @@ from kgate.filters.builtin.topic_visibility import (
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
+    strip_assignment,
 )
 from kgate.filters.exchanges import record_policy_decision
 
@@ -118,6 +121,8 @@ class Authorizer(Filter):
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self.report = DecisionReport(report_as or self.name)
         self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
+        self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
+        self._describe_size = 0  # entries in all of them
         self._denials = 0  # checks refused so far; a request's count decides its decision label
         self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
             ApiKey.PRODUCE: self._produce,
@@ -486,12 +491,79 @@ class Authorizer(Filter):
         return forward(response)
 
     def _describe(self, ctx: FilterContext) -> Callable[[str], bool]:
+        """``allowed(topic name)`` for describe, for this client: asked once per topic in every answer
+        that lists topics (a Metadata listing: each of them), so it is a closure over this identity's own
+        verdict dict, one ``dict.get`` per topic, rather than the rule set's cache, which builds a 6-tuple
+        key per call: 0.40 -> 0.10 µs per topic of a Metadata listing (in-process CPU time, 100 topics;
+        ``bench/authz_rules.py`` prints the hook beside the response decode, ~3.5 µs per topic)."""
         who = self._who(ctx.connection)
-        return lambda name: self.rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+        verdicts = self._describe_verdicts.get(who)
+        if verdicts is None:
+            verdicts = self._describe_verdicts[who] = {}
+        get, rules = verdicts.get, self.rules
+
+        def allowed(name: str) -> bool:
+            verdict = get(name)
+            if verdict is None:
+                verdict = rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
+                if self._describe_size >= RuleSet.CACHE_MAX:  # all identities together: bounded as the rules' cache
+                    self._describe_verdicts.clear()  # (this answer goes on filling its own dict, then drops it)
+                    self._describe_size = 0
+                verdicts[name] = verdict
+                self._describe_size += 1
+            return verdict
+
+        return allowed
 
     def described_topics(self, ctx: FilterContext, response: Any) -> Result:
-        """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does)."""
-        return hide_undescribable(ctx, response, self._describe(ctx))
+        """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does),
+        and show the operations kgate allows in the ``*_authorized_operations`` fields."""
+        result = hide_undescribable(ctx, response, self._describe(ctx))
+        if self._narrow_described_topics(ctx, response):
+            return forward(response)
+        return result
+
+    # -- authorized_operations (filters.builtin.authz_operations) ----------------------------------
+    def _bits(self, who: Identity, res: Res, name: str) -> int:
+        allowed = self.rules.allowed
+        return operations_bitfield(res, lambda op: allowed(who, res, name, op))
+
+    def _narrow(self, holder: Any, attr: str, who: Identity, res: Res, name: str) -> bool:
+        """Narrow ``holder.attr`` (a broker-computed bitfield) to kgate's operations; whether it changed."""
+        value = getattr(holder, attr)
+        if value == NOT_REQUESTED:
+            return False
+        new = narrowed(value, self._bits(who, res, name))
+        if new == value:
+            return False
+        setattr(holder, attr, new)
+        return True
+
+    def _narrow_described_topics(self, ctx: FilterContext, response: Any) -> bool:
+        request = ctx.request
+        if ctx.api_key == ApiKey.METADATA:
+            if ctx.api_version < 8:
+                return False  # no such fields
+            if request is not None and not (
+                request.include_topic_authorized_operations or getattr(request, "include_cluster_authorized_operations",
+                                                                         False)
+            ):
+                return False  # the metadata refreshes of every client: nothing asked, nothing to do
+        who = self._who(ctx.connection)
+        changed = False
+        for t in response.topics:
+            if t.error_code == ErrorCode.NONE and t.name is not None:
+                changed |= self._narrow(t, "topic_authorized_operations", who, Res.TOPIC, t.name)
+        if ctx.api_key == ApiKey.METADATA and ctx.api_version <= 10:
+            changed |= self._narrow(response, "cluster_authorized_operations", who, Res.CLUSTER, CLUSTER_NAME)
+        return changed
+
+    def cluster_description(self, ctx: FilterContext, response: Any) -> Result:
+        """DescribeCluster: the cluster's operations as kgate's rules allow them (the api needs no check)."""
+        who = self._who(ctx.connection)
+        if self._narrow(response, "cluster_authorized_operations", who, Res.CLUSTER, CLUSTER_NAME):
+            return forward(response)
+        return FORWARD
 
     def created_topics(self, ctx: FilterContext, response: Any) -> Result:
         """CreateTopics: no existence oracle, no configs without describe_configs; then merge refusals."""
@@ -542,7 +614,42 @@ class Authorizer(Filter):
             changed = refuse_classic_groups_with_denied_assignments(response, allowed)
         else:
             changed = refuse_groups_with_denied_assignments(response, allowed)
+        if ctx.api_key != ApiKey.DESCRIBE_GROUPS or ctx.api_version >= 3:
+            who = self._who(ctx.connection)
+            for g in response.groups:
+                if g.error_code == ErrorCode.NONE:
+                    changed |= self._narrow(g, "authorized_operations", who, Res.GROUP, g.group_id)
         return forward(response) if changed or merged is not FORWARD else FORWARD
+
+    def heartbeat_answer(self, ctx: FilterContext, response: Any) -> Any:
+        """Consumer/ShareGroupHeartbeat: assigned topics the member may not describe are left out.
+
+        A KIP-848 regex subscription is resolved by the broker over every topic, so its assignment may
+        name topics kgate's rules hide from this member (Kafka's own authorizer leaves those out of the
+        regex's resolution). Ids are named first (an id kgate cannot name is left out: fail closed).
+        """
+        ids = assigned_topic_ids(response)
+        if not ids:
+            return FORWARD
+        names, missing = known_names(ctx, ids)
+        if missing:
+            return self._heartbeat_after_lookup(ctx, response, names, missing)
+        return self._strip_assignment(ctx, response, names)
+
+    async def _heartbeat_after_lookup(
+        self, ctx: FilterContext, response: Any, names: dict[TopicKey, str], missing: list[UUID]
+    ) -> Result:
+        await look_up(ctx, names, missing)
+        return self._strip_assignment(ctx, response, names)
+
+    def _strip_assignment(self, ctx: FilterContext, response: Any, names: Mapping[TopicKey, str]) -> Result:
+        who = self._who(ctx.connection)
+
+        def keep(topic_id: UUID) -> bool:
+            name = names.get(topic_id)
+            return name is not None and self._ok(ctx, who, Res.TOPIC, name, Op.DESCRIBE)
+
+        return forward(response) if strip_assignment(response, keep) else FORWARD
 
     def log_dirs(self, ctx: FilterContext, response: Any) -> Result:
         return forward(response) if hide_log_dir_topics(response, self._describe(ctx)) else FORWARD
@@ -583,6 +690,9 @@ class Authorizer(Filter):
     for _key in (ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE):
         group_descriptions = on_response(_key)(group_descriptions)
     log_dirs = on_response(ApiKey.DESCRIBE_LOG_DIRS)(log_dirs)
+    for _key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT):
+        heartbeat_answer = on_response(_key)(heartbeat_answer)
+    cluster_description = on_response(ApiKey.DESCRIBE_CLUSTER)(cluster_description)
     list_groups = on_response(ApiKey.LIST_GROUPS)(list_groups)
     list_transactions = on_response(ApiKey.LIST_TRANSACTIONS)(list_transactions)
     for _key in (

@@ -50,7 +50,14 @@ def make(cls: type, **fields: Any) -> Any:
 
 
 # -- topic names (ids resolved through the context's topic-name service) --------------------------
-def known_names(ctx: FilterContext, keys: Iterable[TopicKey]) -> tuple[dict[TopicKey, str], list[UUID]]:
+def known_names(ctx: FilterContext, keys: Iterable[TopicKey | None]) -> tuple[dict[TopicKey, str], list[UUID]]:
+    """Names for ``keys`` from the request itself or kgate's cache, and the ids still unknown.
+
+    Shared by the authorizer and topic-policy. A ``None`` key (an entry with neither a name nor an id,
+    e.g. DeleteTopics v6 ``{name: null, topic_id: zero}``) names no topic, so no rule applies to it: it
+    is left out and goes to the broker, which answers its own error for it. (topic-policy's copy of this
+    function kept it and then failed on it with a TypeError.)
+    """
     names: dict[TopicKey, str] = {}
     missing: list[UUID] = []
     for key in keys:
@@ -66,6 +73,7 @@ def known_names(ctx: FilterContext, keys: Iterable[TopicKey]) -> tuple[dict[Topi
 
 
 async def look_up(ctx: FilterContext, names: dict[TopicKey, str], missing: list[UUID]) -> list[UUID]:
+    """Add the names of ``missing`` to ``names`` (kgate's topic-name service); return the ids not resolved."""
     unresolved = []
     for topic_id, found in (await ctx.topic_names(missing)).items():
         if isinstance(found, str):

@@ -48,6 +48,7 @@ from kgate.api import (
 )
 from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
 from kgate.filters.builtin.authorizer import Authorizer
+from kgate.filters.builtin.authz_shapes import known_names, look_up
 from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_log_dir_topics,
@@ -133,32 +134,6 @@ class TopicPolicy(Filter):
                 self._verdicts[name] = verdict
         return verdict
 
-    def _known_names(self, ctx: FilterContext, keys: Iterable[TopicKey]) -> tuple[dict[TopicKey, str], list[UUID]]:
-        """Names for ``keys`` from the request itself or kgate's cache, and the ids still unknown."""
-        names: dict[TopicKey, str] = {}
-        missing: list[UUID] = []
-        for key in keys:
-            if isinstance(key, UUID):
-                name = ctx.cached_topic_name(key)
-                if name is None:
-                    missing.append(key)
-                else:
-                    names[key] = name
-            else:
-                names[key] = key
-        return names, missing
-
-    @staticmethod
-    async def _look_up(ctx: FilterContext, names: dict[TopicKey, str], missing: list[UUID]) -> list[UUID]:
-        """Add the names of ``missing`` to ``names``; return the ids that could not be resolved."""
-        unresolved = []
-        for topic_id, found in (await ctx.topic_names(missing)).items():
-            if isinstance(found, str):
-                names[topic_id] = found
-            else:
-                unresolved.append(topic_id)
-        return unresolved
-
     def _noted(
         self, ctx: FilterContext, names: Mapping[TopicKey, str], codes: dict[TopicKey, int]
     ) -> dict[TopicKey, int]:
@@ -188,7 +163,7 @@ class TopicPolicy(Filter):
             return respond(
                 error_response(ctx.api_key, ctx.api_version, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
             )
-        names, missing = self._known_names(ctx, request_topics(ctx.api_key, request))
+        names, missing = known_names(ctx, request_topics(ctx.api_key, request))
         if missing:
             return self._check_after_lookup(ctx, request, names, missing)
         return refuse_topics(ctx, request, self._noted(ctx, names, self._codes(names, ())))
@@ -196,7 +171,7 @@ class TopicPolicy(Filter):
     async def _check_after_lookup(
         self, ctx: FilterContext, request: Any, names: dict[TopicKey, str], missing: list[UUID]
     ) -> Result:
-        unresolved = await self._look_up(ctx, names, missing)
+        unresolved = await look_up(ctx, names, missing)
         return refuse_topics(ctx, request, self._noted(ctx, names, self._codes(names, unresolved)))
 
     def merge(self, ctx: FilterContext, response: Any) -> Result:
@@ -250,7 +225,7 @@ class TopicPolicy(Filter):
     @on_response(ApiKey.OFFSET_FETCH)
     def offset_fetch(self, ctx: FilterContext, response: Any) -> Result | Any:
         """Hide denied topics' committed offsets; ids (v10) are resolved first, unresolvable ones hidden too."""
-        names, missing = self._known_names(ctx, offset_fetch_topic_keys(response, ctx.api_version))
+        names, missing = known_names(ctx, offset_fetch_topic_keys(response, ctx.api_version))
         if missing:
             return self._offset_fetch_after_lookup(ctx, response, names, missing)
         return self._hide_offsets(ctx, response, self._codes(names, ()))
@@ -258,7 +233,7 @@ class TopicPolicy(Filter):
     async def _offset_fetch_after_lookup(
         self, ctx: FilterContext, response: Any, names: dict[TopicKey, str], missing: list[UUID]
     ) -> Result:
-        unresolved = await self._look_up(ctx, names, missing)
+        unresolved = await look_up(ctx, names, missing)
         return self._hide_offsets(ctx, response, self._codes(names, unresolved))
 
     @staticmethod
@@ -279,6 +254,13 @@ class TopicPolicy(Filter):
         if not denied_subscriptions(request, self.allowed):
             return FORWARD
         return respond(error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+
+    @on_response(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+    @on_response(ApiKey.SHARE_GROUP_HEARTBEAT)
+    def heartbeat_answer(self, ctx: FilterContext, response: Any) -> Result | Any:
+        """Denied topics are left out of the assignment a member sees (a KIP-848 regex subscription is
+        resolved by the broker over every topic; see the authorizer's ``heartbeat_answer``)."""
+        return self._admin.heartbeat_answer(ctx, response)
 
     @on_response(ApiKey.CONSUMER_GROUP_DESCRIBE)
     @on_response(ApiKey.SHARE_GROUP_DESCRIBE)

@@ -14,7 +14,8 @@ authorizer does with them, so that clients meet errors they already handle:
   offsets are listed whole; asked for by name or id, each partition gets TOPIC_AUTHORIZATION_FAILED
   and offset -1.
 * ConsumerGroupHeartbeat, ShareGroupHeartbeat: subscribing to a denied topic by name is answered
-  with TOPIC_AUTHORIZATION_FAILED; nothing goes upstream.
+  with TOPIC_AUTHORIZATION_FAILED; nothing goes upstream. Denied topics are left out of the
+  assignment in the answer (``strip_assignment``: a KIP-848 regex is resolved by the broker).
 * ConsumerGroupDescribe, ShareGroupDescribe: a group whose members are assigned a denied topic is
   answered with TOPIC_AUTHORIZATION_FAILED for that group, its members left out.
 
@@ -31,6 +32,7 @@ from typing import Any
 from uuid import UUID
 
 from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward, merge_refused
+from kgate.filters.builtin.authz_operations import NOT_REQUESTED
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -61,6 +63,8 @@ def hide_described_topics(
             continue
         topic.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         topic.partitions = []
+        if hasattr(topic, "topic_authorized_operations"):
+            topic.topic_authorized_operations = NOT_REQUESTED  # the broker's bits of a hidden topic, as Kafka
         if getattr(topic, "topic_id", None) in asked_ids:
             topic.name = None
         elif hasattr(topic, "topic_id"):
@@ -142,6 +146,30 @@ def hide_transaction_topics(response: Any, allowed: Allowed) -> bool:
 def denied_subscriptions(request: Any, allowed: Allowed) -> list[str]:
     """The denied topics a Consumer/ShareGroupHeartbeat subscribes to by name."""
     return [n for n in (request.subscribed_topic_names or []) if not allowed(n)]
+
+
+def assigned_topic_ids(response: Any) -> list[UUID]:
+    """The topic ids a Consumer/ShareGroupHeartbeat answer assigns (none when the assignment is unchanged)."""
+    assignment = response.assignment
+    if assignment is None:
+        return []
+    return [tp.topic_id for tp in assignment.topic_partitions or []]
+
+
+def strip_assignment(response: Any, keep: Callable[[UUID], bool]) -> bool:
+    """Consumer/ShareGroupHeartbeat answer: leave out the assigned topics ``keep`` refuses; whether any was.
+
+    The broker still counts those partitions as this member's (see docs/authorization.md, "Regex
+    subscriptions"): the member never reports owning them, so revoking them later completes at once.
+    """
+    assignment = response.assignment
+    if assignment is None or not assignment.topic_partitions:
+        return False
+    kept = [tp for tp in assignment.topic_partitions if keep(tp.topic_id)]
+    if len(kept) == len(assignment.topic_partitions):
+        return False
+    assignment.topic_partitions = kept
+    return True
 
 
 def refuse_groups_with_denied_assignments(response: Any, allowed: Allowed) -> bool:

@@ -540,3 +540,51 @@ async def test_rules_hold_for_topic_ids(key: int, version: int) -> None:
     gone, ctx = await run(f, key, version, _by_id(key, uuid.uuid4()))
     assert codes(answer(key, version, gone)) == {ErrorCode.UNKNOWN_TOPIC_ID}  # fail closed
     assert ctx.lookups  # it was looked up, not guessed
+
+
+@pytest.mark.parametrize("which", ["authorizer", "topic-policy"])
+async def test_a_topic_entry_without_name_or_id_names_nothing_and_goes_to_the_broker(which: str) -> None:
+    """DeleteTopics v6 ``{name: null, topic_id: zero}`` beside a denied name: the denied one is refused,
+    the nameless one forwarded (no rule can apply to it; Kafka answers it INVALID_REQUEST). Both filters
+    name topics through the one ``authz_shapes.known_names``; topic-policy's former copy raised TypeError."""
+    from kgate.filters.builtin.topic_policy import TopicPolicy
+
+    f: Any = authorizer() if which == "authorizer" else TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
+    c = rq(ApiKey.DELETE_TOPICS)
+    zero = uuid.UUID(int=0)
+    request = req(ApiKey.DELETE_TOPICS, timeout_ms=1000, topics=[
+        struct(c, "topics", name=None, topic_id=zero), struct(c, "topics", name="secret-pay", topic_id=zero)])
+    request = testing.round_trip_request(ApiKey.DELETE_TOPICS, 6, request)
+    ctx = testing.FakeContext(ApiKey.DELETE_TOPICS, 6, request=request, principal="admin")
+    result = await testing.run_hook(f.check, ctx, request)
+    assert isinstance(result, Forward) and [t.name for t in result.message.topics] == [None]
+    merged = await testing.run_hook(f.merge, ctx.for_response(), api.API_INFO[ApiKey.DELETE_TOPICS].response_class(
+        responses=[]))
+    assert [(r.name, r.error_code) for r in merged.message.responses] == [("secret-pay", TOPIC_DENIED)]
+
+
+async def test_listing_verdicts_are_remembered_per_client() -> None:
+    """The describe verdicts a Metadata listing remembers (``Authorizer._describe``) belong to one identity:
+    the same filter shows alice and admin their own topics, in either order, twice."""
+    f = authorizer([{"allow": "all", "topic": "*", "principal": "admin"},
+                    {"allow": ["describe"], "topic": "orders", "principal": "alice"}])
+    rc = api.API_INFO[ApiKey.METADATA].response_class
+    for principal, expected in [("alice", ["orders"]), ("admin", ["orders", "payments"])] * 2:
+        listing = rc(topics=[struct(rc, "topics", name=n) for n in ("orders", "payments")])
+        ctx = testing.FakeContext(ApiKey.METADATA, 12, request=req(ApiKey.METADATA, topics=None), principal=principal)
+        out = f.described_topics(ctx, listing)
+        shown = [t.name for t in (listing if out is FORWARD else out.message).topics]
+        assert shown == expected, principal
+
+
+def test_listing_verdicts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """All identities' remembered describe verdicts together stay under the rule set's cache bound."""
+    from kgate.filters.builtin.acl_rules import RuleSet
+
+    monkeypatch.setattr(RuleSet, "CACHE_MAX", 50)
+    f = authorizer()
+    for i in range(30):
+        ctx = testing.FakeContext(ApiKey.METADATA, 12, principal=f"user-{i}")
+        allowed = f._describe(ctx)
+        assert [allowed(n) for n in ("orders", "secret-pay", f"t-{i}")] == [True, False, True]
+        assert sum(map(len, f._describe_verdicts.values())) <= 50
