@@ -36,6 +36,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable
+from struct import Struct
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
@@ -49,7 +50,7 @@ from kgate.codec.headers import (
     parse_request_header,
     peek_correlation_id,
     peek_request,
-    produce_acks,
+    produce_request_acks,
     response_body_offset,
     response_frame,
 )
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgate.connection")
 _ZERO = UUID(int=0)
 REQUEST_TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
+_CID = Struct(">i")  # a response's correlation id, right after its size
 _PASS, _WATCH_FETCH, _BROKERS_ONLY = ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS, _DECODE, _RAW_SASL_PLAN = ResponsePlan.CAP_VERSIONS, ResponsePlan.DECODE, ResponsePlan.RAW_SASL
 _TRACK, _OBSERVE, _REFUSE = RequestPlan.TRACK, RequestPlan.OBSERVE, RequestPlan.REFUSE
@@ -523,8 +525,7 @@ class ConnectionCore:
             )
         self._requests_counted[label] += 1
         if api_key == PRODUCE:
-            header = parse_request_header(frame, 2 if version >= 9 else 1)
-            if produce_acks(frame, header.body_offset, version) == 0:
+            if produce_request_acks(frame, version) == 0:
                 self._acks0.append(cid)
                 if self._observer is not None:
                     self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
@@ -730,7 +731,22 @@ class ConnectionCore:
         reader = self.upstream_reader
         n = len(data)
         if not reader.buffered and n >= 8 and int.from_bytes(data[:4], "big", signed=True) + 4 == n <= self._max_frame:
-            self._response(memoryview(data))  # one whole answer in one read (see _raw_data)
+            # One whole answer in one read (see _raw_data). When it passes as is and is the next
+            # one the client is owed, it goes straight out: what _response and _flush would do,
+            # without their calls and checks (a request round trip cost ~12 µs more CPU than the
+            # raw relay's; bench/request_cost.py, docs/performance.md).
+            waiting = self.upstream_waiting
+            if waiting and self._observer is None and not self.client_gone:
+                ex = waiting[0]
+                pending = self.pending
+                if ex.plan is _PASS and pending[0] is ex and _CID.unpack_from(data, 4)[0] == ex.cid:
+                    waiting.popleft()
+                    pending.popleft()
+                    self._send_client(data)
+                    if (pending and pending[0].response is not None) or self._answers_paused or self._inflight_paused:
+                        self._flush()
+                    return
+            self._response(memoryview(data))
             self._flush()
             return
         if reader.buffered:

@@ -1,0 +1,85 @@
+"""The core's shortcut for a broker answer that arrives whole in one read and passes as is.
+
+``ConnectionCore.receive_broker`` writes such an answer straight to the client when it is the
+next one owed, skipping ``_response`` and ``_flush`` (a per-request saving measured in
+docs/performance.md). What ``_flush`` would have done after it must still happen: answers kgate
+made itself and queued behind it go out, and reading resumes once the in-flight limit frees.
+The hypothesis machines (test_core_machine.py) cover the shortcut among every other ordering;
+these pin the two follow-ups down one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.core_driver import make_core
+
+from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request
+from kgate.codec import api
+from kgate.codec.framing import FrameReader
+from kgate.codec.generated import metadata as mm
+from kgate.codec.generated import produce as pm
+from kgate.codec.headers import request_frame, response_frame
+
+PRODUCE_V, METADATA_V = 9, 12
+
+
+class AnswersMetadata(Filter):
+    """Answers every Metadata request itself, at once (no suspension)."""
+
+    name = "test-answers-metadata"
+
+    @on_request(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        answer = error_response(int(ApiKey.METADATA), METADATA_V, request, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        return Respond(answer)
+
+
+def produce(cid: int) -> bytes:
+    req = pm.ProduceRequest(acks=1, timeout_ms=1000, transactional_id=None)
+    req.topic_data = [pm.TopicProduceData(name="t", partition_data=[pm.PartitionProduceData(index=0, records=None)])]
+    hv = api.request_header_version(int(ApiKey.PRODUCE), PRODUCE_V)
+    return request_frame(int(ApiKey.PRODUCE), PRODUCE_V, cid, "c", hv, req.encode(PRODUCE_V))
+
+
+def metadata(cid: int) -> bytes:
+    req = mm.MetadataRequest(topics=[mm.MetadataRequestTopic(name="x")])
+    hv = api.request_header_version(int(ApiKey.METADATA), METADATA_V)
+    return request_frame(int(ApiKey.METADATA), METADATA_V, cid, "c", hv, req.encode(METADATA_V))
+
+
+def produce_answer(cid: int) -> bytes:
+    key = int(ApiKey.PRODUCE)
+    body = api.API_INFO[key].response_class().encode(PRODUCE_V)
+    return response_frame(cid, api.response_header_version(key, PRODUCE_V), body)
+
+
+def answer_cids(data: bytes | bytearray) -> list[int]:
+    frames, _end = FrameReader(1 << 30).split(bytes(data))
+    return [int.from_bytes(f[4:8], "big", signed=True) for f in frames]
+
+
+def test_kgate_answer_queued_behind_a_passing_answer_follows_it() -> None:
+    core, out = make_core([AnswersMetadata({})])
+    core.receive_client(produce(1) + metadata(2))  # 1 goes upstream; kgate answers 2 at once
+    assert answer_cids(out.client.data) == []  # 2 waits for 1: answers keep request order
+    core.receive_broker(produce_answer(1))  # whole, in one read: the shortcut
+    assert answer_cids(out.client.data) == [1, 2]
+    assert not core.pending and not core.upstream_waiting
+
+
+def test_in_flight_limit_resumes_reading_after_a_shortcut_answer() -> None:
+    core, out = make_core(max_inflight_requests=2)
+    core.receive_client(produce(1) + produce(2))
+    assert "inflight-limit" in out.client_paused
+    core.receive_broker(produce_answer(1))
+    assert answer_cids(out.client.data) == [1]
+    assert "inflight-limit" not in out.client_paused
+
+
+def test_answer_out_of_order_still_closes_the_connection() -> None:
+    core, out = make_core()
+    core.receive_client(produce(1) + produce(2))
+    core.receive_broker(produce_answer(2))  # whole, but not the one owed: no shortcut
+    assert core.closed and answer_cids(out.client.data) == []
+    assert out.close_reason is not None and out.close_reason.value == "out-of-order"
