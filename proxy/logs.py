@@ -72,7 +72,7 @@ class TextFormatter(logging.Formatter):
         if second != self._second:
             self._date = time.strftime(self.default_time_format, self.converter(record.created))
             self._second = second
-        return self.default_msec_format % (self._date, record.msecs)
+        return f"{self._date},{int(record.msecs):03d}"  # logging's default_msec_format, "%s,%03d"
 
 
 def _skip_unused_record_fields() -> None:
@@ -81,7 +81,7 @@ def _skip_unused_record_fields() -> None:
     ``%(filename)s``, ``%(lineno)d``, ``%(funcName)s``, ``%(thread)d``, ``%(process)d`` and
     their relatives then read as unknown (``(unknown file)``, 0, None) in a format that asks.
     """
-    logging._srcfile = None  # type: ignore[attr-defined]  # the HOWTO's documented switch for findCaller
+    logging._srcfile = None  # the logging HOWTO's documented switch for findCaller
     logging.logThreads = False
     logging.logProcesses = False
     logging.logMultiprocessing = False
