@@ -9,7 +9,10 @@ measured, and reads the proxy process's CPU (``/proc/PID/stat`` utime + stime) a
   metadata     sequential Metadata v8 (all topics) on one connection   -> proxy CPU µs per request
   produce      sequential Produce v7, acks=1, one 100 B record          -> proxy CPU µs per request
   connection   connect, ApiVersions, Metadata, Produce, close           -> proxy CPU µs per connection
-               (what the yardstick's "200 producers" row pays per client, minus librdkafka's extras)
+  burst        --conns clients connected at once, each ApiVersions, Metadata, then 5 Produce
+               in turns, then all close                                  -> proxy CPU µs per client
+               (the shape of the yardstick's "200 producers" row, minus librdkafka's extras:
+               the connections live at the same time, so the heap the collector walks grows)
 
 Targets: ``relay`` (``../shared/bench/relay.py``, the asyncio Protocol pair on uvloop: the floor),
 and one kgate per ``--src DIR`` (a checkout or worktree; its code is imported by PYTHONPATH), all in
@@ -100,6 +103,7 @@ class Conn:
         self.sock.close()
 
 
+BURST_PRODUCES = 5
 API_VERSIONS = struct.pack(">hhi", 18, 0, 1) + struct.pack(">h", 5) + b"bench"
 API_VERSIONS_FRAME = struct.pack(">i", len(API_VERSIONS)) + API_VERSIONS
 METADATA_FRAME = metadata_request(2, None, version=8)
@@ -118,6 +122,17 @@ def check_produce(resp: bytes) -> None:
 
 
 def run_block(kind: str, port: int, n: int, produce: bytes) -> None:
+    if kind == "burst":
+        conns = [Conn(port) for _ in range(n)]
+        for c in conns:
+            c.call(API_VERSIONS_FRAME)
+            c.call(METADATA_FRAME)
+        for _ in range(BURST_PRODUCES):
+            for c in conns:
+                check_produce(c.call(produce))
+        for c in conns:
+            c.close()
+        return
     if kind == "connection":
         for _ in range(n):
             c = Conn(port)
@@ -169,7 +184,7 @@ def main() -> int:
     ap.add_argument("--src", action="append", default=[],
                     help="a kgate checkout to measure, optionally followed by kgate run arguments (repeatable)")
     ap.add_argument("--n", type=int, default=2000, help="requests per block (metadata, produce)")
-    ap.add_argument("--conns", type=int, default=200, help="connections per block (connection)")
+    ap.add_argument("--conns", type=int, default=200, help="connections per block (connection, burst)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kinds", default="metadata,produce,connection")
     ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
@@ -219,7 +234,7 @@ def main() -> int:
             for name in names if r % 2 == 0 else names[::-1]:
                 port, pid = targets[name]
                 for kind in kinds:
-                    n = args.conns if kind == "connection" else args.n
+                    n = args.conns if kind in ("connection", "burst") else args.n
                     settle(pid)
                     c0 = cpu_s(pid)
                     run_block(kind, port, n, produce)
@@ -237,7 +252,7 @@ def main() -> int:
         if args.strace and shutil.which("strace"):
             print("syscalls per request (per connection for 'connection'), strace -c -f:")
             for kind in kinds:
-                n = args.conns if kind == "connection" else min(args.n, 500)
+                n = args.conns if kind in ("connection", "burst") else min(args.n, 500)
                 counts = {name: strace_block(name, pid, kind, port, n, produce, logdir)
                           for name, (port, pid) in targets.items()}
                 calls = sorted({c for v in counts.values() for c in v},

@@ -736,10 +736,10 @@ class ConnectionCore:
             # without their calls and checks (a request round trip cost ~12 µs more CPU than the
             # raw relay's; bench/request_cost.py, docs/performance.md).
             waiting = self.upstream_waiting
-            if waiting and self._observer is None and not self.client_gone:
+            if waiting and waiting[0].plan is _PASS and self._observer is None and not self.client_gone:
                 ex = waiting[0]
                 pending = self.pending
-                if ex.plan is _PASS and pending[0] is ex and _CID.unpack_from(data, 4)[0] == ex.cid:
+                if pending[0] is ex and _CID.unpack_from(data, 4)[0] == ex.cid:
                     waiting.popleft()
                     pending.popleft()
                     self._send_client(data)

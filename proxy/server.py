@@ -184,15 +184,14 @@ async def serve(
 def _freeze_heap() -> None:
     """Collect once, then ``gc.freeze()`` what is left: the modules, codec schemas and config.
 
-    Those ~35,000 objects live as long as the process, yet every full collection walked them
-    all again. Connections are what make full collections happen: each holds ~130 tracked
-    objects (transports, core, readers, deques, exchanges), so a burst of connecting clients
-    promotes enough survivors to trigger one. Measured with 400 concurrent clients connecting
-    five times over (bench/request_cost.py's set-up, ``gc.callbacks`` timing, 2026-11-24): one
-    full collection per 2,000 connections at 27-90 ms each (a loaded machine), 13-45 µs per
-    connection, which the relay, with a tenth of the heap, barely pays. Frozen, that collection
-    did not run at all. Only for the CLI process: an embedding test would freeze the test
-    runner's heap with it.
+    Those ~34,000 objects live as long as the process, yet every full collection walked them all
+    again: 4.9 ms per full collection (measured 2026-11-24 on the loaded 2-core machine; 0.0002
+    ms once frozen). Connections are what make full collections happen: each holds ~130 tracked
+    objects (transports, core, readers, deques, exchanges), and with 400 clients connecting over
+    and over one full collection ran per ~2,000 connections (``gc.callbacks``), ~2.5 µs per
+    connection that the relay, with a tenth of the heap, does not pay. A small share of the
+    per-connection gap (docs/performance.md), but free. Only for the CLI process: an embedding
+    test would freeze the test runner's heap with it.
     """
     gc.collect()
     gc.freeze()
