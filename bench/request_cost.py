@@ -181,8 +181,12 @@ def strace_block(name: str, pid: int, kind: str, port: int, n: int, produce: byt
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--src", action="append", default=[],
-                    help="a kgate checkout to measure, optionally followed by kgate run arguments (repeatable)")
+    ap.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        help="a kgate checkout to measure, optionally followed by kgate run arguments (repeatable)",
+    )
     ap.add_argument("--n", type=int, default=2000, help="requests per block (metadata, produce)")
     ap.add_argument("--conns", type=int, default=200, help="connections per block (connection, burst)")
     ap.add_argument("--rounds", type=int, default=6)
@@ -198,14 +202,27 @@ def main() -> int:
     try:
         procs.append(
             subprocess.Popen(
-                [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-                 "--storage-engine", "memory://tansu/"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    listener,
+                    "--advertised-listener-url",
+                    listener,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         )
         wait_port(broker)
-        subprocess.run([tansu_binary(), "topic", "create", "--broker", listener, "--partitions", "1", TOPIC],
-                       check=True, capture_output=True, timeout=20)
+        subprocess.run(
+            [tansu_binary(), "topic", "create", "--broker", listener, "--partitions", "1", TOPIC],
+            check=True,
+            capture_output=True,
+            timeout=20,
+        )
         targets: dict[str, tuple[int, int]] = {}  # name -> (port, pid)
         port = free_port()
         relay = [sys.executable, str(RELAY), "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{broker}"]
@@ -253,10 +270,13 @@ def main() -> int:
             print("syscalls per request (per connection for 'connection'), strace -c -f:")
             for kind in kinds:
                 n = args.conns if kind in ("connection", "burst") else min(args.n, 500)
-                counts = {name: strace_block(name, pid, kind, port, n, produce, logdir)
-                          for name, (port, pid) in targets.items()}
-                calls = sorted({c for v in counts.values() for c in v},
-                               key=lambda c: -max(v.get(c, 0) for v in counts.values()))
+                counts = {
+                    name: strace_block(name, pid, kind, port, n, produce, logdir)
+                    for name, (port, pid) in targets.items()
+                }
+                calls = sorted(
+                    {c for v in counts.values() for c in v}, key=lambda c: -max(v.get(c, 0) for v in counts.values())
+                )
                 print(f"  {kind}")
                 for call in calls:
                     print(f"    {call:<16} " + " ".join(f"{name}={counts[name].get(call, 0):5.2f}" for name in names))

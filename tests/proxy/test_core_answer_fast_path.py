@@ -1,4 +1,7 @@
-"""The core's shortcut for a broker answer that arrives whole in one read and passes as is.
+"""The core's shortcuts: a broker answer that arrives whole and passes as is, and exchanges
+built without ``__init__`` on the header-only path.
+
+A broker answer that arrives whole in one read and passes as is:
 
 ``ConnectionCore.receive_broker`` writes such an answer straight to the client when it is the
 next one owed, skipping ``_response`` and ``_flush`` (a per-request saving measured in
@@ -20,6 +23,7 @@ from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
 from kgate.codec.headers import request_frame, response_frame
+from kgate.proxy.exchange import Exchange
 
 PRODUCE_V, METADATA_V = 9, 12
 
@@ -83,3 +87,23 @@ def test_answer_out_of_order_still_closes_the_connection() -> None:
     core.receive_broker(produce_answer(2))  # whole, but not the one owed: no shortcut
     assert core.closed and answer_cids(out.client.data) == []
     assert out.close_reason is not None and out.close_reason.value == "out-of-order"
+
+
+def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
+    """``_track`` builds exchanges without ``__init__``; they must read exactly like built ones."""
+    core, _out = make_core()
+    core.receive_client(produce(7))
+    (tracked,) = core.pending
+    built = Exchange(7, int(ApiKey.PRODUCE), PRODUCE_V, None, None, tracked.plan)
+    for name in ("cid", "api_key", "api_version", "request", "state", "plan", "response"):
+        assert getattr(tracked, name) == getattr(built, name), name
+    observer_only = {"t0_ns", "req", "req_bytes"}  # set only while an exchange observer is installed
+    assert set(Exchange.__slots__) - observer_only == {
+        "cid",
+        "api_key",
+        "api_version",
+        "request",
+        "state",
+        "plan",
+        "response",
+    }, "a new Exchange attribute: set it in ConnectionCore._track too"
