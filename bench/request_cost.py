@@ -22,6 +22,14 @@ every target alike; the table shows the median over rounds and the ratio to the 
 ``--strace`` runs one extra block per target under ``strace -c -f`` and prints the syscalls per
 request (needs strace and ptrace permission).
 
+``--instructions`` measures instead of CPU time the user-space instructions each proxy executes
+per request (valgrind's callgrind, switched on only around each block with ``callgrind_control``):
+slow (every target runs ~50x slower) but exact and the same under any machine load, so an A/B of
+a few hundred instructions is readable on a shared machine where CPU time moves by 20 %. Kernel
+work (the syscalls, the same for every target) is not in it, so its ratios are larger than
+the CPU-time ones. Only the sequential kinds: ``burst`` hits the connection lines' rate limit,
+which depends on wall time.
+
 Run: ``python bench/request_cost.py --src /work/wt-old --src . [--n 2000] [--rounds 6]``.
 Everything runs on 127.0.0.1; every process it starts is stopped at the end.
 """
@@ -179,6 +187,20 @@ def strace_block(name: str, pid: int, kind: str, port: int, n: int, produce: byt
     return calls
 
 
+def instructions_block(pid: int, kind: str, port: int, n: int, produce: bytes, outdir: str) -> float:
+    """User-space instructions per request (per connection) of one block, from callgrind."""
+    before = set(Path(outdir).glob("callgrind.*"))
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+    run_block(kind, port, n, produce)
+    time.sleep(3 if kind == "connection" else 0.5)  # the gentle upstream close's grace (2 s) ends inside
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", kind, str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    (dump,) = set(Path(outdir).glob("callgrind.*")) - before
+    totals = [line for line in dump.read_text().splitlines() if line.startswith(("summary:", "totals:"))]
+    return int(totals[-1].split()[1]) / n
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -192,6 +214,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kinds", default="metadata,produce,connection")
     ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
+    ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead of CPU")
     args = ap.parse_args()
     srcs = [s.split() for s in (args.src or [str(ROOT)])]
     kinds = args.kinds.split(",")
@@ -225,27 +248,44 @@ def main() -> int:
         )
         targets: dict[str, tuple[int, int]] = {}  # name -> (port, pid)
         port = free_port()
-        relay = [sys.executable, str(RELAY), "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{broker}"]
+        under: list[str] = []
+        if args.instructions:
+            out = os.path.join(logdir, "callgrind.%p")
+            under = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        relay = [*under, sys.executable, str(RELAY), "--listen", f"127.0.0.1:{port}"]
+        relay += ["--upstream", f"127.0.0.1:{broker}"]
         procs.append(subprocess.Popen(relay, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         targets["relay"] = (port, procs[-1].pid)
         for i, (src, *extra) in enumerate(srcs):
             src = str(Path(src).resolve())
             port = free_port()
             env = dict(os.environ, PYTHONPATH=src)
-            argv = [sys.executable, "-m", "kgate", "run", "--listen", f"127.0.0.1:{port}"]
+            argv = [*under, sys.executable, "-m", "kgate", "run", "--listen", f"127.0.0.1:{port}"]
             argv += ["--upstream", f"127.0.0.1:{broker}"]
             argv += extra
             procs.append(subprocess.Popen(argv, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             targets[f"kgate{i}"] = (port, procs[-1].pid)
             print(f"kgate{i} = {' '.join([src, *extra])}")
         for port, _pid in targets.values():
-            wait_port(port)
+            wait_port(port, 300 if args.instructions else 20)
         produce = produce_frame()
         for port, _pid in targets.values():  # warm up: imports, caches, the broker's topic
             run_block("metadata", port, 50, produce)
             run_block("produce", port, 50, produce)
             run_block("connection", port, 10, produce)
         names = list(targets)
+        if args.instructions:
+            print("user-space instructions per request (per connection for 'connection'), callgrind:")
+            print(f"{'kind':<11} " + " ".join(f"{n:>18}" for n in names))
+            for kind in kinds:
+                n = args.conns if kind == "connection" else args.n
+                counts = {
+                    name: instructions_block(pid, kind, port, n, produce, logdir)
+                    for name, (port, pid) in targets.items()
+                }
+                cells = [f"{counts[name]:9,.0f} ({counts[name] / counts['relay']:4.2f}x)" for name in names]
+                print(f"{kind:<11} " + " ".join(f"{c:>18}" for c in cells))
+            return 0
         per: dict[tuple[str, str], list[float]] = {}
         for r in range(args.rounds):
             for name in names if r % 2 == 0 else names[::-1]:
