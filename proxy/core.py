@@ -746,14 +746,27 @@ class ConnectionCore:
             # one the client is owed, it goes straight out: what _response and _flush would do,
             # without their calls and checks (a request round trip cost ~12 µs more CPU than the
             # raw relay's; bench/request_cost.py, docs/performance.md).
+            # A Metadata answer (only its broker list rewritten, from the answer memo) goes the same
+            # way once rewritten; a rewrite that fails closes the connection, as _response would.
             waiting = self.upstream_waiting
-            if waiting and waiting[0].plan is _PASS and self._observer is None and not self.client_gone:
+            if waiting and self._observer is None and not self.client_gone:
                 ex = waiting[0]
+                plan = ex.plan
                 pending = self.pending
-                if pending[0] is ex and _CID.unpack_from(data, 4)[0] == ex.cid:
+                if (
+                    (plan is _PASS or plan is _BROKERS_ONLY)
+                    and pending[0] is ex
+                    and _CID.unpack_from(data, 4)[0] == ex.cid
+                ):
                     waiting.popleft()
+                    answer: bytes | memoryview | None = data
+                    if plan is _BROKERS_ONLY:
+                        self._metadata_brokers_only(ex, memoryview(data))
+                        if self.closed:
+                            return
+                        answer = ex.response
                     pending.popleft()
-                    self._send_client(data)
+                    self._send_client(answer)  # type: ignore[arg-type]  # set by the rewrite
                     if (pending and pending[0].response is not None) or self._answers_paused or self._inflight_paused:
                         self._flush()
                     return

@@ -107,3 +107,34 @@ def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
         "plan",
         "response",
     }, "a new Exchange attribute: set it in ConnectionCore._track too"
+
+
+def metadata_answer(cid: int) -> bytes:
+    key = int(ApiKey.METADATA)
+    msg = api.API_INFO[key].response_class()
+    msg.topics = [mm.MetadataResponseTopic(name="orders", error_code=0, partitions=[])]
+    return response_frame(cid, api.response_header_version(key, METADATA_V), msg.encode(METADATA_V))
+
+
+def test_metadata_answer_through_the_shortcut_reads_as_through_the_frame_splitter() -> None:
+    whole_core, whole_out = make_core()
+    split_core, split_out = make_core()
+    for core in (whole_core, split_core):
+        core.receive_client(metadata(3))
+    answer = metadata_answer(3)
+    whole_core.receive_broker(answer)  # one read: the shortcut
+    split_core.receive_broker(answer[:5])  # two reads: the frame reader and _response
+    split_core.receive_broker(answer[5:])
+    assert answer_cids(whole_out.client.data) == [3]
+    assert bytes(whole_out.client.data) == bytes(split_out.client.data)
+    assert not whole_core.pending and not whole_core.upstream_waiting
+
+
+def test_undecodable_metadata_answer_closes_without_answering() -> None:
+    core, out = make_core()
+    core.receive_client(metadata(4))
+    key = int(ApiKey.METADATA)
+    garbage = response_frame(4, api.response_header_version(key, METADATA_V), b"\xff\xff\xff")
+    core.receive_broker(garbage)
+    assert core.closed and bytes(out.client.data) == b""
+    assert out.close_reason is not None and out.close_reason.value == "undecodable-response"
