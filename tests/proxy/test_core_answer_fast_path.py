@@ -7,8 +7,10 @@ A broker answer that arrives whole in one read and passes as is:
 next one owed, skipping ``_response`` and ``_flush`` (a per-request saving measured in
 docs/performance.md). What ``_flush`` would have done after it must still happen: answers kgate
 made itself and queued behind it go out, and reading resumes once the in-flight limit frees.
-The hypothesis machines (test_core_machine.py) cover the shortcut among every other ordering;
-these pin the two follow-ups down one by one.
+A Metadata answer takes the same way once the answer memo rewrote its broker list, and must
+read exactly as through the frame splitter; a rewrite that fails closes the connection with
+nothing sent. The hypothesis machines (test_core_machine.py) cover the shortcut among every
+other ordering; these pin each of those down on its own.
 """
 
 from __future__ import annotations
