@@ -65,7 +65,14 @@ def test_connect_timeout_closes_the_client_and_counts_a_failure(black_hole: int)
         client = socket.create_connection(("127.0.0.1", kgate.port), timeout=10)
         client.sendall(_API_VERSIONS_V0)
         started = time.monotonic()
-        assert client.recv(100) == b""  # closed by kgate, not answered
+        try:
+            answer = client.recv(100)
+        except ConnectionResetError:
+            # Also closed, not answered: kgate pauses reading while it connects, and when the
+            # request arrived after that pause it is still unread at the close, so the kernel
+            # sends RST instead of FIN (seen ~1 run in 8 on a loaded machine, in d82bc5e too).
+            answer = b""
+        assert answer == b""  # closed by kgate, not answered
         waited = time.monotonic() - started
         client.close()
         assert 0.3 <= waited < 5, waited
