@@ -30,7 +30,10 @@ work (the syscalls, the same for every target) is not in it, so its ratios are l
 the CPU-time ones. Only the sequential kinds: ``burst`` hits the connection lines' rate limit,
 which depends on wall time.
 
-Run: ``python bench/request_cost.py --src /work/wt-old --src . [--n 2000] [--rounds 6]``.
+Run: ``python bench/request_cost.py --src /work/wt-old --src . [--n 2000] [--rounds 6]``; a
+``--src`` may carry ``kgate run`` arguments after the directory (``--src ". --log-level warning"``
+measures a connection without its close line). Instructions: ``--instructions --n 1000 --conns
+100 --kinds produce,metadata,connection`` (a few minutes).
 Everything runs on 127.0.0.1; every process it starts is stopped at the end.
 """
 
