@@ -186,3 +186,21 @@ def produce_acks(frame: memoryview | bytes, body_offset: int, api_version: int) 
     if len(frame) < pos + 2:
         raise HeaderError("truncated Produce acks")
     return _INT16.unpack_from(frame, pos)[0]
+
+
+def produce_request_acks(frame: memoryview | bytes, api_version: int) -> int:
+    """``acks`` of a Produce request frame, skipping the header rather than decoding it.
+
+    The same answer (and the same ``HeaderError`` for a truncated header) as
+    ``produce_acks(frame, parse_request_header(frame, 2 if api_version >= 9 else 1).body_offset,
+    api_version)``, without building a ``RequestHeader`` or decoding the client id: the
+    header-only path asks this of every Produce.
+    """
+    if len(frame) < 14:
+        raise HeaderError("truncated client_id length")
+    pos = 14 + max(_INT16.unpack_from(frame, 12)[0], 0)
+    if pos > len(frame):
+        raise HeaderError("client_id runs past the end of the frame")
+    if api_version >= 9:  # request header v2: tagged fields after the client id
+        pos = pos + 1 if pos < len(frame) and frame[pos] == 0 else skip_tagged_fields(frame, pos)
+    return produce_acks(frame, pos, api_version)

@@ -15,7 +15,11 @@ class VersionRefused(HeaderError):
 
 
 class Exchange:
-    """A request that expects an answer, the plan for that answer, and the answer once it is ready."""
+    """A request that expects an answer, the plan for that answer, and the answer once it is ready.
+
+    The header-only path (``ConnectionCore._track``) builds its exchanges without calling
+    ``__init__``, setting the same attributes itself: an attribute added here goes there too.
+    """
 
     # ``t0_ns``, ``sent_ns``, ``up_ns``, ``req`` and ``req_bytes`` are set only while an exchange
     # observer is installed (filters/exchanges.py): unobserved exchanges never assign them, so they

@@ -101,9 +101,16 @@ class OwnListeners:
 
         A transport the peer already closed has no addresses left (uvloop even raises instead of
         answering None): it is no loop, and the caller drops it as closed.
+
+        The peer's port is looked at first: it is almost never one of kgate's, and then the local
+        address is not needed (a ``get_extra_info`` and a call fewer per upstream connection;
+        uvloop answers both addresses without a syscall of its own, strace shows the same count).
         """
         try:
-            return self.is_self_connection(transport.get_extra_info("sockname"), transport.get_extra_info("peername"))
+            peer = transport.get_extra_info("peername")
+            if not isinstance(peer, tuple) or int(peer[1]) not in self._ports:
+                return False
+            return self.is_self_connection(transport.get_extra_info("sockname"), peer)
         except (AttributeError, OSError):
             return False
 

@@ -11,6 +11,7 @@ from kgate.codec.headers import (
     parse_request_header,
     peek_request,
     produce_acks,
+    produce_request_acks,
     read_uvarint,
     request_frame,
     response_body_offset,
@@ -87,3 +88,36 @@ def test_produce_acks(version: int, acks: int, txn: str | None) -> None:
     frame = _produce(version, acks, txn)
     header = parse_request_header(frame, 2 if version >= 9 else 1)
     assert produce_acks(frame, header.body_offset, version) == acks
+
+
+@pytest.mark.parametrize("version", [0, 2, 3, 7, 8, 9, 10, 13])
+@pytest.mark.parametrize("acks", [0, 1, -1])
+@pytest.mark.parametrize("txn", [None, "txn-1"])
+@pytest.mark.parametrize("client_id", [None, "", "client-with-a-longer-id"])
+def test_produce_request_acks_reads_what_the_decoded_header_says(
+    version: int, acks: int, txn: str | None, client_id: str | None
+) -> None:
+    hv = 2 if version >= 9 else 1
+    frame = _produce(version, acks, txn)
+    body = frame[parse_request_header(frame, hv).body_offset :]
+    frame = request_frame(0, version, 1, client_id, hv, body)
+    assert produce_request_acks(frame, version) == acks
+    assert produce_acks(frame, parse_request_header(frame, hv).body_offset, version) == acks
+
+
+def test_produce_request_acks_skips_tagged_header_fields() -> None:
+    plain = _produce(9, 0, None)
+    body = plain[parse_request_header(plain, 2).body_offset :]
+    header = struct.pack(">hhih", 0, 9, 1, 1) + b"c" + b"\x01" + write_uvarint(7) + write_uvarint(2) + b"ab"
+    frame = struct.pack(">i", len(header) + len(body)) + header + body
+    assert produce_request_acks(frame, 9) == 0
+
+
+@pytest.mark.parametrize("cut", [10, 13, 15, 19])
+def test_produce_request_acks_refuses_a_truncated_header_like_the_decoder(cut: int) -> None:
+    plain = _produce(9, 1, None)
+    frame = request_frame(0, 9, 1, "abcd", 2, plain[parse_request_header(plain, 2).body_offset :])[:cut]
+    with pytest.raises(HeaderError):
+        produce_request_acks(frame, 9)
+    with pytest.raises(HeaderError):
+        produce_acks(frame, parse_request_header(frame, 2).body_offset, 9)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from kgate.proxy.logs import JsonFormatter, RateLimit
+from kgate.proxy.logs import TEXT_FORMAT, JsonFormatter, RateLimit, TextFormatter
 
 
 def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logging.LogRecord:
@@ -43,3 +43,12 @@ def test_rate_limit_holds_back_a_storm_and_counts_it() -> None:
     assert 10 <= passed <= 12  # the burst, and what refilled meanwhile
     assert limit.take_suppressed() == 1000 - passed
     assert limit.take_suppressed() == 0
+
+
+def test_text_timestamps_match_the_standard_formatter_across_seconds() -> None:
+    """The date part is cached per second; every line still reads as logging.Formatter's would."""
+    ours, standard = TextFormatter(TEXT_FORMAT), logging.Formatter(TEXT_FORMAT)
+    for created in (1_764_000_000.001, 1_764_000_000.999, 1_764_000_001.0, 1_764_000_001.5, 1_763_999_999.25):
+        record = _record("closed %s", "x")
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert ours.format(record) == standard.format(record)

