@@ -178,7 +178,6 @@ def main() -> int:
     ap.add_argument("--parquet-store", action="store_true",
                     help="also: parse once into a Parquet store (what --follow keeps), then every report from it")
     ap.add_argument("--shuffle-partitions", type=int, default=16)
-    ap.add_argument("--concurrent-jobs", type=int, default=4, help="report queries submitted at once")
     args = ap.parse_args()
 
     from kgate.pipeline import ingest, tables
@@ -216,7 +215,7 @@ def main() -> int:
     print(f"read only: {read_s:.1f}s = {args.events / read_s:,.0f} events/s", flush=True)
 
     t0, c0 = time.perf_counter(), _cpu_s(jvm)
-    result = tables.build(spark, paths, concurrent_jobs=args.concurrent_jobs)
+    result = tables.build(spark, paths)
     tables.write(result, str(base / "report"), spark)
     pipe_s = time.perf_counter() - t0
     cpu["pipeline"] = round(_cpu_s(jvm) - c0, 2)
@@ -239,7 +238,7 @@ def main() -> int:
         out["store_write_s"] = round(time.perf_counter() - t0, 2)
         cpu["store_write"] = round(_cpu_s(jvm) - c0, 2)
         t0, c0 = time.perf_counter(), _cpu_s(jvm)
-        again = tables.compute(spark.read.parquet(str(store)), concurrent_jobs=args.concurrent_jobs)
+        again = tables.compute(spark.read.parquet(str(store)))
         tables.write(again, str(base / "report-from-store"), spark)
         out["from_store_s"] = round(time.perf_counter() - t0, 2)
         cpu["from_store"] = round(_cpu_s(jvm) - c0, 2)
@@ -258,7 +257,6 @@ def main() -> int:
         read_only_events_per_s=round(args.events / read_best),
         pipeline_s=round(pipe_s, 2), pipeline_events_per_s=round(args.events / pipe_s),
         ratio=round(read_best / pipe_s, 3), html_s=round(html_s, 2), shuffle_partitions=args.shuffle_partitions,
-        concurrent_jobs=args.concurrent_jobs,
         pipeline_with_html_events_per_s=round(args.events / (pipe_s + html_s)),
         timings_s={k: round(v, 2) for k, v in result.timings.items()},
         cpu_s=cpu,

@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,8 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 PROBLEMS = "input_files"
-#: The window-wide latency per api (for the page), computed alongside the tables.
-LATENCY_WINDOW = "latency_window"
 
 
 @dataclass
@@ -49,7 +46,6 @@ def compute(
     window: Window = ALL_TIME,
     only: Sequence[str] | None = None,
     rescan: Callable[[Sequence[str]], DataFrame] | None = None,
-    concurrent_jobs: int = 4,
 ) -> Result:
     """Aggregate ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) into every report table.
 
@@ -58,8 +54,7 @@ def compute(
     cluster it is cached instead) and every table is a small query on it. ``rescan(ids)`` gives parsed
     lines holding at least every use of those topic ids, for the stale-id report's exact second pass
     (:func:`kgate.pipeline.reports.stale_ids`); by default ``parsed`` itself (fine when it is Parquet).
-    The tables' queries run ``concurrent_jobs`` at a time. ``timings``: seconds per phase and table
-    (tables overlap: ``reports`` is the wall time of all of them).
+    ``timings``: seconds per phase (``ingest``, ``reports``) and per table.
     """
     import time
 
@@ -83,28 +78,21 @@ def compute(
         ids = [r["topic_id"] for r in candidates.select("topic_id").distinct().collect()]
         return reports.late_uses(parsed if rescan is None else rescan(ids), window, candidates)
 
-    def table(name: str) -> pa.Table:
-        t0 = time.perf_counter()
-        if name == LATENCY_WINDOW:
-            out = reports.latency_api(roll, per_day=False).toArrow()
-        else:
-            build = reports.REPORTS[name]
-            out = (build(roll, exact) if name in reports.NEEDS_EXACT else build(roll)).toArrow()
-        timings[name] = time.perf_counter() - t0
-        return out
-
     try:
         problems = reports.problems(roll).toArrow()  # reads, parses, rolls up (cluster: the first action)
         timings["ingest"] = time.perf_counter() - start
+        t_reports = time.perf_counter()
+        tables: dict[str, pa.Table] = {}
+        for name, build in reports.REPORTS.items():
+            if only is not None and name not in only:
+                continue
+            t0 = time.perf_counter()
+            tables[name] = (build(roll, exact) if name in reports.NEEDS_EXACT else build(roll)).toArrow()
+            timings[name] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        names = [n for n in reports.REPORTS if only is None or n in only] + [LATENCY_WINDOW]
-        # The tables are a dozen small jobs, each mostly fixed cost (planning, scheduling, a few tiny
-        # tasks) that leaves the cores idle between them: submitted from a few threads at once they overlap.
-        with ThreadPoolExecutor(max_workers=max(1, concurrent_jobs)) as pool:
-            built = dict(zip(names, pool.map(table, names), strict=True))
-        timings["reports"] = time.perf_counter() - t0
-        lat_api = built.pop(LATENCY_WINDOW)
-        tables: dict[str, pa.Table] = built
+        lat_api = reports.latency_api(roll, per_day=False).toArrow()
+        timings["latency_window"] = time.perf_counter() - t0
+        timings["reports"] = time.perf_counter() - t_reports
     finally:
         if scratch is None:
             roll.unpersist()
@@ -113,11 +101,10 @@ def compute(
     return Result(tables, problems, lat_api, timings)
 
 
-def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME, concurrent_jobs: int = 4) -> Result:
+def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
     return compute(ingest.parse(ingest.read_events(spark, paths)), window,
-                   rescan=lambda ids: ingest.parse(ingest.read_lines_naming(spark, paths, ids)),
-                   concurrent_jobs=concurrent_jobs)
+                   rescan=lambda ids: ingest.parse(ingest.read_lines_naming(spark, paths, ids)))
 
 
 def _csv_safe(table: pa.Table) -> pa.Table:
