@@ -21,7 +21,8 @@ same files in the same run.
    against the read-only pass's (``cpu_ratio``): on a loaded machine the steadier ratio.
 
 Run: ``python bench/pipeline_bench.py [--events 10000000] [--dir /tmp/kgate-pipeline-bench]``;
-``--reuse`` skips generation when the directory already holds the same number of events.
+``--reuse`` skips generation when the directory already holds the same number of events;
+``--parquet-store`` also times the ``--follow`` path (parse once into Parquet, every report from it).
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 The parsed lines are aggregated **once**, by a single ``GROUPING SETS`` aggregation (:func:`rollup`):
 one grouping set per report grain (per topic and hour; per principal, client and topic; per client,
 instance and policy refusal; per instance and HyperLogLog register; per api, instance, error code
-and latency bucket; per topic-id use; per input file). Only sums, counts, minima and maxima of
-fixed-width columns are computed, so Spark runs it as one code-generated hash aggregation with
-partial aggregation before its one shuffle. The result (the roll-up) is orders of magnitude
-smaller than the events for every grain but the topic-id uses, and every table below is a small
-query on it: the JSON is parsed once and the raw lines are never cached.
+and latency bucket; per topic id, client and instance; per input file). Only sums, counts, minima
+and maxima of fixed-width columns are computed, so Spark runs it as one code-generated hash
+aggregation with partial aggregation before its one shuffle. The result (the roll-up) is smaller
+than the events for every grain (the topic-id grain no longer keeps a row per use), and every table
+below is a small query on it: the JSON is parsed once (but for the stale-id report's second pass
+over the few lines naming ids it cannot settle, usually none) and the raw lines are never cached.
 
 Every table has a ``day`` column (UTC), so each can be written as Parquet partitioned by day and a
 fleet can keep months of them; the HTML page sums over the days of the run's window.
