@@ -200,6 +200,7 @@ def main() -> int:
         spark.stop()
         return 0
     paths = ingest.resolve_inputs([str(data)])
+    out["files"] = len(paths)  # a reused set keeps the number it was generated with
     out["gz_mb"] = round(sum(os.path.getsize(p) for p in paths) / 1e6, 1)
 
     jvm = _jvm_pid()
