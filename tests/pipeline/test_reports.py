@@ -242,3 +242,17 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(spark: Any, tmp_pa
     windowed = report_tables(str(d), spark, Window(until_us=T0 + 90 * 60 * S))["stale_ids"]
     (lag,) = [r for r in windowed if r["client_id"] == "lagger"]
     assert (lag["requests"], lag["last_seen"].timestamp()) == (2, (T0 + HOUR + 5 * S) / S)
+
+
+def test_exact_pass_over_parsed_lines_as_follow_does(spark: Any, tmp_path: Path) -> None:
+    """``--follow`` computes from its store of parsed lines: there the exact pass is a join on those
+    lines, not a second text read of the files. Same answer as the batch path."""
+    from kgate.pipeline import ingest, tables
+
+    d = _recreated_payments(tmp_path)
+    store = str(tmp_path / "store")
+    ingest.parse(ingest.read_events(spark, ingest.resolve_inputs([str(d)]))).write.parquet(store)
+    rows = tables.compute(spark.read.parquet(store)).tables["stale_ids"].to_pylist()
+    lag = _one(rows, client_id="lagger")
+    assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (3, "kgate-a,kgate-b", (T0 + HOUR) / S)
+    assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
