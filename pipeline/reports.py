@@ -3,11 +3,12 @@
 The parsed lines are aggregated **once**, by a single ``GROUPING SETS`` aggregation (:func:`rollup`):
 one grouping set per report grain (per topic and hour; per principal, client and topic; per client,
 instance and policy refusal; per instance and HyperLogLog register; per api, instance, error code
-and latency bucket; per topic-id use; per input file). Only sums, counts, minima and maxima of
-fixed-width columns are computed, so Spark runs it as one code-generated hash aggregation with
-partial aggregation before its one shuffle. The result (the roll-up) is orders of magnitude
-smaller than the events for every grain but the topic-id uses, and every table below is a small
-query on it: the JSON is parsed once and the raw lines are never cached.
+and latency bucket; per topic id, client and instance; per input file). Only sums, counts, minima
+and maxima of fixed-width columns are computed, so Spark runs it as one code-generated hash
+aggregation with partial aggregation before its one shuffle. The result (the roll-up) is smaller
+than the events for every grain (the topic-id grain no longer keeps a row per use), and every table
+below is a small query on it: the JSON is parsed once (but for the stale-id report's second pass
+over the few lines naming ids it cannot settle, usually none) and the raw lines are never cached.
 
 Every table has a ``day`` column (UTC), so each can be written as Parquet partitioned by day and a
 fleet can keep months of them; the HTML page sums over the days of the run's window.
@@ -60,9 +61,11 @@ SETS: dict[str, tuple[str, ...]] = {
     "client": ("day", "principal", "client_id", "instance", "policy"),  # policy: null but for refusals
     "instance": ("day", "instance", "hll_bucket"),
     "latency": ("day", "api_key", "api_name", "instance", "error_code", "lat_bucket"),
-    # one row per distinct use of a topic id (time included): the stale-id rule compares single uses
+    # topic-id uses per client and instance, with first/last use time (min_us/max_us) but not the time
+    # itself: the stale-id rule's single-use comparisons are settled from these bounds, and the few
+    # groups they cannot settle are counted exactly by a second, narrow pass (:func:`stale_ids`)
     "id_use": ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-               "id_gone", "use_us"),
+               "id_gone"),
 }
 KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for keys in SETS.values() for k in keys))
 
@@ -119,10 +122,9 @@ def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
         return cond.cast("long")
 
     prepared = parsed.select(
-        *[c for c in KEYS if c not in ("hll_bucket", "lat_bucket", "use_us")],
+        *[c for c in KEYS if c not in ("hll_bucket", "lat_bucket")],
         e("client_address").bitwiseAND((1 << HLL_P) - 1).alias("hll_bucket"),
         _lat_bucket(e("latency_us")).alias("lat_bucket"),
-        F.when(is_idu, e("time_us")).alias("use_us"),
         n(e("first")).alias("v_line"),
         n(is_ev).alias("v_ev"),
         n(is_tr).alias("v_tr"),
@@ -134,7 +136,10 @@ def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
         F.when(is_ev, e("request_bytes")).alias("v_req"),
         F.when(is_ev, e("response_bytes")).alias("v_resp"),
         n(is_ev & failed).alias("v_errors"),
-        F.when(is_ev, e("time_us")).alias("v_t"),
+        # every in-report row, not only an event's first: the rows of one event share its time and the
+        # keys of every event-level grain, so those grains' min/max are unchanged, and the id-use grain
+        # (one row per topic) gets its first/last use from the same two buffers
+        F.when(in_report, e("time_us")).alias("v_t"),
         n(is_ev & key.isin(fetch, produce)).alias("v_fp"),
         n(is_ev & with_ids).alias("v_with_ids"),
         F.when(is_ev & (key == fetch), version).alias("v_fv"),
@@ -329,11 +334,12 @@ def api_errors(roll: DataFrame) -> DataFrame:
 
 
 def _id_uses(roll: DataFrame) -> DataFrame:
-    """Uses of topic ids, one row per distinct (use, time) with its count ``n``."""
+    """Uses of topic ids per (day, cluster, name, id, status, principal, client, instance, gone): their
+    count ``n`` and first and last use (``min_us``, ``max_us``)."""
     F = _f()
     return part(roll, "id_use", "id_uses").select(
         "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-        "id_gone", F.col("use_us").alias("time_us"), F.col("id_uses").alias("n"))
+        "id_gone", "min_us", "max_us", F.col("id_uses").alias("n"))
 
 
 def unresolved_ids(roll: DataFrame) -> DataFrame:
@@ -348,8 +354,8 @@ def unresolved_ids(roll: DataFrame) -> DataFrame:
             F.sum("n").alias("requests"),
             F.array_join(F.array_sort(F.collect_set("name_status")), ",").alias("statuses"),
             F.array_join(F.array_sort(F.collect_set(F.coalesce("client_id", F.lit("")))), ",").alias("client_ids"),
-            F.timestamp_micros(F.min("time_us")).alias("first_seen"),
-            F.timestamp_micros(F.max("time_us")).alias("last_seen"),
+            F.timestamp_micros(F.min("min_us")).alias("first_seen"),
+            F.timestamp_micros(F.max("max_us")).alias("last_seen"),
         )
     )
 
@@ -361,10 +367,10 @@ def _id_history(uses: DataFrame) -> DataFrame:
     F = _f()
     named = uses.where(F.col("topic_name").isNotNull())
     per_id = named.groupBy("cluster", "topic_name", "topic_id").agg(
-        F.min("time_us").alias("first_us"),
-        F.max("time_us").alias("last_us"),
+        F.min("min_us").alias("first_us"),
+        F.max("max_us").alias("last_us"),
         F.sum("n").alias("requests"),
-        F.min(F.when(F.col("id_gone"), F.col("time_us"))).alias("first_gone_us"),
+        F.min(F.when(F.col("id_gone"), F.col("min_us"))).alias("first_gone_us"),
     )
     by_name = W.partitionBy("cluster", "topic_name")
     newest = F.max_by("topic_id", "first_us").over(by_name)
@@ -391,23 +397,78 @@ def topic_id_history(roll: DataFrame) -> DataFrame:
     )
 
 
-def stale_ids(roll: DataFrame) -> DataFrame:
-    """Clients still using the id of a deleted (and maybe recreated) topic: who, which id, how often."""
+#: Keys of a topic-id use group without ``id_gone``: what :data:`ExactUses` returns counts for.
+USE_KEYS = ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance")
+#: ``(cluster, topic_name, topic_id, newer_first_us)`` of the ids to count exactly -> their uses at or
+#: after ``newer_first_us`` without a gone-id error, per :data:`USE_KEYS`, with ``n``, ``min_us``, ``max_us``.
+ExactUses = Callable[["DataFrame"], "DataFrame"]
+
+
+def late_uses(parsed: DataFrame, window: Window, candidates: DataFrame) -> DataFrame:
+    """The exact second pass of :func:`stale_ids`: uses of the ``candidates``' ids (parsed lines, the
+    same conditions as the roll-up's id-use grain) at or after their newer id's first appearance."""
     F = _f()
-    uses = _id_uses(roll)
+    e = F.col
+    use = (e("status") == OK) & e("topic_pos").isNotNull() & e("topic_id").isNotNull() & ~e("id_gone")
+    if window.since_us is not None:
+        use = use & (e("time_us") >= window.since_us)
+    if window.until_us is not None:
+        use = use & (e("time_us") < window.until_us)
+    return (
+        parsed.where(use).join(F.broadcast(candidates), ["cluster", "topic_name", "topic_id"])
+        .where(e("time_us") >= e("newer_first_us"))
+        .groupBy(*USE_KEYS)
+        .agg(F.count(F.lit(1)).alias("n"), F.min("time_us").alias("min_us"), F.max("time_us").alias("max_us"))
+    )
+
+
+def stale_ids(roll: DataFrame, exact: ExactUses) -> DataFrame:
+    """Clients still using the id of a deleted (and maybe recreated) topic: who, which id, how often.
+
+    The rule compares single uses with the time the name's newer id first appeared (``T``), but the
+    roll-up keeps only each use group's count and first/last use, which settles almost every group:
+    a gone-id error makes all of a group's uses stale, a group whose first use is at or after ``T``
+    is stale whole, one whose last use is before ``T`` not at all. Only groups that straddle ``T``
+    (a client that kept using the old id, without errors, across the recreation) need the single
+    uses: their ids (usually none, a few when there are) are counted again exactly by ``exact``, a
+    second pass over just the lines that name them (:func:`late_uses`). Keeping a row per use in the
+    roll-up instead made the id-use grain as fine as the lines (5.7M of 10M events went through the
+    shuffle whole).
+    """
+    F = _f()
+    e = F.col
+    uses = _id_uses(roll).where(e("topic_name").isNotNull())
     h = _id_history(uses).select("cluster", "topic_name", "topic_id", "newer_id", "newer_first_us")
-    joined = uses.where(F.col("topic_name").isNotNull()).join(h, ["cluster", "topic_name", "topic_id"])
-    superseded = F.col("newer_first_us").isNotNull() & (F.col("time_us") >= F.col("newer_first_us"))
-    stale = joined.where(F.col("id_gone") | superseded)
+    joined = uses.join(h, ["cluster", "topic_name", "topic_id"])
+    t = e("newer_first_us")
+    straddles = ~e("id_gone") & t.isNotNull() & (e("min_us") < t) & (e("max_us") >= t)
+    id_keys = ["cluster", "topic_name", "topic_id"]
+    found = joined.where(straddles).select(*id_keys, "newer_first_us").distinct().collect()
+    cols = [*USE_KEYS, "newer_id", "n", "gone_n", "min_us", "max_us"]
+    gone = joined.where(e("id_gone")).select(*USE_KEYS, "newer_id", "n", e("n").alias("gone_n"), "min_us", "max_us")
+    late = joined.where(~e("id_gone") & t.isNotNull() & (e("min_us") >= t))
+    parts = [gone]
+    if found:
+        spark = roll.sparkSession
+        cands = spark.createDataFrame(
+            found, "cluster string, topic_name string, topic_id string, newer_first_us long")
+        late = late.join(F.broadcast(cands.select(*id_keys)), id_keys, "left_anti")  # counted exactly below
+        newer = h.select(*id_keys, "newer_id")
+        parts.append(exact(cands).join(newer, id_keys).select(*USE_KEYS, "newer_id", "n", F.lit(0).cast("long").alias(
+            "gone_n"), "min_us", "max_us"))
+    parts.append(late.select(*USE_KEYS, "newer_id", "n", F.lit(0).cast("long").alias("gone_n"), "min_us", "max_us"))
+    stale = parts[0].select(*cols)
+    for p in parts[1:]:
+        stale = stale.unionByName(p.select(*cols))
     return (
         stale.groupBy("day", "cluster", "topic_name", "topic_id", "principal", "client_id")
         .agg(
             F.first("newer_id", ignorenulls=True).alias("current_id"),
             F.sum("n").alias("requests"),
-            F.coalesce(F.sum(F.when(F.col("id_gone"), F.col("n"))), F.lit(0)).alias("unknown_id_errors"),
+            F.coalesce(F.sum("gone_n"), F.lit(0)).alias("unknown_id_errors"),
             F.array_join(F.array_sort(F.collect_set("instance")), ",").alias("instances"),
-            F.timestamp_micros(F.min("time_us")).alias("first_seen"),
-            F.timestamp_micros(F.max("time_us")).alias("last_seen"),
+            F.timestamp_micros(F.min("min_us")).alias("first_seen"),
+            F.timestamp_micros(F.max("max_us")).alias("last_seen"),
         )
     )
 
@@ -452,8 +513,8 @@ def policy_denials(roll: DataFrame) -> DataFrame:
 
 
 #: Every report table, by the name its files get (``DIR/csv/NAME.csv``, ``DIR/parquet/NAME/day=.../``);
-#: each takes the roll-up of :func:`rollup`.
-REPORTS: dict[str, Callable[[DataFrame], DataFrame]] = {
+#: each takes the roll-up of :func:`rollup` (and those in :data:`NEEDS_EXACT` an :data:`ExactUses` too).
+REPORTS: dict[str, Callable[..., DataFrame]] = {
     "topic_hourly": topic_hourly,
     "chargeback": chargeback,
     "clients": clients,
@@ -467,3 +528,5 @@ REPORTS: dict[str, Callable[[DataFrame], DataFrame]] = {
     "id_adoption": id_adoption,
     "policy_denials": policy_denials,
 }
+#: Reports that may need a second, exact pass over some lines (:func:`stale_ids`).
+NEEDS_EXACT = frozenset({"stale_ids"})

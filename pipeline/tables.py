@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,12 +41,20 @@ class Result:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def compute(parsed: DataFrame, window: Window = ALL_TIME, only: Sequence[str] | None = None) -> Result:
+def compute(
+    parsed: DataFrame,
+    window: Window = ALL_TIME,
+    only: Sequence[str] | None = None,
+    rescan: Callable[[Sequence[str]], DataFrame] | None = None,
+) -> Result:
     """Aggregate ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) into every report table.
 
     One Spark job reads, parses and rolls the lines up (:func:`kgate.pipeline.reports.rollup`); the
     roll-up is written once (Parquet in a local scratch directory, a directory per grouping set; on a
-    cluster it is cached instead) and every table is a small query on it.
+    cluster it is cached instead) and every table is a small query on it. ``rescan(ids)`` gives parsed
+    lines holding at least every use of those topic ids, for the stale-id report's exact second pass
+    (:func:`kgate.pipeline.reports.stale_ids`); by default ``parsed`` itself (fine when it is Parquet).
+    ``timings``: seconds per phase (``ingest``, ``reports``) and per table.
     """
     import time
 
@@ -65,19 +73,26 @@ def compute(parsed: DataFrame, window: Window = ALL_TIME, only: Sequence[str] | 
         roll = spark.read.parquet(os.path.join(scratch, "rollup"))
     else:  # on a cluster a local directory is not shared by the executors: keep it in their storage
         roll = roll.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def exact(candidates: DataFrame) -> DataFrame:
+        ids = [r["topic_id"] for r in candidates.select("topic_id").distinct().collect()]
+        return reports.late_uses(parsed if rescan is None else rescan(ids), window, candidates)
+
     try:
         problems = reports.problems(roll).toArrow()  # reads, parses, rolls up (cluster: the first action)
         timings["ingest"] = time.perf_counter() - start
+        t_reports = time.perf_counter()
         tables: dict[str, pa.Table] = {}
         for name, build in reports.REPORTS.items():
             if only is not None and name not in only:
                 continue
             t0 = time.perf_counter()
-            tables[name] = build(roll).toArrow()
+            tables[name] = (build(roll, exact) if name in reports.NEEDS_EXACT else build(roll)).toArrow()
             timings[name] = time.perf_counter() - t0
         t0 = time.perf_counter()
         lat_api = reports.latency_api(roll, per_day=False).toArrow()
         timings["latency_window"] = time.perf_counter() - t0
+        timings["reports"] = time.perf_counter() - t_reports
     finally:
         if scratch is None:
             roll.unpersist()
@@ -88,7 +103,8 @@ def compute(parsed: DataFrame, window: Window = ALL_TIME, only: Sequence[str] | 
 
 def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
-    return compute(ingest.parse(ingest.read_events(spark, paths)), window)
+    return compute(ingest.parse(ingest.read_events(spark, paths)), window,
+                   rescan=lambda ids: ingest.parse(ingest.read_lines_naming(spark, paths, ids)))
 
 
 def _csv_safe(table: pa.Table) -> pa.Table:

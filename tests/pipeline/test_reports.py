@@ -187,3 +187,72 @@ def test_percentiles_are_observed_latencies_never_above_the_max(spark: Any, tmp_
     assert row["max_us"] == 2_007_939
     assert 0 < row["p50_us"] <= row["p95_us"] <= row["p99_us"] <= row["max_us"]
     assert (row["p50_us"], row["p99_us"]) == (1_502, 2_007_939)
+
+
+def _recreated_payments(tmp: Path) -> Path:
+    """``payments`` recreated at T0+1h (id P2 first seen then); ``lagger`` keeps using the old id P1
+    *without errors* across that moment on two instances, so each of its use groups (per client,
+    instance and day) has uses before and after: the roll-up's first/last use cannot tell how many are
+    stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included)."""
+    p1, p2 = "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA"
+    a1, a2 = "Aud1AAAAAAAAAAAAAAAAAA", "Aud2AAAAAAAAAAAAAAAAAA"
+
+    def use(t: int, client: str, inst: str, tid: str, name: str = "payments") -> dict[str, Any]:
+        return event(t, version=13, client_id=client, principal="User:frank", instance=inst,
+                     topics=[topic(name, tid, status="resolved", bytes=10, records=1)])
+
+    d = tmp / "audit"
+    write_events(d / "a.jsonl", [
+        use(T0 + 2 * HOUR, "lagger", "kgate-a", p1),       # written newest first
+        use(T0 + HOUR + 5 * S, "lagger", "kgate-a", p1),
+        use(T0 + HOUR, "carol", "kgate-a", p2),            # the new id appears: T
+        use(T0 + 20 * S, "early", "kgate-a", p1),
+        use(T0 + 10 * S, "lagger", "kgate-a", p1),
+        use(T0 + 3 * HOUR, "slow", "kgate-a", a1, "audits"),  # audits: A2 at T0+1h, slow on A1 only after
+        use(T0 + HOUR, "carol", "kgate-a", a2, "audits"),
+        use(T0 + 5 * S, "slow", "kgate-a", a1, "audits"),
+    ])
+    write_events(d / "b.jsonl.gz", [
+        use(T0 + 30 * S, "lagger", "kgate-b", p1),
+        use(T0 + HOUR, "lagger", "kgate-b", p1),           # exactly at T: stale (at or after)
+        use(T0 + 3 * HOUR, "late", "kgate-b", p1),
+    ])
+    return d
+
+
+def test_stale_uses_across_the_recreation_are_counted_exactly(spark: Any, tmp_path: Path) -> None:
+    """Only the uses at or after the newer id's first appearance are stale, even when the same client and
+    instance used the old id before it too (a use group straddling that moment: counted again exactly)."""
+    from kgate.pipeline.ingest import Window
+    from kgate.pipeline.tables import report_tables
+
+    d = _recreated_payments(tmp_path)
+    stale = {(r["topic_name"], r["client_id"]): r for r in report_tables(str(d), spark)["stale_ids"]}
+    assert set(stale) == {("payments", "lagger"), ("payments", "late"), ("audits", "slow")}
+    lag = stale["payments", "lagger"]
+    assert (lag["topic_id"], lag["current_id"], lag["requests"], lag["unknown_id_errors"]) == (
+        "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA", 3, 0)
+    assert lag["instances"] == "kgate-a,kgate-b"
+    assert (lag["first_seen"].timestamp(), lag["last_seen"].timestamp()) == ((T0 + HOUR) / S, (T0 + 2 * HOUR) / S)
+    assert (stale["payments", "late"]["requests"], stale["payments", "late"]["instances"]) == (1, "kgate-b")
+    slow = stale["audits", "slow"]  # a group wholly after its T: settled by the roll-up alone
+    assert (slow["requests"], slow["first_seen"].timestamp()) == (1, (T0 + 3 * HOUR) / S)
+
+    # the exact pass honours the window like the roll-up: lagger's T0+2h use is outside it
+    windowed = report_tables(str(d), spark, Window(until_us=T0 + 90 * 60 * S))["stale_ids"]
+    (lag,) = [r for r in windowed if r["client_id"] == "lagger"]
+    assert (lag["requests"], lag["last_seen"].timestamp()) == (2, (T0 + HOUR + 5 * S) / S)
+
+
+def test_exact_pass_over_parsed_lines_as_follow_does(spark: Any, tmp_path: Path) -> None:
+    """``--follow`` computes from its store of parsed lines: there the exact pass is a join on those
+    lines, not a second text read of the files. Same answer as the batch path."""
+    from kgate.pipeline import ingest, tables
+
+    d = _recreated_payments(tmp_path)
+    store = str(tmp_path / "store")
+    ingest.parse(ingest.read_events(spark, ingest.resolve_inputs([str(d)]))).write.parquet(store)
+    rows = tables.compute(spark.read.parquet(store)).tables["stale_ids"].to_pylist()
+    lag = _one(rows, client_id="lagger")
+    assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (3, "kgate-a,kgate-b", (T0 + HOUR) / S)
+    assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
