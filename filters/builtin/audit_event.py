@@ -313,6 +313,18 @@ class _Facts:
             if code not in t.codes:
                 t.codes.append(code)
 
+    def learn(self, pos: int, key: str | UUID, codes: Iterable[int]) -> None:
+        """An answer's ``pos``-th entry: its codes onto the topic the request named (none: ignored),
+        with the id or name the answer tells about it (the decoded and the walked paths alike)."""
+        hit = self.answered(pos, key)
+        if hit is None:
+            return  # not a topic the request named
+        if isinstance(key, UUID) and hit.id is None:
+            hit.id = key
+        if isinstance(key, str) and key and hit.name is None:
+            hit.name = key
+        self.codes(hit, codes)
+
     def first_error(self) -> int:
         return _first_error(code for t in self.order for code in t.codes)
 
@@ -365,14 +377,7 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
             k = topic_key(e)
         except TypeError:
             continue
-        hit = f.answered(pos, k)
-        if hit is None:
-            continue  # not a topic the request named
-        if isinstance(k, UUID) and hit.id is None:
-            hit.id = k
-        if isinstance(k, str) and k and hit.name is None:
-            hit.name = k
-        f.codes(hit, _codes(e))
+        f.learn(pos, k, _codes(e))
     return (own if isinstance(own, int) and own else f.first_error()), f.order
 
 
@@ -439,16 +444,8 @@ def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | No
     assert isinstance(answer, bytes | memoryview)
     top, entries = walk.metadata_response(answer, _response_body(answer, key, v), v)
     for pos, (named, codes) in enumerate(entries):
-        if named is None:
-            continue
-        hit = f.answered(pos, named)
-        if hit is None:
-            continue  # not a topic the request named
-        if isinstance(named, UUID) and hit.id is None:
-            hit.id = named
-        if isinstance(named, str) and named and hit.name is None:
-            hit.name = named
-        f.codes(hit, codes)
+        if named is not None:
+            f.learn(pos, named, codes)
     return (top or f.first_error()), f.order
 
 
