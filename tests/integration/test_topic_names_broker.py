@@ -59,6 +59,23 @@ async def admin_delete(bootstrap: str, name: str) -> None:
     await asyncio.to_thread(run)
 
 
+async def wait_listed(client: UpstreamClient, name: str) -> None:
+    """Until a Metadata request names ``name`` without error.
+
+    Kafka answers CreateTopics once the controller has committed the topic; the broker's metadata
+    cache learns it moments later, so a Metadata request sent at once may still say
+    UNKNOWN_TOPIC_OR_PARTITION (seen once in CI: error 3 right after a successful CreateTopics).
+    """
+    deadline = time.monotonic() + 20
+    while True:
+        req = MetadataRequest(topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=False)
+        _v, resp = await client.request(3, req, lo=12)
+        if resp.topics[0].error_code == 0:
+            return
+        assert time.monotonic() < deadline, f"{name} not listed: {resp.topics[0]}"
+        await asyncio.sleep(0.1)
+
+
 async def wait_gone(client: UpstreamClient, name: str) -> None:
     deadline = time.monotonic() + 20
     while True:
@@ -152,6 +169,7 @@ async def test_delete_recreate_observed_responses(broker):
         assert res[new] == name
         assert isinstance(res[old], TopicNameError) and res[old].code == UNKNOWN_TOPIC_ID
         assert r.stats.lookups == lookups  # old id negative-cached by the delete
+        await wait_listed(client, name)
         assert (await ids_by_name(client, [name]))[name] == new
     finally:
         await r.close()
