@@ -34,6 +34,7 @@ from kgate.config import ConfigError, KgateConfig
 from kgate.config.reload_plan import ReloadPlan, plan_reload
 from kgate.filters.chain import FilterChain
 from kgate.filters.registry import build_filters
+from kgate.proxy import frozen_heap
 from kgate.proxy.cluster import VirtualCluster, _bind
 from kgate.proxy.readiness import UpstreamState
 
@@ -196,6 +197,7 @@ class Reloader:
             )
         cluster.close_connections()
         await cluster.wait_closed()
+        frozen_heap.release_retired()  # the cluster was built before gc.freeze(): let its cycles go
         log.info("cluster %s: removed and drained", cluster.name)
 
     @property

@@ -15,7 +15,6 @@ sending new clients before any connection is closed.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 import time
@@ -24,6 +23,7 @@ from collections.abc import Callable
 from kgate.config import ConfigError, KgateConfig
 from kgate.filters.chain import FilterChain
 from kgate.filters.registry import build_filters
+from kgate.proxy import frozen_heap
 from kgate.proxy.admin import AdminServer, MetricsSource, registry_metrics
 from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.fd_limit import raise_open_files_limit
@@ -146,7 +146,7 @@ async def serve(
     ``source`` re-reads the config for a reload (SIGHUP, ``POST /reload``); None: a reload
     re-applies ``config`` (nothing changes, still counted). Returns whether a second stop signal
     cut the drain short. ``freeze_heap`` (the CLI's ``run``) moves everything alive once kgate is
-    ready out of the garbage collector's sight (``_freeze_heap``).
+    ready out of the garbage collector's sight (``proxy/frozen_heap.py``).
     """
     proxy = Proxy(config, source=source)
     loop = asyncio.get_running_loop()
@@ -183,7 +183,7 @@ async def serve(
         raise
     log.info("kgate ready")
     if freeze_heap:
-        _freeze_heap()
+        frozen_heap.freeze()
     watcher = None
     if worker_index() is not None:  # --workers: tell the parent where this worker's admin listener is
         if proxy.admin is not None:
@@ -207,22 +207,6 @@ async def serve(
             await proxy.shutdown()  # an exception before the signal: still close what was opened
     log.info("kgate stopped")
     return proxy.forced.is_set()
-
-
-def _freeze_heap() -> None:
-    """Collect once, then ``gc.freeze()`` what is left: the modules, codec schemas and config.
-
-    Those ~34,000 objects live as long as the process, yet every full collection walked them all
-    again: 4.9 ms per full collection (measured 2026-11-24 on the loaded 2-core machine; 0.0002
-    ms once frozen). Connections are what make full collections happen: each holds ~130 tracked
-    objects (transports, core, readers, deques, exchanges), and with 400 clients connecting over
-    and over one full collection ran per ~2,000 connections (``gc.callbacks``), ~2.5 µs per
-    connection that the relay, with a tenth of the heap, does not pay. A small share of the
-    per-connection gap (docs/performance.md), but free. Only for the CLI process: an embedding
-    test would freeze the test runner's heap with it.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 def run(config: KgateConfig, source: ConfigSource | None = None) -> int:
