@@ -81,6 +81,10 @@ class Readiness:
         except (UpstreamError, TimeoutError, OSError) as exc:
             self._record(cluster.name, False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             return
+        except Exception as exc:  # a bug: logged with its traceback, but probing (and /readyz) go on
+            log.exception("cluster %s: readiness probe failed unexpectedly", cluster.name)
+            self._record(cluster.name, False, f"internal error: {exc!r}")
+            return
         # The answer names every broker: open the listener of any node not served yet, as node
         # discovery does at start. So "ready" implies every node's port is open (an HA fleet's
         # clients may arrive holding addresses another instance gave them), and nodes added to

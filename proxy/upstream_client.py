@@ -220,12 +220,26 @@ class UpstreamClient:
         return version, resp
 
     def _send(self, transport: asyncio.Transport, api_key: int, version: int, message: Any) -> asyncio.Future[Any]:
+        """Write one request; the future of its answer.
+
+        The transport can be closed by the time a request is written: a broker that resets every
+        connection right after accepting it closes the transport before the ApiVersions handshake
+        is written, and a request's write runs a loop turn after ``_ensure_connected`` returned.
+        uvloop then raises RuntimeError ("the handler is closed"), which no caller expects: it went
+        through the readiness probe and ended kgate's shutdown with exit 1 (seen in a full test run,
+        tests/e2e/test_upstream_resets.py). Raised as the UpstreamError it is.
+        """
+        if transport.is_closing():
+            raise UpstreamError(f"api {api_key} v{version}: the connection to the broker is closed")
         cid = next(self._cids) & 0x7FFFFFFF
         body = message.encode(version)
         hv = api.request_header_version(api_key, version)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            transport.write(request_frame(api_key, version, cid, self.client_id, hv, body))
+        except RuntimeError as exc:  # closed between the check and the write (uvloop)
+            raise UpstreamError(f"api {api_key} v{version}: the connection to the broker is closed") from exc
         self._pending[cid] = (fut, api_key, version)
-        transport.write(request_frame(api_key, version, cid, self.client_id, hv, body))
         return fut
 
     def _on_frame(self, frame: memoryview) -> None:
