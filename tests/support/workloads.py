@@ -160,7 +160,13 @@ def kp_consume(bootstrap: str, topic: str, n: int, group: str | None = None, tim
         deadline = time.monotonic() + timeout
         settle_until = None
         while time.monotonic() < deadline:
-            for records in c.poll(timeout_ms=200).values():
+            # Until the group hands this member partitions, one poll covers the whole join and sync:
+            # kafka-python 3.0.12 loses an assignment whose SyncGroup completes after a poll's timeout
+            # expired (the pending join task is only awaited again while need_rejoin(), which is False
+            # by then), so the member never fetches nor heartbeats and the group evicts it. Seen with
+            # 200 ms polls on a loaded machine; its debug log shows the SyncGroup answer received.
+            wait_ms = 200 if c.assignment() else max(200, min(10_000, int((deadline - time.monotonic()) * 1000)))
+            for records in c.poll(timeout_ms=wait_ms).values():
                 got.extend(r.value for r in records)
             if len(got) >= n and settle_until is None:
                 settle_until = time.monotonic() + settle
