@@ -19,7 +19,7 @@ _I16 = Struct(">h")
 _I32 = Struct(">i")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~1 µs more per peeked Produce
 class ProducePrefix:
     transactional_id: str | None
     acks: int
