@@ -87,6 +87,12 @@ _CID = Struct(">i")  # a response's correlation id, right after its size
 _PASS, _WATCH_FETCH, _BROKERS_ONLY = ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS, _DECODE, _RAW_SASL_PLAN = ResponsePlan.CAP_VERSIONS, ResponsePlan.DECODE, ResponsePlan.RAW_SASL
 _TRACK, _OBSERVE, _REFUSE = RequestPlan.TRACK, RequestPlan.OBSERVE, RequestPlan.REFUSE
+_PEEK = RequestPlan.PEEK
+#: Produce's request header version per version the codec knows (the peek reads one per request)
+_PRODUCE_HEADER = {
+    v: api.request_header_version(PRODUCE, v)
+    for v in range(api.API_INFO[PRODUCE].min_version, api.API_INFO[PRODUCE].max_version + 1)
+}
 
 
 class Actions(Protocol):
@@ -381,15 +387,16 @@ class ConnectionCore:
         if self.settings.validate_requests or len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
             return False
         _key, version, cid = peek_request(head)
-        if self.plans.request(PRODUCE, version) is not RequestPlan.PEEK:
+        plan, answer_plan, label = self.plans.route(PRODUCE, version)
+        if plan is not _PEEK:
             return False  # no hook, a hook that cannot peek, or a version the full path refuses
         size = int.from_bytes(head[:4], "big", signed=True)
         if size < 8 or size > self.settings.max_frame_bytes:
             return False  # let the reader report it
         try:
-            header = parse_request_header(head, api.request_header_version(PRODUCE, version))
+            header = parse_request_header(head, _PRODUCE_HEADER[version])  # PEEK: a version the codec knows
             prefix = produce_prefix(head, header.body_offset, version)
-        except (HeaderError, api.CodecError):
+        except HeaderError:
             return False
         if prefix.topic_count != 1:
             return False
@@ -407,7 +414,7 @@ class ConnectionCore:
                 return False
         except Exception:  # the full request will run the hook again and report its failure
             return False
-        self.cluster.metrics.count_request(PRODUCE, version)
+        self._requests_counted[label] += 1
         self.frames_in += 1
         out = head if joined is None else joined
         if prefix.acks == 0:
@@ -416,7 +423,10 @@ class ConnectionCore:
             if self._observer is not None:
                 self._observe_acks0(cid, version, head, size + 4)
         else:
-            ex = self._exchange(cid, PRODUCE, version, None, ctx._state)
+            state = ctx._state
+            if state:  # a hook kept state for the answer's hooks: the plan may differ
+                answer_plan = self.plans.response(PRODUCE, version, True)
+            ex = Exchange(cid, PRODUCE, version, None, state, answer_plan)
             if self._observer is not None:
                 self._observe_start(ex, head, size + 4)
             self._forward(out, ex)

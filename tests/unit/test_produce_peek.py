@@ -144,6 +144,33 @@ def test_prefix_fields(version: int) -> None:
             produce_prefix(frame[:cut], off, version)
 
 
+@pytest.mark.parametrize("version", [3, 8, 9, 12])
+@pytest.mark.parametrize("length", [126, 127, 300])
+def test_prefix_of_long_names(version: int, length: int) -> None:
+    """Names and transactional ids of 127 bytes or more take a two-byte compact length."""
+    txn, topic = "t" * length, "n" * length
+    req = pm.ProduceRequest(acks=-1, timeout_ms=5, transactional_id=txn)
+    req.topic_data = [pm.TopicProduceData(name=topic, partition_data=[pm.PartitionProduceData(index=0)])]
+    frame = request_frame(0, version, 1, "c", api.request_header_version(0, version), req.encode(version))
+    off = parse_request_header(frame, api.request_header_version(0, version)).body_offset
+    p = produce_prefix(frame, off, version)
+    assert (p.transactional_id, p.acks, p.timeout_ms, p.topic_count, p.topic_name) == (txn, -1, 5, 1, topic)
+    for cut in range(off, off + 2 * length + 10, 7):  # the prefix is at least 2 * length + 10 bytes
+        with pytest.raises(HeaderError):
+            produce_prefix(frame[:cut], off, version)
+
+
+def test_prefix_with_invalid_utf8_is_a_header_error() -> None:
+    req = pm.ProduceRequest(acks=1, timeout_ms=5, transactional_id=None)
+    req.topic_data = [pm.TopicProduceData(name="abcd", partition_data=[pm.PartitionProduceData(index=0)])]
+    frame = bytearray(request_frame(0, 9, 1, "c", 2, req.encode(9)))
+    at = bytes(frame).index(b"abcd")
+    frame[at : at + 2] = b"\xff\xfe"
+    off = parse_request_header(frame, 2).body_offset
+    with pytest.raises(HeaderError, match="UTF-8"):
+        produce_prefix(bytes(frame), off, 9)
+
+
 def test_whole_small_frames_are_forwarded_without_a_full_decode(monkeypatch: pytest.MonkeyPatch) -> None:
     conn, _client, upstream = _conn([_policy()])
     frame = _produce(["orders"], size=300, cid=4)
