@@ -55,8 +55,8 @@ def produce_prefix(frame: memoryview | bytes, body_offset: int, version: int) ->
     """The fields before the first topic's partitions; HeaderError if they have not all arrived.
 
     Runs for every peeked Produce, so the common case reads each field inline (one-byte varints,
-    a short read caught once as IndexError / struct.error below): ~100 bytecodes where reading each
-    field through a helper took ~300 (docs/performance.md, 2026-11-24 night).
+    a short read caught once as IndexError / struct.error below): ~160 bytecodes where reading
+    each field through a helper took ~300 (docs/performance.md, 2026-11-24 night).
     """
     try:
         compact = version >= 9

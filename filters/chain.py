@@ -133,7 +133,7 @@ class FilterChain:
 
         Cached per (api key, version): the answer is fixed for the chain's life, and the scan of
         ``_no_peek`` (one entry per non-peeking request hook: 82 with the authorizer and
-        internal-topics) cost ~6 µs on every peeked Produce.
+        internal-topics) was 976 of the 2,639 bytecodes a peeked Produce ran (passthrough: 744).
         """
         key = (api_key, version)
         found = self._peek_cache.get(key)

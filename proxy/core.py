@@ -348,8 +348,8 @@ class ConnectionCore:
         if lead is not None:
             # A read that ends one streamed Produce and starts the next (a pipelining producer,
             # every few reads): when the next one is peeked too, both parts go up in one write,
-            # as in raw mode. Two writes cost a second syscall and a second loopback delivery
-            # to the broker, ~25 µs of the proxy's CPU per request (docs/performance.md).
+            # as raw mode sends such a read. Two writes cost a second syscall and a second
+            # loopback delivery to the broker (docs/performance.md, 2026-11-24 night).
             if not frames and tail is not None and len(tail) == len(data) and not self.suspended:
                 if not self._peek_produce(tail, chunk):
                     self._send_up(lead)
