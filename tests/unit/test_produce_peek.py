@@ -190,12 +190,13 @@ def test_whole_small_frames_are_forwarded_without_a_full_decode(monkeypatch: pyt
 
 
 # -- one write for the end of a streamed Produce and the start of the next ------------------------
-def test_end_of_one_and_start_of_the_next_go_up_in_one_write() -> None:
+@pytest.mark.parametrize("acks", [-1, 0])
+def test_end_of_one_and_start_of_the_next_go_up_in_one_write(acks: int) -> None:
     """A pipelining producer's read often ends one streamed Produce and starts the next: when the
     next one is peeked and allowed, both parts leave in one write, as raw mode sends such a read
     (a second write is a second syscall and a second loopback delivery, docs/performance.md)."""
     conn, _client, upstream = _conn([_policy()])
-    first, second = _produce(["orders"], cid=1), _produce(["orders"], cid=2)
+    first, second = _produce(["orders"], cid=1, acks=acks), _produce(["orders"], cid=2, acks=acks)
     stream = first + second
     cut = len(first) + 1000  # the second read holds the first's end and the second's head
     conn.receive_client(stream[:CHUNK])
@@ -205,7 +206,11 @@ def test_end_of_one_and_start_of_the_next_go_up_in_one_write() -> None:
     for c in _chunks(stream[cut:]):
         conn.receive_client(c)
     assert bytes(upstream.data) == stream
-    assert [e.cid for e in conn.pending] == [1, 2] and conn._req_stream_left == 0
+    assert conn._req_stream_left == 0
+    if acks:
+        assert [e.cid for e in conn.pending] == [1, 2]
+    else:  # acks=0: the broker answers neither, so nothing waits for an answer
+        assert not conn.pending and list(conn._acks0) == [1, 2]
 
 
 def test_end_of_one_goes_at_once_when_the_next_is_refused() -> None:
