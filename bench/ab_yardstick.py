@@ -5,7 +5,8 @@
 Targets: ``direct``, ``python-relay``, ``kgate-old`` (kgate from ``--old-tree``, a worktree of the
 build to compare against: ``git worktree add --detach ../wt-old COMMIT``), ``kgate`` (this tree,
 passthrough), ``kgate-audit`` (``audit-log`` writing to a scratch directory) and ``kgate-acl``
-(the authorizer with five rules, default deny, plus ``internal-topics``). Why a script: filter
+(the authorizer with five rules, default deny, plus ``internal-topics``); on request (``--targets``)
+``kgate-acl-old``, the old tree with the same filters. Why a script: filter
 configs are JSON inside a shell command inside run.py's ``{placeholder}`` templates, so every
 brace must be doubled; building the argv here keeps the A/B repeatable. Run it on a quiet
 machine only (docs/performance.md: other load turns 20 % differences into noise).
@@ -46,11 +47,13 @@ def main() -> int:
     audit_dir = tempfile.mkdtemp(prefix="kgate-ab-audit-")
     run = "cd {tree} && exec {{python}} -m kgate --listen {{listen}} --upstream {{upstream}}"
     new, old = run.format(tree=ROOT), run.format(tree=Path(args.old_tree).resolve())
+    acl = " --filter 'authorizer=" + _template(ACL) + "' --filter internal-topics"
     extras = {
         "kgate-old": old,
         "kgate": new,
         "kgate-audit": new + " --filter 'audit-log=" + _template({"directory": audit_dir}) + "'",
-        "kgate-acl": new + " --filter 'authorizer=" + _template(ACL) + "' --filter internal-topics",
+        "kgate-acl": new + acl,
+        "kgate-acl-old": old + acl,
     }
     argv = [sys.executable, str(YARDSTICK), "--reps", args.reps, "--nice", "-10", "--out", args.out,
             "--targets", args.targets, *rest]

@@ -112,6 +112,7 @@ class FilterChain:
                 if spec.direction == "request" and not spec.peek:
                     self._no_peek.add((spec.api_key, spec.min_version, hi))
         self._cache: dict[tuple[str, int, int, bool], tuple[BoundHook, ...]] = {}
+        self._peek_cache: dict[tuple[int, int], tuple[BoundHook, ...]] = {}
         self.has_request_hooks = any(d == "request" for d, _k in self._by_key)
         #: some filter must see every request: api keys the codec cannot decode are refused
         self.refuses_unknown_api_keys = any(type(f).refuses_unknown_api_keys for f in self.filters)
@@ -128,10 +129,21 @@ class FilterChain:
         return found
 
     def peek_hooks(self, api_key: int, version: int) -> tuple[BoundHook, ...]:
-        """The request hooks for a message if every one of them may peek; else ()."""
-        if any(k == api_key and lo <= version <= hi for k, lo, hi in self._no_peek):
-            return ()
-        return self.hooks("request", api_key, version)
+        """The request hooks for a message if every one of them may peek; else ().
+
+        Cached per (api key, version): the answer is fixed for the chain's life, and the scan of
+        ``_no_peek`` (one entry per non-peeking request hook: 82 with the authorizer and
+        internal-topics) was 976 of the 2,639 bytecodes a peeked Produce ran (passthrough: 744).
+        """
+        key = (api_key, version)
+        found = self._peek_cache.get(key)
+        if found is None:
+            if any(k == api_key and lo <= version <= hi for k, lo, hi in self._no_peek):
+                found = ()
+            else:
+                found = self.hooks("request", api_key, version)
+            self._peek_cache[key] = found
+        return found
 
     def version_limits(self) -> dict[int, tuple[int, int]]:
         """Per hooked api key, the version range the filters declared (union of their hooks).

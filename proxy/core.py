@@ -87,6 +87,12 @@ _CID = Struct(">i")  # a response's correlation id, right after its size
 _PASS, _WATCH_FETCH, _BROKERS_ONLY = ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS, _DECODE, _RAW_SASL_PLAN = ResponsePlan.CAP_VERSIONS, ResponsePlan.DECODE, ResponsePlan.RAW_SASL
 _TRACK, _OBSERVE, _REFUSE = RequestPlan.TRACK, RequestPlan.OBSERVE, RequestPlan.REFUSE
+_PEEK = RequestPlan.PEEK
+#: Produce's request header version per version the codec knows (the peek reads one per request)
+_PRODUCE_HEADER = {
+    v: api.request_header_version(PRODUCE, v)
+    for v in range(api.API_INFO[PRODUCE].min_version, api.API_INFO[PRODUCE].max_version + 1)
+}
 
 
 class Actions(Protocol):
@@ -324,10 +330,13 @@ class ConnectionCore:
 
     def _filtered_data(self, data: bytes | memoryview) -> None:
         """Filter mode: frames a hook wants are decoded and run through the chain."""
+        chunk = data
+        lead: memoryview | None = None  # the end of a peeked Produce, not yet written
         if self._req_stream_left:
             data = self._continue_request_stream(data)
             if not data:
                 return
+            lead = memoryview(chunk)[: len(chunk) - len(data)]
         reader = self.reader
         tail: memoryview | None = None
         if reader.buffered:
@@ -336,6 +345,17 @@ class ConnectionCore:
             frames, end = reader.split(data)
             if end < len(data):
                 tail = memoryview(data)[end:]
+        if lead is not None:
+            # A read that ends one streamed Produce and starts the next (a pipelining producer,
+            # every few reads): when the next one is peeked too, both parts go up in one write,
+            # as raw mode sends such a read. Two writes cost a second syscall and a second
+            # loopback delivery to the broker (docs/performance.md, 2026-11-24 night).
+            if not frames and tail is not None and len(tail) == len(data) and not self.suspended:
+                if not self._peek_produce(tail, chunk):
+                    self._send_up(lead)
+                    reader.feed(tail)  # decoded whole once the rest has arrived
+                return
+            self._send_up(lead)
         self.frames_in += len(frames)
         try:
             for frame in frames:
@@ -354,25 +374,29 @@ class ConnectionCore:
         if tail is not None and not self.closed and not (not self.suspended and self._peek_produce(tail)):
             reader.feed(tail)
 
-    def _peek_produce(self, head: memoryview) -> bool:
+    def _peek_produce(self, head: memoryview, joined: bytes | memoryview | None = None) -> bool:
         """Let a single-topic Produce go on if every hook forwards it from its topic alone.
 
         ``head`` is a whole frame or the start of one whose rest has not arrived. True: it went
         upstream (and ``_req_stream_left`` bytes of it are still to come); False: decode it whole.
         Never while validating: a request is checked whole before any of it goes upstream.
+        ``joined``: bytes that end with ``head`` and are written in its place when it goes on (the
+        end of the previous streamed request, then this one's start); the caller writes the part
+        before ``head`` itself when this returns False.
         """
         if self.settings.validate_requests or len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
             return False
         _key, version, cid = peek_request(head)
-        if self.plans.request(PRODUCE, version) is not RequestPlan.PEEK:
+        plan, answer_plan, label = self.plans.route(PRODUCE, version)
+        if plan is not _PEEK:
             return False  # no hook, a hook that cannot peek, or a version the full path refuses
         size = int.from_bytes(head[:4], "big", signed=True)
         if size < 8 or size > self.settings.max_frame_bytes:
             return False  # let the reader report it
         try:
-            header = parse_request_header(head, api.request_header_version(PRODUCE, version))
+            header = parse_request_header(head, _PRODUCE_HEADER[version])  # PEEK: a version the codec knows
             prefix = produce_prefix(head, header.body_offset, version)
-        except (HeaderError, api.CodecError):
+        except HeaderError:
             return False
         if prefix.topic_count != 1:
             return False
@@ -390,23 +414,31 @@ class ConnectionCore:
                 return False
         except Exception:  # the full request will run the hook again and report its failure
             return False
-        self.cluster.metrics.count_request(PRODUCE, version)
+        self._requests_counted[label] += 1
         self.frames_in += 1
+        out = head if joined is None else joined
         if prefix.acks == 0:
             self._acks0.append(cid)
-            self._send_up(head)
+            self._send_up(out)
             if self._observer is not None:
                 self._observe_acks0(cid, version, head, size + 4)
         else:
-            ex = self._exchange(cid, PRODUCE, version, None, ctx._state)
+            state = ctx._state
+            if state:  # a hook kept state for the answer's hooks: the plan may differ
+                answer_plan = self.plans.response(PRODUCE, version, True)
+            ex = Exchange(cid, PRODUCE, version, None, state, answer_plan)
             if self._observer is not None:
                 self._observe_start(ex, head, size + 4)
-            self._forward(head, ex)
+            self._forward(out, ex)
         self._req_stream_left = size + 4 - len(head)
         return True
 
     def _continue_request_stream(self, data: bytes | memoryview) -> bytes | memoryview:
-        """Forward the next bytes of a peeked Produce; return what follows it in ``data``."""
+        """Forward the next bytes of a peeked Produce; return what follows it in ``data``.
+
+        When something follows, the request's last bytes are NOT written here: the caller writes
+        them (``_filtered_data``), together with the next request's start when it can.
+        """
         n = self._req_stream_left
         if len(data) <= n:
             self._req_stream_left = n - len(data)
@@ -415,7 +447,6 @@ class ConnectionCore:
                 self._request_piece(data, self._req_stream_left)
             return b""
         view = memoryview(data)
-        self._send_up(view[:n])
         self._req_stream_left = 0
         if self._req_observed is not None:
             self._request_piece(view[:n], 0)
@@ -766,7 +797,7 @@ class ConnectionCore:
         except Exception as exc:  # e.g. a filter's answer that does not encode: this connection only
             self._filter_failed(api_key, version, exc)
 
-    def _forward(self, frame: memoryview, ex: Exchange) -> None:
+    def _forward(self, frame: bytes | memoryview, ex: Exchange) -> None:
         self.pending.append(ex)
         self.upstream_waiting.append(ex)
         self._send_up(frame)

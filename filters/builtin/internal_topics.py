@@ -195,6 +195,14 @@ class InternalTopics(ConfigChangeHooks, Filter):
         api_key = ctx.api_key
         if api_key == ApiKey.FETCH:
             return self._check_fetch(ctx, request)
+        if api_key == ApiKey.PRODUCE and len(request.topic_data) == 1:
+            # One topic (every peeked Produce): the loop below without its lists and dicts, ~1 µs
+            # less per request; anything but a known, unrefused name takes the loop.
+            topic = request.topic_data[0]
+            tid = getattr(topic, "topic_id", None)
+            name = ctx.cached_topic_name(tid) if tid is not None and tid.int else topic.name
+            if name is not None and self._refused_name(api_key, name) is None:
+                return FORWARD
         codes: dict[TopicKey, int] = {}
         missing: list[UUID] = []
         names: dict[TopicKey, str] = {}

@@ -191,6 +191,56 @@ async def test_produce_by_known_names_decides_synchronously() -> None:
     assert result is FORWARD and not suspended
 
 
+def _produce_v9(name: str) -> Any:
+    batch = encode_batch([(None, b"v")], timestamp_ms=1)
+    req = ProduceRequest(
+        transactional_id=None, acks=-1, timeout_ms=1000,
+        topic_data=[TopicProduceData(name=name, partition_data=[PartitionProduceData(index=0, records=batch)])],
+    )
+    return testing.round_trip_request(ApiKey.PRODUCE, 9, req)
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [("orders", None), ("connect-offsets-x", None), ("__consumer_offsets", INVALID_TOPIC),
+     ("__kgate_internal_topics", AUTHZ)],
+)
+async def test_single_topic_produce_by_name(name: str, code: int | None) -> None:
+    """One topic (the shortcut every peeked Produce takes) answers as the general loop does."""
+    f = _filter()
+    ctx = testing.FakeContext(ApiKey.PRODUCE, 9)
+    result, suspended = await _run(f.check, ctx, _produce_v9(name))
+    assert not suspended
+    if code is None:
+        assert result is FORWARD
+    else:
+        assert isinstance(result, Respond)
+        assert [(t.name, t.partition_responses[0].error_code) for t in result.message.responses] == [(name, code)]
+
+
+@pytest.mark.parametrize(
+    ("topic_id", "cached", "code", "looked_up"),
+    [
+        (PLAIN_ID, True, None, False),  # known, plain: at once
+        (OFFSETS_ID, True, INVALID_TOPIC, False),  # known, system: refused at once
+        (OFFSETS_ID, False, INVALID_TOPIC, True),  # not cached: looked up, then refused
+        (GONE_ID, False, ErrorCode.UNKNOWN_TOPIC_ID, True),  # cannot be named: fail closed
+    ],
+)
+async def test_single_topic_produce_by_id(topic_id: uuid.UUID, cached: bool, code: int | None, looked_up: bool) -> None:
+    f = _filter()
+    cache = {topic_id: NAMES[topic_id]} if cached else {}
+    ctx = testing.FakeContext(ApiKey.PRODUCE, 13, cache=cache, cluster=NAMES)
+    result, suspended = await _run(f.check, ctx, _produce(topic_id))
+    assert suspended == looked_up and ctx.lookups == ([[topic_id]] if looked_up else [])
+    if code is None:
+        assert result is FORWARD
+    else:
+        assert isinstance(result, Respond)
+        answered = [(t.topic_id, t.partition_responses[0].error_code) for t in result.message.responses]
+        assert answered == [(topic_id, code)]
+
+
 async def test_delete_topics_v6_by_id_refuses_system_with_a_message_and_allows_user() -> None:
     f = _filter()
     req = DeleteTopicsRequest(
