@@ -145,3 +145,19 @@ def test_undecodable_metadata_answer_closes_without_answering() -> None:
     core.receive_broker(garbage)
     assert core.closed and bytes(out.client.data) == b""
     assert out.close_reason is not None and out.close_reason.value == "undecodable-response"
+
+
+def test_metadata_answers_count_as_rewrites_in_the_cluster_metrics() -> None:
+    """``kgate_address_rewrites``: the core bumps the cluster's counter itself (bound once, no call
+    per answer), whether the answer goes through the shortcut or through the frame splitter."""
+    core, out = make_core()
+    rewrites = core.cluster.metrics.rewrites
+    core.receive_client(metadata(1))
+    core.receive_broker(metadata_answer(1))  # whole: the shortcut
+    assert rewrites[int(ApiKey.METADATA)] == 1
+    core.receive_client(metadata(2))
+    answer = metadata_answer(2)
+    core.receive_broker(answer[:5])  # in two reads: _response
+    core.receive_broker(answer[5:])
+    assert rewrites[int(ApiKey.METADATA)] == 2
+    assert answer_cids(out.client.data) == [1, 2]
