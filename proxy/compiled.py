@@ -4,7 +4,7 @@
 an extension module next to its source, which Python imports instead of the ``.py`` file. That is
 optional: without the extensions the same sources run as pure Python (the default, and what the
 container image ships). Measured on the request path (callgrind, docs/performance.md): a Produce
-36,300 -> 24,500 user-space instructions per request, a Metadata 40,700 -> 28,100 (the raw relay:
+36,400 -> 22,100 user-space instructions per request, a Metadata 40,700 -> 28,300 (the raw relay:
 9,000).
 
 An extension built from an older source would silently run old code (Python prefers it to the

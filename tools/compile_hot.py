@@ -5,8 +5,8 @@
     python tools/compile_hot.py --clean  # remove them: the same sources run as pure Python again
 
 Why: a passthrough request is Python bytecode between two syscalls (the relay's syscalls are the
-same); compiled, a Produce costs 36,300 -> 24,500 user-space instructions per request and a
-Metadata 40,700 -> 28,100 (callgrind, bench/request_cost.py --instructions; docs/performance.md).
+same); compiled, a Produce costs 36,400 -> 22,100 user-space instructions per request and a
+Metadata 40,700 -> 28,300 (callgrind, bench/request_cost.py --instructions; docs/performance.md).
 
 Needs mypy (its mypyc; the test extra installs it) and a C compiler. The extensions are built for
 this interpreter only and are not tracked by git. The build records each source's SHA-256
