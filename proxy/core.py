@@ -145,7 +145,7 @@ class ConnectionCore:
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._requests_counted = cluster.metrics.requests  # kgate_requests: (api key, version) -> count
-        # kgate_rewrites (api key -> count) and the node mapper, bound once: a Metadata answer's
+        # kgate_address_rewrites (api key -> count) and the node mapper, bound once: a Metadata answer's
         # rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
         # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
         self._rewrites_counted = cluster.metrics.rewrites
