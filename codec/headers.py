@@ -194,13 +194,30 @@ def produce_request_acks(frame: memoryview | bytes, api_version: int) -> int:
     The same answer (and the same ``HeaderError`` for a truncated header) as
     ``produce_acks(frame, parse_request_header(frame, 2 if api_version >= 9 else 1).body_offset,
     api_version)``, without building a ``RequestHeader`` or decoding the client id: the
-    header-only path asks this of every Produce.
+    header-only path asks this of every Produce. The int16s are read byte by byte (a negative
+    length, i.e. null, skips nothing), not with ``Struct.unpack_from`` and a call to
+    ``produce_acks``: per Produce ~3,300 fewer instructions as Python, ~2,300 compiled
+    (docs/performance.md).
     """
-    if len(frame) < 14:
+    n = len(frame)
+    if n < 14:
         raise HeaderError("truncated client_id length")
-    pos = 14 + max(_INT16.unpack_from(frame, 12)[0], 0)
-    if pos > len(frame):
+    pos = 14 if frame[12] & 0x80 else 14 + (frame[12] << 8 | frame[13])
+    if pos > n:
         raise HeaderError("client_id runs past the end of the frame")
     if api_version >= 9:  # request header v2: tagged fields after the client id
-        pos = pos + 1 if pos < len(frame) and frame[pos] == 0 else skip_tagged_fields(frame, pos)
-    return produce_acks(frame, pos, api_version)
+        pos = pos + 1 if pos < n and frame[pos] == 0 else skip_tagged_fields(frame, pos)
+        # transactional_id, compact nullable string: its length + 1 as a varint (0: null)
+        if pos < n and frame[pos] < 0x80:
+            pos += frame[pos] or 1
+        else:
+            size, pos = read_uvarint(frame, pos)
+            pos += max(size - 1, 0)
+    elif api_version >= 3:  # transactional_id, nullable string
+        if n < pos + 2:
+            raise HeaderError("truncated Produce transactional_id")
+        pos += 2 if frame[pos] & 0x80 else 2 + (frame[pos] << 8 | frame[pos + 1])
+    if n < pos + 2:
+        raise HeaderError("truncated Produce acks")
+    acks = frame[pos] << 8 | frame[pos + 1]
+    return acks - 0x10000 if acks & 0x8000 else acks

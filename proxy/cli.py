@@ -250,6 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         setup_logging(config.log_level, config.log_format)
     source = args.config or ("command line" if args.listen else DEFAULT_CONFIG_SOURCE)
     log.info("kgate %s starting (config: %s)", _version(), source)
+    _log_hot_path()
     for vc in config.virtual_clusters:
         log.info(
             "cluster %s: bootstrap %s -> upstream %s; node ports %d-%d advertised as %s",
@@ -363,6 +364,21 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     for warning in port_warnings(config, ephemeral_range()):
         print(f"kgate: warning: {args.file}: {warning}", file=sys.stderr)
     return EXIT_OK
+
+
+def _log_hot_path() -> None:
+    """Say whether the hot path runs compiled (tools/compile_hot.py), and warn if a build is stale."""
+    from kgate.proxy.compiled import HOT_MODULES, compiled_modules, stale_modules
+
+    compiled = compiled_modules()
+    if compiled:
+        log.info("hot path compiled (mypyc): %d of %d modules", len(compiled), len(HOT_MODULES))
+    stale = stale_modules()
+    if stale:
+        log.warning(
+            "compiled modules older than their source run instead of it: %s (rebuild: tools/compile_hot.py)",
+            ", ".join(stale),
+        )
 
 
 def cmd_healthcheck(args: argparse.Namespace, path: str = "/readyz", method: str = "GET") -> int:

@@ -82,7 +82,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgate.connection")
 _ZERO = UUID(int=0)
 REQUEST_TIMED_OUT = int(ErrorCode.REQUEST_TIMED_OUT)
-_bare_exchange = object.__new__  # see _track
+try:  # see _track
+    object.__new__(Exchange)
+    _bare_exchange: Any = object.__new__
+except TypeError:  # Exchange compiled (tools/compile_hot.py): a native class is built by its __init__ only
+    _bare_exchange = None
 _CID = Struct(">i")  # a response's correlation id, right after its size
 _PASS, _WATCH_FETCH, _BROKERS_ONLY = ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS, _DECODE, _RAW_SASL_PLAN = ResponsePlan.CAP_VERSIONS, ResponsePlan.DECODE, ResponsePlan.RAW_SASL
@@ -147,6 +151,11 @@ class ConnectionCore:
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._requests_counted = cluster.metrics.requests  # kgate_requests: (api key, version) -> count
+        # kgate_address_rewrites (api key -> count) and the node mapper, bound once: a Metadata answer's
+        # rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
+        # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
+        self._rewrites_counted = cluster.metrics.rewrites
+        self._map_node = cluster.client_address
         settings = cluster.settings
         self.settings = settings
         self.info = info
@@ -600,17 +609,20 @@ class ConnectionCore:
                 self._observe_sasl_request(frame, api_key, version)
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(frame, api_key, version)
-        # Exchange(cid, api_key, version, request, None, answer_plan) without the __init__ call:
-        # ~900 fewer instructions per request (valgrind, docs/performance.md). Every attribute
-        # that __init__ sets is set here too (tests/proxy/test_core_answer_fast_path.py checks).
-        ex = _bare_exchange(Exchange)
-        ex.cid = cid
-        ex.api_key = api_key
-        ex.api_version = version
-        ex.request = request
-        ex.state = None
-        ex.plan = answer_plan
-        ex.response = None
+        if _bare_exchange is None:  # compiled: a direct C call
+            ex = Exchange(cid, api_key, version, request, None, answer_plan)
+        else:
+            # Exchange(cid, api_key, version, request, None, answer_plan) without the __init__ call:
+            # ~900 fewer instructions per request (valgrind, docs/performance.md). Every attribute
+            # that __init__ sets is set here too (tests/proxy/test_core_answer_fast_path.py checks).
+            ex = _bare_exchange(Exchange)
+            ex.cid = cid
+            ex.api_key = api_key
+            ex.api_version = version
+            ex.request = request
+            ex.state = None
+            ex.plan = answer_plan
+            ex.response = None
         if self._observer is not None:
             self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)
@@ -959,12 +971,11 @@ class ConnectionCore:
     def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
         """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
         try:
-            cluster = self.cluster
-            ex.response = cluster.answers.metadata(frame, ex.api_version, cluster.client_address)
+            ex.response = self.cluster.answers.metadata(frame, ex.api_version, self._map_node)
         except (HeaderError, api.CodecError) as exc:
             self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
             return
-        self.cluster.metrics.count_rewrite(METADATA)
+        self._rewrites_counted[METADATA] += 1
 
     def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""

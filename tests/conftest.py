@@ -17,6 +17,19 @@ from support.spark import spark  # noqa: E402, F401  (the session's SparkSession
 _ALL_PROCS: list[procs.ManagedProcess] = []
 
 
+def pytest_sessionstart(session):
+    """Refuse to test old code: a compiled hot module built from an older source (tools/compile_hot.py)."""
+    from kgate.proxy.compiled import stale_modules
+
+    stale = stale_modules()
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their source: {', '.join(stale)}; "
+            "run tools/compile_hot.py (rebuild) or tools/compile_hot.py --clean (pure Python)",
+            returncode=4,
+        )
+
+
 def _track(p):
     _ALL_PROCS.append(p)
     return p

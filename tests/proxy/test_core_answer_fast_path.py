@@ -92,7 +92,11 @@ def test_answer_out_of_order_still_closes_the_connection() -> None:
 
 
 def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
-    """``_track`` builds exchanges without ``__init__``; they must read exactly like built ones."""
+    """``_track`` builds exchanges without ``__init__``; they must read exactly like built ones.
+
+    Compiled (tools/compile_hot.py) ``_track`` calls ``__init__`` (a native class cannot be built
+    otherwise) and mypyc lists the attributes in ``__mypyc_attrs__`` instead of ``__slots__``.
+    """
     core, _out = make_core()
     core.receive_client(produce(7))
     (tracked,) = core.pending
@@ -100,7 +104,8 @@ def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
     for name in ("cid", "api_key", "api_version", "request", "state", "plan", "response"):
         assert getattr(tracked, name) == getattr(built, name), name
     observer_only = {"t0_ns", "sent_ns", "up_ns", "req", "req_bytes"}  # set only while an observer is installed
-    assert set(Exchange.__slots__) - observer_only == {
+    attributes = getattr(Exchange, "__slots__", None) or Exchange.__mypyc_attrs__  # type: ignore[attr-defined]
+    assert set(attributes) - observer_only == {
         "cid",
         "api_key",
         "api_version",
@@ -140,3 +145,19 @@ def test_undecodable_metadata_answer_closes_without_answering() -> None:
     core.receive_broker(garbage)
     assert core.closed and bytes(out.client.data) == b""
     assert out.close_reason is not None and out.close_reason.value == "undecodable-response"
+
+
+def test_metadata_answers_count_as_rewrites_in_the_cluster_metrics() -> None:
+    """``kgate_address_rewrites``: the core bumps the cluster's counter itself (bound once, no call
+    per answer), whether the answer goes through the shortcut or through the frame splitter."""
+    core, out = make_core()
+    rewrites = core.cluster.metrics.rewrites
+    core.receive_client(metadata(1))
+    core.receive_broker(metadata_answer(1))  # whole: the shortcut
+    assert rewrites[int(ApiKey.METADATA)] == 1
+    core.receive_client(metadata(2))
+    answer = metadata_answer(2)
+    core.receive_broker(answer[:5])  # in two reads: _response
+    core.receive_broker(answer[5:])
+    assert rewrites[int(ApiKey.METADATA)] == 2
+    assert answer_cids(out.client.data) == [1, 2]

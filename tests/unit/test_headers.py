@@ -121,3 +121,23 @@ def test_produce_request_acks_refuses_a_truncated_header_like_the_decoder(cut: i
         produce_request_acks(frame, 9)
     with pytest.raises(HeaderError):
         produce_acks(frame, parse_request_header(frame, 2).body_offset, 9)
+
+
+@pytest.mark.parametrize("version", [0, 2, 3, 7, 8, 9, 13])
+@pytest.mark.parametrize("txn", [None, "txn-1", "t" * 200])
+def test_produce_request_acks_agrees_with_the_decoded_header_on_every_truncation(version: int, txn: str | None) -> None:
+    """The byte-by-byte reads (no ``Struct``) answer or refuse exactly like decoding the header and
+    then ``produce_acks``, wherever the frame is cut (a 200-byte id takes a two-byte varint)."""
+    hv = 2 if version >= 9 else 1
+    whole = _produce(version, -1, txn)
+    for cut in range(len(whole) + 1):
+        frame = whole[:cut]
+        try:
+            expected: int | None = produce_acks(frame, parse_request_header(frame, hv).body_offset, version)
+        except HeaderError:
+            expected = None
+        try:
+            got: int | None = produce_request_acks(frame, version)
+        except HeaderError:
+            got = None
+        assert got == expected, cut
