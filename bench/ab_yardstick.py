@@ -6,7 +6,8 @@ Targets: ``direct``, ``python-relay``, ``kgate-old`` (kgate from ``--old-tree``,
 build to compare against: ``git worktree add --detach ../wt-old COMMIT``), ``kgate`` (this tree,
 passthrough), ``kgate-audit`` (``audit-log`` writing to a scratch directory) and ``kgate-acl``
 (the authorizer with five rules, default deny, plus ``internal-topics``); on request (``--targets``)
-``kgate-acl-old``, the old tree with the same filters. Why a script: filter
+``kgate-acl-old``, the old tree with the same filters; with ``--compiled-tree`` (a checkout built
+with ``tools/compile_hot.py``) ``kgate-compiled`` and ``kgate-acl-compiled``. Why a script: filter
 configs are JSON inside a shell command inside run.py's ``{placeholder}`` templates, so every
 brace must be doubled; building the argv here keeps the A/B repeatable. Run it on a quiet
 machine only (docs/performance.md: other load turns 20 % differences into noise).
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("--reps", default="5")
     ap.add_argument("--out", default="ab-yardstick.json")
     ap.add_argument("--targets", default="direct,python-relay,kgate-old,kgate,kgate-audit,kgate-acl")
+    ap.add_argument("--compiled-tree", help="a checkout built with tools/compile_hot.py: target kgate-compiled")
     args, rest = ap.parse_known_args()
     if not YARDSTICK.exists():
         print(f"ab_yardstick: {YARDSTICK} not found (the shared material sits beside the repository)", file=sys.stderr)
@@ -55,6 +57,10 @@ def main() -> int:
         "kgate-acl": new + acl,
         "kgate-acl-old": old + acl,
     }
+    if args.compiled_tree:
+        compiled = run.format(tree=Path(args.compiled_tree).resolve())
+        extras["kgate-compiled"] = compiled
+        extras["kgate-acl-compiled"] = compiled + acl
     argv = [sys.executable, str(YARDSTICK), "--reps", args.reps, "--nice", "-10", "--out", args.out,
             "--targets", args.targets, *rest]
     for name, cmd in extras.items():
