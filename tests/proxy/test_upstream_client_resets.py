@@ -9,6 +9,7 @@ server (tests/support/resetting_server.py): no real broker resets on demand.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 import uvloop
@@ -20,15 +21,22 @@ from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 
 
 def test_a_request_on_a_closed_transport_is_an_upstream_error() -> None:
-    """The deterministic half: the write finds the transport closed (it is, here, before the write)."""
-    server = ResettingServer()
+    """The deterministic half: the write finds the transport closed (closed here before the write).
+
+    The peer is a listening socket that never accepts (the kernel completes the handshake from its
+    backlog): connecting to the resetting server could itself fail with the reset.
+    """
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
 
     async def go() -> None:
         loop = asyncio.get_running_loop()
-        transport, _protocol = await loop.create_connection(asyncio.Protocol, "127.0.0.1", server.port)
+        transport, _protocol = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
         transport.close()
         await asyncio.sleep(0)
-        client = UpstreamClient(lambda: [("127.0.0.1", server.port)])
+        client = UpstreamClient(lambda: [("127.0.0.1", port)])
         with pytest.raises(UpstreamError, match="the connection to the broker is closed"):
             client._send(transport, ApiKey.API_VERSIONS, 0, api.API_INFO[ApiKey.API_VERSIONS].request_class())
         assert client._pending == {}  # nothing left waiting for an answer that cannot come
@@ -37,7 +45,7 @@ def test_a_request_on_a_closed_transport_is_an_upstream_error() -> None:
     try:
         uvloop.run(go())
     finally:
-        server.close()
+        listener.close()
 
 
 def test_requests_to_a_resetting_broker_only_ever_raise_upstream_error() -> None:
