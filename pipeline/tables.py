@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 PROBLEMS = "input_files"
-#: Shuffle partitions of the report queries in local mode (the roll-up keeps the session's 16). Their
-#: inputs are the roll-up's grains, thousands to hundreds of thousands of rows, so 16 partitions per
-#: join and group-by are mostly per-task overhead: with 2 the 12 tables took ~10-15% less CPU (2M
-#: events, warm JVM: 19-21 s against 21-27 s; docs/performance.md).
-REPORT_SHUFFLE_PARTITIONS = 2
 
 
 @dataclass
@@ -69,7 +64,6 @@ def compute(
     start = time.perf_counter()
     spark = parsed.sparkSession
     scratch = None
-    shuffle_partitions = None
     roll = reports.rollup(parsed, window)
     if (spark.sparkContext.master or "").startswith("local"):
         # Written once as Parquet, a directory per grain: each table then reads only its own
@@ -77,8 +71,6 @@ def compute(
         scratch = tempfile.mkdtemp(prefix="kgate-rollup-")
         roll.write.partitionBy("gid").parquet(os.path.join(scratch, "rollup"))
         roll = spark.read.parquet(os.path.join(scratch, "rollup"))
-        shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
-        spark.conf.set("spark.sql.shuffle.partitions", str(REPORT_SHUFFLE_PARTITIONS))
     else:  # on a cluster a local directory is not shared by the executors: keep it in their storage
         roll = roll.persist(StorageLevel.MEMORY_AND_DISK)
 
@@ -102,8 +94,6 @@ def compute(
         timings["latency_window"] = time.perf_counter() - t0
         timings["reports"] = time.perf_counter() - t_reports
     finally:
-        if shuffle_partitions is not None:
-            spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
         if scratch is None:
             roll.unpersist()
         else:
