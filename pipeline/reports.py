@@ -1,10 +1,12 @@
 """The report tables, all from one roll-up: one pass over the parsed lines (see :mod:`kgate.pipeline.ingest`).
 
-The parsed lines are aggregated **once**, by a single ``GROUPING SETS`` aggregation (:func:`rollup`):
-one grouping set per report grain (per topic and hour; per principal, client and topic; per client,
+The parsed lines are aggregated **once**, by a single hash aggregation (:func:`rollup`) over one
+grain per report family (per topic and hour; per principal, client and topic; per client,
 instance and policy refusal; per instance and HyperLogLog register; per api, instance, error code
-and latency bucket; per topic id, client and instance; per input file). Only sums, counts, minima
-and maxima of fixed-width columns are computed, so Spark runs it as one code-generated hash
+and latency bucket; per topic id, client and instance; per input file). Each parsed row is repeated
+once per grain that counts it, its keys and measures put in a few shared *slots* (7 string keys, 4
+numeric keys, 11 buffers) rather than the union of every grain's columns, and only sums, counts,
+minima and maxima of fixed-width columns are computed, so Spark runs it as one code-generated hash
 aggregation with partial aggregation before its one shuffle. The result (the roll-up) is smaller
 than the events for every grain (the topic-id grain no longer keeps a row per use), and every table
 below is a small query on it: the JSON is parsed once (but for the stale-id report's second pass
@@ -53,7 +55,7 @@ PERCENTILES = (0.5, 0.95, 0.99)
 #: HyperLogLog registers (2**HLL_P) for distinct client addresses per instance and day.
 HLL_P = 12
 
-#: The grouping sets of the roll-up: name -> key columns (every other key column is null in its rows).
+#: The grains of the roll-up: name -> key columns (what its tables group by and see).
 SETS: dict[str, tuple[str, ...]] = {
     "files": ("file", "status", "schema", "sample"),
     "topic_hour": ("day", "hour", "cluster", "topic_name", "topic_id"),
@@ -67,7 +69,61 @@ SETS: dict[str, tuple[str, ...]] = {
     "id_use": ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
                "id_gone"),
 }
-KEYS: tuple[str, ...] = tuple(dict.fromkeys(k for keys in SETS.values() for k in keys))
+#: Spark types of the key columns (string keys go to string slots, the others to long slots and back).
+KEY_TYPES: dict[str, str] = {
+    "file": "string", "status": "string", "schema": "int", "sample": "string", "day": "date", "hour": "timestamp",
+    "cluster": "string", "topic_name": "string", "topic_id": "string", "principal": "string",
+    "client_id": "string", "instance": "string", "policy": "string", "hll_bucket": "long", "api_key": "int",
+    "api_name": "string", "error_code": "int", "lat_bucket": "long", "name_status": "string",
+    "id_gone": "boolean",
+}
+#: Which lines a grain counts (:func:`rollup` defines them): every line of a file, every in-report
+#: (event, topic) row, every in-report event, every in-report use of a topic id.
+ROWS: dict[str, str] = {"files": "line", "topic_hour": "topic", "charge": "topic", "client": "event",
+                        "instance": "event", "latency": "event", "id_use": "id_use"}
+_TOPIC = (("topic_rows", "sum", "one", "long"), ("bytes_in", "sum", "bytes_in", "long"),
+          ("bytes_out", "sum", "bytes_out", "long"), ("records", "sum", "records", "long"))
+_EVENT = (("events", "sum", "one", "long"), ("request_bytes", "sum", "request_bytes", "long"),
+          ("response_bytes", "sum", "response_bytes", "long"), ("errors", "sum", "errors", "long"))
+_SPAN = (("min_us", "min", "time_us", "long"), ("max_us", "max", "time_us", "long"))
+#: Per grain: its measures, as (column, aggregate, value of :func:`rollup`, Spark type of the column).
+MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
+    "files": (("lines", "sum", "one", "long"),),
+    "topic_hour": (*_TOPIC, ("topic_errors", "sum", "topic_errors", "long")),
+    "charge": _TOPIC,
+    "client": (*_EVENT, ("fetch_produce", "sum", "fetch_produce", "long"), ("with_ids", "sum", "with_ids", "long"),
+               ("policy_events", "sum", "policy_events", "long"),
+               ("max_fetch_version", "max", "fetch_version", "int"),
+               ("max_produce_version", "max", "produce_version", "int"), *_SPAN),
+    "instance": (*_EVENT, ("rho", "max", "rho", "int"), *_SPAN),
+    "latency": (("events", "sum", "one", "long"), ("answered", "sum", "answered", "long"),
+                ("latency_sum", "sum", "latency", "long"), ("latency_max", "max", "latency", "long")),
+    "id_use": (("id_uses", "sum", "one", "long"), *_SPAN),
+}
+GRAINS: tuple[str, ...] = tuple(SETS)
+
+
+def _slots(name: str) -> dict[str, str]:
+    """Column of grain ``name`` -> the roll-up slot holding it: keys in ``ks1..`` (strings) and ``kn1..``
+    (numbers, as longs), measures in ``sum1..``, ``max1..``, ``min1..``, each numbered within its kind."""
+    out: dict[str, str] = {}
+    count: dict[str, int] = {}
+
+    def take(kind: str) -> str:
+        count[kind] = count.get(kind, 0) + 1
+        return f"{kind}{count[kind]}"
+
+    for k in SETS[name]:
+        out[k] = take("ks" if KEY_TYPES[k] == "string" else "kn")
+    for col, agg, _value, _type in MEASURES[name]:
+        out[col] = take(agg)
+    return out
+
+
+SLOTS: dict[str, dict[str, str]] = {name: _slots(name) for name in GRAINS}
+#: Every slot, in a fixed order (the roll-up's columns after ``gid``).
+ALL_SLOTS: tuple[str, ...] = tuple(sorted({s for m in SLOTS.values() for s in m.values()},
+                                          key=lambda s: (s.rstrip("0123456789"), int(s.lstrip("ksnumaxi")))))
 
 
 def _f() -> Any:
@@ -75,12 +131,6 @@ def _f() -> Any:
     from pyspark.sql import functions as F
 
     return F
-
-
-def _gid(name: str) -> int:
-    """``grouping_id()`` of a set: bit (n-1-i) is set when key i is not in the set."""
-    keys = SETS[name]
-    return sum(1 << (len(KEYS) - 1 - i) for i, k in enumerate(KEYS) if k not in keys)
 
 
 def _lat_bucket(c: Column) -> Column:
@@ -95,8 +145,13 @@ def _lat_bucket(c: Column) -> Column:
 def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
     """One aggregation of ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) feeding every table.
 
-    Bad lines and events outside ``window`` count only in the ``files`` set: every other aggregate is
-    conditioned on ``in_report`` (a group that got nothing has a zero count and is dropped by its table).
+    Every parsed row is repeated once per grain (``gid``, the grain's index in :data:`GRAINS`) and kept
+    only where that grain counts it (:data:`ROWS`: bad lines and events outside ``window`` count only
+    in ``files``); its keys and measures are put in a few shared slots (:data:`SLOTS`), so the one
+    hash aggregation groups by ``gid`` and 11 key slots and updates 11 buffers per row. (The previous
+    ``GROUPING SETS`` form expanded every row into 7 rows of all 24 key columns and 20 buffers, each
+    row updating every buffer; see docs/performance.md for the measurements.) :func:`part` turns a
+    grain's rows back into its named, typed columns.
     """
     F = _f()
     e = F.col
@@ -105,15 +160,14 @@ def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
         in_report = in_report & (e("time_us") >= window.since_us)
     if window.until_us is not None:
         in_report = in_report & (e("time_us") < window.until_us)
-    is_ev = e("first") & in_report
     is_tr = e("topic_pos").isNotNull() & in_report
-    is_idu = is_tr & e("topic_id").isNotNull()
+    rows = {"line": e("first"), "event": e("first") & in_report, "topic": is_tr,
+            "id_use": is_tr & e("topic_id").isNotNull()}
     fetch, produce = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
     key, version = e("api_key"), e("api_version")
     with_ids = ((key == fetch) & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
         (key == produce) & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
     )
-    failed = F.coalesce(e("error_code") != 0, F.lit(False))
     width = 64 - HLL_P
     rest = F.shiftrightunsigned(e("client_address"), HLL_P)  # the hash's top bits: 0 <= rest < 2**width
     rho = F.when(rest == 0, F.lit(width + 1)).otherwise(F.lit(width) - F.floor(F.log2(rest)))
@@ -121,65 +175,84 @@ def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
     def n(cond: Column) -> Column:
         return cond.cast("long")
 
-    prepared = parsed.select(
-        *[c for c in KEYS if c not in ("hll_bucket", "lat_bucket")],
-        e("client_address").bitwiseAND((1 << HLL_P) - 1).alias("hll_bucket"),
-        _lat_bucket(e("latency_us")).alias("lat_bucket"),
-        n(e("first")).alias("v_line"),
-        n(is_ev).alias("v_ev"),
-        n(is_tr).alias("v_tr"),
-        n(is_idu).alias("v_idu"),
-        F.when(is_tr & (key == produce), e("topic_bytes")).alias("v_bytes_in"),
-        F.when(is_tr & (key == fetch), e("topic_bytes")).alias("v_bytes_out"),
-        F.when(is_tr, e("topic_records")).alias("v_records"),
-        n(is_tr & e("topic_failed")).alias("v_topic_errors"),
-        F.when(is_ev, e("request_bytes")).alias("v_req"),
-        F.when(is_ev, e("response_bytes")).alias("v_resp"),
-        n(is_ev & failed).alias("v_errors"),
-        # every in-report row, not only an event's first: the rows of one event share its time and the
-        # keys of every event-level grain, so those grains' min/max are unchanged, and the id-use grain
-        # (one row per topic) gets its first/last use from the same two buffers
-        F.when(in_report, e("time_us")).alias("v_t"),
-        n(is_ev & key.isin(fetch, produce)).alias("v_fp"),
-        n(is_ev & with_ids).alias("v_with_ids"),
-        F.when(is_ev & (key == fetch), version).alias("v_fv"),
-        F.when(is_ev & (key == produce), version).alias("v_pv"),
-        F.when(is_ev, rho).cast("int").alias("v_rho"),
-        n(is_ev & e("latency_us").isNotNull()).alias("v_lat_n"),
-        F.when(is_ev, e("latency_us")).alias("v_lat"),
-        n(is_ev & e("policy").isNotNull()).alias("v_pol"),
-    )
-    return prepared.groupingSets([list(keys) for keys in SETS.values()], *KEYS).agg(
-        F.grouping_id().alias("gid"),
-        F.sum("v_line").alias("lines"),
-        F.sum("v_ev").alias("events"),
-        F.sum("v_tr").alias("topic_rows"),
-        F.sum("v_idu").alias("id_uses"),
-        F.sum("v_bytes_in").alias("bytes_in"),
-        F.sum("v_bytes_out").alias("bytes_out"),
-        F.sum("v_records").alias("records"),
-        F.sum("v_topic_errors").alias("topic_errors"),
-        F.sum("v_req").alias("request_bytes"),
-        F.sum("v_resp").alias("response_bytes"),
-        F.sum("v_errors").alias("errors"),
-        F.min("v_t").alias("min_us"),
-        F.max("v_t").alias("max_us"),
-        F.sum("v_fp").alias("fetch_produce"),
-        F.sum("v_with_ids").alias("with_ids"),
-        F.max("v_fv").alias("max_fetch_version"),
-        F.max("v_pv").alias("max_produce_version"),
-        F.max("v_rho").alias("rho"),
-        F.sum("v_lat_n").alias("answered"),
-        F.sum("v_lat").alias("latency_sum"),
-        F.max("v_lat").alias("latency_max"),
-        F.sum("v_pol").alias("policy_events"),
-    )
+    # The values a grain's measures aggregate, over the rows that grain counts (every row of an event
+    # shares its time and event-level keys, so min/max of time_us are the same over its topic rows).
+    values: dict[str, Column] = {
+        "one": F.lit(1).cast("long"),
+        "bytes_in": F.when(key == produce, e("topic_bytes")),
+        "bytes_out": F.when(key == fetch, e("topic_bytes")),
+        "records": e("topic_records"),
+        "topic_errors": n(e("topic_failed")),
+        "request_bytes": e("request_bytes"),
+        "response_bytes": e("response_bytes"),
+        "errors": n(F.coalesce(e("error_code") != 0, F.lit(False))),
+        "time_us": e("time_us"),
+        "fetch_produce": n(key.isin(fetch, produce)),
+        "with_ids": n(with_ids),
+        "fetch_version": F.when(key == fetch, version),
+        "produce_version": F.when(key == produce, version),
+        "rho": rho.cast("int"),
+        "answered": n(e("latency_us").isNotNull()),
+        "latency": e("latency_us"),
+        "policy_events": n(e("policy").isNotNull()),
+    }
+    derived = {"hll_bucket": e("client_address").bitwiseAND((1 << HLL_P) - 1),
+               "lat_bucket": _lat_bucket(e("latency_us"))}
+
+    def key_slot(k: str) -> Column:
+        c = derived.get(k, e(k))
+        kind = KEY_TYPES[k]
+        if kind == "string":
+            return c
+        if kind == "date":
+            return F.unix_date(c).cast("long")
+        if kind == "timestamp":
+            return F.unix_micros(c)
+        return c.cast("long")
+
+    gid = e("gid")
+    filled: dict[str, list[tuple[int, Column]]] = {s: [] for s in ALL_SLOTS}
+    admitted: Column | None = None
+    for i, name in enumerate(GRAINS):
+        slots = SLOTS[name]
+        for k in SETS[name]:
+            filled[slots[k]].append((i, key_slot(k)))
+        for col, _agg, value, _type in MEASURES[name]:
+            filled[slots[col]].append((i, values[value].cast("long")))
+        admitted = (F.when(gid == i, rows[ROWS[name]]) if admitted is None
+                    else admitted.when(gid == i, rows[ROWS[name]]))
+    assert admitted is not None
+
+    def slot(s: str) -> Column:
+        out: Column | None = None
+        for i, c in filled[s]:
+            out = F.when(gid == i, c) if out is None else out.when(gid == i, c)
+        assert out is not None
+        return out.alias(s)
+
+    grains = F.explode(F.array(*[F.lit(i) for i in range(len(GRAINS))])).alias("gid")
+    expanded = parsed.select("*", grains).where(admitted)
+    key_slots = [s for s in ALL_SLOTS if s.startswith("k")]
+    aggs = {"sum": F.sum, "max": F.max, "min": F.min}
+    measures = [aggs[s.rstrip("0123456789")](s).alias(s) for s in ALL_SLOTS if not s.startswith("k")]
+    return expanded.select("gid", *[slot(s) for s in ALL_SLOTS]).groupBy("gid", *key_slots).agg(*measures)
 
 
 def part(roll: DataFrame, name: str, count: str) -> DataFrame:
-    """The rows of grouping set ``name`` that counted something (``count`` > 0)."""
+    """The rows of grain ``name`` that counted something (``count`` > 0), as its named, typed columns."""
     F = _f()
-    return roll.where((F.col("gid") == _gid(name)) & (F.col(count) > 0))
+    slots = SLOTS[name]
+
+    def typed(col: str, kind: str) -> Column:
+        c = F.col(slots[col])
+        if kind == "date":
+            return F.date_from_unix_date(c.cast("int")).alias(col)
+        if kind == "timestamp":
+            return F.timestamp_micros(c).alias(col)
+        return (c if kind in ("string", "long") else c.cast(kind)).alias(col)
+
+    cols = [typed(k, KEY_TYPES[k]) for k in SETS[name]] + [typed(c, t) for c, _a, _v, t in MEASURES[name]]
+    return roll.where((F.col("gid") == GRAINS.index(name)) & (F.col(slots[count]) > 0)).select(*cols)
 
 
 def problems(roll: DataFrame) -> DataFrame:

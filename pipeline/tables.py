@@ -1,7 +1,7 @@
 """From audit files to report tables in memory (Arrow), and from there to Parquet and CSV.
 
 One Spark job reads, parses and rolls the files up into every report's grain at once (one
-grouping-sets aggregation, :func:`kgate.pipeline.reports.rollup`); the roll-up is written once and
+hash aggregation over every grain, :func:`kgate.pipeline.reports.rollup`); the roll-up is written once and
 every report is a small query on it, so the JSON is parsed once however many reports there are. The
 aggregated tables are small (hours x topics, clients, instances): they are brought to the driver as
 Arrow tables, written as CSV there, and as Parquet partitioned by day either there (a local output
@@ -50,7 +50,7 @@ def compute(
     """Aggregate ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) into every report table.
 
     One Spark job reads, parses and rolls the lines up (:func:`kgate.pipeline.reports.rollup`); the
-    roll-up is written once (Parquet in a local scratch directory, a directory per grouping set; on a
+    roll-up is written once (Parquet in a local scratch directory, a directory per grain; on a
     cluster it is cached instead) and every table is a small query on it. ``rescan(ids)`` gives parsed
     lines holding at least every use of those topic ids, for the stale-id report's exact second pass
     (:func:`kgate.pipeline.reports.stale_ids`); by default ``parsed`` itself (fine when it is Parquet).
@@ -66,8 +66,8 @@ def compute(
     scratch = None
     roll = reports.rollup(parsed, window)
     if (spark.sparkContext.master or "").startswith("local"):
-        # Written once as Parquet, a directory per grouping set: each table then reads only its own
-        # set's rows and columns. (Caching the wide roll-up in memory was 3-10x slower to fill and scan.)
+        # Written once as Parquet, a directory per grain: each table then reads only its own
+        # grain's rows and columns. (Caching the wide roll-up in memory was 3-10x slower to fill and scan.)
         scratch = tempfile.mkdtemp(prefix="kgate-rollup-")
         roll.write.partitionBy("gid").parquet(os.path.join(scratch, "rollup"))
         roll = spark.read.parquet(os.path.join(scratch, "rollup"))

@@ -256,3 +256,27 @@ def test_exact_pass_over_parsed_lines_as_follow_does(spark: Any, tmp_path: Path)
     lag = _one(rows, client_id="lagger")
     assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (3, "kgate-a,kgate-b", (T0 + HOUR) / S)
     assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
+
+
+def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: Any, tmp_path: Path) -> None:
+    """The roll-up keeps every grain's keys and measures in shared slots (strings, longs); a table must
+    still see its grain's own column types (dates, timestamps, ints, booleans), or the Parquet tables'
+    schemas would change with the roll-up's layout."""
+    from kgate.pipeline import ingest, reports
+
+    parsed = ingest.parse(ingest.read_events(spark, ingest.resolve_inputs([str(fleet(tmp_path))])))
+    roll = reports.rollup(parsed)
+    spark_types = {"string": "string", "long": "bigint", "int": "int", "date": "date", "timestamp": "timestamp",
+                   "boolean": "boolean"}
+    for name, keys in reports.SETS.items():
+        measures = reports.MEASURES[name]
+        got = reports.part(roll, name, measures[0][0]).dtypes
+        want = [(k, spark_types[reports.KEY_TYPES[k]]) for k in keys] + [(c, spark_types[t]) for c, *_, t in measures]
+        assert got == want, name
+    hours = {r["hour"].hour for r in reports.part(roll, "topic_hour", "topic_rows").collect()}
+    assert hours == {16, 17, 18}  # timestamps back from their µs slot, in the session's UTC
+    uses: dict[tuple[str, bool], int] = {}
+    for r in reports.part(roll, "id_use", "id_uses").collect():
+        uses[(r["client_id"], r["id_gone"])] = uses.get((r["client_id"], r["id_gone"]), 0) + r["id_uses"]
+    assert uses == {("consumer-old", True): 2, ("consumer-new2", False): 1, ("consumer-new", False): 1,
+                    ("ghost", True): 1}  # booleans back from their long slot
