@@ -71,11 +71,14 @@ def test_readyz_waits_for_every_node_listener(tmp_path, tansu, kgate_factory) ->
         k.start()
         body = k.wait_ready(False)
         deadline = time.monotonic() + 20
-        while f"node listener(s) not bound for node id(s) [{procs.TANSU_NODE_ID}]" not in body:
+        # the broker is fine, only the port is missing; the first probe may still be out when the
+        # node-listener line shows ("upstream not probed yet", seen once in a full run)
+        while (f"node listener(s) not bound for node id(s) [{procs.TANSU_NODE_ID}]" not in body
+               or "upstream reachable" not in body):
             assert time.monotonic() < deadline, body
             time.sleep(0.05)
             body = k.http("/readyz")[1]
-        assert "upstream reachable" in body  # the broker is fine: only the port is missing
+        assert body.startswith("not ready\n")
         blocker.close()  # kgate's bind retry takes the port, and it becomes ready
         assert k.wait_ready(True).startswith("ready\n")
     finally:
