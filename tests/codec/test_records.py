@@ -18,6 +18,7 @@ import uuid
 from uuid import UUID
 
 import pytest
+from support.topics import wait_writable
 
 from kgate.codec import records
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
@@ -123,6 +124,7 @@ def _create_topic(bootstrap: str, name: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
     fs = admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=20)
     fs[name].result(timeout=30)
+    wait_writable(bootstrap, name)  # the answer can come before the broker leads the partition
 
 
 def _fetch(port: int, topic: str) -> bytes:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
+from support.topics import wait_writable
+
 from kgate.api import ErrorCode
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
@@ -103,6 +105,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     fs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
                              operation_timeout=20, request_timeout=20)
     fs[name].result(timeout=30)
+    wait_writable(bootstrap, name, partitions)  # the answer can come before the broker leads it
 
 
 def delete_topic(bootstrap: str, name: str) -> None:

@@ -8,6 +8,8 @@ import time
 import uuid
 from collections import Counter
 
+from support.topics import wait_writable
+
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
@@ -44,6 +46,7 @@ def confluent_create_topic(bootstrap: str, topic: str, partitions: int = 3, **co
                              operation_timeout=20, request_timeout=20)
     fs[topic].result(timeout=30)
     wait_topic_confluent(admin, topic, partitions)
+    wait_writable(bootstrap, topic, partitions, **conf)
     return admin
 
 
