@@ -18,7 +18,7 @@ import uuid
 from uuid import UUID
 
 import pytest
-from support.topics import wait_writable
+from support.workloads import confluent_create_topic
 
 from kgate.codec import records
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
@@ -118,15 +118,6 @@ def _client(port: int) -> UpstreamClient:
     return UpstreamClient(lambda: [("127.0.0.1", port)], client_id="records-test")
 
 
-def _create_topic(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
-    fs = admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=20)
-    fs[name].result(timeout=30)
-    wait_writable(bootstrap, name)  # the answer can come before the broker leads the partition
-
-
 def _fetch(port: int, topic: str) -> bytes:
     async def go() -> bytes:
         c = _client(port)
@@ -153,7 +144,7 @@ def test_kgate_reads_batches_a_broker_returns(broker, compression: str) -> None:
     from confluent_kafka import Producer
 
     topic = _unique(f"records-{compression}")
-    _create_topic(broker.bootstrap, topic)
+    confluent_create_topic(broker.bootstrap, topic, 1)
     p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": compression, "linger.ms": 50})
     sent = [(f"k{i}".encode(), f"value {i} ".encode() * 20) for i in range(30)]
     for k, v in sent:
@@ -168,7 +159,7 @@ def test_kgate_reads_batches_a_broker_returns(broker, compression: str) -> None:
 
 def test_a_broker_accepts_and_returns_what_kgate_writes(broker) -> None:
     topic = _unique("records-kgate")
-    _create_topic(broker.bootstrap, topic)
+    confluent_create_topic(broker.bootstrap, topic, 1)
     batch = records.encode_batch([(b"k1", b"v1"), (b"k2", b"v2")], timestamp_ms=int(time.time() * 1000))
 
     async def produce() -> int:

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from support.topics import wait_writable
+from support.workloads import confluent_create_topic
 
 from kgate.api import ErrorCode
 from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
@@ -99,13 +99,8 @@ def fetch_results(resp: Any) -> list[tuple[UUID, int, int, list[bytes]]]:
 
 # -- admin via confluent-kafka (AdminClient), against kgate or Tansu ---------------------------
 def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    fs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
-                             operation_timeout=20, request_timeout=20)
-    fs[name].result(timeout=30)
-    wait_writable(bootstrap, name, partitions)  # the answer can come before the broker leads it
+    """Created, listed and writable on every partition (support.workloads.confluent_create_topic)."""
+    confluent_create_topic(bootstrap, name, partitions)
 
 
 def delete_topic(bootstrap: str, name: str) -> None:
