@@ -17,12 +17,12 @@ same files in the same run.
    HTML page with its charts separately; the read-only pass once more at the end (warm caches
    favour whichever runs second; both are reported).
 3. Peak memory: the driver JVM's VmHWM (local mode runs the executors inside it) and this
-   Python process's max RSS; CPU seconds (JVM + this process) per phase, and the pipeline's CPU
-   against the read-only pass's (``cpu_ratio``): on a loaded machine the steadier ratio.
+   Python process's max RSS; CPU seconds (JVM, its Python workers and this process) per phase, and
+   the pipeline's CPU against the read-only pass's (``cpu_ratio``): on a loaded machine the steadier ratio.
 
 Run: ``python bench/pipeline_bench.py [--events 10000000] [--dir /tmp/kgate-pipeline-bench]``;
 ``--reuse`` skips generation when the directory already holds the same number of events;
-``--parquet-store`` also times the ``--follow`` path (parse once into Parquet, every report from it).
+``--parquet-store`` also times the ``--follow`` path (partial aggregates stored once, every report from them).
 """
 
 from __future__ import annotations
@@ -148,13 +148,33 @@ def _jvm_pid() -> int | None:
 
 
 def _cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system) the JVM and this Python process have used: a shared, loaded machine
-    stretches wall times by whatever else runs, CPU time much less."""
+    """CPU seconds (user + system) the JVM, its Python workers and this Python process have used: a
+    shared, loaded machine stretches wall times by whatever else runs, CPU time much less.
+
+    The workers (``pyspark.daemon`` and the processes it forks) run the roll-up's map side, so every
+    descendant of the JVM counts, with what they reaped from their own exited children.
+    """
     own = resource.getrusage(resource.RUSAGE_SELF)
     total = own.ru_utime + own.ru_stime
-    if pid is not None:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    if pid is None:
+        return total
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, f in stats.items() if int(f[1]) in tree} - tree
+        tree |= more
+        grew = bool(more)
+    tick = os.sysconf("SC_CLK_TCK")
+    for p in tree:
+        f = stats.get(p)
+        if f is not None:
+            total += (int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if p != pid else 0)) / tick
     return total
 
 
@@ -177,7 +197,7 @@ def main() -> int:
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--generate-only", action="store_true", help="write the files and stop")
     ap.add_argument("--parquet-store", action="store_true",
-                    help="also: parse once into a Parquet store (what --follow keeps), then every report from it")
+                    help="also: partial aggregates into a Parquet store (what --follow keeps), then every report")
     ap.add_argument("--shuffle-partitions", type=int, default=16)
     args = ap.parse_args()
 
@@ -232,21 +252,23 @@ def main() -> int:
     print(f"html + charts: {html_s:.1f}s; read only again: {read2_s:.1f}s", flush=True)
 
     if args.parquet_store:
-        # What --follow does: each file parsed once into Parquet; a refresh is then every report over it.
+        # What --follow does: each file parsed and aggregated once into a store of partial aggregates;
+        # a refresh is then every report over it.
+        from kgate.pipeline import follow
+
         store = base / "store"
         shutil.rmtree(store, ignore_errors=True)
         t0, c0 = time.perf_counter(), _cpu_s(jvm)
-        ingest.parse(ingest.read_events(spark, paths)).write.parquet(str(store))
+        ingest.read_partials(spark, paths).write.parquet(str(store / "batch=0"))
         out["store_write_s"] = round(time.perf_counter() - t0, 2)
         cpu["store_write"] = round(_cpu_s(jvm) - c0, 2)
         t0, c0 = time.perf_counter(), _cpu_s(jvm)
-        again = tables.compute(spark.read.parquet(str(store)))
-        tables.write(again, str(base / "report-from-store"), spark)
+        again = follow.refresh(spark, str(store), str(base / "report-from-store"), html=False)
         out["from_store_s"] = round(time.perf_counter() - t0, 2)
         cpu["from_store"] = round(_cpu_s(jvm) - c0, 2)
         out["from_store_timings_s"] = {k: round(v, 2) for k, v in again.timings.items()}
         out["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*.parquet")) / 1e6, 1)
-        print(f"parse once into Parquet: {out['store_write_s']}s ({out['store_mb']} MB); every report from it: "
+        print(f"partial aggregates into Parquet: {out['store_write_s']}s ({out['store_mb']} MB); every report from it: "
               f"{out['from_store_s']}s = {args.events / out['from_store_s']:,.0f} events/s", flush=True)
         read3_s = read_only("read_only_third")
         out["read_only_third_s"] = round(read3_s, 2)

@@ -42,8 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kgate.codec.generated.api_keys import ApiKey
-from kgate.pipeline.ingest import ALL_TIME, Window
-from kgate.pipeline.schema import MALFORMED, OK, UNKNOWN_SCHEMA, policy_schema
+from kgate.pipeline.schema import MALFORMED, OK, UNKNOWN_SCHEMA, policy_type
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -133,109 +132,21 @@ def _f() -> Any:
     return F
 
 
-def _lat_bucket(c: Column) -> Column:
-    """A latency rounded to three significant digits (exact below 1,000 µs)."""
-    F = _f()
-    out = F.when(c < 1000, c)
-    for digits in range(4, 19):
-        out = out.when(c < 10 ** digits, F.round(c, 3 - digits))
-    return out.otherwise(c)
+def merge(partials: DataFrame) -> DataFrame:
+    """The roll-up: partial aggregates (:mod:`kgate.pipeline.partials`, one set per Spark task) merged.
 
-
-def rollup(parsed: DataFrame, window: Window = ALL_TIME) -> DataFrame:
-    """One aggregation of ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) feeding every table.
-
-    Every parsed row is repeated once per grain (``gid``, the grain's index in :data:`GRAINS`) and kept
-    only where that grain counts it (:data:`ROWS`: bad lines and events outside ``window`` count only
-    in ``files``); its keys and measures are put in a few shared slots (:data:`SLOTS`), so the one
-    hash aggregation groups by ``gid`` and 11 key slots and updates 11 buffers per row. (The previous
-    ``GROUPING SETS`` form expanded every row into 7 rows of all 24 key columns and 20 buffers, each
-    row updating every buffer; see docs/performance.md for the measurements.) :func:`part` turns a
-    grain's rows back into its named, typed columns.
+    The map side runs in the Python workers, on Arrow: each task parses its files and aggregates
+    every grain of them (:data:`SETS`, keys and measures in the shared slots of :data:`SLOTS`), so
+    what reaches this one hash aggregation is a few rows per grain key and task, not a row per line.
+    Sums of sums, maxima of maxima and minima of minima are exact: the merge gives the same roll-up
+    as aggregating every line at once. :func:`part` turns a grain's rows back into its named, typed
+    columns.
     """
     F = _f()
-    e = F.col
-    in_report = e("status") == OK
-    if window.since_us is not None:
-        in_report = in_report & (e("time_us") >= window.since_us)
-    if window.until_us is not None:
-        in_report = in_report & (e("time_us") < window.until_us)
-    is_tr = e("topic_pos").isNotNull() & in_report
-    rows = {"line": e("first"), "event": e("first") & in_report, "topic": is_tr,
-            "id_use": is_tr & e("topic_id").isNotNull()}
-    fetch, produce = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
-    key, version = e("api_key"), e("api_version")
-    with_ids = ((key == fetch) & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
-        (key == produce) & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
-    )
-    width = 64 - HLL_P
-    rest = F.shiftrightunsigned(e("client_address"), HLL_P)  # the hash's top bits: 0 <= rest < 2**width
-    rho = F.when(rest == 0, F.lit(width + 1)).otherwise(F.lit(width) - F.floor(F.log2(rest)))
-
-    def n(cond: Column) -> Column:
-        return cond.cast("long")
-
-    # The values a grain's measures aggregate, over the rows that grain counts (every row of an event
-    # shares its time and event-level keys, so min/max of time_us are the same over its topic rows).
-    values: dict[str, Column] = {
-        "one": F.lit(1).cast("long"),
-        "bytes_in": F.when(key == produce, e("topic_bytes")),
-        "bytes_out": F.when(key == fetch, e("topic_bytes")),
-        "records": e("topic_records"),
-        "topic_errors": n(e("topic_failed")),
-        "request_bytes": e("request_bytes"),
-        "response_bytes": e("response_bytes"),
-        "errors": n(F.coalesce(e("error_code") != 0, F.lit(False))),
-        "time_us": e("time_us"),
-        "fetch_produce": n(key.isin(fetch, produce)),
-        "with_ids": n(with_ids),
-        "fetch_version": F.when(key == fetch, version),
-        "produce_version": F.when(key == produce, version),
-        "rho": rho.cast("int"),
-        "answered": n(e("latency_us").isNotNull()),
-        "latency": e("latency_us"),
-        "policy_events": n(e("policy").isNotNull()),
-    }
-    derived = {"hll_bucket": e("client_address").bitwiseAND((1 << HLL_P) - 1),
-               "lat_bucket": _lat_bucket(e("latency_us"))}
-
-    def key_slot(k: str) -> Column:
-        c = derived.get(k, e(k))
-        kind = KEY_TYPES[k]
-        if kind == "string":
-            return c
-        if kind == "date":
-            return F.unix_date(c).cast("long")
-        if kind == "timestamp":
-            return F.unix_micros(c)
-        return c.cast("long")
-
-    gid = e("gid")
-    filled: dict[str, list[tuple[int, Column]]] = {s: [] for s in ALL_SLOTS}
-    admitted: Column | None = None
-    for i, name in enumerate(GRAINS):
-        slots = SLOTS[name]
-        for k in SETS[name]:
-            filled[slots[k]].append((i, key_slot(k)))
-        for col, _agg, value, _type in MEASURES[name]:
-            filled[slots[col]].append((i, values[value].cast("long")))
-        admitted = (F.when(gid == i, rows[ROWS[name]]) if admitted is None
-                    else admitted.when(gid == i, rows[ROWS[name]]))
-    assert admitted is not None
-
-    def slot(s: str) -> Column:
-        out: Column | None = None
-        for i, c in filled[s]:
-            out = F.when(gid == i, c) if out is None else out.when(gid == i, c)
-        assert out is not None
-        return out.alias(s)
-
-    grains = F.explode(F.array(*[F.lit(i) for i in range(len(GRAINS))])).alias("gid")
-    expanded = parsed.select("*", grains).where(admitted)
     key_slots = [s for s in ALL_SLOTS if s.startswith("k")]
     aggs = {"sum": F.sum, "max": F.max, "min": F.min}
     measures = [aggs[s.rstrip("0123456789")](s).alias(s) for s in ALL_SLOTS if not s.startswith("k")]
-    return expanded.select("gid", *[slot(s) for s in ALL_SLOTS]).groupBy("gid", *key_slots).agg(*measures)
+    return partials.groupBy("gid", *key_slots).agg(*measures)
 
 
 def part(roll: DataFrame, name: str, count: str) -> DataFrame:
@@ -477,19 +388,16 @@ USE_KEYS = ("day", "cluster", "topic_name", "topic_id", "name_status", "principa
 ExactUses = Callable[["DataFrame"], "DataFrame"]
 
 
-def late_uses(parsed: DataFrame, window: Window, candidates: DataFrame) -> DataFrame:
-    """The exact second pass of :func:`stale_ids`: uses of the ``candidates``' ids (parsed lines, the
-    same conditions as the roll-up's id-use grain) at or after their newer id's first appearance."""
+def late_uses(uses: DataFrame, candidates: DataFrame) -> DataFrame:
+    """The exact second pass of :func:`stale_ids`: single uses of the ``candidates``' ids (from
+    :func:`kgate.pipeline.ingest.exact_uses`: in the window, without a gone-id error, the same
+    conditions as the roll-up's id-use grain) at or after their newer id's first appearance."""
     F = _f()
     e = F.col
-    use = (e("status") == OK) & e("topic_pos").isNotNull() & e("topic_id").isNotNull() & ~e("id_gone")
-    if window.since_us is not None:
-        use = use & (e("time_us") >= window.since_us)
-    if window.until_us is not None:
-        use = use & (e("time_us") < window.until_us)
     return (
-        parsed.where(use).join(F.broadcast(candidates), ["cluster", "topic_name", "topic_id"])
+        uses.join(F.broadcast(candidates), ["cluster", "topic_name", "topic_id"])
         .where(e("time_us") >= e("newer_first_us"))
+        .withColumn("day", F.date_from_unix_date(e("day").cast("int")))
         .groupBy(*USE_KEYS)
         .agg(F.count(F.lit(1)).alias("n"), F.min("time_us").alias("min_us"), F.max("time_us").alias("max_us"))
     )
@@ -563,11 +471,12 @@ def id_adoption(roll: DataFrame) -> DataFrame:
 
 def policy_denials(roll: DataFrame) -> DataFrame:
     """Policy refusals per principal and resource (and the filter, operation and code that refused)."""
-    from pyspark.sql.types import ArrayType
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import from_arrow_type
 
     F = _f()
     p = F.col("p")
-    refused = F.from_json("policy", ArrayType(policy_schema()))
+    refused = F.from_json("policy", from_arrow_type(pa.list_(policy_type())))
     return (
         part(roll, "client", "policy_events")
         .select("day", "principal", "client_id", "policy_events", "min_us", "max_us", F.explode(refused).alias("p"))

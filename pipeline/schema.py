@@ -1,6 +1,6 @@
-"""The explicit Spark schema of audit events, schema v1 (docs/audit-log.md is the contract).
+"""The explicit schema of audit events, schema v1 (docs/audit-log.md is the contract), in Arrow.
 
-Spark is never asked to infer the schema: inference reads the data twice, and one odd line would
+Nothing ever infers the schema: inference reads the data twice, and one odd line would
 change the types of every report. A line whose fields do not fit these types is *malformed*; a
 line whose ``schema`` is a number other than :data:`SCHEMA_VERSION` is an *unknown schema
 version*. Both are counted per file and skipped, never fatal.
@@ -8,10 +8,7 @@ version*. Both are counted per file and skipped, never fatal.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
+import pyarrow as pa
 
 #: The schema version this pipeline reads.
 SCHEMA_VERSION = 1
@@ -20,62 +17,28 @@ SCHEMA_VERSION = 1
 OK, MALFORMED, UNKNOWN_SCHEMA = "ok", "malformed", "unknown_schema"
 
 
-def event_schema() -> StructType:
-    """The v1 event as a Spark ``StructType`` (a function: pyspark is imported only when called)."""
-    from pyspark.sql.types import (
-        ArrayType,
-        IntegerType,
-        LongType,
-        StringType,
-        StructField,
-        StructType,
-    )
-
-    topic = StructType([
-        StructField("id", StringType()),
-        StructField("name", StringType()),
-        StructField("name_status", StringType()),
-        StructField("partitions", IntegerType()),
-        StructField("bytes", LongType()),
-        StructField("records", LongType()),
-        StructField("error_codes", ArrayType(IntegerType())),
-    ])
-    policy = policy_schema()
-    return StructType([
-        StructField("schema", IntegerType()),
-        StructField("time_us", LongType()),
-        StructField("instance", StringType()),
-        StructField("cluster", StringType()),
-        StructField("client", StructType([
-            StructField("address", StringType()),
-            StructField("id", StringType()),
-            StructField("principal", StringType()),
-        ])),
-        StructField("api", StructType([
-            StructField("key", IntegerType()),
-            StructField("name", StringType()),
-            StructField("version", IntegerType()),
-        ])),
-        StructField("correlation_id", IntegerType()),
-        StructField("error_code", IntegerType()),
-        StructField("latency_us", LongType()),
-        StructField("request_bytes", LongType()),
-        StructField("response_bytes", LongType()),
-        StructField("topics", ArrayType(topic)),
-        StructField("policy", ArrayType(policy)),
-    ])
-
-
-def policy_schema() -> StructType:
+def policy_type() -> pa.DataType:
     """One ``policy`` entry: a decision that refused something."""
-    from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+    return pa.struct([
+        ("filter", pa.string()), ("decision", pa.string()), ("operation", pa.string()),
+        ("resource_type", pa.string()), ("resource", pa.string()), ("error_code", pa.int32()),
+        ("reason", pa.string()),
+    ])
 
-    return StructType([
-        StructField("filter", StringType()),
-        StructField("decision", StringType()),
-        StructField("operation", StringType()),
-        StructField("resource_type", StringType()),
-        StructField("resource", StringType()),
-        StructField("error_code", IntegerType()),
-        StructField("reason", StringType()),
+
+def event_schema() -> pa.Schema:
+    """The v1 event as an Arrow schema: what the workers parse each line against
+    (:mod:`kgate.pipeline.decode`); Spark sees its types through ``from_arrow_type`` where it needs one."""
+    topic = pa.struct([
+        ("id", pa.string()), ("name", pa.string()), ("name_status", pa.string()),
+        ("partitions", pa.int32()), ("bytes", pa.int64()), ("records", pa.int64()),
+        ("error_codes", pa.list_(pa.int32())),
+    ])
+    return pa.schema([
+        ("schema", pa.int32()), ("time_us", pa.int64()), ("instance", pa.string()), ("cluster", pa.string()),
+        ("client", pa.struct([("address", pa.string()), ("id", pa.string()), ("principal", pa.string())])),
+        ("api", pa.struct([("key", pa.int32()), ("name", pa.string()), ("version", pa.int32())])),
+        ("correlation_id", pa.int32()), ("error_code", pa.int32()), ("latency_us", pa.int64()),
+        ("request_bytes", pa.int64()), ("response_bytes", pa.int64()),
+        ("topics", pa.list_(topic)), ("policy", pa.list_(policy_type())),
     ])

@@ -98,3 +98,16 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def cores(spark: SparkSession) -> int:
+    """The cores tasks run on: N of ``local[N]`` (the machine's for ``local[*]``), else Spark's default
+    parallelism (a cluster's executor cores; ``spark.default.parallelism`` when set)."""
+    import re
+
+    master = spark.sparkContext.master or ""
+    m = re.fullmatch(r"local(?:\[(\d+|\*)(?:,\d+)?\])?", master)
+    if m:
+        n = m.group(1)
+        return os.cpu_count() or 1 if n == "*" else int(n or 1)
+    return int(spark.sparkContext.defaultParallelism)

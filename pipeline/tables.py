@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,18 +42,16 @@ class Result:
 
 
 def compute(
-    parsed: DataFrame,
-    window: Window = ALL_TIME,
+    partials: DataFrame,
+    exact: reports.ExactUses,
     only: Sequence[str] | None = None,
-    rescan: Callable[[Sequence[str]], DataFrame] | None = None,
 ) -> Result:
-    """Aggregate ``parsed`` (from :func:`kgate.pipeline.ingest.parse`) into every report table.
+    """Merge ``partials`` (from :func:`kgate.pipeline.ingest.read_partials`) and compute every report table.
 
-    One Spark job reads, parses and rolls the lines up (:func:`kgate.pipeline.reports.rollup`); the
+    One Spark job reads, parses and rolls the files up (:func:`kgate.pipeline.reports.merge`); the
     roll-up is written once (Parquet in a local scratch directory, a directory per grain; on a
-    cluster it is cached instead) and every table is a small query on it. ``rescan(ids)`` gives parsed
-    lines holding at least every use of those topic ids, for the stale-id report's exact second pass
-    (:func:`kgate.pipeline.reports.stale_ids`); by default ``parsed`` itself (fine when it is Parquet).
+    cluster it is cached instead) and every table is a small query on it. ``exact`` counts single
+    topic-id uses for the stale-id report's exact second pass (:func:`kgate.pipeline.reports.stale_ids`).
     ``timings``: seconds per phase (``ingest``, ``reports``) and per table.
     """
     import time
@@ -62,9 +60,9 @@ def compute(
 
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    spark = parsed.sparkSession
+    spark = partials.sparkSession
     scratch = None
-    roll = reports.rollup(parsed, window)
+    roll = reports.merge(partials)
     if (spark.sparkContext.master or "").startswith("local"):
         # Written once as Parquet, a directory per grain: each table then reads only its own
         # grain's rows and columns. (Caching the wide roll-up in memory was 3-10x slower to fill and scan.)
@@ -73,10 +71,6 @@ def compute(
         roll = spark.read.parquet(os.path.join(scratch, "rollup"))
     else:  # on a cluster a local directory is not shared by the executors: keep it in their storage
         roll = roll.persist(StorageLevel.MEMORY_AND_DISK)
-
-    def exact(candidates: DataFrame) -> DataFrame:
-        ids = [r["topic_id"] for r in candidates.select("topic_id").distinct().collect()]
-        return reports.late_uses(parsed if rescan is None else rescan(ids), window, candidates)
 
     try:
         problems = reports.problems(roll).toArrow()  # reads, parses, rolls up (cluster: the first action)
@@ -103,8 +97,7 @@ def compute(
 
 def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
-    return compute(ingest.parse(ingest.read_events(spark, paths)), window,
-                   rescan=lambda ids: ingest.parse(ingest.read_lines_naming(spark, paths, ids)))
+    return compute(ingest.read_partials(spark, paths, window), ingest.exact_uses(spark, paths, window))
 
 
 def _csv_safe(table: pa.Table) -> pa.Table:

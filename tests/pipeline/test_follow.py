@@ -55,3 +55,18 @@ def test_follow_is_exactly_once_across_a_restart(spark: Any, tmp_path: Path) -> 
         assert files == {"a-0.jsonl.gz": 3, "a-1.jsonl.gz": 2, "a-2.jsonl.gz": 4}
     finally:
         q.stop()
+
+
+def test_a_checkpoint_refuses_to_resume_with_another_window(tmp_path: Path) -> None:
+    """The stored aggregates already apply --since/--until: resuming with another window would mix
+    two windows in one report, so it is refused (exit status 2 through ``kgate report``)."""
+    import pytest
+
+    from kgate.pipeline.follow import _pin_window
+    from kgate.pipeline.ingest import InputError, Window
+
+    ckpt = str(tmp_path / "ckpt")
+    _pin_window(ckpt, Window(since_us=T0))
+    _pin_window(ckpt, Window(since_us=T0))  # the same window resumes
+    with pytest.raises(InputError, match="--since/--until"):
+        _pin_window(ckpt, Window())

@@ -244,15 +244,15 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(spark: Any, tmp_pa
     assert (lag["requests"], lag["last_seen"].timestamp()) == (2, (T0 + HOUR + 5 * S) / S)
 
 
-def test_exact_pass_over_parsed_lines_as_follow_does(spark: Any, tmp_path: Path) -> None:
-    """``--follow`` computes from its store of parsed lines: there the exact pass is a join on those
-    lines, not a second text read of the files. Same answer as the batch path."""
-    from kgate.pipeline import ingest, tables
+def test_exact_pass_from_a_store_of_partials_as_follow_does(spark: Any, tmp_path: Path) -> None:
+    """``--follow`` computes from its store of partial aggregates: there the exact pass reads the
+    files the store names again. Same answer as the batch path."""
+    from kgate.pipeline import follow, ingest
 
     d = _recreated_payments(tmp_path)
     store = str(tmp_path / "store")
-    ingest.parse(ingest.read_events(spark, ingest.resolve_inputs([str(d)]))).write.parquet(store)
-    rows = tables.compute(spark.read.parquet(store)).tables["stale_ids"].to_pylist()
+    ingest.read_partials(spark, ingest.resolve_inputs([str(d)])).write.parquet(store + "/batch=0")
+    rows = follow.refresh(spark, store, str(tmp_path / "out"), html=False).tables["stale_ids"].to_pylist()
     lag = _one(rows, client_id="lagger")
     assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (3, "kgate-a,kgate-b", (T0 + HOUR) / S)
     assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
@@ -264,8 +264,7 @@ def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: A
     schemas would change with the roll-up's layout."""
     from kgate.pipeline import ingest, reports
 
-    parsed = ingest.parse(ingest.read_events(spark, ingest.resolve_inputs([str(fleet(tmp_path))])))
-    roll = reports.rollup(parsed)
+    roll = reports.merge(ingest.read_partials(spark, ingest.resolve_inputs([str(fleet(tmp_path))])))
     spark_types = {"string": "string", "long": "bigint", "int": "int", "date": "date", "timestamp": "timestamp",
                    "boolean": "boolean"}
     for name, keys in reports.SETS.items():
