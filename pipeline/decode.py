@@ -143,22 +143,29 @@ def blocks(content: bytes, gzipped: bool, block_bytes: int = BLOCK_BYTES) -> Ite
             yield content[start:end]
             start = end
         return
-    pending = b""
+    # pieces gathered in a list and joined once per block: appending to one bytes object would copy
+    # everything gathered so far on each piece (quadratic on a file with a very long line)
+    parts: list[bytes] = []
+    size = 0
     try:
         for piece in _inflate(content):
-            pending += piece
-            if len(pending) >= block_bytes:
-                cut = pending.rfind(b"\n") + 1
-                if cut:
-                    yield pending[:cut]
-                    pending = pending[cut:]
+            parts.append(piece)
+            size += len(piece)
+            if size >= block_bytes:
+                cut = piece.rfind(b"\n") + 1
+                if cut:  # else the line goes on: keep gathering
+                    parts[-1] = piece[:cut]
+                    yield b"".join(parts)
+                    parts = [piece[cut:]] if cut < len(piece) else []
+                    size = len(piece) - cut
     except Truncated:
+        pending = b"".join(parts)
         cut = pending.rfind(b"\n") + 1
         if cut:
             yield pending[:cut]  # the partial last line, if any, is lost with the damage
         raise
-    if pending:
-        yield pending
+    if parts:
+        yield b"".join(parts)
 
 
 def is_gzip(path: str) -> bool:

@@ -147,3 +147,12 @@ def test_null_objects_count_as_missing_fields() -> None:
     (client,) = grain("client")
     assert (client["principal"], client["client_id"], client["events"]) == (None, None, 1)
     assert sorted((r["topic_name"] or "", r["topic_rows"]) for r in grain("topic_hour")) == [("", 1), ("orders", 1)]
+
+
+def test_a_line_longer_than_a_block_stays_whole() -> None:
+    long_line = json.dumps({**event(T0), "cluster": "c" * 300_000}).encode()
+    data = gzip.compress(_lines(event(T0 + 1)) + long_line + b"\n" + _lines(event(T0 + 2)))
+    blocks = list(decode.blocks(data, gzipped=True, block_bytes=64 << 10))
+    assert b"".join(blocks) == gzip.decompress(data)
+    assert all(b.endswith(b"\n") for b in blocks)
+    assert any(long_line in b for b in blocks)
