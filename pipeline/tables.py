@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 PROBLEMS = "input_files"
+#: The window-wide latency per api (for the page), computed beside the tables.
+LATENCY_WINDOW = "latency_window"
+#: Report queries submitted at once.
+REPORT_THREADS = 4
 
 
 @dataclass
@@ -76,16 +81,29 @@ def compute(
         problems = reports.problems(roll).toArrow()  # reads, parses, rolls up (cluster: the first action)
         timings["ingest"] = time.perf_counter() - start
         t_reports = time.perf_counter()
-        tables: dict[str, pa.Table] = {}
-        for name, build in reports.REPORTS.items():
-            if only is not None and name not in only:
-                continue
+        names = [n for n in reports.REPORTS if only is None or n in only] + [LATENCY_WINDOW]
+
+        def query(name: str) -> DataFrame:
+            if name == LATENCY_WINDOW:
+                return reports.latency_api(roll, per_day=False)
+            build = reports.REPORTS[name]
+            return build(roll, exact) if name in reports.NEEDS_EXACT else build(roll)
+
+        def run(name: str) -> tuple[str, pa.Table, float]:
             t0 = time.perf_counter()
-            tables[name] = (build(roll, exact) if name in reports.NEEDS_EXACT else build(roll)).toArrow()
-            timings[name] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        lat_api = reports.latency_api(roll, per_day=False).toArrow()
-        timings["latency_window"] = time.perf_counter() - t0
+            return name, query(name).toArrow(), time.perf_counter() - t0
+
+        # The queries are small (their inputs are the roll-up's grains) and each spends most of its time
+        # being planned and compiled on the driver: a few at once keep both cores busy (10M events,
+        # quiet machine: 9.9-11.4 s against 12.9-15.8 s one after another). Per-table timings then
+        # include waiting for the others.
+        out: dict[str, pa.Table] = {}
+        with ThreadPoolExecutor(REPORT_THREADS) as pool:
+            for name, table, seconds in pool.map(run, names):
+                out[name] = table
+                timings[name] = seconds
+        lat_api = out.pop(LATENCY_WINDOW)
+        tables = out
         timings["reports"] = time.perf_counter() - t_reports
     finally:
         if scratch is None:
