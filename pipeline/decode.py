@@ -80,30 +80,114 @@ def _read(block: bytes) -> pa.Table:
     return pj.read_json(io.BytesIO(block), read_options=options, parse_options=_PARSE)
 
 
-def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
-    """Parse whole lines: the tables of the good ones (in order) and the bad ones, never an exception."""
-    if not block or block.isspace():
-        return [], []
+def _plain(block: bytes) -> int:
+    """How many lines ``block`` has if every line starts with ``{`` (no blank lines) and the bytes are
+    valid UTF-8 (what kgate's writer produces: the only blocks handed to Arrow whole), else 0.
+
+    Arrow's reader crashes the process on a line that is JSON ``null`` (apache/arrow#47409) and
+    passes invalid UTF-8 through into its strings (which fail later, in every report); Spark's
+    reader called both malformed. The checks are byte counts and a scan that stops early for ASCII.
+    """
+    lines = block.count(b"\n") + (not block.endswith(b"\n"))
+    objects = block.count(b"\n{") + block.startswith(b"{")
+    if objects != lines:
+        return 0
+    if block.isascii():
+        return lines
     try:
-        return [_read(block)], []
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return 0
+    return lines
+
+
+def _normalized(line: bytes) -> bytes | None:
+    """``line`` written again by Python's JSON, for a line Arrow refused that Spark's reader took.
+
+    kgate's writer escapes a client id's undecodable bytes as lone surrogates (``\\udc80``), which
+    Arrow refuses; they become U+FFFD here. A key given twice keeps its last value, as Spark's reader
+    did. None when the line is not a JSON object (it is bad, see :func:`classify`).
+    """
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    text = json.dumps(obj, ensure_ascii=False)
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+def _rows(block: bytes, lines: int) -> pa.Table | None:
+    """Arrow's table of ``block`` if it parses into exactly ``lines`` rows (a line holding two JSON
+    values, ``{...} {...}``, parses into two), else None."""
+    try:
+        t = _read(block)
     except pa.ArrowInvalid:
-        pass
-    lines = block.split(b"\n")
+        return None
+    return t if t.num_rows == lines else None
+
+
+def _one_line(line: bytes) -> tuple[list[pa.Table], list[BadLine]]:
+    t = _rows(line, 1)
+    if t is None:
+        fixed = _normalized(line)
+        t = None if fixed is None else _rows(fixed, 1)
+    return ([t], []) if t is not None else ([], [classify(line)])
+
+
+def _bisect(lines: list[bytes]) -> tuple[list[pa.Table], list[BadLine]]:
+    """Parse lines that each start with ``{`` and are valid UTF-8: halve a refused run until the bad
+    lines stand alone."""
+    if not lines:
+        return [], []
+    t = _rows(b"\n".join(lines), len(lines))
+    if t is not None:
+        return [t], []
     if len(lines) <= _LINEWISE:
         tables: list[pa.Table] = []
         bad: list[BadLine] = []
         for line in lines:
-            if not line.strip():
-                continue
-            try:
-                tables.append(_read(line))
-            except pa.ArrowInvalid:
-                bad.append(classify(line))
+            t, b = _one_line(line)
+            tables += t
+            bad += b
         return tables, bad
     half = len(lines) // 2
-    left = parse_block(b"\n".join(lines[:half]))
-    right = parse_block(b"\n".join(lines[half:]))
+    left, right = _bisect(lines[:half]), _bisect(lines[half:])
     return left[0] + right[0], left[1] + right[1]
+
+
+def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
+    """Parse whole lines: the tables of the good ones (in order) and the bad ones, never an exception.
+
+    A block as kgate writes them (:func:`_plain`) is parsed at once. Any other (a line that is not
+    an object, invalid UTF-8, blank lines, ``\\r`` line ends) is taken apart line by line first:
+    what cannot be an object is bad without asking Arrow, the rest is parsed (:func:`_bisect`).
+    """
+    if not block or block.isspace():
+        return [], []
+    lines = _plain(block)
+    if lines:
+        t = _rows(block, lines)
+        if t is not None:
+            return [t], []
+    candidates: list[bytes] = []
+    bad: list[BadLine] = []
+    for raw in block.splitlines():  # \n, \r\n and \r, as Hadoop's line reader
+        line = raw.strip()
+        if not line:
+            continue
+        if not line.startswith(b"{"):
+            bad.append(classify(line))
+            continue
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(BadLine(MALFORMED, None, line[:SAMPLE_CHARS * 4].decode("utf-8", "replace")[:SAMPLE_CHARS]))
+            continue
+        candidates.append(line)
+    tables, more = _bisect(candidates)
+    return tables, bad + more
 
 
 class Truncated(Exception):
@@ -169,5 +253,24 @@ def blocks(content: bytes, gzipped: bool, block_bytes: int = BLOCK_BYTES) -> Ite
 
 
 def is_gzip(path: str) -> bool:
-    """Compressed by name, as Spark's readers decide (``.gz``)."""
+    """Compressed with gzip, by name (``.gz``), as Spark's readers decide."""
     return path.endswith(".gz")
+
+
+#: Other compressions Hadoop's readers recognised by name, read through Arrow's codecs.
+_CODECS = {".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
+
+
+def inflate_other(path: str, content: bytes) -> bytes | None:
+    """The contents of a ``.bz2`` or ``.zst`` file, inflated; None for any other name (read as it is).
+
+    Raises :class:`Truncated` when the stream is damaged.
+    """
+    codec = next((c for suffix, c in _CODECS.items() if path.endswith(suffix)), None)
+    if codec is None:
+        return None
+    try:
+        with pa.CompressedInputStream(pa.BufferReader(content), codec) as stream:
+            return bytes(stream.read())
+    except (OSError, pa.ArrowException) as exc:
+        raise Truncated(f"{codec} stream damaged: {exc}") from None

@@ -149,7 +149,10 @@ def exact_uses(
     def exact(candidates: DataFrame) -> DataFrame:
         ids = sorted({r["topic_id"] for r in candidates.select("topic_id").distinct().collect()})
         task = partial(partials.run_task, window=window, uses_of=ids)
-        uses = read_files(spark, files).mapInArrow(task, _spark_schema(partials.USES_SCHEMA))
+        # a file deleted since it was counted (``--follow``: retention) is skipped, not fatal; its
+        # single uses are then missing from the exact count
+        found = spark.read.format("binaryFile").option("ignoreMissingFiles", "true").load(files)
+        uses = found.select("path", "content").mapInArrow(task, _spark_schema(partials.USES_SCHEMA))
         return reports.late_uses(uses, candidates)
 
     return exact

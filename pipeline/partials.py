@@ -140,7 +140,9 @@ def _policy_json(policy: pa.Array) -> pa.Array:
     rows = np.flatnonzero(lengths > 0)
     out: list[str | None] = [None] * len(policy)
     for i in rows:
-        entries = [{k: v for k, v in e.items() if v is not None} for e in policy[int(i)].as_py() if e is not None]
+        # null fields left out, as Spark's to_json wrote them; a null entry stays null (one denial row
+        # with empty keys, as before)
+        entries = [None if e is None else {k: v for k, v in e.items() if v is not None} for e in policy[int(i)].as_py()]
         out[i] = json.dumps(entries, separators=(",", ":"))
     return pa.array(out, pa.string())
 
@@ -161,9 +163,12 @@ class Partials:
     # -- feeding --------------------------------------------------------------------------------
 
     def add_file(self, path: str, content: bytes) -> None:
-        """Every line of one file (gzip by name), bad lines and a damaged gzip stream included."""
+        """Every line of one file (gzip, bzip2 or zstd by name), bad lines and a damaged stream included."""
         try:
-            for block in decode.blocks(content, decode.is_gzip(path)):
+            inflated = decode.inflate_other(path, content)
+            if inflated is not None:
+                content = inflated
+            for block in decode.blocks(content, inflated is None and decode.is_gzip(path)):
                 self.add_block(path, block)
         except decode.Truncated as exc:
             self._add_files_rows(path, [BadLine(MALFORMED, None, f"<{exc}>")])
