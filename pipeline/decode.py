@@ -2,13 +2,14 @@
 
 Spark's JSON reader cost ~6.7 µs of CPU per 450-byte event (gunzip included; docs/performance.md),
 the largest single part of the pipeline. Arrow's JSON reader (RapidJSON underneath) parses the same
-lines against the same explicit schema in ~3.3 µs, and gunzip by :mod:`zlib` adds ~1 µs. So Spark
+lines against the same explicit schema in ~2.7 µs, and gunzip by :mod:`zlib` adds ~0.65 µs. So Spark
 now reads each file's *bytes* (its ``binaryFile`` source: any Hadoop file system, HDFS and S3
 included) and hands them to these functions in a Python worker, which decodes them into Arrow.
 
-What counts as a bad line is unchanged (docs/pipeline.md): a line that is not a JSON object or has
-a field of the wrong type is *malformed*, one whose ``schema`` is another number an *unknown schema
-version*; required fields are checked on the parsed table (:mod:`kgate.pipeline.partials`). Arrow's
+What counts as a bad line is as before, but for the few details docs/pipeline.md lists: a line that
+is not a JSON object or has a field of the wrong type is *malformed*, one whose ``schema`` is another
+number an *unknown schema version*; required fields are checked on the parsed table
+(:mod:`kgate.pipeline.partials`). Arrow's
 reader refuses a whole block for one bad line, so a refused block is halved until the bad lines
 stand alone (:func:`parse_block`): a clean block costs one parse, a block with ``k`` bad lines about
 ``2k log n`` small ones. Blank lines are skipped, as Spark's reader did.
