@@ -1,6 +1,6 @@
 """The map side of the roll-up: audit files to partial aggregates per grain, in Arrow, per Spark task.
 
-:func:`kgate.pipeline.reports.rollup` is one aggregation of every grain (:data:`~kgate.pipeline.reports.SETS`),
+The roll-up (:mod:`kgate.pipeline.reports`) is one aggregation of every grain (:data:`~kgate.pipeline.reports.SETS`),
 its keys and measures in shared slots (:data:`~kgate.pipeline.reports.SLOTS`). Since the measures are
 sums, maxima and minima, it splits exactly into a map side (aggregate what one task read) and a
 merge (aggregate the partial aggregates). This module is the map side: a Spark task receives whole
@@ -13,8 +13,9 @@ topic, an instance and HyperLogLog register...), so Spark's own shuffle and merg
 Measured at 10M events on 2 cores (docs/performance.md): this replaced Spark's JSON reader plus a
 code-generated aggregation of every line (~14 µs of CPU per event).
 
-The rules are those documented in :mod:`kgate.pipeline.reports` and docs/pipeline.md; each value
-below names the rule it implements. Everything here is pure (no Spark), so tests call it directly.
+The rules are those documented in :mod:`kgate.pipeline.reports` and docs/pipeline.md (which lines a
+grain counts: :data:`~kgate.pipeline.reports.ROWS`). Everything here is pure (no Spark), so tests
+call it directly.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
-"""The report tables, all from one roll-up: one pass over the parsed lines (see :mod:`kgate.pipeline.ingest`).
+"""The report tables, all from one roll-up: one pass over the audit lines (see :mod:`kgate.pipeline.partials`).
 
-The parsed lines are aggregated **once**, by a single hash aggregation (:func:`rollup`) over one
-grain per report family (per topic and hour; per principal, client and topic; per client,
-instance and policy refusal; per instance and HyperLogLog register; per api, instance, error code
-and latency bucket; per topic id, client and instance; per input file). Each parsed row is repeated
-once per grain that counts it, its keys and measures put in a few shared *slots* (7 string keys, 4
-numeric keys, 11 buffers) rather than the union of every grain's columns, and only sums, counts,
-minima and maxima of fixed-width columns are computed, so Spark runs it as one code-generated hash
-aggregation with partial aggregation before its one shuffle. The result (the roll-up) is smaller
-than the events for every grain (the topic-id grain no longer keeps a row per use), and every table
-below is a small query on it: the JSON is parsed once (but for the stale-id report's second pass
-over the few lines naming ids it cannot settle, usually none) and the raw lines are never cached.
+The lines are aggregated **once** into one grain per report family (per topic and hour; per
+principal, client and topic; per client, instance and policy refusal; per instance and HyperLogLog
+register; per api, instance, error code and latency bucket; per topic id, client and instance; per
+input file), every grain's keys and measures in a few shared *slots* (7 string keys, 4 numeric
+keys, 11 buffers) rather than the union of every grain's columns. Only sums, counts, minima and
+maxima are computed, so the aggregation splits exactly: each Spark task aggregates its own files in
+its Python worker (:mod:`kgate.pipeline.partials`, the map side) and :func:`merge` aggregates the
+tasks' partial aggregates in one hash aggregation. The result (the roll-up) is smaller than the
+events for every grain (the topic-id grain keeps no row per use), and every table below is a small
+query on it: the JSON is parsed once (but for the stale-id report's second pass over the few lines
+naming ids it cannot settle, usually none) and the lines are never cached.
 
 Every table has a ``day`` column (UTC), so each can be written as Parquet partitioned by day and a
 fleet can keep months of them; the HTML page sums over the days of the run's window.
@@ -76,7 +76,7 @@ KEY_TYPES: dict[str, str] = {
     "api_name": "string", "error_code": "int", "lat_bucket": "long", "name_status": "string",
     "id_gone": "boolean",
 }
-#: Which lines a grain counts (:func:`rollup` defines them): every line of a file, every in-report
+#: Which lines a grain counts (:mod:`kgate.pipeline.partials` applies it): every line of a file, every in-report
 #: (event, topic) row, every in-report event, every in-report use of a topic id.
 ROWS: dict[str, str] = {"files": "line", "topic_hour": "topic", "charge": "topic", "client": "event",
                         "instance": "event", "latency": "event", "id_use": "id_use"}
@@ -85,7 +85,7 @@ _TOPIC = (("topic_rows", "sum", "one", "long"), ("bytes_in", "sum", "bytes_in", 
 _EVENT = (("events", "sum", "one", "long"), ("request_bytes", "sum", "request_bytes", "long"),
           ("response_bytes", "sum", "response_bytes", "long"), ("errors", "sum", "errors", "long"))
 _SPAN = (("min_us", "min", "time_us", "long"), ("max_us", "max", "time_us", "long"))
-#: Per grain: its measures, as (column, aggregate, value of :func:`rollup`, Spark type of the column).
+#: Per grain: its measures, as (column, aggregate, value of :mod:`kgate.pipeline.partials`, Spark type of the column).
 MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "files": (("lines", "sum", "one", "long"),),
     "topic_hour": (*_TOPIC, ("topic_errors", "sum", "topic_errors", "long")),
@@ -495,7 +495,7 @@ def policy_denials(roll: DataFrame) -> DataFrame:
 
 
 #: Every report table, by the name its files get (``DIR/csv/NAME.csv``, ``DIR/parquet/NAME/day=.../``);
-#: each takes the roll-up of :func:`rollup` (and those in :data:`NEEDS_EXACT` an :data:`ExactUses` too).
+#: each takes the roll-up of :func:`merge` (and those in :data:`NEEDS_EXACT` an :data:`ExactUses` too).
 REPORTS: dict[str, Callable[..., DataFrame]] = {
     "topic_hourly": topic_hourly,
     "chargeback": chargeback,

@@ -1,7 +1,8 @@
 """From audit files to report tables in memory (Arrow), and from there to Parquet and CSV.
 
-One Spark job reads, parses and rolls the files up into every report's grain at once (one
-hash aggregation over every grain, :func:`kgate.pipeline.reports.rollup`); the roll-up is written once and
+One Spark job reads, parses and rolls the files up into every report's grain at once (each task
+aggregates its files in its Python worker, :mod:`kgate.pipeline.partials`; one hash aggregation
+merges the tasks', :func:`kgate.pipeline.reports.merge`); the roll-up is written once and
 every report is a small query on it, so the JSON is parsed once however many reports there are. The
 aggregated tables are small (hours x topics, clients, instances): they are brought to the driver as
 Arrow tables, written as CSV there, and as Parquet partitioned by day either there (a local output
