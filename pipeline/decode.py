@@ -73,7 +73,12 @@ def classify(line: bytes) -> BadLine:
     if not isinstance(version, int) or isinstance(version, bool) or not _INT32[0] <= version <= _INT32[1]:
         version = None
     status = UNKNOWN_SCHEMA if version is not None and version != SCHEMA_VERSION else MALFORMED
-    return BadLine(status, version, line[:SAMPLE_CHARS * 4].decode("utf-8", "replace")[:SAMPLE_CHARS])
+    return BadLine(status, version, _sample(line))
+
+
+def _sample(line: bytes) -> str:
+    """The first :data:`SAMPLE_CHARS` characters of a bad line (invalid UTF-8 replaced)."""
+    return line[:SAMPLE_CHARS * 4].decode("utf-8", "replace")[:SAMPLE_CHARS]
 
 
 def _read(block: bytes) -> pa.Table:
@@ -184,7 +189,7 @@ def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
         try:
             line.decode("utf-8")
         except UnicodeDecodeError:
-            bad.append(BadLine(MALFORMED, None, line[:SAMPLE_CHARS * 4].decode("utf-8", "replace")[:SAMPLE_CHARS]))
+            bad.append(BadLine(MALFORMED, None, _sample(line)))
             continue
         candidates.append(line)
     tables, more = _bisect(candidates)

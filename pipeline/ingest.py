@@ -102,10 +102,14 @@ class Window:
 ALL_TIME = Window()
 
 
-def read_files(spark: SparkSession, paths: Iterable[str]) -> DataFrame:
+def read_files(spark: SparkSession, paths: Iterable[str], skip_missing: bool = False) -> DataFrame:
     """``path`` and ``content`` of every file, whole: Spark's ``binaryFile`` source, which reads through
-    Hadoop's file systems (local, HDFS, S3, ...) and does not decompress (the workers do)."""
-    return spark.read.format("binaryFile").load(list(paths)).select("path", "content")
+    Hadoop's file systems (local, HDFS, S3, ...) and does not decompress (the workers do).
+    ``skip_missing``: a file deleted since it was listed is left out instead of failing the job."""
+    reader = spark.read.format("binaryFile")
+    if skip_missing:
+        reader = reader.option("ignoreMissingFiles", "true")
+    return reader.load(list(paths)).select("path", "content")
 
 
 def read_partials(spark: SparkSession, paths: Iterable[str], window: Window = ALL_TIME) -> DataFrame:
@@ -151,8 +155,7 @@ def exact_uses(
         task = partial(partials.run_task, window=window, uses_of=ids)
         # a file deleted since it was counted (``--follow``: retention) is skipped, not fatal; its
         # single uses are then missing from the exact count
-        found = spark.read.format("binaryFile").option("ignoreMissingFiles", "true").load(files)
-        uses = found.select("path", "content").mapInArrow(task, _spark_schema(partials.USES_SCHEMA))
+        uses = read_files(spark, files, skip_missing=True).mapInArrow(task, _spark_schema(partials.USES_SCHEMA))
         return reports.late_uses(uses, candidates)
 
     return exact

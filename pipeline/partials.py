@@ -13,9 +13,11 @@ topic, an instance and HyperLogLog register...), so Spark's own shuffle and merg
 Measured at 10M events on 2 cores (docs/performance.md): this replaced Spark's JSON reader plus a
 code-generated aggregation of every line (~14 µs of CPU per event).
 
-The rules are those documented in :mod:`kgate.pipeline.reports` and docs/pipeline.md (which lines a
-grain counts: :data:`~kgate.pipeline.reports.ROWS`). Everything here is pure (no Spark), so tests
-call it directly.
+The rules are those documented in :mod:`kgate.pipeline.reports` and docs/pipeline.md. Which lines a
+grain counts: ``files`` every line; ``client``, ``instance`` and ``latency`` every in-report event
+(status ok, inside the window); ``topic_hour`` and ``charge`` every (in-report event, topic) row;
+``id_use`` those topic rows that carry an id. Everything here is pure (no Spark), so tests call it
+directly.
 """
 
 from __future__ import annotations

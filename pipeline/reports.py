@@ -76,10 +76,6 @@ KEY_TYPES: dict[str, str] = {
     "api_name": "string", "error_code": "int", "lat_bucket": "long", "name_status": "string",
     "id_gone": "boolean",
 }
-#: Which lines a grain counts (:mod:`kgate.pipeline.partials` applies it): every line of a file, every in-report
-#: (event, topic) row, every in-report event, every in-report use of a topic id.
-ROWS: dict[str, str] = {"files": "line", "topic_hour": "topic", "charge": "topic", "client": "event",
-                        "instance": "event", "latency": "event", "id_use": "id_use"}
 _TOPIC = (("topic_rows", "sum", "one", "long"), ("bytes_in", "sum", "bytes_in", "long"),
           ("bytes_out", "sum", "bytes_out", "long"), ("records", "sum", "records", "long"))
 _EVENT = (("events", "sum", "one", "long"), ("request_bytes", "sum", "request_bytes", "long"),

@@ -8,7 +8,10 @@ version*. Both are counted per file and skipped, never fatal.
 
 from __future__ import annotations
 
-import pyarrow as pa
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: The schema version this pipeline reads.
 SCHEMA_VERSION = 1
@@ -18,7 +21,10 @@ OK, MALFORMED, UNKNOWN_SCHEMA = "ok", "malformed", "unknown_schema"
 
 
 def policy_type() -> pa.DataType:
-    """One ``policy`` entry: a decision that refused something."""
+    """One ``policy`` entry: a decision that refused something (a function: pyarrow is imported only
+    when called, so ``kgate report`` can say what is missing)."""
+    import pyarrow as pa
+
     return pa.struct([
         ("filter", pa.string()), ("decision", pa.string()), ("operation", pa.string()),
         ("resource_type", pa.string()), ("resource", pa.string()), ("error_code", pa.int32()),
@@ -29,6 +35,8 @@ def policy_type() -> pa.DataType:
 def event_schema() -> pa.Schema:
     """The v1 event as an Arrow schema: what the workers parse each line against
     (:mod:`kgate.pipeline.decode`); Spark sees its types through ``from_arrow_type`` where it needs one."""
+    import pyarrow as pa
+
     topic = pa.struct([
         ("id", pa.string()), ("name", pa.string()), ("name_status", pa.string()),
         ("partitions", pa.int32()), ("bytes", pa.int64()), ("records", pa.int64()),
