@@ -209,7 +209,7 @@ class ClientConnection(asyncio.Protocol):
         if transport is not None:
             self.transport = None
             transport.close()  # what was written (the answers the core flushed) still goes out first
-        self._teardown()
+        self._teardown()  # points the core's writes back at send_*
 
     # -- client side -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -226,6 +226,9 @@ class ClientConnection(asyncio.Protocol):
             return
         s = self.settings
         transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
+        # The core writes to the transports directly while they are open (ConnectionCore.write_up and
+        # write_client); each is pointed back at this object's send_* before its transport goes away.
+        self.core.write_client = transport.write  # type: ignore[attr-defined]
         loop = self._loop()
         self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
@@ -346,6 +349,7 @@ class ClientConnection(asyncio.Protocol):
             if self._early:
                 transport.writelines(self._early)
                 self._early.clear()
+            self.core.write_up = transport.write
             self.gate.resume("connecting")
             return
         self.core.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
@@ -361,6 +365,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        self.core.write_client = self.send_client
         if self.core.closed:
             self._teardown()
         elif self.upstream is None:
@@ -372,6 +377,7 @@ class ClientConnection(asyncio.Protocol):
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.upstream is not None:
             self.upstream = None
+            self.core.write_up = self.send_upstream
             self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
         self.core.close(CloseReason.BROKER_CLOSED, detail)
@@ -381,6 +387,8 @@ class ClientConnection(asyncio.Protocol):
         if self._torn_down:
             return
         self._torn_down = True
+        core = self.core  # closed: nothing more is written either way
+        core.write_up, core.write_client = self.send_upstream, self.send_client
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
         for task in list(self._tasks):

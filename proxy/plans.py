@@ -58,7 +58,7 @@ class ResponsePlan(enum.Enum):
 class Plans:
     """The plans of one virtual cluster (its filter chain is fixed for the cluster's life)."""
 
-    __slots__ = ("_chain", "_limits", "_names_in_use", "_requests", "_responses", "_routes")
+    __slots__ = ("_chain", "_limits", "_names_in_use", "_requests", "_responses", "routes")
 
     def __init__(self, chain: FilterChain, filter_limits: dict[int, tuple[int, int]], names_in_use: bool) -> None:
         self._chain = chain
@@ -66,15 +66,17 @@ class Plans:
         self._names_in_use = names_in_use
         self._requests: dict[tuple[int, int], RequestPlan] = {}
         self._responses: dict[tuple[int, int, bool], ResponsePlan] = {}
-        self._routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, tuple[int, int]]] = {}
+        #: what ``route`` found so far, by (api key, version): the header-only path reads it first
+        #: and calls ``route`` only for a pair it has not seen (one call fewer per request)
+        self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, tuple[int, int]]] = {}
 
     def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, tuple[int, int]]:
         """A request's plan, its answer's plan (no hook state), and its ``kgate_requests`` label,
         in one lookup: the header-only path runs this for every request."""
         key = (api_key, version)
-        found = self._routes.get(key)
+        found = self.routes.get(key)
         if found is None:
-            found = self._routes[key] = (
+            found = self.routes[key] = (
                 self.request(api_key, version),
                 self.response(api_key, version, False),
                 request_label(api_key, version),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.core_driver import make_core
+from support.core_driver import Sink, make_core
 
 from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request
 from kgate.codec import api
@@ -161,3 +161,20 @@ def test_metadata_answers_count_as_rewrites_in_the_cluster_metrics() -> None:
     core.receive_broker(answer[5:])
     assert rewrites[int(ApiKey.METADATA)] == 2
     assert answer_cids(out.client.data) == [1, 2]
+
+
+def test_direct_writes_go_to_the_bound_writers_and_back_to_the_carrier_once_unbound() -> None:
+    """``write_up`` / ``write_client``: the carrier's transports' ``write`` bound in place of ``send_upstream`` /
+    ``send_client`` (proxy/connection.py binds them while the transports are open)."""
+    core, out = make_core()
+    up, client = Sink(), Sink()
+    core.write_up, core.write_client = up.write, client.write
+    core.receive_client(produce(1))
+    core.receive_broker(produce_answer(1))
+    assert (bytes(up.data), bytes(client.data)) == (produce(1), produce_answer(1))
+    assert out.upstream.writes == out.client.writes == 0
+    core.write_up, core.write_client = out.send_upstream, out.send_client  # transports gone: the carrier again
+    core.receive_client(produce(2))
+    core.receive_broker(produce_answer(2))
+    assert (bytes(out.upstream.data), bytes(out.client.data)) == (produce(2), produce_answer(2))
+    assert up.writes == client.writes == 1
