@@ -264,7 +264,7 @@ def get_encoder(cls, version: int, flexible: bool):
 
 
 def _compile_init(cls):
-    ns: dict = {"_M": _UNSET}
+    ns = {"_M": _UNSET}  # (untyped function: mypy does not check its body)
     params, body = [], []
     for f in cls._FIELDS:
         n = f.name

@@ -2,10 +2,11 @@
 
 ``tools/compile_hot.py`` compiles the modules of ``HOT_MODULES`` in place with mypyc: each gets
 an extension module next to its source, which Python imports instead of the ``.py`` file. That is
-optional: without the extensions the same sources run as pure Python (the default, and what the
-container image ships). Measured on the request path (callgrind, docs/performance.md): a Produce
-36,400 -> 22,100 user-space instructions per request, a Metadata 40,700 -> 28,300 (the raw relay:
-9,000).
+optional: without the extensions the same sources run as pure Python (the default of a checkout
+and of ``pip install``). The container image ships them compiled: its build stage builds the
+wheel with ``KGATE_WHEEL_COMPILED=1`` (setup.py), which puts the extensions and ``STAMP`` in it.
+Measured on the request path (callgrind, docs/performance.md, 2026-11-25): a Produce 30,500 ->
+20,600 user-space instructions per request, a Metadata 35,300 -> 26,400 (the raw relay: 9,000).
 
 An extension built from an older source would silently run old code (Python prefers it to the
 ``.py`` file), so the build records each source's SHA-256 in ``STAMP`` and ``stale`` compares:

@@ -6,14 +6,19 @@
 What a ``docker build`` would do is done here the same way, outside a container:
 
 1. **Dockerfile**: parsed (continuations, stages, exec-form JSON); every ``FROM`` pinned to a full
-   Python version; the run stage installs ``requirements.lock`` with ``--no-deps`` and kgate's wheel
+   Python version; the build stage installs gcc, the lock and ``docker/build-requirements.txt``
+   with ``--no-deps`` and builds the wheel with the hot modules compiled (``BUILD_COMMAND``,
+   setup.py); the run stage installs ``requirements.lock`` with ``--no-deps`` and kgate's wheel
    with ``--no-deps`` (nothing resolved at build time) and runs ``pip check``; it runs as a non-root
    ``USER`` before ``ENTRYPOINT``; ``EXPOSE`` lists the admin and bootstrap ports of the config the
    image ships; ``HEALTHCHECK`` is ``kgate healthcheck`` on that config.
 2. **Lock**: ``requirements.lock`` is what ``tools/lock_deps.py`` writes now (pyproject's runtime
-   dependencies and their closure, at the tested versions), and each pin satisfies pyproject.
-3. **Install**: kgate's wheel is built as the build stage builds it and installed with the lock into
-   a fresh venv, as the run stage does; ``pip check`` passes there.
+   dependencies and their closure, at the tested versions), and each pin satisfies pyproject;
+   every line of ``docker/build-requirements.txt`` is pinned.
+3. **Install**: kgate's wheel is built as the build stage builds it (a fresh venv with the lock and
+   the build tools, ``BUILD_COMMAND``) and installed with the lock into another fresh venv, as the
+   run stage does; ``pip check`` passes there, and that kgate imports every module of
+   ``HOT_MODULES`` compiled and none stale (proxy/compiled.py).
 4. **Commands**: that venv's ``kgate --version`` is the source's version, and ``kgate check-config``
    accepts the config the image ships.
 5. **Health check** (with ``--upstream``): that venv's kgate runs the image's config (its ports moved
@@ -52,6 +57,9 @@ sys.path.insert(0, str(ROOT / "tools"))
 import lock_deps  # noqa: E402  (tools/ is not a package)
 
 IMAGE_CONFIG = "/etc/kgate/kgate.yaml"
+BUILD_REQUIREMENTS = ROOT / "docker" / "build-requirements.txt"
+#: how the build stage builds the wheel (setup.py: KGATE_WHEEL_COMPILED=1 compiles the hot modules)
+BUILD_COMMAND = "KGATE_WHEEL_COMPILED=1 pip wheel --no-deps --no-build-isolation"
 
 
 @dataclass
@@ -118,8 +126,8 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
 
 
-def _run(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, env=_clean_env(), **kw)
+def _run(argv: list[str], env: dict[str, str] | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, env=_clean_env() if env is None else env, **kw)
 
 
 def build_context(dest: Path) -> Path:
@@ -164,6 +172,16 @@ def check_dockerfile(c: Checker, dockerfile: Path) -> tuple[list[Instruction], P
             )
     runs = " && ".join(i.args for i in run_stage if i.keyword == "RUN")
     copies = [i.args.split() for i in run_stage if i.keyword == "COPY"]
+    build_runs = " && ".join(i.args for i in ins if i.stage != final and i.keyword == "RUN")
+    c.check(
+        "pip install --no-deps -r /tmp/requirements.lock -r /tmp/build-requirements.txt" in build_runs,
+        "the build stage installs requirements.lock and docker/build-requirements.txt with --no-deps",
+    )
+    c.check(
+        bool(re.search(r"apt-get install [^&]*\bgcc\b", build_runs))
+        and BUILD_COMMAND in build_runs,
+        "the build stage compiles the hot modules (gcc, KGATE_WHEEL_COMPILED=1 pip wheel --no-build-isolation)",
+    )
     c.check(
         any(a[-2:] == ["requirements.lock", "/tmp/requirements.lock"] for a in copies)
         and "pip install --no-deps -r /tmp/requirements.lock" in runs,
@@ -206,7 +224,10 @@ def check_dockerfile(c: Checker, dockerfile: Path) -> tuple[list[Instruction], P
 
 
 def check_lock(c: Checker) -> None:
-    """Step 2."""
+    """Step 2 (and the build stage's tools: every one pinned)."""
+    for line in BUILD_REQUIREMENTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            c.check("==" in line, f"docker/build-requirements.txt pins {line.split('==')[0]}", line)
     lock_text = (ROOT / "requirements.lock").read_text()
     expected = lock_deps.render(lock_deps.closure(lock_deps.runtime_requirements()))
     c.check(lock_text == expected, "requirements.lock matches the tested environment", "run tools/lock_deps.py")
@@ -224,8 +245,20 @@ def install(c: Checker, work: Path) -> Path | None:
     """Step 3: the wheel, built as the build stage does, and a fresh venv with the lock; its bin dir."""
     wheels = work / "wheels"
     src = build_context(work / "src")
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(wheels), str(src)])
-    if not c.check(built.returncode == 0, "kgate's wheel builds (pip wheel --no-deps)", built.stderr[-2000:]):
+    tools = work / "build-venv"  # the build stage's environment: the lock and the pinned build tools
+    made = _run([sys.executable, "-m", "venv", str(tools)])
+    if not c.check(made.returncode == 0, "a fresh venv for the build stage", made.stderr[-2000:]):
+        return None
+    tools_pip = [str(tools / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    lock, build_reqs = ROOT / "requirements.lock", BUILD_REQUIREMENTS
+    got = _run([*tools_pip, "install", "--no-deps", "-r", str(lock), "-r", str(build_reqs)])
+    if not c.check(got.returncode == 0, "the build stage's tools install (--no-deps)", got.stderr[-2000:]):
+        return None
+    variable, _pip, *wheel_args = BUILD_COMMAND.split()  # KGATE_WHEEL_COMPILED=1 pip wheel ...
+    name, value = variable.split("=")
+    built = _run([*tools_pip, *wheel_args, "--wheel-dir", str(wheels), str(src)], env={**_clean_env(), name: value})
+    why = built.stdout[-2000:] + built.stderr[-2000:]
+    if not c.check(built.returncode == 0, f"kgate's wheel builds ({BUILD_COMMAND})", why):
         return None
     venv = work / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)])
@@ -240,6 +273,13 @@ def install(c: Checker, work: Path) -> Path | None:
         return None
     checked = _run([*pip, "check"])
     c.check(checked.returncode == 0, "pip check in the fresh venv", checked.stdout + checked.stderr)
+    probe = "from kgate.proxy.compiled import *; print(HOT_MODULES == tuple(compiled_modules()), stale_modules())"
+    compiled = _run([str(venv / "bin" / "python"), "-c", probe], cwd=work)
+    c.check(
+        compiled.stdout == "True []\n",
+        "the installed kgate runs every hot module compiled, none stale",
+        compiled.stdout + compiled.stderr,
+    )
     return venv / "bin"
 
 

@@ -1,7 +1,8 @@
 """tools/check_image.py, the container build checked without a container engine, run as CI runs it.
 
-The full run builds kgate's wheel, installs it with requirements.lock into a fresh venv (PyPI is
-needed for the pinned dependencies, as in the image build) and runs the Dockerfile's HEALTHCHECK
+The full run builds kgate's wheel as the image's build stage does (its hot modules compiled with
+mypyc), installs it with requirements.lock into a fresh venv (PyPI is needed for the pinned
+dependencies, as in the image build), checks that it runs compiled, and runs the Dockerfile's HEALTHCHECK
 against that kgate in front of the module's Tansu.
 """
 
@@ -40,6 +41,16 @@ def test_a_root_image_or_a_moving_tag_fails(tmp_path) -> None:
     check_image.check_dockerfile(c, bad)
     assert any("non-root" in f for f in c.failures), c.failures
     assert any("pinned to a full version" in f for f in c.failures), c.failures
+
+
+def test_an_image_built_without_the_compiled_hot_path_fails(tmp_path) -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert "KGATE_WHEEL_COMPILED=1 pip wheel" in text
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(text.replace("KGATE_WHEEL_COMPILED=1 pip wheel", "pip wheel"))
+    c = check_image.Checker()
+    check_image.check_dockerfile(c, bad)
+    assert any("compiles the hot modules" in f for f in c.failures), c.failures
 
 
 def test_dockerfile_parsing_joins_continuations() -> None:
