@@ -839,7 +839,7 @@ class ConnectionCore:
         # The size read unsigned: the same test as signed (a negative size never equals n - 4, and
         # no read is 2 GiB), without the ``signed=True`` keyword's parsing: ~250 instructions.
         if not reader.buffered and n >= 8 and int.from_bytes(data[:4], "big") + 4 == n <= self._max_frame:
-            # One whole answer in one read (see _raw_data). When it passes as is and is the next
+            # One whole answer in one read (see receive_client). When it passes as is and is the next
             # one the client is owed, it goes straight out: what _response and _flush would do,
             # without their calls and checks. A Metadata answer (only its broker list rewritten,
             # from the answer memo) goes the same way once rewritten; a rewrite that fails closes
