@@ -16,7 +16,6 @@ editable install never tries to build extensions.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -45,9 +44,7 @@ class BuildPyWithStamp(build_py):
         super().run()
         if COMPILE:
             compiled = _compiled_module()
-            hashes = {m: compiled.source_hash(compiled.source_path(m, ROOT / "kgate")) for m in compiled.HOT_MODULES}
-            stamp = Path(self.build_lib) / "kgate" / compiled.STAMP
-            stamp.write_text(json.dumps(hashes, indent=1) + "\n")
+            (Path(self.build_lib) / "kgate" / compiled.STAMP).write_text(compiled.stamp_text(ROOT / "kgate"))
 
 
 def _ext_modules() -> list[Any]:

@@ -76,8 +76,7 @@ def cpu_s(pid: int) -> float:
     to the ticks on a kernel without schedstat.
     """
     if not SCHEDSTAT:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) * TICK_S  # utime + stime, all threads
+        return sum(user_sys_s(pid))
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:

@@ -74,6 +74,14 @@ def source_hash(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def stamp_text(package_dir: Path) -> str:
+    """What a build writes to ``STAMP``: each hot module's source SHA-256, as ``stale_among`` reads it.
+
+    Written by both builds: in place (tools/compile_hot.py) and into a wheel (setup.py).
+    """
+    return json.dumps({m: source_hash(source_path(m, package_dir)) for m in HOT_MODULES}, indent=1) + "\n"
+
+
 def stale_modules(package_dir: Path | None = None) -> list[str]:
     """Compiled hot modules whose source changed since the build (or that have no record of it)."""
     compiled = compiled_modules()

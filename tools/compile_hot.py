@@ -17,7 +17,6 @@ until it is rebuilt or cleaned, so old compiled code never runs unnoticed.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kgate.proxy.compiled import HOT_MODULES, STAMP, is_extension, source_hash, source_path  # noqa: E402
+from kgate.proxy.compiled import HOT_MODULES, STAMP, is_extension, source_path, stamp_text  # noqa: E402
 
 PACKAGE = ROOT / "kgate"
 
@@ -48,13 +47,13 @@ def clean() -> None:
 def build() -> int:
     clean()
     sources = [str(source_path(m, PACKAGE).relative_to(ROOT)) for m in HOT_MODULES]
-    hashes = {m: source_hash(source_path(m, PACKAGE)) for m in HOT_MODULES}
+    stamp = stamp_text(PACKAGE)  # the sources as compiled, read before mypyc runs
     mypyc = [sys.executable, "-m", "mypyc"]
     done = subprocess.run([*mypyc, *sources], cwd=ROOT)  # its C sources go to build/ (not tracked)
     if done.returncode != 0:
         clean()  # nothing half-built stays behind: the pure-Python sources run
         return done.returncode
-    (PACKAGE / STAMP).write_text(json.dumps(hashes, indent=1) + "\n")
+    (PACKAGE / STAMP).write_text(stamp)
     print(f"compiled {len(sources)} modules: {', '.join(HOT_MODULES)}")
     return 0
 
