@@ -22,7 +22,8 @@ same files in the same run.
 
 Run: ``python bench/pipeline_bench.py [--events 10000000] [--dir /tmp/kgate-pipeline-bench]``;
 ``--reuse`` skips generation when the directory already holds the same number of events;
-``--parquet-store`` also times the ``--follow`` path (partial aggregates stored once, every report from them).
+``--parquet-store`` also times the ``--follow`` path (partial aggregates stored once, every report from them);
+``--conf KEY=VALUE`` (repeatable) tries a Spark setting without editing pipeline/session.py.
 """
 
 from __future__ import annotations
@@ -199,17 +200,24 @@ def main() -> int:
     ap.add_argument("--parquet-store", action="store_true",
                     help="also: partial aggregates into a Parquet store (what --follow keeps), then every report")
     ap.add_argument("--shuffle-partitions", type=int, default=16)
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra Spark setting for the session (repeatable; spark.driver.extraJavaOptions is "
+                         "added to the local settings' options, not put in their place)")
     args = ap.parse_args()
 
     from kgate.pipeline import ingest, tables
     from kgate.pipeline.html import render
-    from kgate.pipeline.session import build_session
+    from kgate.pipeline.session import build_session, local_settings
 
+    extra = dict(item.split("=", 1) for item in args.conf)
+    java = "spark.driver.extraJavaOptions"
+    if java in extra:
+        extra[java] = f"{local_settings()[java]} {extra[java]}"
     spark = build_session(driver_memory=args.driver_memory, app_name="kgate-pipeline-bench",
-                          shuffle_partitions=args.shuffle_partitions)
+                          shuffle_partitions=args.shuffle_partitions, extra=extra)
     base = Path(args.dir)
     data = base / "audit"
-    out: dict[str, object] = {"events": args.events, "files": args.files, "cores": os.cpu_count()}
+    out: dict[str, object] = {"events": args.events, "files": args.files, "cores": os.cpu_count(), "conf": extra}
     marker = data / "_events"
     if not (args.reuse and marker.exists() and marker.read_text() == str(args.events)):
         t0 = time.perf_counter()

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from support.black_hole import black_hole as make_black_hole
 from support.inproc_kgate import InprocKgate, make_config
 
 _API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, -1)
@@ -24,34 +25,9 @@ _API_VERSIONS_V0 = struct.pack(">ihhih", 10, 18, 0, 1, -1)
 
 @pytest.fixture
 def black_hole() -> Iterator[int]:
-    """A port whose connects hang (full accept queue); skipped if this kernel completes them anyway."""
-    lsock = socket.socket()
-    lsock.bind(("127.0.0.1", 0))
-    lsock.listen(0)
-    port = lsock.getsockname()[1]
-    fillers = []
-    try:
-        for _ in range(4):  # more than the queue holds: the rest stay in SYN-SENT (non-blocking connect)
-            s = socket.socket()
-            s.setblocking(False)
-            s.connect_ex(("127.0.0.1", port))
-            fillers.append(s)
-        probe = socket.socket()
-        probe.settimeout(0.5)
-        try:
-            probe.connect(("127.0.0.1", port))
-            hung = False
-        except (TimeoutError, OSError):
-            hung = True
-        finally:
-            probe.close()
-        if not hung:
-            pytest.skip("this kernel completed a connect to a full backlog-0 listener: no black hole to test against")
-        yield port
-    finally:
-        for s in fillers:
-            s.close()
-        lsock.close()
+    """The port of a ``support.black_hole.BlackHole`` (connects to it hang)."""
+    with make_black_hole() as hole:
+        yield hole.port
 
 
 def _failures(kgate: InprocKgate) -> float:
