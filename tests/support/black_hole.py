@@ -1,9 +1,9 @@
 """An upstream whose connects hang: a listening socket with backlog 0 and a full accept queue.
 
 The kernel drops further SYNs to such a listener, so a connect to it hangs exactly like one to a
-broker behind a dead route, with no stand-in involved. ``open`` frees the queue: the next SYN
-retransmission of a hung connect (after ~1, 3, 7 s) then completes, so a test can also watch what
-a client sent while kgate was connecting arrive at the upstream.
+broker behind a dead route, with no stand-in involved. ``open`` lets connects through: a hung
+connect completes at its next SYN retransmission (~1, 3, 7 s after it began), so a test can also
+watch what a client sent while kgate was connecting arrive at the upstream.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class BlackHole:
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(0)
         self.fillers: list[socket.socket] = []
+        self.others: list[socket.socket] = []  # connections ``open`` accepted and did not return
         for _ in range(4):  # more than the queue holds: the rest stay in SYN-SENT (non-blocking connect)
             s = socket.socket()
             s.setblocking(False)
@@ -72,12 +73,16 @@ class BlackHole:
     def open(self, prefix: bytes, timeout: float) -> Accepted:
         """Let connects through and return the connection whose first bytes are ``prefix``.
 
-        kgate's own upstream client (metadata, topic ids) also connects here and sends its own
-        requests; those connections and the fillers are closed.
+        The accept queue grows (Linux takes a second ``listen`` as a new backlog), so every hung
+        connect completes at its next SYN retransmission, not only the first to arrive. kgate's own
+        upstream client (node discovery) also connects here and sends requests of its own; those
+        connections are held open, unanswered, so that it does not reconnect at once. Each is told
+        apart by its first bytes, read only as far as they still match ``prefix``.
         """
         for s in self.fillers:
             s.close()  # a filler still in SYN-SENT stops retransmitting
         self.fillers.clear()
+        self.listener.listen(64)
         self.listener.settimeout(0.2)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -88,7 +93,7 @@ class BlackHole:
             conn.settimeout(2)
             first = b""
             try:
-                while len(first) < len(prefix):
+                while len(first) < len(prefix) and prefix.startswith(first):
                     chunk = conn.recv(65536)
                     if not chunk:
                         break
@@ -97,11 +102,11 @@ class BlackHole:
                 pass
             if first.startswith(prefix):
                 return Accepted(conn, first)
-            conn.close()  # a filler the queue held, or kgate's own upstream client
+            self.others.append(conn)  # a filler the queue held, or kgate's own upstream client
         raise AssertionError("no connection with the expected first bytes came through once the queue was freed")
 
     def close(self) -> None:
-        for s in self.fillers:
+        for s in self.fillers + self.others:
             s.close()
         self.listener.close()
 
