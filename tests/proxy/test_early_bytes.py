@@ -6,13 +6,15 @@ turn: proxy/flow.py). What arrived before that pause took hold is held (``_early
 first once the upstream connects. This pins both halves against a slow connect: kgate holds at
 most one read however much the client pushes, and the upstream then gets every byte, in order.
 
-Pausing only once the early bytes pass the high-water mark (as the raw relay, which never pauses,
-would suggest) was measured and not kept: 1.8 % fewer user-space instructions per connection but
-3 % more CPU per connection (docs/performance.md, 2026-11-25, "Reading before the upstream is up").
+Pausing only once the early bytes pass the high-water mark (the raw relay, in effect, never
+pauses) was measured and not kept: 1.8 % fewer user-space instructions per connection but 3 %
+more CPU per connection (docs/performance.md, "2026-11-25, morning: what the many-connections row
+is made of").
 
-The upstream is a real black hole (a listening socket with backlog 0 and a full accept queue: the
-kernel drops the SYNs, so kgate's connect hangs) until the test frees its queue; kgate's next SYN
-retransmission then connects, and what kgate forwards is read off a real socket. No stand-in.
+The upstream is a real black hole (tests/support/black_hole.py: a listening socket with backlog 0
+and a full accept queue, so the kernel drops the SYNs and kgate's connect hangs) until the test
+opens it; kgate's next SYN retransmission then connects, and what kgate forwards is read off a real
+socket. No stand-in.
 """
 
 from __future__ import annotations
