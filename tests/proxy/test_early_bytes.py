@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +29,9 @@ import pytest
 from support.black_hole import BlackHole
 from support.black_hole import black_hole as make_black_hole
 from support.inproc_kgate import InprocKgate, make_config
-from support.wire import request_header
+from support.wire import frame, request_header
+
+from kgate.api import ApiKey
 
 #: what one read by the event loop can take before the pause holds (uvloop reads up to 256 KiB at a time)
 ONE_READ = 256 * 1024
@@ -45,10 +46,10 @@ def black_hole() -> Iterator[BlackHole]:
 
 def _big_request() -> bytes:
     """One Metadata v1 request frame of FRAME_BYTES (kgate forwards a frame larger than a read as it arrives)."""
-    head = request_header(3, 1, 7)
+    head = request_header(int(ApiKey.METADATA), 1, 7)
     body_len = FRAME_BYTES - 4 - len(head)
     body = (hashlib.sha256(b"kgate").digest() * (body_len // 32 + 1))[:body_len]
-    return struct.pack(">i", len(head) + body_len) + head + body
+    return frame(head + body)
 
 
 def _held(kgate: InprocKgate) -> tuple[int, bool]:
