@@ -37,7 +37,9 @@ which depends on wall time.
 Run: ``python bench/request_cost.py --src /work/wt-old --src . [--n 2000] [--rounds 6]``; a
 ``--src`` may carry ``kgate run`` arguments after the directory (``--src ". --log-level warning"``
 measures a connection without its close line). Instructions: ``--instructions --n 1000 --conns
-100 --kinds produce,metadata,connection`` (a few minutes).
+100 --kinds produce,metadata,connection`` (a few minutes); with ``--keep-dumps DIR`` the dumps stay,
+and ``callgrind_annotate --inclusive=yes DIR/callgrind.PID.N-connection`` names the C functions
+(in a compiled build, kgate's own functions too: ``CPyDef_...``) each block's instructions went to.
 Everything runs on 127.0.0.1; every process it starts is stopped at the end.
 """
 
@@ -246,6 +248,11 @@ def main() -> int:
     ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
     ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead of CPU")
     ap.add_argument(
+        "--keep-dumps",
+        metavar="DIR",
+        help="with --instructions: keep each block's callgrind dump in DIR, for callgrind_annotate --inclusive=yes",
+    )
+    ap.add_argument(
         "--split", action="store_true", help="also show user and kernel time per request (ticks: use --n 10000 or more)"
     )
     args = ap.parse_args()
@@ -254,7 +261,11 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     broker = free_port()
     listener = f"tcp://127.0.0.1:{broker}"
-    logdir = tempfile.mkdtemp(prefix="request-cost-")
+    if args.keep_dumps:
+        logdir = str(Path(args.keep_dumps).resolve())
+        os.makedirs(logdir, exist_ok=True)
+    else:
+        logdir = tempfile.mkdtemp(prefix="request-cost-")
     try:
         procs.append(
             subprocess.Popen(
@@ -373,7 +384,8 @@ def main() -> int:
                 p.wait(10)
             except subprocess.TimeoutExpired:
                 p.kill()
-        shutil.rmtree(logdir, ignore_errors=True)
+        if not args.keep_dumps:
+            shutil.rmtree(logdir, ignore_errors=True)
     return 0
 
 

@@ -13,10 +13,11 @@ byte arrives.
 from __future__ import annotations
 
 from struct import Struct
+from typing import Final
 
-_SIZE = Struct(">i")
+_SIZE: Final = Struct(">i")
 
-DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
 
 
 class FramingError(ValueError):

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from struct import Struct
+from typing import Final
 
-_REQ_FIXED = Struct(">hhi")  # api_key, api_version, correlation_id
-_INT32 = Struct(">i")
-_INT16 = Struct(">h")
+_REQ_FIXED: Final = Struct(">hhi")  # api_key, api_version, correlation_id
+_INT32: Final = Struct(">i")
+_INT16: Final = Struct(">h")
 
 
 class HeaderError(ValueError):

@@ -28,6 +28,8 @@ What makes this safe:
 
 from __future__ import annotations
 
+from typing import Final
+
 from kgate.codec import api
 from kgate.codec.generated.api_keys import ApiKey
 from kgate.codec.headers import response_body_offset
@@ -35,16 +37,16 @@ from kgate.proxy import rewrite
 from kgate.proxy.metadata_brokers import assemble, broker_list_start, rewrite_broker_list
 from kgate.proxy.rewrite import NodeMapper
 
-_METADATA = int(ApiKey.METADATA)
+_METADATA: Final = int(ApiKey.METADATA)
 
 #: ApiVersions answers remembered (distinct broker builds and versions a fleet sees)
-MAX_API_VERSIONS = 32
+MAX_API_VERSIONS: Final = 32
 #: broker lists remembered per Metadata version (brokers may order their lists differently)
-MAX_BROKER_LISTS = 8
+MAX_BROKER_LISTS: Final = 8
 #: whole Metadata answers remembered, and the largest one remembered (64 x 8 KiB: at most 0.5 MiB)
-MAX_METADATA_ANSWERS = 64
-MAX_METADATA_BYTES = 8192
-_UNCHANGED = b""  # remembered "forward as is" (a real rewritten body is never empty)
+MAX_METADATA_ANSWERS: Final = 64
+MAX_METADATA_BYTES: Final = 8192
+_UNCHANGED: Final = b""  # remembered "forward as is" (a real rewritten body is never empty)
 
 
 class AnswerMemo:

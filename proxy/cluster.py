@@ -97,14 +97,14 @@ class VirtualCluster:
         self.exchange_observer: ExchangeObserver | None = None
         self.exchange_metrics = ExchangeMetrics(cfg.name) if exchange_metrics else None
         self.settings = settings
+        self.name = cfg.name
+        self.metrics = ClusterMetrics(cfg.name)  # before the chain: its plans count requests in it
         self._use_chain(chain if chain is not None else FilterChain([]))
         #: chains a reload replaced that connections still use (closed once none does: proxy/chain_handover.py)
         self.retired_chains: list[FilterChain] = []
         self._handovers: set[asyncio.Task[None]] = set()
         self._closing: set[asyncio.Task[None]] = set()  # replaced chains being closed
         HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
-        self.name = cfg.name
-        self.metrics = ClusterMetrics(cfg.name)
         self.gentle = GentleCloser()  # broker connections whose client left: FIN, then a full close
         self.connections: set[ClientConnection] = set()
         self.upstream_nodes: dict[int, tuple[str, int]] = {}  # node id -> broker's own address
@@ -168,7 +168,7 @@ class VirtualCluster:
             for key, (lo, hi) in chain.version_limits().items()
         }
         #: what the data path does with each request and response (decided once per api key and version)
-        self.plans = Plans(chain, self.filter_limits, self.names_in_use)
+        self.plans = Plans(chain, self.filter_limits, self.names_in_use, self.metrics.request_count)
 
     def replace_chain(self, chain: FilterChain) -> None:
         """Configuration reload: ``chain`` for requests that start from now on (proxy/chain_handover.py).

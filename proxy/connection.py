@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from kgate.api import ConnectionInfo
 from kgate.filters.chain import Decision, settle
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from kgate.proxy.cluster import VirtualCluster
 
-log = logging.getLogger("kgate.connection")
+log: Final = logging.getLogger("kgate.connection")
 
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from kgate.codec.headers import HeaderError
 from kgate.proxy.plans import ResponsePlan
 
-RAW_SASL = -1  # api key marker of a bare SASL token after SaslHandshake v0
+RAW_SASL: Final = -1  # api key marker of a bare SASL token after SaslHandshake v0
 
 
 class VersionRefused(HeaderError):

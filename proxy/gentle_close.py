@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Final
 
-UPSTREAM_CLOSE_GRACE_S = 2.0
+UPSTREAM_CLOSE_GRACE_S: Final = 2.0
 
 
 class GentleCloser:

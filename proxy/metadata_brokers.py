@@ -14,13 +14,14 @@ filter uses topic names); otherwise the full decode in ``proxy.rewrite`` runs.
 from __future__ import annotations
 
 from struct import Struct
+from typing import Final
 
 from kgate.codec.headers import HeaderError, read_uvarint, skip_tagged_fields, write_uvarint
 from kgate.proxy.rewrite import NodeMapper
 
-_I16 = Struct(">h")
-_I32 = Struct(">i")
-FLEXIBLE_FROM = 9
+_I16: Final = Struct(">h")
+_I32: Final = Struct(">i")
+FLEXIBLE_FROM: Final = 9
 
 
 def _string(buf: memoryview, pos: int, flexible: bool, nullable: bool) -> tuple[str | None, int]:

@@ -137,12 +137,24 @@ class ClusterMetrics:
         self.node_listener_bind_failures = NODE_LISTENER_BIND_FAILURES.labels(cluster)
         self.self_connections_refused = SELF_CONNECTIONS_REFUSED.labels(cluster)
         self.self_address_refused = SELF_ADDRESS_REFUSED.labels(cluster)
-        self.requests: defaultdict[tuple[int, int], int] = defaultdict(int)  # (api key, version) -> count
+        #: kgate_requests: (api key, version) label -> its count, in a one-item list: the data path holds
+        #: the list (``Plans.route``) and bumps ``cell[0]``, a list store where ``counts[label] += 1``
+        #: hashed a tuple twice (~900 user-space instructions per request compiled, 110 -> 27 ns pure;
+        #: docs/performance.md, 2026-11-25)
+        self.requests: dict[tuple[int, int], list[int]] = {}
         self.rewrites: defaultdict[int, int] = defaultdict(int)
         _LIVE.add(self)
 
+    def request_count(self, api_key: int, api_version: int) -> list[int]:
+        """The counter cell of the ``kgate_requests`` label a request of this api key and version counts under."""
+        label = request_label(api_key, api_version)
+        cell = self.requests.get(label)
+        if cell is None:
+            cell = self.requests[label] = [0]
+        return cell
+
     def count_request(self, api_key: int, api_version: int) -> None:
-        self.requests[request_label(api_key, api_version)] += 1
+        self.request_count(api_key, api_version)[0] += 1
 
     def count_rewrite(self, api_key: int) -> None:
         self.rewrites[api_key] += 1
@@ -201,8 +213,8 @@ class _DataPathCollector(Collector):
         )
         counts: dict[tuple[str, str, str], int] = defaultdict(int)
         for m in list(_LIVE):
-            for (key, version), n in list(m.requests.items()):
-                counts[(m.cluster, api_name(key), _label(version))] += n
+            for (key, version), cell in list(m.requests.items()):
+                counts[(m.cluster, api_name(key), _label(version))] += cell[0]
         for labels, n in sorted(counts.items()):
             requests.add_metric(list(labels), n)
         rewritten: dict[tuple[str, str], int] = defaultdict(int)

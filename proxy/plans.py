@@ -11,26 +11,29 @@ response path and the cut-through decision read the same value.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.proxy import rewrite
-from kgate.proxy.metrics import request_label
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kgate.filters.chain import FilterChain
 
-PRODUCE = int(ApiKey.PRODUCE)
-FETCH = int(ApiKey.FETCH)
-METADATA = int(ApiKey.METADATA)
+PRODUCE: Final = int(ApiKey.PRODUCE)
+FETCH: Final = int(ApiKey.FETCH)
+METADATA: Final = int(ApiKey.METADATA)
 #: requests read whole even without filters (SASL progress, CreateTopics' validate_only): small, rare
-OBSERVED_REQUESTS = frozenset({int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE), int(ApiKey.CREATE_TOPICS)})
+OBSERVED_REQUESTS: Final = frozenset(
+    {int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE), int(ApiKey.CREATE_TOPICS)}
+)
 # UNKNOWN_TOPIC_OR_PARTITION (3) and UNKNOWN_TOPIC_ID (100) as the int16 bytes a response carries them in
-_UNKNOWN_TOPIC_CODES = (b"\x00\x03", b"\x00\x64")
+_UNKNOWN_TOPIC_CODES: Final = (b"\x00\x03", b"\x00\x64")
 # Small Fetch responses that may carry an unknown-topic error (errors, empty long polls) are decoded
 # when filters use topic names, so a dead id's error evicts it; large ones stream through undecoded.
-OBSERVE_FETCH_MAX = 64 * 1024
+OBSERVE_FETCH_MAX: Final = 64 * 1024
 
 
 class RequestPlan(enum.Enum):
@@ -58,28 +61,35 @@ class ResponsePlan(enum.Enum):
 class Plans:
     """The plans of one virtual cluster (its filter chain is fixed for the cluster's life)."""
 
-    __slots__ = ("_chain", "_limits", "_names_in_use", "_requests", "_responses", "routes")
+    __slots__ = ("_chain", "_count", "_limits", "_names_in_use", "_requests", "_responses", "routes")
 
-    def __init__(self, chain: FilterChain, filter_limits: dict[int, tuple[int, int]], names_in_use: bool) -> None:
+    def __init__(
+        self,
+        chain: FilterChain,
+        filter_limits: dict[int, tuple[int, int]],
+        names_in_use: bool,
+        request_count: Callable[[int, int], list[int]],
+    ) -> None:
         self._chain = chain
+        self._count = request_count  # ClusterMetrics.request_count: the cell a route's requests are counted in
         self._limits = filter_limits
         self._names_in_use = names_in_use
         self._requests: dict[tuple[int, int], RequestPlan] = {}
         self._responses: dict[tuple[int, int, bool], ResponsePlan] = {}
         #: what ``route`` found so far, by (api key, version): the header-only path reads it first
         #: and calls ``route`` only for a pair it has not seen (one call fewer per request)
-        self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, tuple[int, int]]] = {}
+        self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, list[int]]] = {}
 
-    def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, tuple[int, int]]:
-        """A request's plan, its answer's plan (no hook state), and its ``kgate_requests`` label,
-        in one lookup: the header-only path runs this for every request."""
+    def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, list[int]]:
+        """A request's plan, its answer's plan (no hook state), and its ``kgate_requests`` counter cell
+        (``count[0] += 1`` counts one), in one lookup: the header-only path runs this for every request."""
         key = (api_key, version)
         found = self.routes.get(key)
         if found is None:
             found = self.routes[key] = (
                 self.request(api_key, version),
                 self.response(api_key, version, False),
-                request_label(api_key, version),
+                self._count(api_key, version),
             )
         return found
 
