@@ -25,7 +25,7 @@ from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore, Suspension
 from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
-from kgate.proxy.logs import CONNECTION_LINES
+from kgate.proxy.logs import CONNECTION_LINES, LeanRecords
 from kgate.proxy.own_listeners import OWN_LISTENERS
 from kgate.proxy.timeouts import Snapshot
 from kgate.proxy.tls import tls_problem
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from kgate.proxy.cluster import VirtualCluster
 
 log: Final = logging.getLogger("kgate.connection")
+_close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
 
 
 
@@ -209,7 +210,7 @@ class ClientConnection(asyncio.Protocol):
         if transport is not None:
             self.transport = None
             transport.close()  # what was written (the answers the core flushed) still goes out first
-        self._teardown()  # points the core's writes back at send_*
+        self._teardown()  # and detaches the core (ConnectionCore.detach)
 
     # -- client side -------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -365,6 +366,8 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if self._torn_down:
+            return  # kgate closed it: the core is detached (and must stay so: see _teardown)
         self.core.write_client = self.send_client
         if self.core.closed:
             self._teardown()
@@ -388,7 +391,6 @@ class ClientConnection(asyncio.Protocol):
             return
         self._torn_down = True
         core = self.core  # closed: nothing more is written either way
-        core.write_up, core.write_client = self.send_upstream, self.send_client
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
         for task in list(self._tasks):
@@ -406,6 +408,9 @@ class ClientConnection(asyncio.Protocol):
             self.cluster.release(self.node_id)
             if log.isEnabledFor(logging.INFO):
                 self._log_closed()
+        # Last: the core lets go of this object, so reference counting frees the connection once its
+        # transports let go of it (ConnectionCore.detach: not the cycle collector, later).
+        core.detach()
 
     def _listener(self) -> str:
         return "bootstrap" if self.node_id is None else f"node {self.node_id}"
@@ -424,17 +429,10 @@ class ClientConnection(asyncio.Protocol):
         requests = self.core.frames_in
         held_back = CONNECTION_LINES.take_suppressed()
         more = f" ({held_back} more connection lines held back by the rate limit)" if held_back else ""
-        log.info(
+        _close_lines.info(
             "connection from %s closed after %.1fs and %d request(s) (cluster %s, %s): %s: %s%s",
-            self.peer,
-            duration,
-            requests,
-            self.cluster.name,
-            self._listener(),
-            reason,
-            detail,
-            more,
-            extra={
+            (self.peer, duration, requests, self.cluster.name, self._listener(), reason, detail, more),
+            {
                 "event": "connection_closed",
                 "cluster": self.cluster.name,
                 "peer": self.peer,

@@ -135,6 +135,48 @@ class Actions(Protocol):
         """The core has closed: close both sockets (answers already written go first)."""
 
 
+class _Detached:
+    """The carrier of a core whose connection was torn down (``ConnectionCore.detach``): it does nothing.
+
+    A closed core acts on nothing, so none of these is expected to run; they are here so that a
+    late event finds no way back to the old carrier (and so keeps nothing of it alive).
+    """
+
+    __slots__ = ()
+
+    def send_upstream(self, data: bytes | memoryview) -> None:
+        pass
+
+    def send_client(self, data: bytes | memoryview) -> None:
+        pass
+
+    def pause_client(self, reason: str) -> None:
+        pass
+
+    def resume_client(self, reason: str) -> None:
+        pass
+
+    def pause_broker(self, reason: str) -> None:
+        pass
+
+    def resume_broker(self, reason: str) -> None:
+        pass
+
+    def spawn(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
+        close = getattr(pending, "close", None)
+        if close is not None:
+            close()  # a hook's coroutine that nobody will await: closed, not left to warn
+
+    def report_held(self, held: int) -> None:
+        pass
+
+    def close_sockets(self, reason: CloseReason) -> None:
+        pass
+
+
+_DETACHED: Final = _Detached()
+
+
 class Suspension:
     """A hook run that awaits: what the core needs back when it ends (``hook_done``)."""
 
@@ -283,6 +325,20 @@ class ConnectionCore:
         #: pieces so far (``ex.req``), and whether it is an acks=0 Produce reported once it is whole
         self._req_observed: tuple[Exchange, list[bytes | memoryview], bool] | None = None
         self.close_detail = ""
+
+    def detach(self) -> None:
+        """Let go of the carrier once the connection is torn down (proxy/connection.py calls it).
+
+        The core and its carrier point at each other (``out``; ``write_up`` and ``write_client``
+        bound to the carrier), so a finished connection could be freed only by the cycle
+        collector: its ~33 tracked objects (core, carrier, read gates, frame readers, deques,
+        transports, the connect task) stayed until a collection found them, each collection
+        walked them, and 700 of them started one. Detached, a connection is freed by reference
+        counting as soon as its transports let go of it. Measured in docs/performance.md
+        (2026-11-25, "connections freed without the cycle collector").
+        """
+        self.out = _DETACHED
+        self.write_up = self.write_client = _DETACHED.send_upstream
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:

@@ -1,10 +1,15 @@
-"""proxy/logs.py: the JSON line format and the connection-line rate limit."""
+"""proxy/logs.py: the JSON line format, the connection-line rate limit, lean close-line records."""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Iterator
 
+import pytest
+
+from kgate.proxy import logs
 from kgate.proxy.logs import TEXT_FORMAT, JsonFormatter, RateLimit, TextFormatter
 
 
@@ -52,3 +57,74 @@ def test_text_timestamps_match_the_standard_formatter_across_seconds() -> None:
         record = _record("closed %s", "x")
         record.created, record.msecs = created, (created - int(created)) * 1000
         assert ours.format(record) == standard.format(record)
+
+
+@pytest.fixture
+def lean_switches() -> Iterator[None]:
+    """``setup_logging``'s switches on for one test, and the logging module's own state back after it."""
+    saved = (logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing, logs._lean)
+    logs._skip_unused_record_fields()
+    try:
+        yield
+    finally:
+        logging._srcfile, logging.logThreads, logging.logProcesses, logging.logMultiprocessing, logs._lean = saved
+
+
+def _captured(name: str) -> tuple[logging.Logger, list[logging.LogRecord]]:
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.handlers = [handler]
+    return logger, records
+
+
+_TIME_FIELDS = ("created", "msecs", "relativeCreated")
+_ARGS = ("10.0.0.1:5000", 1.25, 3)
+_EXTRA = {"event": "connection_closed", "peer": "10.0.0.1:5000", "requests": 3}
+
+
+def test_lean_records_are_the_records_logger_info_makes(lean_switches: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    logger, records = _captured("kgate.test.lean")
+    logger.info("from %s after %.1fs and %d", *_ARGS, extra=dict(_EXTRA))
+    reference = records.pop()
+    monkeypatch.setattr(logger, "makeRecord", None)  # the lean path must not make records the usual way
+    before = time.time()
+    logs.LeanRecords(logger).info("from %s after %.1fs and %d", _ARGS, dict(_EXTRA))
+    after = time.time()
+    (lean,) = records
+    same = {k: v for k, v in reference.__dict__.items() if k not in _TIME_FIELDS}
+    assert {k: v for k, v in lean.__dict__.items() if k not in _TIME_FIELDS} == same
+    assert lean.getMessage() == "from 10.0.0.1:5000 after 1.2s and 3"
+    assert before <= lean.created <= after
+    assert lean.msecs == int((lean.created - int(lean.created)) * 1000)
+    expected_relative = reference.relativeCreated + (lean.created - reference.created) * 1000
+    assert abs(lean.relativeCreated - expected_relative) < 1e-3
+    line = TextFormatter(TEXT_FORMAT).format(lean)
+    assert line.endswith("INFO    kgate.test.lean: from 10.0.0.1:5000 after 1.2s and 3")
+
+
+def test_lean_records_refuse_an_extra_that_overwrites_a_field_as_make_record_does(lean_switches: None) -> None:
+    logger, _records = _captured("kgate.test.lean-clash")
+    with pytest.raises(KeyError, match="msg"):
+        logs.LeanRecords(logger).info("x", (), {"msg": "clash"})
+    with pytest.raises(KeyError, match="asctime"):
+        logs.LeanRecords(logger).info("x", (), {"asctime": "clash"})
+
+
+def test_without_the_switches_lean_records_take_logger_info() -> None:
+    """Before setup_logging (or with a custom record factory) a record keeps what the defaults collect."""
+    assert not logs._lean
+    logger, records = _captured("kgate.test.lean-off")
+    logs.LeanRecords(logger).info("from %s", ("x",), {"event": "e"})
+    (record,) = records
+    assert record.thread is not None and record.lineno > 0 and record.event == "e"  # type: ignore[attr-defined]
+
+
+def test_lean_records_write_nothing_below_info(lean_switches: None) -> None:
+    logger, records = _captured("kgate.test.lean-quiet")
+    logger.setLevel(logging.WARNING)
+    logs.LeanRecords(logger).info("x", (), {})
+    assert records == []
