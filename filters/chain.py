@@ -81,18 +81,23 @@ def filter_name(hook: BoundHook | None) -> str:
 class PendingRun:
     """A hook run that awaits: awaitable like the coroutine it wraps, and knows which hook it waits on."""
 
-    __slots__ = ("coro", "hook")
+    __slots__ = ("coro", "first", "hook")
 
-    def __init__(self, hook: BoundHook) -> None:
+    def __init__(self, hook: BoundHook, first: Awaitable[Any] | None = None) -> None:
         self.hook = hook
+        self.first = first  # what the hook returned: the rest of the run awaits it first
         self.coro: Any = None
 
     def __await__(self) -> Any:
         return self.coro.__await__()
 
     def close(self) -> None:
-        """Drop the run unstarted (its coroutine would otherwise warn that it was never awaited)."""
+        """Drop the run unstarted: its coroutine, and the hook's that it would have awaited first
+        (each would otherwise warn that it was never awaited)."""
         self.coro.close()
+        close = getattr(self.first, "close", None)
+        if close is not None:
+            close()
 
 
 class FilterChain:
@@ -179,7 +184,7 @@ def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> D
             if result is None or result is FORWARD:
                 continue
             if inspect.isawaitable(result):
-                run = PendingRun(hook)
+                run = PendingRun(hook, result)
                 run.coro = _continue_async(result, hooks, i + 1, ctx, message, changed, run)
                 return run
             decision = _apply(result, message, changed)

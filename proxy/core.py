@@ -135,11 +135,11 @@ class Actions(Protocol):
         """The core has closed: close both sockets (answers already written go first)."""
 
 
-class _Detached:
-    """The carrier of a core whose connection was torn down (``ConnectionCore.detach``): it does nothing.
+class NoActions:
+    """A carrier that does nothing: a torn-down connection's core has it (``ConnectionCore.detach``).
 
-    A closed core acts on nothing, so none of these is expected to run; they are here so that a
-    late event finds no way back to the old carrier (and so keeps nothing of it alive).
+    A closed core acts on nothing, so none of these is expected to run there; they are here so
+    that a late event finds no way back to the old carrier (and so keeps nothing of it alive).
     """
 
     __slots__ = ()
@@ -174,7 +174,7 @@ class _Detached:
         pass
 
 
-_DETACHED: Final = _Detached()
+_DETACHED: Final = NoActions()
 
 
 class Suspension:
