@@ -50,7 +50,7 @@ _UNCHANGED: Final = b""  # remembered "forward as is" (a real rewritten body is 
 
 
 class AnswerMemo:
-    __slots__ = ("_api_versions", "_broker_lists", "_metadata", "known_only", "limits")
+    __slots__ = ("_api_versions", "_broker_lists", "_last_metadata", "_metadata", "known_only", "limits")
 
     def __init__(self, limits: dict[int, tuple[int, int]], known_only: bool = False) -> None:
         self.limits = limits
@@ -58,11 +58,15 @@ class AnswerMemo:
         self._api_versions: dict[tuple[int, bytes], bytes] = {}
         self._broker_lists: dict[int, list[tuple[bytes, bytes]]] = {}
         self._metadata: dict[tuple[int, bytes], bytes] = {}
+        #: per version, the whole answer remembered last: (its body, the rewritten size prefix, the
+        #: rewritten body); a repeat of it is recognised by one comparison of the frame's tail
+        self._last_metadata: dict[int, tuple[bytes, bytes, bytes]] = {}
 
     def clear(self) -> None:
         self._api_versions.clear()
         self._broker_lists.clear()
         self._metadata.clear()
+        self._last_metadata.clear()
 
     def api_versions(self, frame: memoryview, version: int) -> bytes | None:
         """``rewrite.cap_api_versions(frame, version, limits)``, remembered by body bytes.
@@ -82,24 +86,38 @@ class AnswerMemo:
             return None
         return rewrite.reframe(frame, 8, body)
 
-    def metadata(self, frame: memoryview, version: int, mapper: NodeMapper) -> bytes:
+    def metadata(self, frame: bytes | memoryview, version: int, mapper: NodeMapper) -> bytes:
         """A Metadata answer with its broker list mapped (``metadata_brokers.rewrite_brokers``).
 
         Remembered whole when small and fully mapped. Raises ``HeaderError`` on a body that does
         not parse.
+
+        The answer seen last (per version) is checked first, on the broker's ``bytes`` as they
+        were read: same length and the same tail is the same answer, found without the copy, the
+        hash and the lookup of the general case (callgrind, a Metadata round trip: docs/performance.md,
+        2026-11-25).
         """
+        last = self._last_metadata.get(version)
+        if last is not None and isinstance(frame, bytes):
+            original = last[0]
+            if len(frame) == len(original) + 8 and frame.endswith(original):
+                return last[1] + frame[4:8] + last[2]
         small = len(frame) <= MAX_METADATA_BYTES
         if small:
             key = (version, bytes(frame[8:]))
             body = self._metadata.get(key)
             if body is not None:  # rewrite.reframe(frame, 8, body), without its call (the common case)
-                return b"".join(((4 + len(body)).to_bytes(4, "big"), frame[4:8], body))
-        offset = response_body_offset(frame, api.response_header_version(_METADATA, version))
-        new, complete = self.metadata_brokers(frame, offset, version, mapper)
+                size = (4 + len(body)).to_bytes(4, "big")
+                self._last_metadata[version] = (key[1], size, body)
+                return b"".join((size, frame[4:8], body))
+        view = frame if isinstance(frame, memoryview) else memoryview(frame)
+        offset = response_body_offset(view, api.response_header_version(_METADATA, version))
+        new, complete = self.metadata_brokers(view, offset, version, mapper)
         if small and complete:
             if len(self._metadata) >= MAX_METADATA_ANSWERS:
                 del self._metadata[next(iter(self._metadata))]
-            self._metadata[key] = new[8:]
+            body = self._metadata[key] = new[8:]
+            self._last_metadata[version] = (key[1], new[:4], body)
         return new
 
     def metadata_brokers(self, frame: memoryview, offset: int, version: int, mapper: NodeMapper) -> tuple[bytes, bool]:

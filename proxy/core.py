@@ -985,7 +985,7 @@ class ConnectionCore:
                     answer: bytes | memoryview = data
                     if plan is _BROKERS_ONLY:  # _metadata_brokers_only, without its call
                         try:
-                            answer = self._answers.metadata(memoryview(data), ex.api_version, self._map_node)
+                            answer = self._answers.metadata(data, ex.api_version, self._map_node)
                         except (HeaderError, api.CodecError) as exc:
                             self._undecodable_metadata(ex, exc)
                             return

@@ -115,6 +115,54 @@ def test_whole_metadata_answer_hit_is_the_fresh_rewrite_with_this_correlation_id
     assert got[4:8] == (12345).to_bytes(4, "big")
 
 
+@pytest.mark.parametrize("version", range(api.API_INFO[3].max_version + 1))
+def test_the_last_answer_repeated_as_read_bytes_is_answered_from_its_tail(version: int) -> None:
+    """The data path hands the memo the broker's ``bytes``: a repeat of the last answer is found by
+    its length and tail alone (here with the other memos emptied, so only that check can answer)."""
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    first = bytes(_metadata(version, (1, 2), topics=3, seed=4, correlation_id=1))
+    assert memo.metadata(first, version, mapper) == rewrite_brokers(
+        memoryview(first), _offset(memoryview(first), version), version, CountingMapper()
+    )
+    memo._metadata.clear()
+    memo._broker_lists.clear()
+    calls = mapper.calls
+    again = bytes(_metadata(version, (1, 2), topics=3, seed=4, correlation_id=-99))
+    got = memo.metadata(again, version, mapper)
+    assert mapper.calls == calls
+    assert got == rewrite_brokers(memoryview(again), _offset(memoryview(again), version), version, CountingMapper())
+    assert got[4:8] == (-99).to_bytes(4, "big", signed=True)
+
+
+def test_an_answer_of_the_same_length_with_other_bytes_is_not_the_last_one() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    first = bytes(_metadata(12, (1, 2), topics=2))
+    memo.metadata(first, 12, mapper)
+    other = bytearray(first)
+    other[11] ^= 0x40  # another throttle time (v12: size, correlation id, header tags, then throttle_time_ms)
+    other_frame = bytes(other)
+    expected = rewrite_brokers(memoryview(other_frame), _offset(memoryview(other_frame), 12), 12, CountingMapper())
+    assert memo.metadata(other_frame, 12, mapper) == expected != memo.metadata(first, 12, mapper)
+
+
+def test_a_truncated_answer_as_bytes_after_the_last_one_still_raises() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    frame = bytes(_metadata(12, (1, 2), 2))
+    memo.metadata(frame, 12, mapper)
+    with pytest.raises(HeaderError):
+        memo.metadata(frame[: _offset(memoryview(frame), 12) + 10], 12, mapper)
+
+
+def test_clear_forgets_the_last_answer_too() -> None:
+    memo, mapper = AnswerMemo({}), CountingMapper()
+    frame = bytes(_metadata(12, (1, 2), 2))
+    memo.metadata(frame, 12, mapper)
+    memo.clear()
+    calls = mapper.calls
+    memo.metadata(frame, 12, mapper)
+    assert mapper.calls == calls + 2  # both brokers mapped again
+
+
 def test_whole_metadata_answer_with_a_refused_broker_is_never_remembered() -> None:
     memo, mapper = AnswerMemo({}), CountingMapper(refused=2)
     frame = _metadata(12, (1, 2), 1)
