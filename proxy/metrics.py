@@ -142,7 +142,9 @@ class ClusterMetrics:
         #: hashed a tuple twice (~900 user-space instructions per request compiled, 110 -> 27 ns pure;
         #: docs/performance.md, 2026-11-25)
         self.requests: dict[tuple[int, int], list[int]] = {}
-        self.rewrites: defaultdict[int, int] = defaultdict(int)
+        #: kgate_address_rewrites: api key -> its count, in a one-item list (as ``requests``: the core
+        #: holds Metadata's and bumps ``cell[0]``)
+        self.rewrites: dict[int, list[int]] = {}
         _LIVE.add(self)
 
     def request_count(self, api_key: int, api_version: int) -> list[int]:
@@ -156,8 +158,15 @@ class ClusterMetrics:
     def count_request(self, api_key: int, api_version: int) -> None:
         self.request_count(api_key, api_version)[0] += 1
 
+    def rewrite_count(self, api_key: int) -> list[int]:
+        """The counter cell of ``kgate_address_rewrites`` for answers of this api key."""
+        cell = self.rewrites.get(api_key)
+        if cell is None:
+            cell = self.rewrites[api_key] = [0]
+        return cell
+
     def count_rewrite(self, api_key: int) -> None:
-        self.rewrites[api_key] += 1
+        self.rewrite_count(api_key)[0] += 1
 
     def count_filter(self, filter_name: str, direction: str, verdict: str) -> None:
         """A filter's decision that was not a plain forward (or its error, or its timeout)."""
@@ -219,8 +228,8 @@ class _DataPathCollector(Collector):
             requests.add_metric(list(labels), n)
         rewritten: dict[tuple[str, str], int] = defaultdict(int)
         for m in list(_LIVE):
-            for key, n in list(m.rewrites.items()):
-                rewritten[(m.cluster, api_name(key))] += n
+            for key, cell in list(m.rewrites.items()):
+                rewritten[(m.cluster, api_name(key))] += cell[0]
         for key_labels, n in sorted(rewritten.items()):
             rewrites.add_metric(list(key_labels), n)
         yield requests

@@ -154,12 +154,12 @@ def test_metadata_answers_count_as_rewrites_in_the_cluster_metrics() -> None:
     rewrites = core.cluster.metrics.rewrites
     core.receive_client(metadata(1))
     core.receive_broker(metadata_answer(1))  # whole: the shortcut
-    assert rewrites[int(ApiKey.METADATA)] == 1
+    assert rewrites[int(ApiKey.METADATA)] == [1]
     core.receive_client(metadata(2))
     answer = metadata_answer(2)
     core.receive_broker(answer[:5])  # in two reads: _response
     core.receive_broker(answer[5:])
-    assert rewrites[int(ApiKey.METADATA)] == 2
+    assert rewrites[int(ApiKey.METADATA)] == [2]
     assert answer_cids(out.client.data) == [1, 2]
 
 
