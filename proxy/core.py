@@ -965,46 +965,47 @@ class ConnectionCore:
         # and another for the id (no slice, no keyword): the size alone went 122 -> 54 ns pure,
         # ~1,100 -> ~500 user-space instructions compiled. A negative size fails the test as it
         # should (it never equals n - 4).
-        cid = 0
-        whole = False
         if not reader.buffered and n >= 8:
             size, cid = _SIZE_CID.unpack_from(data)
-            whole = size + 4 == n <= self._max_frame
-        if whole:
-            # One whole answer in one read (see receive_client). When it passes as is and is the next
-            # one the client is owed, it goes straight out: what _response and _flush would do,
-            # without their calls and checks. A Metadata answer (only its broker list rewritten,
-            # from the answer memo) goes the same way once rewritten; a rewrite that fails closes
-            # the connection, as _response would. User-space instructions per request (callgrind,
-            # bench/request_cost.py --instructions): Produce 42,300 -> 37,700, Metadata 44,200 ->
-            # 41,300; the raw relay spends 9,000 (docs/performance.md).
-            waiting = self.upstream_waiting
-            if waiting and self._observer is None and not self.client_gone:
-                ex = waiting[0]
-                plan = ex.plan
-                pending = self.pending
-                if (
-                    (plan is _PASS or plan is _BROKERS_ONLY)
-                    and pending[0] is ex
-                    and cid == ex.cid
-                ):
-                    waiting.popleft()
-                    answer: bytes | memoryview = data
-                    if plan is _BROKERS_ONLY:  # _metadata_brokers_only, without its call
-                        try:
-                            answer = self._answers.metadata(data, ex.api_version, self._map_node)
-                        except (HeaderError, api.CodecError) as exc:
-                            self._undecodable_metadata(ex, exc)
-                            return
-                        self._metadata_rewrites[0] += 1
-                    pending.popleft()
-                    self.write_client(answer)
-                    if (pending and pending[0].response is not None) or self._answers_paused or self._inflight_paused:
-                        self._flush()
-                    return
-            self._response(memoryview(data))
-            self._flush()
-            return
+            if size + 4 == n <= self._max_frame:
+                # One whole answer in one read (see receive_client). When it passes as is and is the
+                # next one the client is owed, it goes straight out: what _response and _flush would
+                # do, without their calls and checks. A Metadata answer (only its broker list
+                # rewritten, from the answer memo) goes the same way once rewritten; a rewrite that
+                # fails closes the connection, as _response would. User-space instructions per request
+                # (callgrind, bench/request_cost.py --instructions): Produce 42,300 -> 37,700, Metadata
+                # 44,200 -> 41,300; the raw relay spends 9,000 (docs/performance.md).
+                waiting = self.upstream_waiting
+                if waiting and self._observer is None and not self.client_gone:
+                    ex = waiting[0]
+                    plan = ex.plan
+                    pending = self.pending
+                    if (
+                        (plan is _PASS or plan is _BROKERS_ONLY)
+                        and pending[0] is ex
+                        and cid == ex.cid
+                    ):
+                        waiting.popleft()
+                        answer: bytes | memoryview = data
+                        if plan is _BROKERS_ONLY:  # _metadata_brokers_only, without its call
+                            try:
+                                answer = self._answers.metadata(data, ex.api_version, self._map_node)
+                            except (HeaderError, api.CodecError) as exc:
+                                self._undecodable_metadata(ex, exc)
+                                return
+                            self._metadata_rewrites[0] += 1
+                        pending.popleft()
+                        self.write_client(answer)
+                        if (
+                            (pending and pending[0].response is not None)
+                            or self._answers_paused
+                            or self._inflight_paused
+                        ):
+                            self._flush()
+                        return
+                self._response(memoryview(data))
+                self._flush()
+                return
         if reader.buffered:
             frames = reader.feed(data)
             tail = len(data)
