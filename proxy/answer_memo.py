@@ -47,10 +47,20 @@ MAX_BROKER_LISTS: Final = 8
 MAX_METADATA_ANSWERS: Final = 64
 MAX_METADATA_BYTES: Final = 8192
 _UNCHANGED: Final = b""  # remembered "forward as is" (a real rewritten body is never empty)
+#: an answer remembered last: its body, the rewritten answer's size prefix, the rewritten body
+_Last = tuple[bytes, bytes, bytes]
 
 
 class AnswerMemo:
-    __slots__ = ("_api_versions", "_broker_lists", "_last_metadata", "_metadata", "known_only", "limits")
+    __slots__ = (
+        "_api_versions",
+        "_broker_lists",
+        "_last_api_versions",
+        "_last_metadata",
+        "_metadata",
+        "known_only",
+        "limits",
+    )
 
     def __init__(self, limits: dict[int, tuple[int, int]], known_only: bool = False) -> None:
         self.limits = limits
@@ -58,33 +68,42 @@ class AnswerMemo:
         self._api_versions: dict[tuple[int, bytes], bytes] = {}
         self._broker_lists: dict[int, list[tuple[bytes, bytes]]] = {}
         self._metadata: dict[tuple[int, bytes], bytes] = {}
-        #: per version, the whole answer remembered last: (its body, the rewritten size prefix, the
-        #: rewritten body); a repeat of it is recognised by one comparison of the frame's tail
-        self._last_metadata: dict[int, tuple[bytes, bytes, bytes]] = {}
+        #: per version, the answer remembered last: (its body, the rewritten size prefix, the
+        #: rewritten body, or _UNCHANGED); a repeat of it is recognised by one comparison of its tail
+        self._last_api_versions: dict[int, _Last] = {}
+        self._last_metadata: dict[int, _Last] = {}
 
     def clear(self) -> None:
         self._api_versions.clear()
         self._broker_lists.clear()
         self._metadata.clear()
+        self._last_api_versions.clear()
         self._last_metadata.clear()
 
-    def api_versions(self, frame: memoryview, version: int) -> bytes | None:
+    def api_versions(self, frame: bytes | memoryview, version: int) -> bytes | None:
         """``rewrite.cap_api_versions(frame, version, limits)``, remembered by body bytes.
 
         None: forward the broker's frame unchanged. Raises ``rewrite.RewriteError`` (never
-        remembered) for an answer that cannot be read.
+        remembered) for an answer that cannot be read. The answer seen last is checked first, as
+        for Metadata.
         """
+        last = _repeat(self._last_api_versions, frame, version)
+        if last is not None:
+            return None if last[2] is _UNCHANGED else last[1] + frame[4:8] + last[2]
         key = (version, bytes(frame[8:]))
         body = self._api_versions.get(key)
         if body is None:
-            new = rewrite.cap_api_versions(frame, version, self.limits, self.known_only)
+            view = frame if isinstance(frame, memoryview) else memoryview(frame)
+            new = rewrite.cap_api_versions(view, version, self.limits, self.known_only)
             body = _UNCHANGED if new is None else bytes(new[8:])
             if len(self._api_versions) >= MAX_API_VERSIONS:
                 del self._api_versions[next(iter(self._api_versions))]
             self._api_versions[key] = body
+        size = (4 + len(body)).to_bytes(4, "big")
+        self._last_api_versions[version] = (key[1], size, body)
         if body is _UNCHANGED:
             return None
-        return rewrite.reframe(frame, 8, body)
+        return b"".join((size, frame[4:8], body))
 
     def metadata(self, frame: bytes | memoryview, version: int, mapper: NodeMapper) -> bytes:
         """A Metadata answer with its broker list mapped (``metadata_brokers.rewrite_brokers``).
@@ -97,7 +116,7 @@ class AnswerMemo:
         hash and the lookup of the general case (callgrind, a Metadata round trip: docs/performance.md,
         2026-11-25).
         """
-        last = self._last_metadata.get(version)
+        last = self._last_metadata.get(version)  # _repeat, inline: this runs per Metadata request
         if last is not None and isinstance(frame, bytes):
             original = last[0]
             if len(frame) == len(original) + 8 and frame.endswith(original):
@@ -140,3 +159,18 @@ class AnswerMemo:
                 del seen[0]
             seen.append((bytes(frame[start:end]), mapped))
         return assemble(frame, offset, start, mapped, end), complete
+
+
+def _repeat(last: dict[int, _Last], frame: bytes | memoryview, version: int) -> _Last | None:
+    """The entry of ``last`` for ``version`` if ``frame`` repeats its answer (same body after the
+    correlation id: same length, same tail), else None.
+
+    Only for the broker's ``bytes`` as read (``bytes.endswith`` compares in place); the data path
+    hands those over when an answer arrives in one read.
+    """
+    entry = last.get(version)
+    if entry is not None and isinstance(frame, bytes):
+        original = entry[0]
+        if len(frame) == len(original) + 8 and frame.endswith(original):
+            return entry
+    return None

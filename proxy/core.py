@@ -214,6 +214,7 @@ class ConnectionCore:
         "_acks0",
         "_answers",
         "_answers_paused",
+        "_api_versions_rewrites",
         "_arrived_ns",
         "_backlog_arrived",
         "_backlog_bytes",
@@ -267,7 +268,8 @@ class ConnectionCore:
         # kgate_address_rewrites' Metadata counter cell and the node mapper, bound once: a Metadata
         # answer's rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
         # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
-        self._metadata_rewrites = cluster.metrics.rewrite_count(METADATA)
+        self._metadata_rewrites = cluster.metrics.metadata_rewrites
+        self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
         self._map_node = cluster.client_address
         self._answers = cluster.answers
         settings = cluster.settings
@@ -981,7 +983,7 @@ class ConnectionCore:
                     plan = ex.plan
                     pending = self.pending
                     if (
-                        (plan is _PASS or plan is _BROKERS_ONLY)
+                        (plan is _PASS or plan is _BROKERS_ONLY or plan is _CAP_VERSIONS)
                         and pending[0] is ex
                         and cid == ex.cid
                     ):
@@ -994,6 +996,15 @@ class ConnectionCore:
                                 self._undecodable_metadata(ex, exc)
                                 return
                             self._metadata_rewrites[0] += 1
+                        elif plan is _CAP_VERSIONS:  # _api_versions, without its call (once per connection)
+                            try:
+                                capped = self._answers.api_versions(data, ex.api_version)
+                            except rewrite.RewriteError as exc:
+                                self.close(CloseReason.UNDECODABLE_RESPONSE, str(exc))
+                                return
+                            if capped is not None:
+                                answer = capped
+                                self._api_versions_rewrites[0] += 1
                         pending.popleft()
                         self.write_client(answer)
                         if (
@@ -1128,14 +1139,14 @@ class ConnectionCore:
     def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
         try:
-            new = self.cluster.answers.api_versions(frame, version)
+            new = self._answers.api_versions(frame, version)
         except rewrite.RewriteError as exc:
             # uncapped ranges could let a client send what a filter must see but kgate cannot read
             self.close(CloseReason.UNDECODABLE_RESPONSE, str(exc))
             return None
         if new is None:
             return frame
-        self.cluster.metrics.count_rewrite(rewrite.API_VERSIONS)
+        self._api_versions_rewrites[0] += 1
         return new
 
     def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:

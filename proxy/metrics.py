@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import ApiKey
 
 CLOSED_ERRORS = Counter(
     "kgate_connections_closed_on_error_total",
@@ -145,6 +146,9 @@ class ClusterMetrics:
         #: kgate_address_rewrites: api key -> its count, in a one-item list (as ``requests``: the core
         #: holds Metadata's and bumps ``cell[0]``)
         self.rewrites: dict[int, list[int]] = {}
+        #: the cells of the two answers every connection's core rewrites, made once here (proxy/core.py)
+        self.metadata_rewrites = self.rewrite_count(int(ApiKey.METADATA))
+        self.api_versions_rewrites = self.rewrite_count(int(ApiKey.API_VERSIONS))
         _LIVE.add(self)
 
     def request_count(self, api_key: int, api_version: int) -> list[int]:

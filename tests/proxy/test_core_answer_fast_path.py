@@ -24,6 +24,7 @@ from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
+from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.proxy.exchange import Exchange
 
@@ -178,3 +179,50 @@ def test_direct_writes_go_to_the_bound_writers_and_back_to_the_carrier_once_unbo
     core.receive_broker(produce_answer(2))
     assert (bytes(out.upstream.data), bytes(out.client.data)) == (produce(2), produce_answer(2))
     assert up.writes == client.writes == 1
+
+
+API_VERSIONS_V = 3
+
+
+def api_versions(cid: int) -> bytes:
+    key = int(ApiKey.API_VERSIONS)
+    req = api.API_INFO[key].request_class(client_software_name="t", client_software_version="1")
+    hv = api.request_header_version(key, API_VERSIONS_V)
+    return request_frame(key, API_VERSIONS_V, cid, "c", hv, req.encode(API_VERSIONS_V))
+
+
+def api_versions_answer(cid: int) -> bytes:
+    """A broker's ApiVersions answer that kgate must cap: Produce up to v99."""
+    key = int(ApiKey.API_VERSIONS)
+    msg = api.API_INFO[key].response_class(error_code=0)
+    msg.api_keys = [ApiVersion(api_key=int(ApiKey.PRODUCE), min_version=0, max_version=99)]
+    return response_frame(cid, api.response_header_version(key, API_VERSIONS_V), msg.encode(API_VERSIONS_V))
+
+
+def test_api_versions_answer_through_the_shortcut_reads_as_through_the_frame_splitter() -> None:
+    """Capped the same way, whole (the shortcut, and its repeat from the memo's last answer) or in
+    two reads (_response), and counted as a rewrite each time."""
+    whole_core, whole_out = make_core()
+    split_core, split_out = make_core()
+    for cid in (5, 6):
+        for core in (whole_core, split_core):
+            core.receive_client(api_versions(cid))
+        answer = api_versions_answer(cid)
+        whole_core.receive_broker(answer)
+        split_core.receive_broker(answer[:5])
+        split_core.receive_broker(answer[5:])
+    assert answer_cids(whole_out.client.data) == [5, 6]
+    assert bytes(whole_out.client.data) == bytes(split_out.client.data)
+    assert api_versions_answer(5) not in bytes(whole_out.client.data), "the answer was not capped"
+    rewrites = whole_core.cluster.metrics.rewrites[int(ApiKey.API_VERSIONS)]
+    assert rewrites == split_core.cluster.metrics.rewrites[int(ApiKey.API_VERSIONS)] == [2]
+    assert not whole_core.pending and not whole_core.upstream_waiting
+
+
+def test_unreadable_api_versions_answer_through_the_shortcut_closes_without_answering() -> None:
+    core, out = make_core()
+    core.receive_client(api_versions(7))
+    key = int(ApiKey.API_VERSIONS)
+    core.receive_broker(response_frame(7, api.response_header_version(key, API_VERSIONS_V), b"\x00\x00\xff"))
+    assert core.closed and bytes(out.client.data) == b""
+    assert out.close_reason is not None and out.close_reason.value == "undecodable-response"
