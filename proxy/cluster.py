@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -113,6 +113,8 @@ class VirtualCluster:
         self._refused: set[int] = set()  # node ids already logged as unservable
         self._bootstrap_node: int | None = None
         self._rr = 0
+        #: the bootstrap targets, in configured order (a cluster's config is fixed for its life)
+        self._boot = tuple((u.host, u.port) for u in cfg.upstream)
         single = cfg.upstream[0] if len(cfg.upstream) == 1 else None
         self._bootstrap_addr = (single.host.lower(), single.port) if single and cfg.bootstrap_serves_node else None
         self._setup_tls_and_proxy_protocol(cfg)
@@ -561,13 +563,15 @@ class VirtualCluster:
         """Whether any filter may ask for topic names (passive learning is worth its cost)."""
         return self.chain.has_request_hooks or self.chain.has_response_hooks
 
-    def upstream_targets(self, node_id: int | None) -> list[tuple[str, int]]:
+    def upstream_targets(self, node_id: int | None) -> Sequence[tuple[str, int]]:
         """Where a client connection of this listener goes, in the order to try."""
         if node_id is not None:
             addr = self.upstream_nodes.get(node_id)
             if addr is not None:
-                return [addr]
-        boot = [(u.host, u.port) for u in self.cfg.upstream]
+                return (addr,)
+        boot = self._boot
+        if len(boot) == 1:
+            return boot  # the usual case: nothing to rotate
         self._rr = (self._rr + 1) % len(boot)
         return boot[self._rr :] + boot[: self._rr]
 

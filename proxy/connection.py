@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from kgate.api import ConnectionInfo
@@ -230,7 +231,7 @@ class ClientConnection(asyncio.Protocol):
         # The core writes to the transports directly while they are open (ConnectionCore.write_up and
         # write_client); each is pointed back at this object's send_* before its transport goes away.
         self.core.write_client = transport.write  # type: ignore[attr-defined]
-        loop = self._loop()
+        loop = self.loop or self._loop()  # set by the listener: no call
         self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
@@ -272,17 +273,17 @@ class ClientConnection(asyncio.Protocol):
         lookups (getpid syscalls on 3.11) and a dozen Python calls per connection. The timer
         cancels the connecting task; ``_timed_out`` tells that apart from a cancel by teardown.
         """
-        loop = self._loop()
+        loop = self.loop or self._loop()
         task = self._connect_task
         self._timed_out = False
         timer = loop.call_later(self.settings.connect_timeout_s, self._connect_timeout, task)
         tls = self.cluster.upstream_tls
         try:
             if tls is None:
-                transport, protocol = await loop.create_connection(lambda: UpstreamProtocol(self), host, port)
+                transport, protocol = await loop.create_connection(partial(UpstreamProtocol, self), host, port)
             else:
                 transport, protocol = await loop.create_connection(
-                    lambda: UpstreamProtocol(self),
+                    partial(UpstreamProtocol, self),
                     host,
                     port,
                     ssl=tls.current,
@@ -303,7 +304,7 @@ class ClientConnection(asyncio.Protocol):
             task.cancel()
 
     async def _connect_targets(self) -> None:
-        loop = self._loop()
+        loop = self.loop or self._loop()
         settings = self.settings
         metrics = self.cluster.metrics
         errors = []
@@ -396,7 +397,7 @@ class ClientConnection(asyncio.Protocol):
         for task in list(self._tasks):
             task.cancel()
         if self.upstream is not None:
-            self.cluster.gentle.close(self.upstream, self._loop())
+            self.cluster.gentle.close(self.upstream, self.loop or self._loop())
             self.upstream = None
             self.cluster.metrics.open_upstream_connections -= 1
         if self._held_reported:
@@ -425,7 +426,7 @@ class ClientConnection(asyncio.Protocol):
             return
         reason = self._close_reason.value
         detail = self.core.close_detail or reason
-        duration = self._loop().time() - self._opened
+        duration = (self.loop or self._loop()).time() - self._opened
         requests = self.core.frames_in
         held_back = CONNECTION_LINES.take_suppressed()
         more = f" ({held_back} more connection lines held back by the rate limit)" if held_back else ""

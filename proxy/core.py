@@ -110,6 +110,7 @@ _TRACK: Final = RequestPlan.TRACK
 _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
+_CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 #: Produce's request header version per version the codec knows (the peek reads one per request)
 _PRODUCE_HEADER: Final = {
     v: api.request_header_version(PRODUCE, v)
@@ -426,12 +427,13 @@ class ConnectionCore:
             return
         text = detail or reason.value
         self.close_detail = text  # for the connection's one "connection closed" line (proxy/connection.py)
-        if reason.is_error:
+        if reason is _CLIENT_LEFT:  # the common end: nothing to count; a debug line (arguments only if on)
+            if log.isEnabledFor(logging.DEBUG):
+                # the client ended it, not kgate: "closing client" would read as kgate's decision
+                log.debug("client %s (cluster %s) left: %s", self.peer, self.cluster.name, text)
+        elif reason.is_error:
             log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
             self.cluster.metrics.closed_on_error(reason.value)
-        elif reason is CloseReason.CLIENT_LEFT:
-            # the client ended it, not kgate: "closing client" would read as kgate's decision
-            log.debug("client %s (cluster %s) left: %s", self.peer, self.cluster.name, text)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
         self._flush()

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kgate.api import ApiKey
@@ -59,7 +59,7 @@ class UpstreamClient:
 
     def __init__(
         self,
-        targets: Callable[[], list[tuple[str, int]]],
+        targets: Callable[[], Sequence[tuple[str, int]]],
         *,
         client_id: str = "kgate",
         connect_timeout_s: float = 10.0,
