@@ -67,7 +67,9 @@ class UpstreamProtocol(asyncio.Protocol):
         self.conn.gate.resume("upstream-buffer-full")
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.adopted:
+        # after the teardown (the usual order: the client left, then the gentle close ended) there
+        # is nothing left to close
+        if self.adopted and not self.conn._torn_down:
             self.conn.upstream_lost(exc)
 
 
