@@ -339,7 +339,7 @@ class ConnectionCore:
         transports, the connect task) stayed until a collection found them, each collection
         walked them, and 700 of them started one. Detached, a connection is freed by reference
         counting as soon as its transports let go of it. Measured in docs/performance.md
-        (2026-11-25, "connections freed without the cycle collector").
+        (2026-11-25, "... connections freed at once").
         """
         self.out = _DETACHED
         self.write_up = self.write_client = _DETACHED.send_upstream
