@@ -43,6 +43,8 @@ _METADATA: Final = int(ApiKey.METADATA)
 MAX_API_VERSIONS: Final = 32
 #: broker lists remembered per Metadata version (brokers may order their lists differently)
 MAX_BROKER_LISTS: Final = 8
+#: versions whose last answer is remembered, per api key (the version is the client's choice: bounded)
+MAX_LAST_VERSIONS: Final = 16
 #: whole Metadata answers remembered, and the largest one remembered (64 x 8 KiB: at most 0.5 MiB)
 MAX_METADATA_ANSWERS: Final = 64
 MAX_METADATA_BYTES: Final = 8192
@@ -100,7 +102,7 @@ class AnswerMemo:
                 del self._api_versions[next(iter(self._api_versions))]
             self._api_versions[key] = body
         size = (4 + len(body)).to_bytes(4, "big")
-        self._last_api_versions[version] = (key[1], size, body)
+        _remember(self._last_api_versions, version, (key[1], size, body))
         if body is _UNCHANGED:
             return None
         return b"".join((size, frame[4:8], body))
@@ -127,7 +129,7 @@ class AnswerMemo:
             body = self._metadata.get(key)
             if body is not None:  # rewrite.reframe(frame, 8, body), without its call (the common case)
                 size = (4 + len(body)).to_bytes(4, "big")
-                self._last_metadata[version] = (key[1], size, body)
+                _remember(self._last_metadata, version, (key[1], size, body))
                 return b"".join((size, frame[4:8], body))
         view = frame if isinstance(frame, memoryview) else memoryview(frame)
         offset = response_body_offset(view, api.response_header_version(_METADATA, version))
@@ -136,7 +138,7 @@ class AnswerMemo:
             if len(self._metadata) >= MAX_METADATA_ANSWERS:
                 del self._metadata[next(iter(self._metadata))]
             body = self._metadata[key] = new[8:]
-            self._last_metadata[version] = (key[1], new[:4], body)
+            _remember(self._last_metadata, version, (key[1], new[:4], body))
         return new
 
     def metadata_brokers(self, frame: memoryview, offset: int, version: int, mapper: NodeMapper) -> tuple[bytes, bool]:
@@ -174,3 +176,10 @@ def _repeat(last: dict[int, _Last], frame: bytes | memoryview, version: int) -> 
         if len(frame) == len(original) + 8 and frame.endswith(original):
             return entry
     return None
+
+
+def _remember(last: dict[int, _Last], version: int, entry: _Last) -> None:
+    """Make ``entry`` the last answer of ``version``; at most ``MAX_LAST_VERSIONS`` versions (the oldest goes)."""
+    if version not in last and len(last) >= MAX_LAST_VERSIONS:
+        del last[next(iter(last))]
+    last[version] = entry

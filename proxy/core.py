@@ -386,6 +386,7 @@ class ConnectionCore:
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
+        self._answers = cluster.answers  # the new chain's version limits cap ApiVersions from now on
         self._observer = cluster.exchange_observer
         self.raw_requests = (
             not self.chain.has_request_hooks and not self.settings.validate_requests and not self.reader.buffered

@@ -86,18 +86,19 @@ class Plans:
         key = (api_key, version)
         found = self.routes.get(key)
         if found is None:
-            found = self.routes[key] = (
-                self.request(api_key, version),
-                self.response(api_key, version, False),
-                self._count(api_key, version),
-            )
+            plan, answer_plan = self.request(api_key, version), self.response(api_key, version, False)
+            found = (plan, answer_plan, self._count(api_key, version))
+            if _known(api_key, version):
+                self.routes[key] = found
         return found
 
     def request(self, api_key: int, version: int) -> RequestPlan:
         key = (api_key, version)
         plan = self._requests.get(key)
         if plan is None:
-            plan = self._requests[key] = self._request_plan(api_key, version)
+            plan = self._request_plan(api_key, version)
+            if _known(api_key, version):
+                self._requests[key] = plan
         return plan
 
     def response(self, api_key: int, version: int, has_state: bool) -> ResponsePlan:
@@ -105,7 +106,9 @@ class Plans:
         key = (api_key, version, has_state)
         plan = self._responses.get(key)
         if plan is None:
-            plan = self._responses[key] = self._response_plan(api_key, version, has_state)
+            plan = self._response_plan(api_key, version, has_state)
+            if _known(api_key, version):
+                self._responses[key] = plan
         return plan
 
     def _request_plan(self, api_key: int, version: int) -> RequestPlan:
@@ -132,6 +135,18 @@ class Plans:
         if api_key == FETCH and version >= 13 and self._names_in_use:
             return ResponsePlan.WATCH_FETCH
         return ResponsePlan.PASS
+
+
+def _known(api_key: int, version: int) -> bool:
+    """Whether plans for this pair are remembered: only api keys and versions the codec knows.
+
+    The pair comes from a client's header, so remembering every pair let a client that sends
+    garbage headers (each on a new connection, as a broker closes on an unknown api key) grow
+    these caches without bound; the pairs kgate knows are a few hundred. Any other pair's plan is
+    worked out again each time (such a request is refused or forwarded as is, and rare).
+    """
+    info = api.API_INFO.get(api_key)
+    return info is not None and 0 <= version <= info.max_version
 
 
 def may_carry_unknown_topic(frame: memoryview) -> bool:

@@ -12,7 +12,13 @@ from kgate.codec.generated import metadata as md
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import HeaderError, response_body_offset, response_frame
 from kgate.proxy import rewrite
-from kgate.proxy.answer_memo import MAX_BROKER_LISTS, MAX_METADATA_ANSWERS, MAX_METADATA_BYTES, AnswerMemo
+from kgate.proxy.answer_memo import (
+    MAX_BROKER_LISTS,
+    MAX_LAST_VERSIONS,
+    MAX_METADATA_ANSWERS,
+    MAX_METADATA_BYTES,
+    AnswerMemo,
+)
 from kgate.proxy.metadata_brokers import rewrite_brokers
 
 
@@ -224,3 +230,16 @@ def test_api_versions_unreadable_raises_every_time() -> None:
     for _ in range(2):
         with pytest.raises(rewrite.RewriteError):
             memo.api_versions(junk, 3)
+
+
+def test_the_last_answers_kept_are_bounded_whatever_versions_clients_ask_for() -> None:
+    """The version is the client's choice (any int16): only ``MAX_LAST_VERSIONS`` are remembered."""
+    memo, mapper = AnswerMemo(rewrite.version_limits()), CountingMapper()
+    frame = bytes(_api_versions([(0, 0, 99)], correlation_id=1))
+    for version in range(3, 3 + 3 * MAX_LAST_VERSIONS):
+        memo.api_versions(frame, version)
+    assert len(memo._last_api_versions) == MAX_LAST_VERSIONS
+    assert max(memo._last_api_versions) == 3 + 3 * MAX_LAST_VERSIONS - 1  # the newest stay
+    for version in range(api.API_INFO[3].max_version + 1):
+        memo.metadata(bytes(_metadata(version, (1,), 1)), version, mapper)
+    assert len(memo._last_metadata) == min(MAX_LAST_VERSIONS, api.API_INFO[3].max_version + 1)

@@ -16,6 +16,7 @@ from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
+from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.filters.chain import FilterChain
 from kgate.proxy.chain_handover import PAUSE_REASON, step
@@ -160,3 +161,51 @@ def test_a_closed_connection_is_done_with_the_old_chain() -> None:
     core.client_closed()
     assert step(conn, old)
     assert PAUSE_REASON not in actions.client_paused
+
+
+class ProduceV3To7(Filter):
+    """Sees Produce v3-v7 only: kgate must advertise no other Produce version while it is in the chain."""
+
+    name = "test-produce-3-7"
+
+    @on_request(ApiKey.PRODUCE, min_version=3, max_version=7)
+    def produce(self, ctx: FilterContext, request: Any) -> Any:
+        return None
+
+
+AV, AV_V = int(ApiKey.API_VERSIONS), 3
+
+
+def api_versions_request(cid: int) -> bytes:
+    req = api.API_INFO[AV].request_class(client_software_name="t", client_software_version="1")
+    return request_frame(AV, AV_V, cid, "c", api.request_header_version(AV, AV_V), req.encode(AV_V))
+
+
+def api_versions_answer(cid: int) -> bytes:
+    """The broker's answer: Produce 0-11."""
+    msg = api.API_INFO[AV].response_class(error_code=0)
+    msg.api_keys = [ApiVersion(api_key=PR, min_version=0, max_version=11)]
+    return response_frame(cid, api.response_header_version(AV, AV_V), msg.encode(AV_V))
+
+
+def advertised_produce(data: bytes | bytearray) -> list[tuple[int, int]]:
+    frames, _end = FrameReader(1 << 30).split(bytes(data))
+    out = []
+    for f in frames:
+        msg = api.decode_response(AV, AV_V, f[8:])  # ApiVersions answers keep header v0
+        out += [(k.min_version, k.max_version) for k in msg.api_keys if k.api_key == PR]
+    return out
+
+
+def test_api_versions_after_the_switch_are_capped_by_the_new_chain() -> None:
+    """A connection that took the reloaded chain advertises what that chain's filters can read:
+    a client told the old ranges would send versions the new chain refuses (and be closed)."""
+    core, actions = make_core()
+    core.receive_client(api_versions_request(1))
+    core.receive_broker(api_versions_answer(1))
+    reload_chain(core, ProduceV3To7({}))
+    assert core.adopt_chain()
+    core.receive_client(api_versions_request(2))
+    core.receive_broker(api_versions_answer(2))
+    first, second = advertised_produce(actions.client.data)
+    assert first[0] == 0 and second == (3, 7)
