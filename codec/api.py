@@ -67,6 +67,16 @@ def _build() -> dict[int, ApiInfo]:
 API_INFO: dict[int, ApiInfo] = _build()
 
 
+def knows(api_key: int, version: int) -> bool:
+    """Whether a request header's (api key, version) is one kgate's codec knows (0 up to the newest).
+
+    From 0, not the oldest the codec decodes: this names what a client may plausibly send (a SASL
+    token tells itself apart by it, the plan caches remember only such pairs), not what decodes.
+    """
+    info = API_INFO.get(api_key)
+    return info is not None and 0 <= version <= info.max_version
+
+
 def _info(api_key: int, version: int) -> ApiInfo:
     info = API_INFO.get(api_key)
     if info is None:

@@ -266,8 +266,8 @@ class ConnectionCore:
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
-        # kgate_address_rewrites' Metadata counter cell and the node mapper, bound once: a Metadata
-        # answer's rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
+        # kgate_address_rewrites' Metadata and ApiVersions counter cells and the node mapper, bound once:
+        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
         # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
         self._metadata_rewrites = cluster.metrics.metadata_rewrites
         self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
@@ -999,15 +999,11 @@ class ConnectionCore:
                                 self._undecodable_metadata(ex, exc)
                                 return
                             self._metadata_rewrites[0] += 1
-                        elif plan is _CAP_VERSIONS:  # _api_versions, without its call (once per connection)
-                            try:
-                                capped = self._answers.api_versions(data, ex.api_version)
-                            except rewrite.RewriteError as exc:
-                                self.close(CloseReason.UNDECODABLE_RESPONSE, str(exc))
-                                return
-                            if capped is not None:
-                                answer = capped
-                                self._api_versions_rewrites[0] += 1
+                        elif plan is _CAP_VERSIONS:
+                            capped = self._api_versions(data, ex.api_version)
+                            if capped is None:
+                                return  # unreadable: the connection is closed
+                            answer = capped
                         pending.popleft()
                         self.write_client(answer)
                         if (
@@ -1139,7 +1135,7 @@ class ConnectionCore:
     def _undecodable_metadata(self, ex: Exchange, exc: Exception) -> None:
         self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
 
-    def _api_versions(self, frame: memoryview, version: int) -> bytes | memoryview | None:
+    def _api_versions(self, frame: bytes | memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
         try:
             new = self._answers.api_versions(frame, version)

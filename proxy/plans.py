@@ -77,7 +77,11 @@ class Plans:
         self._requests: dict[tuple[int, int], RequestPlan] = {}
         self._responses: dict[tuple[int, int, bool], ResponsePlan] = {}
         #: what ``route`` found so far, by (api key, version): the header-only path reads it first
-        #: and calls ``route`` only for a pair it has not seen (one call fewer per request)
+        #: and calls ``route`` only for a pair it has not seen (one call fewer per request). These
+        #: caches remember only pairs the codec knows (``api.knows``): the pair comes from a client's
+        #: header, and a client sending garbage headers (each on a new connection, as a broker closes
+        #: on an unknown api key) grew them without bound. Any other pair's plan is worked out again
+        #: each time (such a request is refused or forwarded as is, and rare).
         self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, list[int]]] = {}
 
     def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, list[int]]:
@@ -88,7 +92,7 @@ class Plans:
         if found is None:
             plan, answer_plan = self.request(api_key, version), self.response(api_key, version, False)
             found = (plan, answer_plan, self._count(api_key, version))
-            if _known(api_key, version):
+            if api.knows(api_key, version):  # (see routes)
                 self.routes[key] = found
         return found
 
@@ -97,7 +101,7 @@ class Plans:
         plan = self._requests.get(key)
         if plan is None:
             plan = self._request_plan(api_key, version)
-            if _known(api_key, version):
+            if api.knows(api_key, version):  # (see routes)
                 self._requests[key] = plan
         return plan
 
@@ -107,7 +111,7 @@ class Plans:
         plan = self._responses.get(key)
         if plan is None:
             plan = self._response_plan(api_key, version, has_state)
-            if _known(api_key, version):
+            if api.knows(api_key, version):  # (see routes)
                 self._responses[key] = plan
         return plan
 
@@ -135,18 +139,6 @@ class Plans:
         if api_key == FETCH and version >= 13 and self._names_in_use:
             return ResponsePlan.WATCH_FETCH
         return ResponsePlan.PASS
-
-
-def _known(api_key: int, version: int) -> bool:
-    """Whether plans for this pair are remembered: only api keys and versions the codec knows.
-
-    The pair comes from a client's header, so remembering every pair let a client that sends
-    garbage headers (each on a new connection, as a broker closes on an unknown api key) grow
-    these caches without bound; the pairs kgate knows are a few hundred. Any other pair's plan is
-    worked out again each time (such a request is refused or forwarded as is, and rare).
-    """
-    info = api.API_INFO.get(api_key)
-    return info is not None and 0 <= version <= info.max_version
 
 
 def may_carry_unknown_topic(frame: memoryview) -> bool:

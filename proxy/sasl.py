@@ -42,8 +42,7 @@ def plausible_request(frame: memoryview) -> bool:
     if len(frame) < 14:
         return False
     api_key, version, _cid = peek_request(frame)
-    info = api.API_INFO.get(api_key)
-    return info is not None and 0 <= version <= info.max_version
+    return api.knows(api_key, version)
 
 
 def _rounds(mechanism: str) -> int:

@@ -6,9 +6,8 @@ the client's, so these are the caches a hostile client could reach.
 
 from __future__ import annotations
 
-import struct
-
 from support.core_driver import make_core
+from support.wire import frame, request_header
 
 from kgate.api import ApiKey
 from kgate.codec import api
@@ -17,8 +16,7 @@ from kgate.proxy.plans import RequestPlan
 
 def _garbage_request(api_key: int, version: int, cid: int) -> bytes:
     """A request frame whose header names ``api_key`` and ``version`` (no body kgate reads)."""
-    body = struct.pack(">hhih", api_key, version, cid, -1) + b"\x00" * 8
-    return struct.pack(">i", len(body)) + body
+    return frame(request_header(api_key, version, cid, client_id=None) + b"\x00" * 8)
 
 
 def test_pairs_the_codec_knows_are_remembered_and_counted() -> None:
