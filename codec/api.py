@@ -31,7 +31,6 @@ __all__ = [
 ]
 
 API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
-CONTROLLED_SHUTDOWN_KEY = int(ApiKey.CONTROLLED_SHUTDOWN)
 
 
 @dataclass(frozen=True)
@@ -120,10 +119,8 @@ def encode_response(msg: Message, version: int) -> bytearray:
 
 
 def request_header_version(api_key: int, version: int) -> int:
-    """2 for flexible request versions, else 1; ControlledShutdown v0 uses 0."""
+    """2 for flexible request versions, else 1 (header v0 was only ControlledShutdown v0's, a removed RPC)."""
     info = _info(api_key, version)
-    if api_key == CONTROLLED_SHUTDOWN_KEY and version == 0:
-        return 0
     fmin = info.request_flexible_min
     return 2 if fmin is not None and version >= fmin else 1
 

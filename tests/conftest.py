@@ -73,26 +73,45 @@ def tansu(tmp_path_factory):
     t.kill()
 
 
+def _session_kafka(tmp_path_factory, dist):
+    from support import kafka_broker
+
+    why = kafka_broker.unavailable(dist)
+    if why is not None:
+        pytest.skip(why)
+    k = _track(kafka_broker.Kafka(tmp_path_factory.mktemp(f"kafka{dist.version}"), dist=dist))
+    k.start()
+    return k
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory):
-    """One Apache Kafka 4.0.2 broker per test session (per xdist worker); tests use unique names.
+    """One Apache Kafka 4.3.1 broker (the current line) per test session (per xdist worker).
 
-    Skipped, with the reason, where ../shared/kafka or Java is missing (a user's clone).
+    Tests use unique names. Skipped, with the reason, where ../shared/kafka43 or Java is missing
+    (a user's clone).
     """
     from support import kafka_broker
 
-    why = kafka_broker.unavailable()
-    if why is not None:
-        pytest.skip(why)
-    k = _track(kafka_broker.Kafka(tmp_path_factory.mktemp("kafka")))
-    k.start()
+    k = _session_kafka(tmp_path_factory, kafka_broker.KAFKA_43)
+    yield k
+    k.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka40(tmp_path_factory):
+    """One Apache Kafka 4.0.2 broker per session: the compatibility subset (transactions v2, KIP-848,
+    address rewriting, Metadata) that many users still run. Skipped with the reason where absent."""
+    from support import kafka_broker
+
+    k = _session_kafka(tmp_path_factory, kafka_broker.KAFKA_40)
     yield k
     k.stop()
 
 
 @pytest.fixture(scope="module", params=["tansu", "kafka"])
 def broker(request, tmp_path_factory):
-    """The module's broker, once Tansu and once Apache Kafka: for tests of behaviour that is the
+    """The module's broker, once Tansu and once Apache Kafka 4.3.1: for tests of behaviour that is the
     broker's (topic ids, delete/recreate, the HA fleet, topic-policy, address rewriting).
 
     Both have ``bootstrap``, ``port``, ``node_id`` and ``kind``. The Kafka one is the session's

@@ -231,6 +231,7 @@ def generate(spec_dir: Path) -> dict[str, str]:
         by_key.setdefault(int(spec["apiKey"]), {})[spec["type"]] = spec
     files: dict[str, str] = {}
     index_rows = []
+    retired: list[tuple[int, str]] = []
     for key in sorted(by_key):
         pair = by_key[key]
         if set(pair) != {"request", "response"}:
@@ -239,6 +240,11 @@ def generate(spec_dir: Path) -> dict[str, str]:
         api_name = req["name"][: -len("Request")]
         if resp["name"] != api_name + "Response":
             raise SpecError(f"mismatched names {req['name']} / {resp['name']}")
+        if parse_versions(req["validVersions"]) is None:
+            # Kafka keeps the spec of an RPC it removed ("validVersions": "none"): the key keeps its
+            # name (policy tables refuse it), but there is no shape left to generate.
+            retired.append((key, api_name))
+            continue
         mod = snake(api_name)
         mb = ModuleBuilder(api_name, key)
         mb.build_message(req)
@@ -255,8 +261,10 @@ def generate(spec_dir: Path) -> dict[str, str]:
             "Generated so that type checkers and IDEs see every member; kgate writes no api key number\n",
             'by hand anywhere else (tests/unit/test_layering.py checks)."""\n\n',
             "from enum import IntEnum\n\n\n", "class ApiKey(IntEnum):\n"]
-    for key, api_name, *_ in index_rows:
-        keys.append(f"    {const_name(api_name)} = {key}\n")
+    members = sorted([(key, api_name, "") for key, api_name, *_ in index_rows]
+                     + [(key, api_name, "  # removed from Kafka: no valid versions") for key, api_name in retired])
+    for key, api_name, note in members:
+        keys.append(f"    {const_name(api_name)} = {key}{note}\n")
     files["api_keys.py"] = "".join(keys)
     files["__init__.py"] = HEADER + '"""Generated Kafka message classes; see docs/codec.md."""\n'
     return files

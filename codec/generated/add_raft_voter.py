@@ -19,12 +19,12 @@ class Listener(Struct):
 class AddRaftVoterRequest(Message):
     """AddRaftVoter request (api key 80)."""
 
-    __slots__ = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners')
+    __slots__ = ('cluster_id', 'timeout_ms', 'voter_id', 'voter_directory_id', 'listeners', 'ack_when_committed')
     API_KEY = 80
     API_NAME = 'AddRaftVoter'
     KIND = 'request'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('cluster_id', 'string', (0, 32767), nullable=(0, 32767)),
@@ -32,6 +32,7 @@ class AddRaftVoterRequest(Message):
         F('voter_id', 'int32', (0, 32767)),
         F('voter_directory_id', 'uuid', (0, 32767)),
         F('listeners', 'struct', (0, 32767), array=True, struct=Listener),
+        F('ack_when_committed', 'bool', (1, 32767), default=True),
     )
 
 
@@ -43,7 +44,7 @@ class AddRaftVoterResponse(Message):
     API_NAME = 'AddRaftVoter'
     KIND = 'response'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),

@@ -32,9 +32,8 @@ class PartitionData(Struct):
 class TopicData(Struct):
     """Struct used by AlterPartitionRequest."""
 
-    __slots__ = ('topic_name', 'topic_id', 'partitions')
+    __slots__ = ('topic_id', 'partitions')
     _FIELDS = (
-        F('topic_name', 'string', (0, 1)),
         F('topic_id', 'uuid', (2, 32767)),
         F('partitions', 'struct', (0, 32767), array=True, struct=PartitionData),
     )
@@ -47,7 +46,7 @@ class AlterPartitionRequest(Message):
     API_KEY = 56
     API_NAME = 'AlterPartition'
     KIND = 'request'
-    MIN_VERSION = 0
+    MIN_VERSION = 2
     MAX_VERSION = 3
     FLEXIBLE_MIN = 0
     _FIELDS = (
@@ -75,9 +74,8 @@ class AlterPartitionResponsePartitionData(Struct):
 class AlterPartitionResponseTopicData(Struct):
     """Struct used by AlterPartitionResponse."""
 
-    __slots__ = ('topic_name', 'topic_id', 'partitions')
+    __slots__ = ('topic_id', 'partitions')
     _FIELDS = (
-        F('topic_name', 'string', (0, 1)),
         F('topic_id', 'uuid', (2, 32767)),
         F('partitions', 'struct', (0, 32767), array=True, struct=AlterPartitionResponsePartitionData),
     )
@@ -90,7 +88,7 @@ class AlterPartitionResponse(Message):
     API_KEY = 56
     API_NAME = 'AlterPartition'
     KIND = 'response'
-    MIN_VERSION = 0
+    MIN_VERSION = 2
     MAX_VERSION = 3
     FLEXIBLE_MIN = 0
     _FIELDS = (

@@ -12,10 +12,10 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
-    LEADER_AND_ISR = 4
-    STOP_REPLICA = 5
-    UPDATE_METADATA = 6
-    CONTROLLED_SHUTDOWN = 7
+    LEADER_AND_ISR = 4  # removed from Kafka: no valid versions
+    STOP_REPLICA = 5  # removed from Kafka: no valid versions
+    UPDATE_METADATA = 6  # removed from Kafka: no valid versions
+    CONTROLLED_SHUTDOWN = 7  # removed from Kafka: no valid versions
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
@@ -96,3 +96,8 @@ class ApiKey(IntEnum):
     WRITE_SHARE_GROUP_STATE = 85
     DELETE_SHARE_GROUP_STATE = 86
     READ_SHARE_GROUP_STATE_SUMMARY = 87
+    STREAMS_GROUP_HEARTBEAT = 88
+    STREAMS_GROUP_DESCRIBE = 89
+    DESCRIBE_SHARE_GROUP_OFFSETS = 90
+    ALTER_SHARE_GROUP_OFFSETS = 91
+    DELETE_SHARE_GROUP_OFFSETS = 92

@@ -8,12 +8,12 @@ from kgate.codec.schema import Message, Struct
 class BrokerHeartbeatRequest(Message):
     """BrokerHeartbeat request (api key 63)."""
 
-    __slots__ = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs')
+    __slots__ = ('broker_id', 'broker_epoch', 'current_metadata_offset', 'want_fence', 'want_shut_down', 'offline_log_dirs', 'cordoned_log_dirs')
     API_KEY = 63
     API_NAME = 'BrokerHeartbeat'
     KIND = 'request'
     MIN_VERSION = 0
-    MAX_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('broker_id', 'int32', (0, 32767)),
@@ -22,6 +22,7 @@ class BrokerHeartbeatRequest(Message):
         F('want_fence', 'bool', (0, 32767)),
         F('want_shut_down', 'bool', (0, 32767)),
         F('offline_log_dirs', 'uuid', (1, 32767), array=True, tag=0, tagged=(1, 32767)),
+        F('cordoned_log_dirs', 'uuid', (2, 32767), array=True, nullable=(2, 32767), tag=1, tagged=(2, 32767), default=None),
     )
 
 
@@ -33,7 +34,7 @@ class BrokerHeartbeatResponse(Message):
     API_NAME = 'BrokerHeartbeat'
     KIND = 'response'
     MIN_VERSION = 0
-    MAX_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),

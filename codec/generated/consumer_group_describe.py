@@ -13,7 +13,7 @@ class ConsumerGroupDescribeRequest(Message):
     API_NAME = 'ConsumerGroupDescribe'
     KIND = 'request'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_ids', 'string', (0, 32767), array=True),
@@ -44,7 +44,7 @@ class Assignment(Struct):
 class Member(Struct):
     """Struct used by ConsumerGroupDescribeResponse."""
 
-    __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment')
+    __slots__ = ('member_id', 'instance_id', 'rack_id', 'member_epoch', 'client_id', 'client_host', 'subscribed_topic_names', 'subscribed_topic_regex', 'assignment', 'target_assignment', 'member_type')
     _FIELDS = (
         F('member_id', 'string', (0, 32767)),
         F('instance_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
@@ -56,6 +56,7 @@ class Member(Struct):
         F('subscribed_topic_regex', 'string', (0, 32767), nullable=(0, 32767), default=None),
         F('assignment', 'struct', (0, 32767), struct=Assignment),
         F('target_assignment', 'struct', (0, 32767), struct=Assignment),
+        F('member_type', 'int8', (1, 32767), default=-1),
     )
 
 
@@ -84,7 +85,7 @@ class ConsumerGroupDescribeResponse(Message):
     API_NAME = 'ConsumerGroupDescribe'
     KIND = 'response'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),

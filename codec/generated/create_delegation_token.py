@@ -22,7 +22,7 @@ class CreateDelegationTokenRequest(Message):
     API_KEY = 38
     API_NAME = 'CreateDelegationToken'
     KIND = 'request'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
     _FIELDS = (
@@ -40,7 +40,7 @@ class CreateDelegationTokenResponse(Message):
     API_KEY = 38
     API_NAME = 'CreateDelegationToken'
     KIND = 'response'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
     _FIELDS = (

@@ -47,13 +47,12 @@ class DescribeConfigsSynonym(Struct):
 class DescribeConfigsResourceResult(Struct):
     """Struct used by DescribeConfigsResponse."""
 
-    __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_default', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
+    __slots__ = ('name', 'value', 'read_only', 'config_source', 'is_sensitive', 'synonyms', 'config_type', 'documentation')
     _FIELDS = (
         F('name', 'string', (0, 32767)),
         F('value', 'string', (0, 32767), nullable=(0, 32767)),
         F('read_only', 'bool', (0, 32767)),
         F('config_source', 'int8', (1, 32767), default=-1),
-        F('is_default', 'bool', (0, 0)),
         F('is_sensitive', 'bool', (0, 32767)),
         F('synonyms', 'struct', (1, 32767), array=True, struct=DescribeConfigsSynonym),
         F('config_type', 'int8', (3, 32767), default=0),

@@ -22,7 +22,7 @@ class DescribeDelegationTokenRequest(Message):
     API_KEY = 41
     API_NAME = 'DescribeDelegationToken'
     KIND = 'request'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
     _FIELDS = (
@@ -65,7 +65,7 @@ class DescribeDelegationTokenResponse(Message):
     API_KEY = 41
     API_NAME = 'DescribeDelegationToken'
     KIND = 'response'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 3
     FLEXIBLE_MIN = 2
     _FIELDS = (

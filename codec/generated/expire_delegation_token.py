@@ -12,7 +12,7 @@ class ExpireDelegationTokenRequest(Message):
     API_KEY = 40
     API_NAME = 'ExpireDelegationToken'
     KIND = 'request'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
     _FIELDS = (
@@ -28,7 +28,7 @@ class ExpireDelegationTokenResponse(Message):
     API_KEY = 40
     API_NAME = 'ExpireDelegationToken'
     KIND = 'response'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
     _FIELDS = (

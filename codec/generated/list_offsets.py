@@ -8,12 +8,11 @@ from kgate.codec.schema import Message, Struct
 class ListOffsetsPartition(Struct):
     """Struct used by ListOffsetsRequest."""
 
-    __slots__ = ('partition_index', 'current_leader_epoch', 'timestamp', 'max_num_offsets')
+    __slots__ = ('partition_index', 'current_leader_epoch', 'timestamp')
     _FIELDS = (
         F('partition_index', 'int32', (0, 32767)),
         F('current_leader_epoch', 'int32', (4, 32767), default=-1),
         F('timestamp', 'int64', (0, 32767)),
-        F('max_num_offsets', 'int32', (0, 0), default=1),
     )
 
 
@@ -48,11 +47,10 @@ class ListOffsetsRequest(Message):
 class ListOffsetsPartitionResponse(Struct):
     """Struct used by ListOffsetsResponse."""
 
-    __slots__ = ('partition_index', 'error_code', 'old_style_offsets', 'timestamp', 'offset', 'leader_epoch')
+    __slots__ = ('partition_index', 'error_code', 'timestamp', 'offset', 'leader_epoch')
     _FIELDS = (
         F('partition_index', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
-        F('old_style_offsets', 'int64', (0, 0), array=True),
         F('timestamp', 'int64', (1, 32767), default=-1),
         F('offset', 'int64', (1, 32767), default=-1),
         F('leader_epoch', 'int32', (4, 32767), default=-1),

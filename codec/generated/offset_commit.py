@@ -8,12 +8,11 @@ from kgate.codec.schema import Message, Struct
 class OffsetCommitRequestPartition(Struct):
     """Struct used by OffsetCommitRequest."""
 
-    __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'commit_timestamp', 'committed_metadata')
+    __slots__ = ('partition_index', 'committed_offset', 'committed_leader_epoch', 'committed_metadata')
     _FIELDS = (
         F('partition_index', 'int32', (0, 32767)),
         F('committed_offset', 'int64', (0, 32767)),
         F('committed_leader_epoch', 'int32', (6, 32767), default=-1),
-        F('commit_timestamp', 'int64', (1, 1), default=-1),
         F('committed_metadata', 'string', (0, 32767), nullable=(0, 32767)),
     )
 

@@ -33,7 +33,7 @@ class ReadShareGroupStateSummaryRequest(Message):
     API_NAME = 'ReadShareGroupStateSummary'
     KIND = 'request'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_id', 'string', (0, 32767)),
@@ -44,13 +44,15 @@ class ReadShareGroupStateSummaryRequest(Message):
 class PartitionResult(Struct):
     """Struct used by ReadShareGroupStateSummaryResponse."""
 
-    __slots__ = ('partition', 'error_code', 'error_message', 'state_epoch', 'start_offset')
+    __slots__ = ('partition', 'error_code', 'error_message', 'state_epoch', 'leader_epoch', 'start_offset', 'delivery_complete_count')
     _FIELDS = (
         F('partition', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
         F('state_epoch', 'int32', (0, 32767)),
+        F('leader_epoch', 'int32', (0, 32767)),
         F('start_offset', 'int64', (0, 32767)),
+        F('delivery_complete_count', 'int32', (1, 32767), default=-1),
     )
 
 
@@ -72,7 +74,7 @@ class ReadShareGroupStateSummaryResponse(Message):
     API_NAME = 'ReadShareGroupStateSummary'
     KIND = 'response'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('results', 'struct', (0, 32767), array=True, struct=ReadStateSummaryResult),

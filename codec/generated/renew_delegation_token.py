@@ -12,7 +12,7 @@ class RenewDelegationTokenRequest(Message):
     API_KEY = 39
     API_NAME = 'RenewDelegationToken'
     KIND = 'request'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
     _FIELDS = (
@@ -28,7 +28,7 @@ class RenewDelegationTokenResponse(Message):
     API_KEY = 39
     API_NAME = 'RenewDelegationToken'
     KIND = 'response'
-    MIN_VERSION = 0
+    MIN_VERSION = 1
     MAX_VERSION = 2
     FLEXIBLE_MIN = 2
     _FIELDS = (

@@ -39,17 +39,18 @@ class AcknowledgeTopic(Struct):
 class ShareAcknowledgeRequest(Message):
     """ShareAcknowledge request (api key 79)."""
 
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'topics')
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'is_renew_ack', 'topics')
     API_KEY = 79
     API_NAME = 'ShareAcknowledge'
     KIND = 'request'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
         F('member_id', 'string', (0, 32767), nullable=(0, 32767)),
         F('share_session_epoch', 'int32', (0, 32767)),
+        F('is_renew_ack', 'bool', (2, 32767), default=False),
         F('topics', 'struct', (0, 32767), array=True, struct=AcknowledgeTopic),
     )
 
@@ -101,17 +102,18 @@ class NodeEndpoint(Struct):
 class ShareAcknowledgeResponse(Message):
     """ShareAcknowledge response (api key 79)."""
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints')
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints')
     API_KEY = 79
     API_NAME = 'ShareAcknowledge'
     KIND = 'response'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('acquisition_lock_timeout_ms', 'int32', (2, 32767)),
         F('responses', 'struct', (0, 32767), array=True, struct=ShareAcknowledgeTopicResponse),
         F('node_endpoints', 'struct', (0, 32767), array=True, struct=NodeEndpoint),
     )

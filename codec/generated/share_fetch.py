@@ -22,7 +22,7 @@ class FetchPartition(Struct):
     __slots__ = ('partition_index', 'partition_max_bytes', 'acknowledgement_batches')
     _FIELDS = (
         F('partition_index', 'int32', (0, 32767)),
-        F('partition_max_bytes', 'int32', (0, 32767)),
+        F('partition_max_bytes', 'int32', (0, 0)),
         F('acknowledgement_batches', 'struct', (0, 32767), array=True, struct=AcknowledgementBatch),
     )
 
@@ -50,12 +50,12 @@ class ForgottenTopic(Struct):
 class ShareFetchRequest(Message):
     """ShareFetch request (api key 78)."""
 
-    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'topics', 'forgotten_topics_data')
+    __slots__ = ('group_id', 'member_id', 'share_session_epoch', 'max_wait_ms', 'min_bytes', 'max_bytes', 'max_records', 'batch_size', 'share_acquire_mode', 'is_renew_ack', 'topics', 'forgotten_topics_data')
     API_KEY = 78
     API_NAME = 'ShareFetch'
     KIND = 'request'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
@@ -64,6 +64,10 @@ class ShareFetchRequest(Message):
         F('max_wait_ms', 'int32', (0, 32767)),
         F('min_bytes', 'int32', (0, 32767)),
         F('max_bytes', 'int32', (0, 32767), default=2147483647),
+        F('max_records', 'int32', (1, 32767)),
+        F('batch_size', 'int32', (1, 32767)),
+        F('share_acquire_mode', 'int8', (2, 32767), default=0),
+        F('is_renew_ack', 'bool', (2, 32767), default=False),
         F('topics', 'struct', (0, 32767), array=True, struct=FetchTopic),
         F('forgotten_topics_data', 'struct', (0, 32767), array=True, struct=ForgottenTopic),
     )
@@ -101,7 +105,7 @@ class PartitionData(Struct):
         F('acknowledge_error_code', 'int16', (0, 32767)),
         F('acknowledge_error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
         F('current_leader', 'struct', (0, 32767), struct=LeaderIdAndEpoch),
-        F('records', 'records', (0, 32767), nullable=(0, 32767)),
+        F('records', 'records', (0, 32767), nullable=(0, 0)),
         F('acquired_records', 'struct', (0, 32767), array=True, struct=AcquiredRecords),
     )
 
@@ -131,17 +135,18 @@ class NodeEndpoint(Struct):
 class ShareFetchResponse(Message):
     """ShareFetch response (api key 78)."""
 
-    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'responses', 'node_endpoints')
+    __slots__ = ('throttle_time_ms', 'error_code', 'error_message', 'acquisition_lock_timeout_ms', 'responses', 'node_endpoints')
     API_KEY = 78
     API_NAME = 'ShareFetch'
     KIND = 'response'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),
         F('error_code', 'int16', (0, 32767)),
         F('error_message', 'string', (0, 32767), nullable=(0, 32767), default=None),
+        F('acquisition_lock_timeout_ms', 'int32', (1, 32767)),
         F('responses', 'struct', (0, 32767), array=True, struct=ShareFetchableTopicResponse),
         F('node_endpoints', 'struct', (0, 32767), array=True, struct=NodeEndpoint),
     )

@@ -12,8 +12,8 @@ class ShareGroupDescribeRequest(Message):
     API_KEY = 77
     API_NAME = 'ShareGroupDescribe'
     KIND = 'request'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_ids', 'string', (0, 32767), array=True),
@@ -80,8 +80,8 @@ class ShareGroupDescribeResponse(Message):
     API_KEY = 77
     API_NAME = 'ShareGroupDescribe'
     KIND = 'response'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),

@@ -12,8 +12,8 @@ class ShareGroupHeartbeatRequest(Message):
     API_KEY = 76
     API_NAME = 'ShareGroupHeartbeat'
     KIND = 'request'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_id', 'string', (0, 32767)),
@@ -50,8 +50,8 @@ class ShareGroupHeartbeatResponse(Message):
     API_KEY = 76
     API_NAME = 'ShareGroupHeartbeat'
     KIND = 'response'
-    MIN_VERSION = 0
-    MAX_VERSION = 0
+    MIN_VERSION = 1
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('throttle_time_ms', 'int32', (0, 32767)),

@@ -8,15 +8,16 @@ from kgate.codec.schema import Message, Struct
 class PartitionData(Struct):
     """Struct used by VoteRequest."""
 
-    __slots__ = ('partition_index', 'candidate_epoch', 'candidate_id', 'candidate_directory_id', 'voter_directory_id', 'last_offset_epoch', 'last_offset')
+    __slots__ = ('partition_index', 'replica_epoch', 'replica_id', 'replica_directory_id', 'voter_directory_id', 'last_offset_epoch', 'last_offset', 'pre_vote')
     _FIELDS = (
         F('partition_index', 'int32', (0, 32767)),
-        F('candidate_epoch', 'int32', (0, 32767)),
-        F('candidate_id', 'int32', (0, 32767)),
-        F('candidate_directory_id', 'uuid', (1, 32767)),
+        F('replica_epoch', 'int32', (0, 32767)),
+        F('replica_id', 'int32', (0, 32767)),
+        F('replica_directory_id', 'uuid', (1, 32767)),
         F('voter_directory_id', 'uuid', (1, 32767)),
         F('last_offset_epoch', 'int32', (0, 32767)),
         F('last_offset', 'int64', (0, 32767)),
+        F('pre_vote', 'bool', (2, 32767)),
     )
 
 
@@ -38,7 +39,7 @@ class VoteRequest(Message):
     API_NAME = 'Vote'
     KIND = 'request'
     MIN_VERSION = 0
-    MAX_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('cluster_id', 'string', (0, 32767), nullable=(0, 32767), default=None),
@@ -89,7 +90,7 @@ class VoteResponse(Message):
     API_NAME = 'Vote'
     KIND = 'response'
     MIN_VERSION = 0
-    MAX_VERSION = 1
+    MAX_VERSION = 2
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('error_code', 'int16', (0, 32767)),

@@ -20,12 +20,13 @@ class StateBatch(Struct):
 class PartitionData(Struct):
     """Struct used by WriteShareGroupStateRequest."""
 
-    __slots__ = ('partition', 'state_epoch', 'leader_epoch', 'start_offset', 'state_batches')
+    __slots__ = ('partition', 'state_epoch', 'leader_epoch', 'start_offset', 'delivery_complete_count', 'state_batches')
     _FIELDS = (
         F('partition', 'int32', (0, 32767)),
         F('state_epoch', 'int32', (0, 32767)),
         F('leader_epoch', 'int32', (0, 32767)),
         F('start_offset', 'int64', (0, 32767)),
+        F('delivery_complete_count', 'int32', (1, 32767), default=-1),
         F('state_batches', 'struct', (0, 32767), array=True, struct=StateBatch),
     )
 
@@ -48,7 +49,7 @@ class WriteShareGroupStateRequest(Message):
     API_NAME = 'WriteShareGroupState'
     KIND = 'request'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('group_id', 'string', (0, 32767)),
@@ -85,7 +86,7 @@ class WriteShareGroupStateResponse(Message):
     API_NAME = 'WriteShareGroupState'
     KIND = 'response'
     MIN_VERSION = 0
-    MAX_VERSION = 0
+    MAX_VERSION = 1
     FLEXIBLE_MIN = 0
     _FIELDS = (
         F('results', 'struct', (0, 32767), array=True, struct=WriteStateResult),

@@ -90,7 +90,6 @@ def described_internal(internal: bool, marked: bool) -> Any:
         value="true" if internal else "false",
         read_only=False,
         config_source=DYNAMIC_TOPIC_CONFIG if marked else DEFAULT_CONFIG,
-        is_default=not marked,
         is_sensitive=False,
         synonyms=[],
         config_type=BOOLEAN,

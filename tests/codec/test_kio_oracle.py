@@ -30,10 +30,9 @@ from kgate.codec.schema import Struct
 kio_serial = pytest.importorskip("kio.serial")
 kio_index = pytest.importorskip("kio.index")
 
-# the Tansu corpus where ../shared is present, and the Kafka corpus (in the repository) always;
-# ConsumerGroupDescribe v1 (Kafka 4.0 uses it, the specs kgate generates from predate it) is left out
+# the Tansu corpus where ../shared is present, and the Kafka corpus (in the repository) always
 TANSU_ROWS = corpus_rows() if (CORPUS_DIR / "index.jsonl").is_file() else []
-ROWS = TANSU_ROWS + [r for r in corpus_rows(KAFKA_CORPUS_DIR) if (r["api_key"], r["api_version"]) != (69, 1)]
+ROWS = TANSU_ROWS + corpus_rows(KAFKA_CORPUS_DIR)
 ZERO = uuid.UUID(int=0)
 
 

@@ -226,8 +226,8 @@ def test_encode_errors_are_codec_errors():
 def test_header_versions():
     assert api.request_header_version(3, 8) == 1
     assert api.request_header_version(3, 9) == 2
-    assert api.request_header_version(7, 0) == 0
-    assert api.request_header_version(7, 1) == 1
+    with pytest.raises(CodecError):  # ControlledShutdown (and its header v0) left Kafka with KRaft
+        api.request_header_version(7, 0)
     assert api.request_header_version(18, 3) == 2
     assert api.response_header_version(18, 3) == 0
     assert api.response_header_version(18, 4) == 0

@@ -1,14 +1,15 @@
-"""A real Apache Kafka 4.0.2 broker for tests (single-node KRaft), beside Tansu.
+"""Real Apache Kafka brokers for tests (single-node KRaft), beside Tansu: 4.3.1 and 4.0.2.
 
-The distribution is ``../shared/kafka/kafka_2.13-4.0.2.tgz`` (see its README): present in CI and
-on developers' machines, absent from a user's clone. It is unpacked once into a cache directory
+The distributions are ``../shared/kafka43/kafka_2.13-4.3.1.tgz`` (the current line: share groups,
+Produce v13 by topic id, transactions v2) and ``../shared/kafka/kafka_2.13-4.0.2.tgz`` (see their
+READMEs): present in CI and on developers' machines, absent from a user's clone. Each is unpacked once into a cache directory
 (``$XDG_CACHE_HOME`` or ``~/.cache``, under a file lock so parallel pytest workers do not race),
 then each broker gets its own log dir, config and ports. ``unavailable()`` says why a broker cannot
 run here, for a clear skip.
 
 Kafka differs from Tansu where it matters to a proxy: durable storage, its own error answers
-(UNKNOWN_TOPIC_ID where Tansu says UNKNOWN_TOPIC_OR_PARTITION), KIP-848 groups, Produce v12 /
-Fetch v17 / Metadata v13, and it refuses unknown topic configs.
+(UNKNOWN_TOPIC_ID where Tansu says UNKNOWN_TOPIC_OR_PARTITION), KIP-848 groups, Produce v12 (4.0) or
+v13 (4.3) / Fetch v17-18 / Metadata v13, and it refuses unknown topic configs.
 """
 
 from __future__ import annotations
@@ -22,13 +23,31 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .ports import HOST, free_port, port_open
 from .procs import REPO, ManagedProcess
 
-TARBALL = REPO.parent / "shared" / "kafka" / "kafka_2.13-4.0.2.tgz"
-DIST_NAME = "kafka_2.13-4.0.2"
+
+
+@dataclass(frozen=True)
+class Dist:
+    """One Kafka release on disk: where its tarball is and the folder it unpacks to."""
+
+    version: str
+    tarball: Path
+
+    @property
+    def name(self) -> str:
+        return f"kafka_2.13-{self.version}"
+
+
+KAFKA_43 = Dist("4.3.1", REPO.parent / "shared" / "kafka43" / "kafka_2.13-4.3.1.tgz")
+KAFKA_40 = Dist("4.0.2", REPO.parent / "shared" / "kafka" / "kafka_2.13-4.0.2.tgz")
+#: the current release line, what ``Kafka()`` runs unless told otherwise
+DEFAULT_DIST = KAFKA_43
+TARBALL = DEFAULT_DIST.tarball
 NODE_ID = 1
 START_TIMEOUT_S = 60.0
 OFFSETS_PARTITIONS = 4
@@ -73,33 +92,35 @@ def cache_dir() -> Path:
     return Path(base) / "kgate-test"
 
 
-def unavailable() -> str | None:
-    """Why no Kafka broker can run here, or None."""
-    if not TARBALL.is_file():
-        return f"Apache Kafka distribution not found at {TARBALL} (../shared is beside the repository in CI)"
+def unavailable(dist: Dist = DEFAULT_DIST) -> str | None:
+    """Why no Kafka broker of ``dist`` can run here, or None."""
+    if not dist.tarball.is_file():
+        return (f"Apache Kafka {dist.version} distribution not found at {dist.tarball} "
+                "(../shared is beside the repository in CI)")
     if shutil.which("java") is None:
-        return "java is not on PATH (Apache Kafka 4.0 needs Java 17+)"
+        return f"java is not on PATH (Apache Kafka {dist.version} needs Java 17+)"
     return None
 
 
-def distribution() -> Path:
+def distribution(dist: Dist = DEFAULT_DIST) -> Path:
     """The unpacked distribution, unpacking it once (marker file, lock against parallel workers)."""
     root = cache_dir()
     root.mkdir(parents=True, exist_ok=True)
-    home = root / DIST_NAME
+    home = root / dist.name
     marker = home / ".kgate-unpacked"
-    if marker.exists():
+    stamp = str(dist.tarball.stat().st_mtime)
+    if marker.exists() and marker.read_text() == stamp:
         return home
     with open(root / "kafka-unpack.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not marker.exists():
+        if not marker.exists() or marker.read_text() != stamp:
             if home.exists():
-                shutil.rmtree(home)  # a half-unpacked tree from an interrupted run
-            with tarfile.open(TARBALL) as tar:
+                shutil.rmtree(home)  # a half-unpacked tree from an interrupted run, or an older build
+            with tarfile.open(dist.tarball) as tar:
                 tar.extractall(root, filter="data")
             for script in (home / "bin").glob("*.sh"):
                 script.chmod(0o755)
-            marker.write_text(str(TARBALL.stat().st_mtime))
+            marker.write_text(stamp)
     return home
 
 
@@ -109,8 +130,10 @@ class Kafka(ManagedProcess):
     name = "kafka"
 
     def __init__(self, workdir: Path, port: int | None = None, advertised_port: int | None = None,
-                 ssl_listener: tuple[Path, Path] | None = None) -> None:
+                 ssl_listener: tuple[Path, Path] | None = None, dist: Dist = DEFAULT_DIST) -> None:
         """``advertised_port``: what Metadata tells clients (a relay in front); default ``port``.
+
+        ``dist``: which release (``KAFKA_43``, the default, or ``KAFKA_40``).
 
         ``ssl_listener``: (PEM keystore: private key then certificate chain, PEM CA bundle) adds an
         SSL listener on ``ssl_port`` beside the plaintext one (Kafka reads PEM stores itself).
@@ -119,7 +142,9 @@ class Kafka(ManagedProcess):
         self.ssl_port = free_port() if ssl_listener is not None else None
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.home = distribution()
+        self.dist = dist
+        self.version = dist.version
+        self.home = distribution(dist)
         self.port = port or free_port()
         self.advertised_port = advertised_port or self.port
         self.controller_port = free_port()
