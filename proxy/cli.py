@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     health.set_defaults(subparser=health)
     health.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
-    health.add_argument("--url", help="the /readyz URL to ask (instead of -c)")
+    health.add_argument("--url", help="the admin listener's base URL (http://host:9190) or the full /readyz URL "
+                        "(instead of -c)")
     health.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default 3")
     reload = sub.add_parser(
         "reload",
@@ -161,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reload.set_defaults(subparser=reload)
     reload.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
-    reload.add_argument("--url", help="the /reload URL to ask (instead of -c)")
+    reload.add_argument("--url", help="the admin listener's base URL (http://host:9190) or the full /reload URL "
+                        "(instead of -c)")
     reload.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="default 30")
     # Listed for --help only: main() hands `report` to kgate.pipeline.cli before this parser runs.
     sub.add_parser("report", help="fleet report from audit-log files on Spark (kgate report --help)", add_help=False)
@@ -382,9 +384,9 @@ def _log_hot_path() -> None:
 
 
 def cmd_healthcheck(args: argparse.Namespace, path: str = "/readyz", method: str = "GET") -> int:
-    from kgate.proxy.healthcheck import DEFAULT_URL, check, readyz_url
+    from kgate.proxy.healthcheck import DEFAULT_URL, check, endpoint_url, readable, readyz_url
 
-    url = args.url or DEFAULT_URL.replace("/readyz", path)
+    url = endpoint_url(args.url, path) if args.url else DEFAULT_URL.replace("/readyz", path)
     if args.config and not args.url:
         try:
             found = readyz_url(load_config(args.config), path)
@@ -395,6 +397,7 @@ def cmd_healthcheck(args: argparse.Namespace, path: str = "/readyz", method: str
             return EXIT_CONFIG
         url = found
     ok, text = check(url, args.timeout, method)
+    text = readable(text)
     if text and not text.endswith("\n"):
         text += "\n"
     (sys.stdout if ok else sys.stderr).write(text)

@@ -11,7 +11,9 @@ follows the config instead of repeating a port.
 
 from __future__ import annotations
 
+import json
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from kgate.config import KgateConfig
@@ -31,6 +33,30 @@ def readyz_url(config: KgateConfig, path: str = "/readyz") -> str | None:
     if ":" in host:
         host = f"[{host}]"
     return f"http://{host}:{listen.port}{path}"
+
+
+def endpoint_url(url: str, path: str) -> str:
+    """``url`` as given, or with ``path`` appended when it names only the admin listener.
+
+    Operators copy the admin listener's base address (``http://host:9190``); making them also know
+    each command's path turned a working address into a 404.
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.path in ("", "/"):
+        return urllib.parse.urlunsplit(parts._replace(path=path))
+    return url
+
+
+def readable(text: str) -> str:
+    """A /readyz or /reload answer as lines a person reads; JSON answers flattened to ``key: value``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(data, dict):
+        return text
+    return "".join(f"{key}: {value if not isinstance(value, (dict, list)) else json.dumps(value)}\n"
+                   for key, value in data.items())
 
 
 def check(url: str, timeout_s: float, method: str = "GET") -> tuple[bool, str]:

@@ -133,3 +133,24 @@ def test_metrics_follow_real_clients(tansu, kgate_factory) -> None:
     assert _sample(k, "kgate_topic_requests_total", topic=topic, api="Fetch") >= 1
     assert _sample(k, "kgate_upstream_request_duration_seconds_count", api="Fetch") >= 1
     assert _sample(k, "kgate_topic_metrics_overflow_total", cluster="default") == 0
+
+
+@pytest.mark.timeout(120)
+def test_cli_takes_the_admin_listeners_base_url(tansu, kgate_factory, capsys) -> None:
+    """``kgate healthcheck`` and ``kgate reload`` given only ``http://host:port`` ask /readyz and POST
+    /reload there (an operator copies the listener's address, not each command's path), and print
+    the answers as lines rather than raw JSON."""
+    from kgate.proxy import cli
+
+    k = kgate_factory(tansu.bootstrap, admin=True)
+    k.wait_ready(True)
+    base = f"http://127.0.0.1:{k.metrics_port}"
+    assert cli.main(["healthcheck", "--url", base, "--timeout", "5"]) == 0
+    assert cli.main(["healthcheck", "--url", base + "/", "--timeout", "5"]) == 0
+    capsys.readouterr()
+    assert cli.main(["reload", "--url", base, "--timeout", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "result: success" in out, out
+    assert "{" not in out.splitlines()[0], out
+    # a full URL is still taken as given: a wrong path is a 404, not silently corrected
+    assert cli.main(["healthcheck", "--url", base + "/nothing-here", "--timeout", "5"]) == 1
