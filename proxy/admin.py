@@ -17,6 +17,8 @@ and ``{"result": "success", "message": <what changed>}``, or 500 and ``{"result"
 "message": <the error>}`` (Prometheus' ``/-/reload`` convention, so ``curl -f`` fails on a bad
 config). Only a loopback peer may ask (403 otherwise): the admin listener may be bound to a pod
 address for probes and scrapes, and a reload is an operator's act on the host, not a scraper's.
+``GET /config`` (the running configuration, secrets redacted: proxy/config_view.py) is loopback-only
+for the same reason.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ JSON = "application/json"
 Answer = tuple[int, str, bytes]
 #: what builds ``/metrics``: given the Accept header, (content type, body); replaceable (workers aggregate)
 MetricsSource = Callable[[str], Awaitable[tuple[str, bytes]]]
+#: what ``GET /config`` answers: the running configuration as JSON (proxy/config_view.py)
+ConfigView = Callable[[], Awaitable[bytes]]
 #: what ``POST /reload`` runs: (ok, what changed or the error)
 ReloadAction = Callable[[], Awaitable["ReloadOutcome"]]
 
@@ -89,11 +93,13 @@ class AdminServer:
         readiness: ReadinessReport,
         metrics: MetricsSource = registry_metrics,
         reload: ReloadAction | None = None,
+        config: ConfigView | None = None,
     ) -> None:
         self.listen = listen
         self.readiness = readiness
         self.metrics = metrics
         self.reload = reload
+        self.config = config
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
@@ -103,7 +109,7 @@ class AdminServer:
             )
         except OSError as exc:
             raise OSError(exc.errno, f"admin: cannot listen on {self.listen}: {exc.strerror or exc}") from exc
-        log.info("admin listener on http://%s (/livez, /readyz, /metrics, POST /reload)", self.listen)
+        log.info("admin listener on http://%s (/livez, /readyz, /metrics, /config, POST /reload)", self.listen)
 
     @property
     def port(self) -> int:
@@ -154,10 +160,15 @@ class AdminServer:
     async def _answer(self, method: str, path: str, accept: str, peer: object = None) -> Answer:
         if path == "/reload" and self.reload is not None:
             return await self._reload(method, peer)
-        if path not in ("/livez", "/readyz", "/metrics"):
-            return 404, TEXT, b"not found: kgate serves /livez, /readyz, /metrics and POST /reload\n"
+        if path not in ("/livez", "/readyz", "/metrics", "/config") or (path == "/config" and self.config is None):
+            return 404, TEXT, b"not found: kgate serves /livez, /readyz, /metrics, /config and POST /reload\n"
         if method not in ("GET", "HEAD"):
             return 405, TEXT, b"method not allowed: use GET or HEAD\n"
+        if path == "/config":
+            if not is_loopback(peer):  # redacted, but policies and topology are still an operator's to read
+                return 403, TEXT, b"forbidden: GET /config is answered to loopback only\n"
+            assert self.config is not None
+            return 200, JSON, await self.config()
         if path == "/livez":
             return 200, TEXT, b"ok\n"
         if path == "/readyz":

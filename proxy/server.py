@@ -26,6 +26,7 @@ from kgate.filters.registry import build_filters
 from kgate.proxy import frozen_heap
 from kgate.proxy.admin import AdminServer, MetricsSource, registry_metrics
 from kgate.proxy.cluster import VirtualCluster
+from kgate.proxy.config_view import config_json
 from kgate.proxy.fd_limit import raise_open_files_limit
 from kgate.proxy.readiness import Readiness
 from kgate.proxy.reload import ConfigSource, Reloader, ReloadResult
@@ -57,10 +58,14 @@ class Proxy:
         self.readiness = Readiness(self.clusters, admin.probe_interval_s, admin.probe_timeout_s)
         self.reloader = Reloader(self, source)
         self.admin = (
-            AdminServer(admin.listen, self.readiness, metrics, reload=self.reload)
+            AdminServer(admin.listen, self.readiness, metrics, reload=self.reload, config=self.config_json)
             if admin.listen is not None
             else None
         )
+
+    async def config_json(self) -> bytes:
+        """``GET /config``: the configuration in force now (after any reload), secrets redacted."""
+        return config_json(self.config)
 
     async def reload(self, trigger: str = "POST /reload") -> ReloadResult:
         """Re-read the config and apply what may change while running (proxy/reload.py)."""

@@ -50,6 +50,7 @@ from prometheus_client.samples import Sample
 
 from kgate.config import HostPort, KgateConfig
 from kgate.proxy.admin import AdminServer
+from kgate.proxy.config_view import config_json
 
 log = logging.getLogger("kgate.workers")
 
@@ -151,7 +152,7 @@ class Supervisor:
         self._dir = Path(tempfile.mkdtemp(prefix="kgate-workers-"))
         self.workers = [Worker(i, self._dir / f"worker-{i}.port") for i in range(count)]
         self.admin = (
-            AdminServer(config.admin.listen, self, self.metrics, reload=self.reload)
+            AdminServer(config.admin.listen, self, self.metrics, reload=self.reload, config=self.config_json)
             if config.admin.listen is not None
             else None
         )
@@ -308,6 +309,19 @@ class Supervisor:
     def hup(self) -> None:
         log.info("SIGHUP: forwarded to the workers (each re-reads the config and reloads on its own)")
         self._signal_all(signal.SIGHUP)
+
+    async def config_json(self) -> bytes:
+        """``GET /config`` on the parent: what a running worker runs (they reload; the parent keeps its
+        start-up config), else the parent's own."""
+        for w in self.workers:
+            if w.proc is not None and w.proc.returncode is None and w.admin_port is not None:
+                try:
+                    status, body = await http_get(w.admin_port, "/config", timeout_s=RELOAD_TIMEOUT_S)
+                except (OSError, TimeoutError, ValueError, IndexError):
+                    continue
+                if status == 200:
+                    return body
+        return config_json(self.config)
 
     async def reload(self) -> WorkersReload:
         """``POST /reload`` on the parent: every running worker reloads (through its private admin

@@ -154,3 +154,26 @@ def test_cli_takes_the_admin_listeners_base_url(tansu, kgate_factory, capsys) ->
     assert "{" not in out.splitlines()[0], out
     # a full URL is still taken as given: a wrong path is a 404, not silently corrected
     assert cli.main(["healthcheck", "--url", base + "/nothing-here", "--timeout", "5"]) == 1
+
+
+@pytest.mark.timeout(120)
+def test_config_shows_what_runs_after_a_reload(tansu, kgate_factory) -> None:
+    """``GET /config`` answers the configuration in force: the reloaded chain, not the start-up one
+    (redaction is tests/unit/test_config_view.py's: Tansu takes no upstream credentials)."""
+    import json
+
+    import yaml
+
+    k = kgate_factory(tansu.bootstrap, admin=True,
+                      extra={"filters": [{"name": "topic-policy", "config": {"deny": ["cfg-secret-*"]}}]})
+    k.wait_ready(True)
+    status, body = k.http("/config")
+    assert status == 200, body
+    doc = json.loads(body)
+    assert doc["chains"] == {"default": ["topic-policy"]}
+    assert doc["config"]["virtual_clusters"][0]["upstream"] == [tansu.bootstrap]
+
+    config = dict(k.config, filters=[])
+    k.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    assert k.http("/reload", method="POST")[0] == 200
+    assert json.loads(k.http("/config")[1])["chains"] == {"default": []}
