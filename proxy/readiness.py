@@ -133,7 +133,7 @@ class Readiness:
             state = self.upstream[name]
             age = now - state.since
             if state.ok:
-                lines.append(f"cluster {name}: upstream reachable ({age:.1f}s)")
+                lines.append(f"cluster {name}: upstream reachable (for {age:.1f}s, since its last change of state)")
             else:
                 ready = False
                 what = "not probed yet" if state.ok is None else f"unreachable for {age:.1f}s: {state.detail}"

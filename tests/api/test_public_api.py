@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode as KioErrorCode
@@ -62,3 +63,13 @@ def test_error_code_members_carry_retriability() -> None:
     assert ErrorCode(100) is ErrorCode.UNKNOWN_TOPIC_ID
     with pytest.raises(ValueError):
         ErrorCode(30000)
+
+
+def test_the_package_says_it_is_typed() -> None:
+    """PEP 561: without py.typed a filter author's mypy treats kgate.api as untyped (Any everywhere)."""
+    import importlib.resources
+    import tomllib
+
+    assert (importlib.resources.files("kgate") / "py.typed").is_file()
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["kgate"]

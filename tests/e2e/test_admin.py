@@ -25,7 +25,7 @@ def test_readyz_follows_the_broker_and_the_drain(tmp_path, kgate_factory) -> Non
         body = k.wait_ready(True)
         assert body.startswith("ready\n")
         assert "cluster default: listeners bound" in body
-        assert "cluster default: upstream reachable" in body
+        assert "cluster default: upstream reachable (for " in body and "since its last change of state" in body
 
         assert k.http("/livez") == (200, "ok\n")
         status, text = k.http("/metrics")
