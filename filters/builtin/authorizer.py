@@ -71,9 +71,9 @@ from kgate.filters.builtin.authz_shapes import (
 )
 from kgate.filters.builtin.topic_visibility import (
     assigned_topic_ids,
-    hide_share_group_offsets,
     hide_log_dir_topics,
     hide_offsets,
+    hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
     offset_fetch_topic_keys,
@@ -305,7 +305,8 @@ class Authorizer(Filter):
         topology = request.topology
         if topology is None:
             return FORWARD
-        denied = [n for n in dict.fromkeys(topology_topics(topology)) if not self._ok(ctx, who, Res.TOPIC, n, Op.DESCRIBE)]
+        named = dict.fromkeys(topology_topics(topology))
+        denied = [n for n in named if not self._ok(ctx, who, Res.TOPIC, n, Op.DESCRIBE)]
         if denied:
             return self._refuse_streams(ctx, request, "Topics not authorized for describe: " + ", ".join(denied))
         uncreatable = [n for n in topology_internal_topics(topology) if not self._may_create(who, n)]
