@@ -270,6 +270,7 @@ class TopicPolicy(Filter):
             return FORWARD
         self._noted(ctx, {}, dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         resp = error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        assert resp is not None  # the answer has an error field
         resp.error_message = "Topics not authorized for describe: " + ", ".join(denied)
         return respond(resp)
 
