@@ -430,7 +430,12 @@ class Authorizer(Filter):
                 refused.append(spec.error_entry(ctx, request, entry, code))
         if not refused:
             return FORWARD
-        if not kept:
+        # another Authorizer earlier in the chain (topic-policy's, internal-topics') may have refused other
+        # entries of this request: the state is the exchange's, so its entries are kept, never overwritten
+        prior = ctx.state.pop(_STATE, None)
+        if prior is not None:
+            refused = list(prior[1]) + refused
+        if not kept:  # the answer ends the chain: the earlier filter's hook will not merge its entries
             resp = api.API_INFO[ctx.api_key].response_class()
             setattr(resp, spec.response_list, refused)
             return respond(resp)
@@ -540,7 +545,7 @@ class Authorizer(Filter):
     def merge(self, ctx: FilterContext, response: Any) -> Result:
         """The error entries a request hook kept back, appended to the broker's answer."""
         result = merge_refused(ctx, response)
-        pending = ctx.state.get(_STATE) if ctx.state else None
+        pending = ctx.state.pop(_STATE, None) if ctx.state else None  # merged once, by the first hook to run
         if pending is None:
             return result
         attr, entries = pending
