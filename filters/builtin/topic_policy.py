@@ -1,9 +1,10 @@
 """``topic-policy``: allow or deny topics by name, whether the client names them or sends ids.
 
 Denied topics are also hidden where they are listed or described (Metadata,
-DescribeTopicPartitions), their committed offsets from OffsetFetch, and group RPCs that
-subscribe to or assign them are refused (see filters.builtin.topic_visibility), so no answer
-reveals their ids or data.
+DescribeTopicPartitions), their committed offsets from OffsetFetch and their share-group start
+offsets from DescribeShareGroupOffsets, and group RPCs (consumer, share and Streams groups) that
+subscribe to, assign or name them in a topology are refused (see filters.builtin.topic_visibility),
+so no answer reveals their ids or data.
 
 The point of this filter is the topic-id problem: from Fetch v13 and Produce v13 on, clients
 name topics only by id, so a name-based rule needs kgate's id -> name service. Names already

@@ -18,6 +18,10 @@ authorizer does with them, so that clients meet errors they already handle:
   assignment in the answer (``strip_assignment``: a KIP-848 regex is resolved by the broker).
 * ConsumerGroupDescribe, ShareGroupDescribe: a group whose members are assigned a denied topic is
   answered with TOPIC_AUTHORIZATION_FAILED for that group, its members left out.
+* StreamsGroupHeartbeat, StreamsGroupDescribe: a topology naming a denied topic (source, repartition,
+  changelog) is refused; a group described with one answers TOPIC_AUTHORIZATION_FAILED, as Kafka does.
+* DescribeShareGroupOffsets: a denied topic is left out of a whole-group listing, else answered
+  TOPIC_AUTHORIZATION_FAILED per partition (Alter/DeleteShareGroupOffsets refuse it per topic).
 
 The functions change a message in place and tell whether anything changed (so that an unchanged
 message goes on as its original bytes); the policy's verdict comes in as ``allowed(name) ->
