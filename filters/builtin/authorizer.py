@@ -24,6 +24,7 @@ from its topic alone (``peek``) and streams through.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
@@ -85,6 +86,8 @@ from kgate.filters.builtin.topic_visibility import (
     topology_topics,
 )
 from kgate.filters.exchanges import record_policy_decision
+
+log = logging.getLogger("kgate.filters.authorizer")
 
 #: the error a refusal of each resource type carries (what Kafka answers for it)
 _DENIED_CODE: Mapping[Res, int] = {
@@ -315,7 +318,14 @@ class Authorizer(Filter):
         return self._streams_after_lookup(ctx, request, who, uncreatable)
 
     async def _streams_after_lookup(self, ctx: FilterContext, request: Any, who: Identity, names: list[str]) -> Result:
-        missing = await missing_topics(ctx, names)
+        try:
+            missing = await missing_topics(ctx, names)
+        except Exception as exc:  # kgate's own request failed: nothing is known, nothing goes upstream
+            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc)
+            # retriable: the member asks again (a Streams client treats TOPIC_AUTHORIZATION_FAILED as fatal)
+            result = self._refuse_whole(ctx, request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            result.message.error_message = "kgate could not check the internal topics; retry"  # type: ignore[attr-defined]
+            return result
         if not missing:
             return FORWARD
         for name in missing:

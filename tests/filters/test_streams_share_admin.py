@@ -151,6 +151,12 @@ async def test_streams_internal_topics_need_create_only_when_missing() -> None:
     assert out.error_message == "Unauthorized to CREATE on topics app-rekey-repartition"
 
 
+async def test_streams_internal_topic_check_that_fails_is_retriable_and_sends_nothing_upstream() -> None:
+    ctx, request = request_ctx(HB, join(), upstream={ApiKey.METADATA: ConnectionError("broker gone")})
+    out = answered(HB, await hook(authorizer().check, ctx, request))
+    assert out.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE  # the member retries; not fatal
+
+
 async def test_topic_policy_refuses_a_topology_naming_a_denied_topic() -> None:
     p = policy()
     ctx, request = request_ctx(HB, join(topo=topology(changelog="secret-store-changelog")), principal=None)
