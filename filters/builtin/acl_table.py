@@ -46,6 +46,8 @@ def _cluster(op: Op, note: str = "") -> tuple[Need, ...]:
 
 
 _BROKER_ONLY = "inter-broker / controller RPC: no client needs it"
+_STREAMS_CREATE = ("only those the broker does not have yet; create on the cluster counts too "
+                   "(kgate refuses the heartbeat: Kafka answers status MISSING_INTERNAL_TOPICS)")
 _ASSIGNMENT = "left out of the assignment the member sees (a KIP-848 regex is resolved by the broker: see below)"
 
 #: api keys every client needs before or without naming a resource: never checked
@@ -213,10 +215,34 @@ TABLE: dict[int, tuple[Need, ...]] = {
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
         Need(T, Op.READ, "topics[].topic_id", TOPIC_DENIED, "entry"),
     ),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: (
+        Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
+        Need(T, Op.DESCRIBE, "topology.subtopologies[] (every topic)", TOPIC_DENIED, "request",
+             "source, repartition and changelog topics, as Kafka"),
+        Need(T, Op.CREATE, "topology internal topics (changelog, repartition source)", TOPIC_DENIED, "request",
+             _STREAMS_CREATE),
+    ),
+    ApiKey.STREAMS_GROUP_DESCRIBE: (
+        Need(G, Op.DESCRIBE, "group_ids[]", GROUP_DENIED, "entry"),
+        Need(T, Op.DESCRIBE, "topology's topics (answer)", TOPIC_DENIED, "answer",
+             "a group whose topology names a topic the client may not describe is described as the error"),
+    ),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (
+        Need(G, Op.DESCRIBE, "groups[].group_id", GROUP_DENIED, "entry"),
+        Need(T, Op.DESCRIBE, "groups[].topics[].topic_name", TOPIC_DENIED, "answer",
+             "asked for: each partition answers the error; a whole-group listing leaves it out"),
+    ),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: (
+        Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
+        Need(T, Op.READ, "topics[].topic_name", TOPIC_DENIED, "entry"),
+    ),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (
+        Need(G, Op.DELETE, "group_id", GROUP_DENIED, "request"),
+        Need(T, Op.READ, "topics[].topic_name", TOPIC_DENIED, "entry"),
+    ),
 }
 
 for _key in (
-    ApiKey.LEADER_AND_ISR, ApiKey.STOP_REPLICA, ApiKey.UPDATE_METADATA, ApiKey.CONTROLLED_SHUTDOWN,
     ApiKey.WRITE_TXN_MARKERS, ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
     ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
     ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS,

@@ -24,6 +24,7 @@ from its topic alone (``peek``) and streams through.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
@@ -50,6 +51,7 @@ from kgate.api import (
     respond,
 )
 from kgate.codec import api
+from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.filters.builtin.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.acl_table import TABLE, UNCHECKED
 from kgate.filters.builtin.authz_operations import NOT_REQUESTED, narrowed, operations_bitfield
@@ -72,14 +74,20 @@ from kgate.filters.builtin.topic_visibility import (
     assigned_topic_ids,
     hide_log_dir_topics,
     hide_offsets,
+    hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
+    refuse_streams_groups_with_denied_topics,
     strip_assignment,
+    topology_internal_topics,
+    topology_topics,
 )
 from kgate.filters.exchanges import record_policy_decision
+
+log = logging.getLogger("kgate.filters.authorizer")
 
 #: the error a refusal of each resource type carries (what Kafka answers for it)
 _DENIED_CODE: Mapping[Res, int] = {
@@ -94,6 +102,19 @@ _UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_A
 _DEFAULTS = ("allow", "deny")
 _STATE = "authorizer.refused"  # error entries waiting for the broker's answer
 CLUSTER_DENIED = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+
+
+async def missing_topics(ctx: FilterContext, names: list[str]) -> list[str]:
+    """Which of ``names`` the broker does not have (kgate's own Metadata request; it creates nothing).
+
+    Fail closed: a topic the answer does not show as existing counts as missing.
+    """
+    req = MetadataRequest(
+        topics=[MetadataRequestTopic(name=n, topic_id=_ZERO) for n in names], allow_auto_topic_creation=False
+    )
+    resp = await ctx.send_request(ApiKey.METADATA, req)
+    present = {t.name for t in resp.topics if t.error_code == ErrorCode.NONE}
+    return [n for n in names if n not in present]
 
 
 class Authorizer(Filter):
@@ -138,6 +159,7 @@ class Authorizer(Filter):
             ApiKey.INCREMENTAL_ALTER_CONFIGS: self._configs,
             ApiKey.CONSUMER_GROUP_HEARTBEAT: self._group_heartbeat,
             ApiKey.SHARE_GROUP_HEARTBEAT: self._group_heartbeat,
+            ApiKey.STREAMS_GROUP_HEARTBEAT: self._streams_heartbeat,
             ApiKey.ELECT_LEADERS: self._whole,  # cluster alter, then describe per topic
         }
         for key in TABLE:
@@ -270,6 +292,51 @@ class Authorizer(Filter):
                 return self._refuse_whole(ctx, request, TOPIC_DENIED)
         return FORWARD
 
+    def _streams_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Any:
+        """StreamsGroupHeartbeat, as Kafka's ``KafkaApis`` authorizes it: read on the group; with a topology
+        (a member joining), describe on every topic it names, then create on the internal topics the broker
+        would create for it (changelog, repartition source) that do not exist yet.
+
+        Kafka checks create after its coordinator has said which internal topics are missing, and answers a
+        refusal with the status MISSING_INTERNAL_TOPICS while the member stays in the group. kgate cannot keep
+        the broker (which it reaches with its own identity) from creating them once the heartbeat is
+        forwarded, so it asks the broker which of them exist (only for topics the client may not create) and
+        refuses the heartbeat with TOPIC_AUTHORIZATION_FAILED when one is missing: nothing goes upstream.
+        """
+        if not self._ok(ctx, who, Res.GROUP, request.group_id, Op.READ):
+            return self._refuse_whole(ctx, request, GROUP_DENIED)
+        topology = request.topology
+        if topology is None:
+            return FORWARD
+        named = dict.fromkeys(topology_topics(topology))
+        denied = [n for n in named if not self._ok(ctx, who, Res.TOPIC, n, Op.DESCRIBE)]
+        if denied:
+            return self._refuse_streams(ctx, request, "Topics not authorized for describe: " + ", ".join(denied))
+        uncreatable = [n for n in topology_internal_topics(topology) if not self._may_create(who, n)]
+        if not uncreatable:
+            return FORWARD
+        return self._streams_after_lookup(ctx, request, who, uncreatable)
+
+    async def _streams_after_lookup(self, ctx: FilterContext, request: Any, who: Identity, names: list[str]) -> Result:
+        try:
+            missing = await missing_topics(ctx, names)
+        except Exception as exc:  # kgate's own request failed: nothing is known, nothing goes upstream
+            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc)
+            # retriable: the member asks again (a Streams client treats TOPIC_AUTHORIZATION_FAILED as fatal)
+            result = self._refuse_whole(ctx, request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            result.message.error_message = "kgate could not check the internal topics; retry"  # type: ignore[attr-defined]
+            return result
+        if not missing:
+            return FORWARD
+        for name in missing:
+            self._ok(ctx, who, Res.TOPIC, name, Op.CREATE)  # logs and counts the refusal
+        return self._refuse_streams(ctx, request, "Unauthorized to CREATE on topics " + ", ".join(missing))
+
+    def _refuse_streams(self, ctx: FilterContext, request: Any, message: str) -> Result:
+        result = self._refuse_whole(ctx, request, TOPIC_DENIED)
+        result.message.error_message = message  # type: ignore[attr-defined]
+        return result
+
     # -- per-topic data RPCs (kgate.api.refuse_topics) ----------------------------------------------
     def _produce(self, ctx: FilterContext, request: Any, who: Identity) -> Any:
         txn = request.transactional_id
@@ -373,7 +440,12 @@ class Authorizer(Filter):
                 refused.append(spec.error_entry(ctx, request, entry, code))
         if not refused:
             return FORWARD
-        if not kept:
+        # another Authorizer earlier in the chain (topic-policy's, internal-topics') may have refused other
+        # entries of this request: the state is the exchange's, so its entries are kept, never overwritten
+        prior = ctx.state.pop(_STATE, None)
+        if prior is not None:
+            refused = list(prior[1]) + refused
+        if not kept:  # the answer ends the chain: the earlier filter's hook will not merge its entries
             resp = api.API_INFO[ctx.api_key].response_class()
             setattr(resp, spec.response_list, refused)
             return respond(resp)
@@ -483,7 +555,7 @@ class Authorizer(Filter):
     def merge(self, ctx: FilterContext, response: Any) -> Result:
         """The error entries a request hook kept back, appended to the broker's answer."""
         result = merge_refused(ctx, response)
-        pending = ctx.state.get(_STATE) if ctx.state else None
+        pending = ctx.state.pop(_STATE, None) if ctx.state else None  # merged once, by the first hook to run
         if pending is None:
             return result
         attr, entries = pending
@@ -612,6 +684,8 @@ class Authorizer(Filter):
         allowed = self._describe(ctx)
         if ctx.api_key == ApiKey.DESCRIBE_GROUPS:
             changed = refuse_classic_groups_with_denied_assignments(response, allowed)
+        elif ctx.api_key == ApiKey.STREAMS_GROUP_DESCRIBE:
+            changed = refuse_streams_groups_with_denied_topics(response, allowed)
         else:
             changed = refuse_groups_with_denied_assignments(response, allowed)
         if ctx.api_key != ApiKey.DESCRIBE_GROUPS or ctx.api_version >= 3:
@@ -619,6 +693,13 @@ class Authorizer(Filter):
             for g in response.groups:
                 if g.error_code == ErrorCode.NONE:
                     changed |= self._narrow(g, "authorized_operations", who, Res.GROUP, g.group_id)
+        return forward(response) if changed or merged is not FORWARD else FORWARD
+
+    def share_group_offsets(self, ctx: FilterContext, response: Any) -> Result:
+        """DescribeShareGroupOffsets: groups refused up front merged back; topics the client may not
+        describe left out of a whole-group listing, or answered TOPIC_AUTHORIZATION_FAILED where asked for."""
+        merged = self.merge(ctx, response)
+        changed = hide_share_group_offsets(ctx.request, response, self._describe(ctx))
         return forward(response) if changed or merged is not FORWARD else FORWARD
 
     def heartbeat_answer(self, ctx: FilterContext, response: Any) -> Any:
@@ -687,8 +768,10 @@ class Authorizer(Filter):
     created_topics = on_response(ApiKey.CREATE_TOPICS)(created_topics)
     offset_fetch_response = on_response(ApiKey.OFFSET_FETCH)(offset_fetch_response)
     transactions = on_response(ApiKey.DESCRIBE_TRANSACTIONS)(transactions)
-    for _key in (ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE):
+    for _key in (ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE,
+                 ApiKey.STREAMS_GROUP_DESCRIBE):
         group_descriptions = on_response(_key)(group_descriptions)
+    share_group_offsets = on_response(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)(share_group_offsets)
     log_dirs = on_response(ApiKey.DESCRIBE_LOG_DIRS)(log_dirs)
     for _key in (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT):
         heartbeat_answer = on_response(_key)(heartbeat_answer)
@@ -700,7 +783,8 @@ class Authorizer(Filter):
         ApiKey.DELETE_RECORDS, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE,
         ApiKey.DESCRIBE_PRODUCERS, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.ELECT_LEADERS,
         ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
-        ApiKey.DELETE_GROUPS, ApiKey.FIND_COORDINATOR,
+        ApiKey.DELETE_GROUPS, ApiKey.FIND_COORDINATOR, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+        ApiKey.DELETE_SHARE_GROUP_OFFSETS,
     ):
         merge = on_response(_key, needs_state=True)(merge)
     del _key

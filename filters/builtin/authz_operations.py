@@ -1,7 +1,7 @@
 """The ``authorized_operations`` bitfields of describe answers, computed from kgate's rules.
 
 Metadata (v8+), DescribeTopicPartitions, DescribeGroups (v3+), ConsumerGroupDescribe,
-ShareGroupDescribe and DescribeCluster answer with a 32-bit field per topic, group or cluster: bit
+ShareGroupDescribe, StreamsGroupDescribe and DescribeCluster answer with a 32-bit field per topic, group or cluster: bit
 ``code`` is set for each ``AclOperation`` the asking principal may perform on it (``Utils.to32BitField``
 in Kafka). The broker computes it for the principal *it* sees (kgate's upstream identity; every
 operation a resource supports when the broker has no authorizer, as Kafka 4.0 answers), so through an

@@ -112,11 +112,13 @@ class Entries:
         response_name: str,
         check: tuple[Res, Op, int] = (Res.TOPIC, Op.DESCRIBE, TOPIC_DENIED),
         copy: tuple[str, ...] = (),
+        partitions: str = "",
         **fixed: Any,
     ) -> None:
         self.request_list, self.request_name = request_list, request_name
         self.response_list, self.response_name = response_list, response_name
         self.check, self.copy, self.fixed = check, copy, fixed
+        self.partitions = partitions  # the answer reports errors per partition (this index field), not per entry
 
     def name_of(self, entry: Any) -> Any:
         """The name checked (the entry itself for lists of strings; the whole entry for configs)."""
@@ -130,6 +132,14 @@ class Entries:
         fields = {a: getattr(entry, a) for a in self.copy}
         if self.request_name != "*":
             fields[self.response_name] = name
+        if self.partitions:
+            pcls = element_class(cls, "partitions")
+            fields["partitions"] = [
+                make(pcls, **{self.partitions: getattr(p, self.partitions)}, error_code=code,
+                     error_message=DENIED_MESSAGE)
+                for p in entry.partitions or []
+            ]
+            return make(cls, **fields, **self.fixed)
         return make(cls, **fields, error_code=code, error_message=DENIED_MESSAGE, **self.fixed)
 
 
@@ -153,4 +163,13 @@ ENTRY_LISTS: dict[int, Entries] = {
     ApiKey.SHARE_GROUP_DESCRIBE: Entries("group_ids", "", "groups", "group_id",
                                           (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
     ApiKey.OFFSET_FETCH: Entries("groups", "group_id", "groups", "group_id", topics=[]),
+    ApiKey.STREAMS_GROUP_DESCRIBE: Entries("group_ids", "", "groups", "group_id",
+                                            (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Entries("groups", "group_id", "groups", "group_id",
+                                                  (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), topics=[]),
+    # the group is checked for the whole request first (read / delete, acl_table); then each topic, read
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Entries("topics", "topic_name", "responses", "topic_name",
+                                               (Res.TOPIC, Op.READ, TOPIC_DENIED), partitions="partition_index"),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Entries("topics", "topic_name", "responses", "topic_name",
+                                                (Res.TOPIC, Op.READ, TOPIC_DENIED)),
 }

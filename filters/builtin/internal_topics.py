@@ -61,6 +61,7 @@ from kgate.filters.builtin.internal_answers import (
     described_internal,
 )
 from kgate.filters.builtin.internal_config_changes import ConfigChangeHooks
+from kgate.filters.builtin.internal_groups import GroupHooks
 from kgate.filters.builtin.internal_policy import (
     DEFAULT_SYSTEM_TOPICS,
     INTERNAL_CONFIG,
@@ -93,7 +94,7 @@ def _pattern_list(config: Mapping[str, Any], key: str, default: Iterable[str]) -
     return value
 
 
-class InternalTopics(ConfigChangeHooks, Filter):
+class InternalTopics(ConfigChangeHooks, GroupHooks, Filter):
     name = "internal-topics"
 
     @classmethod

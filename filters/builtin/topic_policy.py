@@ -1,9 +1,10 @@
 """``topic-policy``: allow or deny topics by name, whether the client names them or sends ids.
 
 Denied topics are also hidden where they are listed or described (Metadata,
-DescribeTopicPartitions), their committed offsets from OffsetFetch, and group RPCs that
-subscribe to or assign them are refused (see filters.builtin.topic_visibility), so no answer
-reveals their ids or data.
+DescribeTopicPartitions), their committed offsets from OffsetFetch and their share-group start
+offsets from DescribeShareGroupOffsets, and group RPCs (consumer, share and Streams groups) that
+subscribe to, assign or name them in a topology are refused (see filters.builtin.topic_visibility),
+so no answer reveals their ids or data.
 
 The point of this filter is the topic-id problem: from Fetch v13 and Produce v13 on, clients
 name topics only by id, so a name-based rule needs kgate's id -> name service. Names already
@@ -53,11 +54,14 @@ from kgate.filters.builtin.topic_visibility import (
     denied_subscriptions,
     hide_log_dir_topics,
     hide_offsets,
+    hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
+    refuse_streams_groups_with_denied_topics,
+    topology_topics,
 )
 from kgate.filters.exchanges import record_policy_decision
 
@@ -87,6 +91,8 @@ _ADMIN_KEYS = (
     ApiKey.DESCRIBE_CONFIGS,
     ApiKey.ALTER_CONFIGS,
     ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS,  # a denied topic's share-group start offsets are not changed
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS,  # nor deleted (topic-policy's rules allow every group)
 )
 
 
@@ -255,6 +261,30 @@ class TopicPolicy(Filter):
             return FORWARD
         return respond(error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
 
+    @on_request(ApiKey.STREAMS_GROUP_HEARTBEAT)
+    def streams_heartbeat(self, ctx: FilterContext, request: Any) -> Result:
+        """A Streams topology naming a denied topic (source, repartition or changelog): the joining member is
+        answered TOPIC_AUTHORIZATION_FAILED and nothing goes upstream (the broker would create the denied
+        internal topics for it)."""
+        denied = [n for n in dict.fromkeys(topology_topics(request.topology)) if not self.allowed(n)]
+        if not denied:
+            return FORWARD
+        self._noted(ctx, {}, dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+        resp = error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+        assert resp is not None  # the answer has an error field
+        resp.error_message = "Topics not authorized for describe: " + ", ".join(denied)
+        return respond(resp)
+
+    @on_response(ApiKey.STREAMS_GROUP_DESCRIBE)
+    def streams_describe(self, ctx: FilterContext, response: Any) -> Result:
+        """A Streams group whose topology names a denied topic is described as TOPIC_AUTHORIZATION_FAILED."""
+        return forward(response) if refuse_streams_groups_with_denied_topics(response, self.allowed) else FORWARD
+
+    @on_response(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)
+    def share_group_offsets(self, ctx: FilterContext, response: Any) -> Result:
+        """A denied topic's share-group start offsets: left out of a whole-group listing, else error 29."""
+        return forward(response) if hide_share_group_offsets(ctx.request, response, self.allowed) else FORWARD
+
     @on_response(ApiKey.CONSUMER_GROUP_HEARTBEAT)
     @on_response(ApiKey.SHARE_GROUP_HEARTBEAT)
     def heartbeat_answer(self, ctx: FilterContext, response: Any) -> Result | Any:
@@ -305,6 +335,6 @@ class TopicPolicy(Filter):
     for _key in _KEYS:
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
-    for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH):
+    for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS):
         keep_request = on_request(_key)(keep_request)
     del _key

@@ -18,6 +18,10 @@ authorizer does with them, so that clients meet errors they already handle:
   assignment in the answer (``strip_assignment``: a KIP-848 regex is resolved by the broker).
 * ConsumerGroupDescribe, ShareGroupDescribe: a group whose members are assigned a denied topic is
   answered with TOPIC_AUTHORIZATION_FAILED for that group, its members left out.
+* StreamsGroupHeartbeat, StreamsGroupDescribe: a topology naming a denied topic (source, repartition,
+  changelog) is refused; a group described with one answers TOPIC_AUTHORIZATION_FAILED, as Kafka does.
+* DescribeShareGroupOffsets: a denied topic is left out of a whole-group listing, else answered
+  TOPIC_AUTHORIZATION_FAILED per partition (Alter/DeleteShareGroupOffsets refuse it per topic).
 
 The functions change a message in place and tell whether anything changed (so that an unchanged
 message goes on as its original bytes); the policy's verdict comes in as ``allowed(name) ->
@@ -195,6 +199,83 @@ def _assigned_names(group: Any) -> Iterator[str]:
             for tp in assignment.topic_partitions or []:
                 if tp.topic_name:
                     yield tp.topic_name
+
+
+# -- Streams groups (KIP-1071) -----------------------------------------------------------------
+def topology_topics(topology: Any) -> list[str]:
+    """Every topic a StreamsGroupHeartbeat topology or a StreamsGroupDescribe answer's topology names:
+    source, repartition sink, repartition source and state changelog topics (Kafka checks describe on
+    all of them). Source topic *regexes* are resolved by the broker and are not topic names."""
+    names: list[str] = []
+    if topology is None:
+        return names
+    for sub in topology.subtopologies or []:
+        names.extend(sub.source_topics or [])
+        names.extend(sub.repartition_sink_topics or [])
+        names.extend(t.name for t in sub.repartition_source_topics or [])
+        names.extend(t.name for t in sub.state_changelog_topics or [])
+    return names
+
+
+def topology_internal_topics(topology: Any) -> list[str]:
+    """The topics a Streams topology asks the broker to create when missing (changelog, repartition source)."""
+    names: list[str] = []
+    if topology is None:
+        return names
+    for sub in topology.subtopologies or []:
+        names.extend(t.name for t in sub.repartition_source_topics or [])
+        names.extend(t.name for t in sub.state_changelog_topics or [])
+    return list(dict.fromkeys(names))
+
+
+STREAMS_DESCRIBE_REFUSED = "The described group uses topics that the client is not authorized to describe."
+
+
+def refuse_streams_groups_with_denied_topics(response: Any, allowed: Allowed) -> bool:
+    """StreamsGroupDescribe: a group whose topology names a denied topic becomes an error entry, as Kafka
+    answers it (the members' partitions are numbered per subtopology, so the topology is what names topics)."""
+    changed = False
+    for i, group in enumerate(response.groups):
+        if group.error_code or all(allowed(n) for n in topology_topics(group.topology)):
+            continue
+        refused = type(group)(group_id=group.group_id)
+        refused.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        refused.error_message = STREAMS_DESCRIBE_REFUSED
+        response.groups[i] = refused
+        changed = True
+    return changed
+
+
+# -- share-group offsets (KIP-932 admin) ----------------------------------------------------------
+def hide_share_group_offsets(request: Any, response: Any, allowed: Allowed) -> bool:
+    """DescribeShareGroupOffsets: a denied topic's start offsets are never shown.
+
+    As Kafka answers: a group listed whole (``topics`` null) leaves the topic out; asked for by name,
+    each partition answers TOPIC_AUTHORIZATION_FAILED with offsets -1 and the topic id zeroed. Without
+    the request a group counts as asked by name (hidden all the same).
+    """
+    whole = {g.group_id: g.topics is None for g in (request.groups if request is not None else [])}
+    changed = False
+    for group in response.groups:
+        topics = group.topics or []
+        kept = []
+        for topic in topics:
+            if allowed(topic.topic_name):
+                kept.append(topic)
+                continue
+            changed = True
+            if whole.get(group.group_id, False):
+                continue
+            topic.topic_id = _ZERO
+            for p in topic.partitions:
+                p.start_offset, p.leader_epoch = -1, -1
+                if hasattr(p, "lag"):
+                    p.lag = -1
+                p.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                p.error_message = "Authorization failed."
+            kept.append(topic)
+        group.topics = kept
+    return changed
 
 
 def hide_log_dir_topics(response: Any, allowed: Allowed) -> bool:

@@ -72,12 +72,20 @@ def refuse_topics(
 
     refused = [t for t in entries if key(t) in codes]
     kept = [t for t in entries if key(t) not in codes]
+    # An earlier filter of the chain may have refused other topics of this request already (the state is
+    # the exchange's, shared by the chain): its error entries are kept, never overwritten.
+    prior = ctx.state.pop(_STATE_KEY, None)
+    resp_attr = TOPIC_LISTS[api_key][2]
     if not kept and answer_when_empty:
         resp = error_response(api_key, ctx.api_version, request, 0, codes)
+        if prior is not None:  # the answer ends the chain: the earlier filter's hook will not merge them
+            setattr(resp, resp_attr, list(getattr(prior, resp_attr)) + list(getattr(resp, resp_attr)))
         return respond(resp)
     setattr(request, attr, refused)
     errors = error_response(api_key, ctx.api_version, request, 0, codes)
     setattr(request, attr, kept)
+    if prior is not None:
+        setattr(errors, resp_attr, list(getattr(prior, resp_attr)) + list(getattr(errors, resp_attr)))
     ctx.state[_STATE_KEY] = errors
     return forward(request)
 
@@ -85,7 +93,7 @@ def refuse_topics(
 def merge_refused(ctx: FilterContext, response: Any) -> Result:
     """In a response hook: add the error entries ``refuse_topics`` kept back for this exchange."""
     state = ctx.state
-    errors = state.get(_STATE_KEY) if state else None
+    errors = state.pop(_STATE_KEY, None) if state else None  # merged once, by the first hook to run
     if errors is None:
         return FORWARD
     attr = TOPIC_LISTS[ctx.api_key][2]

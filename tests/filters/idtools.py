@@ -143,15 +143,18 @@ def wait_until(pred: Any, timeout: float = 10, interval: float = 0.05, what: str
         time.sleep(interval)
 
 
-def kgate_config(upstream: str, filters: list[dict[str, Any]], topic_names: dict[str, Any] | None = None) -> Any:
-    """Like ``support.inproc_kgate.make_config``, plus the ``topic_names`` tuning section."""
+def kgate_config(
+    upstream: str, filters: list[dict[str, Any]], topic_names: dict[str, Any] | None = None, **proxy: Any
+) -> Any:
+    """Like ``support.inproc_kgate.make_config``, plus the ``topic_names`` tuning section; ``proxy``:
+    more keys of the ``proxy`` section (e.g. ``leader_hints``)."""
     from support.ports import free_port, free_port_range
 
     from kgate.config import parse_config
 
     data: dict[str, Any] = {
         "log_level": "debug",
-        "proxy": {"drain_timeout_s": 2},
+        "proxy": {"drain_timeout_s": 2, **proxy},
         "virtual_clusters": [
             {
                 "name": "default",

@@ -215,7 +215,7 @@ def group_req(key: int, group: str) -> Any:
 
 
 GROUP_APIS = [(ApiKey.JOIN_GROUP, 5), (ApiKey.HEARTBEAT, 3), (ApiKey.LEAVE_GROUP, 3), (ApiKey.SYNC_GROUP, 3),
-              (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.SHARE_GROUP_HEARTBEAT, 0)]
+              (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.SHARE_GROUP_HEARTBEAT, 1)]
 
 
 @pytest.mark.parametrize("key, version", GROUP_APIS, ids=[ApiKey(k).name for k, _v in GROUP_APIS])
@@ -228,8 +228,10 @@ async def test_group_apis(key: int, version: int) -> None:
 
 @pytest.mark.parametrize("key", [ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT])
 async def test_subscribing_to_a_denied_topic(key: int) -> None:
-    result, _ = await run(authorizer(), key, 0, req(key, group_id="g", subscribed_topic_names=["orders", "secret-x"]))
-    assert codes(answer(key, 0, result)) == {TOPIC_DENIED}
+    version = 1 if key == ApiKey.SHARE_GROUP_HEARTBEAT else 0  # share groups start at v1 (Kafka 4.1+)
+    request = req(key, group_id="g", subscribed_topic_names=["orders", "secret-x"])
+    result, _ = await run(authorizer(), key, version, request)
+    assert codes(answer(key, version, result)) == {TOPIC_DENIED}
 
 
 TXN_APIS = [(ApiKey.END_TXN, 3), (ApiKey.ADD_OFFSETS_TO_TXN, 3), (ApiKey.INIT_PRODUCER_ID, 4)]
@@ -355,7 +357,7 @@ ENTRY_APIS = [
     (ApiKey.DESCRIBE_GROUPS, 5, lambda n: req(ApiKey.DESCRIBE_GROUPS, groups=[n]), "groups", GROUP_DENIED),
     (ApiKey.CONSUMER_GROUP_DESCRIBE, 0, lambda n: req(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[n]), "groups",
      GROUP_DENIED),
-    (ApiKey.SHARE_GROUP_DESCRIBE, 0, lambda n: req(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[n]), "groups",
+    (ApiKey.SHARE_GROUP_DESCRIBE, 1, lambda n: req(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[n]), "groups",
      GROUP_DENIED),
     (ApiKey.DESCRIBE_TRANSACTIONS, 0, lambda n: req(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=[n]),
      "transaction_states", TXN_DENIED),
@@ -527,10 +529,11 @@ def _by_id(key: int, topic_id: uuid.UUID) -> Any:
         c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
 
 
-BY_ID = [(ApiKey.PRODUCE, 13), (ApiKey.OFFSET_COMMIT, 10), (ApiKey.SHARE_FETCH, 0), (ApiKey.SHARE_ACKNOWLEDGE, 0)]
+BY_ID = [(ApiKey.PRODUCE, 13), (ApiKey.OFFSET_COMMIT, 10), (ApiKey.SHARE_FETCH, 1), (ApiKey.SHARE_ACKNOWLEDGE, 1),
+         (ApiKey.SHARE_FETCH, 2), (ApiKey.SHARE_ACKNOWLEDGE, 2)]
 
 
-@pytest.mark.parametrize("key, version", BY_ID, ids=[ApiKey(k).name for k, _v in BY_ID])
+@pytest.mark.parametrize("key, version", BY_ID, ids=[f"{ApiKey(k).name}-v{v}" for k, v in BY_ID])
 async def test_rules_hold_for_topic_ids(key: int, version: int) -> None:
     """Versions that name topics by id only: the id is named through the topic-name service first."""
     f = authorizer()

@@ -131,7 +131,7 @@ def test_describe_topic_partitions_operations() -> None:
 
 
 @pytest.mark.parametrize("key, version", [
-    (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.SHARE_GROUP_DESCRIBE, 0)])
+    (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.SHARE_GROUP_DESCRIBE, 1)])
 def test_group_operations(key: int, version: int) -> None:
     rc = api.API_INFO[key].response_class
     broker = rc(groups=[struct(rc, "groups", group_id="g1", authorized_operations=KAFKA_GROUP_ALL, members=[]),
@@ -166,7 +166,7 @@ def test_every_answer_with_a_bitfield_or_an_assignment_is_hooked() -> None:
 # -- heartbeat assignments -------------------------------------------------------------------------
 @pytest.mark.parametrize("key", [ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_HEARTBEAT])
 async def test_heartbeat_assignment_loses_topics_the_member_may_not_describe(key: int) -> None:
-    version = 1 if key == ApiKey.CONSUMER_GROUP_HEARTBEAT else 0
+    version = 1  # ConsumerGroupHeartbeat v1; ShareGroupHeartbeat starts at v1 (v0 is gone since Kafka 4.1)
     rc = api.API_INFO[key].response_class
     assigned = [OK_ID, SECRET_ID, UNKNOWN_ID, LATER_ID]
     broker = rc(member_id="m", member_epoch=3, assignment=struct(rc, "assignment", topic_partitions=[

@@ -343,7 +343,8 @@ def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
     assert [(t.topic_id, t.partitions) for t in out.assignment.topic_partitions] == [(SECRET_ID, [0])]
 
 
-def test_share_fetch_ids_round_trip_and_error_response() -> None:
+@pytest.mark.parametrize("version", [1, 2])  # Kafka 4.1+: v0 is gone
+def test_share_fetch_ids_round_trip_and_error_response(version: int) -> None:
     req = ShareFetchRequest(
         group_id="sg",
         member_id="m",
@@ -351,21 +352,23 @@ def test_share_fetch_ids_round_trip_and_error_response() -> None:
         max_wait_ms=100,
         min_bytes=1,
         max_bytes=1 << 20,
+        max_records=500,
+        batch_size=500,
         topics=[
             ShareTopic(
                 topic_id=SECRET_ID,
-                partitions=[SharePartition(partition_index=0, partition_max_bytes=1 << 20, acknowledgement_batches=[])],
+                partitions=[SharePartition(partition_index=0, acknowledgement_batches=[])],
             )
         ],
         forgotten_topics_data=[ShareForgotten(topic_id=GONE_ID, partitions=[3])],
     )
-    got = through_frames(SHARE_FETCH, 0, req)
+    got = through_frames(SHARE_FETCH, version, req)
     assert [(t.topic_id, [q.partition_index for q in t.partitions]) for t in got.topics] == [(SECRET_ID, [0])]
     assert [(t.topic_id, t.partitions) for t in got.forgotten_topics_data] == [(GONE_ID, [3])]
     assert request_topics(SHARE_FETCH, got) == [SECRET_ID]  # by id: the policy resolves it to a name
-    resp = error_response(SHARE_FETCH, 0, got, 0, {SECRET_ID: AUTHZ})
+    resp = error_response(SHARE_FETCH, version, got, 0, {SECRET_ID: AUTHZ})
     assert resp is not None
-    out = response_through_frames(SHARE_FETCH, 0, resp)
+    out = response_through_frames(SHARE_FETCH, version, resp)
     assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partitions]) for t in out.responses] == [
         (SECRET_ID, [(0, AUTHZ)])
     ]

@@ -141,8 +141,11 @@ async def test_single_flight_joins_a_lookup_already_in_flight(topics):
 
 
 async def test_misses_while_a_lookup_is_in_flight_share_the_next_request(topics):
-    fake = FakeUpstream(topics, latency=0.05)
-    r = await make(fake, batch_window_s=0.02)
+    # The first miss is sent alone before the others start: started together, a loop stalled for more
+    # than the 2 ms stagger (a loaded machine) woke the first two in one turn and they shared the first
+    # request. Latency and window are long next to the stagger for the same reason.
+    fake = FakeUpstream(topics, latency=0.5)
+    r = await make(fake, batch_window_s=0.2)
     ids = list(topics)
     unknown = uid()
 
@@ -150,7 +153,11 @@ async def test_misses_while_a_lookup_is_in_flight_share_the_next_request(topics)
         await asyncio.sleep(delay)
         return await r.resolve([i])
 
-    results = await asyncio.gather(*(one(i, 0.002 * n) for n, i in enumerate([*ids, unknown])))
+    first = asyncio.ensure_future(r.resolve([ids[0]]))
+    while not fake.metadata_calls:
+        await asyncio.sleep(0)
+    later = await asyncio.gather(*(one(i, 0.002 * n) for n, i in enumerate([*ids[1:], unknown])))
+    results = [await first, *later]
     assert len(fake.metadata_calls) == 2  # the first miss at once, every later one together
     first, second = (msg for _v, msg in fake.metadata_calls)
     assert [t.topic_id for t in first.topics] == [ids[0]]
