@@ -1,7 +1,9 @@
 """Making the ``guardrails`` refusals observable: a counter per refusal and rate-limited log lines.
 
 As for the authorizer (``filters.builtin.authz_report``), counting is a plain ``dict`` increment,
-collected at scrape time into ``kgate_guardrail_refusals_total{cluster, rule, api}``. Labels are
+collected at scrape time into ``kgate_guardrail_refusals_total{cluster, rule, api}``. The counts are
+the process's, not a filter instance's, so they survive a configuration reload (which makes new
+instances) and never go down. Labels are
 bounded: cluster (configured), rule (a fixed set, ``guardrail_rules.Refusal.rule``) and api (an
 ``ApiKey`` name). One refused entry (a topic, a config resource, a Produce) counts once.
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections import defaultdict
 from collections.abc import Iterator
 
@@ -34,17 +35,14 @@ class RefusalReport:
     """Counts and logs one filter instance's refusals (one instance per virtual cluster)."""
 
     def __init__(self) -> None:
-        #: (cluster, rule, api key) -> refused entries
-        self.counts: defaultdict[tuple[str, str, int], int] = defaultdict(int)
         self._window_start = 0.0
         self._logged = 0
         self._suppressed = 0
-        _LIVE.add(self)
 
     def refused(self, ctx: FilterContext, what: str, refusal: Refusal) -> None:
         """Count one refused entry and log it (rate-limited)."""
         conn = ctx.connection
-        self.counts[(conn.virtual_cluster, refusal.rule, ctx.api_key)] += 1
+        COUNTS[(conn.virtual_cluster, refusal.rule, ctx.api_key)] += 1
         now = time.monotonic()
         if now - self._window_start >= LOG_WINDOW_S:
             if self._suppressed:
@@ -68,7 +66,8 @@ def api_name(api_key: int) -> str:
         return "UNKNOWN"
 
 
-_LIVE: weakref.WeakSet[RefusalReport] = weakref.WeakSet()
+#: (cluster, rule, api key) -> refused entries, since the process started
+COUNTS: defaultdict[tuple[str, str, int], int] = defaultdict(int)
 
 
 class _RefusalCollector(Collector):
@@ -78,12 +77,8 @@ class _RefusalCollector(Collector):
             "Entries (topics, config resources, Produce requests) the guardrails filter refused, by rule and api",
             labels=["cluster", "rule", "api"],
         )
-        totals: defaultdict[tuple[str, str, str], int] = defaultdict(int)
-        for report in list(_LIVE):
-            for (cluster, rule, key), n in list(report.counts.items()):
-                totals[(cluster, rule, api_name(key))] += n
-        for labels, n in sorted(totals.items()):
-            family.add_metric(list(labels), n)
+        for (cluster, rule, key), n in sorted(list(COUNTS.items())):
+            family.add_metric([cluster, rule, api_name(key)], n)
         yield family
 
 

@@ -43,7 +43,7 @@ from kgate.codec import api
 from kgate.filters.builtin.authz_shapes import ENTRY_LISTS, ConfigResource, element_class, make
 from kgate.filters.builtin.guardrail_report import RefusalReport
 from kgate.filters.builtin.guardrail_rules import Refusal, Rules, validate
-from kgate.filters.exchanges import record_policy_decision
+from kgate.filters.exchanges import POLICY_STATE_KEY, record_policy_decision
 
 _STATE = "guardrails.refused"  # (response list attribute, error entries) waiting for the broker's answer
 _PRODUCE_STATE = "guardrails.produce_refused"  # refused Produce partitions, by topic
@@ -81,12 +81,21 @@ class Guardrails(Filter):
         self.report.refused(ctx, what, refusal)
         record_policy_decision(ctx, self.name, resource, refusal.code, refusal.message, resource_type=kind)
 
+    @staticmethod
+    def _others_waiting(ctx: FilterContext) -> bool:
+        """Whether another filter kept something for this exchange's answer (the audit notes aside).
+
+        kgate's own answer runs no response hook, so it would lose the other filter's error entries:
+        then the narrowed request goes upstream even when nothing of it is left.
+        """
+        return any(not key.startswith(POLICY_STATE_KEY) for key in ctx.state)
+
     def _refuse_entries(self, ctx: FilterContext, request: Any, verdicts: Sequence[Refusal | None]) -> Result:
         """Answer the entries with a refusal from kgate; forward the rest, merging the errors into the answer."""
         if not any(verdicts):
             return FORWARD
         spec = ENTRY_LISTS[ctx.api_key]
-        others_waiting = bool(ctx.state)  # another filter kept something for this answer
+        others_waiting = self._others_waiting(ctx)
         kept, refused = [], []
         for entry, refusal in zip(list(getattr(request, spec.request_list)), verdicts, strict=True):
             if refusal is None:
@@ -100,7 +109,6 @@ class Guardrails(Filter):
             resp = api.API_INFO[ctx.api_key].response_class()
             setattr(resp, spec.response_list, refused)
             return respond(resp)
-        # (with nothing kept, an empty request still goes, so the other filters' answers are merged)
         setattr(request, spec.request_list, kept)
         ctx.state[_STATE] = (spec.response_list, refused)
         return forward(request)
@@ -222,7 +230,7 @@ class Guardrails(Filter):
                 refused.append((t, bad))
         if not refused:
             return FORWARD
-        others_waiting = bool(ctx.state)
+        others_waiting = self._others_waiting(ctx)
         tcls = element_class(api.API_INFO[ApiKey.PRODUCE].response_class, "responses")
         pcls = element_class(tcls, "partition_responses")
         answers = []
