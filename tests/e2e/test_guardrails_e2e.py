@@ -107,3 +107,43 @@ def test_a_normal_workload_is_unaffected(broker, kgate_factory) -> None:
     got, _offsets = w.confluent_consume(k.bootstrap, topic, 300)
     w.assert_exact(values, got)
     assert not k.metric_values("kgate_guardrail_refusals_total")  # nothing refused
+
+
+def produce_errors(bootstrap: str, topic: str, values: list[bytes], **conf) -> tuple[int, list]:
+    """(messages delivered, delivery errors) of one confluent-kafka producer, retries off."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "retries": 0, "message.timeout.ms": 15000, **conf})
+    delivered, errors = [0], []
+
+    def on_delivery(err, _msg) -> None:
+        if err is None:
+            delivered[0] += 1
+        else:
+            errors.append(err)
+
+    for v in values:
+        p.produce(topic, value=v, on_delivery=on_delivery)
+    assert p.flush(30) == 0
+    return delivered[0], errors
+
+
+@pytest.mark.timeout(180)
+def test_opt_in_produce_rules_refuse_acks_and_oversized_batches(tansu, kgate_factory) -> None:
+    from confluent_kafka import KafkaError
+
+    rules = {"produce": {"acks": ["all"], "max_batch_bytes": 64 * 1024}}
+    k = kgate_factory(tansu.bootstrap, extra={"filters": [{"name": "guardrails", "config": rules}]})
+    topic = w.unique("gr-produce")
+    assert create(k.bootstrap, topic, 1) is None
+    w.wait_writable(k.bootstrap, topic, 1)
+    assert produce_errors(k.bootstrap, topic, w.payloads(20, 100), acks="all") == (20, [])
+    delivered, errors = produce_errors(k.bootstrap, topic, w.payloads(5, 100), acks="1")
+    assert delivered == 0 and {e.code() for e in errors} == {KafkaError.POLICY_VIOLATION}, errors
+    delivered, errors = produce_errors(k.bootstrap, topic, [b"x" * 200_000], acks="all", **{"compression.type": "none"})
+    assert delivered == 0 and {e.code() for e in errors} == {KafkaError.MSG_SIZE_TOO_LARGE}, errors
+    got = w.confluent_read_all(k.bootstrap, topic, 20)
+    assert len(got) == 20  # only what was allowed reached the broker
+    samples = {labels: v for labels, v in k.metric_values("kgate_guardrail_refusals_total")}
+    assert samples['{api="PRODUCE",cluster="default",rule="produce_acks"}'] >= 1
+    assert samples['{api="PRODUCE",cluster="default",rule="produce_batch_bytes"}'] >= 1
