@@ -322,3 +322,17 @@ def test_refusals_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monk
         clock[0] += guardrail_report.LOG_WINDOW_S
         run(f, CT, 7, create_topics(7, topic("boom", HUGE)))
     assert "5 more refusals" in caplog.records[-2].getMessage()
+
+
+def test_when_an_earlier_filter_kept_entries_for_the_answer_an_emptied_request_still_goes() -> None:
+    """kgate's own answer runs no response hook: the earlier filter's entries would be lost."""
+    f = guardrails()
+    req = create_topics(7, topic("boom", HUGE))
+    ctx = testing.FakeContext(CT, 7)
+    ctx.state["authorizer.refused"] = ("topics", ["an error entry of the authorizer's"])
+    result = f.partitions(ctx, req)
+    assert isinstance(result, Forward) and result.message.topics == []
+    answer = merged(f, ctx, CT, 7, testing.response_class(CT)(topics=[]))
+    assert [(t.name, t.error_code) for t in answer.topics] == [("boom", ErrorCode.INVALID_PARTITIONS)]
+    alone = testing.FakeContext(CT, 7)  # only audit notes in the state: kgate answers itself
+    assert isinstance(f.partitions(alone, create_topics(7, topic("boom", HUGE))), Respond)
