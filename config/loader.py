@@ -48,6 +48,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_FORMATS = ("text", "json")
 DEFAULT_CONFIG_SOURCE = "<embedded default.yaml>"
 QUICK_SOURCE = "command line"
+#: the filters of a configuration that names none (top-level ``filters`` absent or null): bounds that keep
+#: one request from taking the broker down (docs/guardrails.md). ``filters: []`` turns it off.
+DEFAULT_CHAIN: tuple[dict[str, Any], ...] = ({"name": "guardrails"},)
 
 _TOP_KEYS = ("log_level", "proxy", "metrics", "virtual_clusters", "filters", "topic_names", "admin", "log_format")
 _PROXY_KEYS = (
@@ -681,7 +684,11 @@ def parse_config(data: Mapping[str, Any], source: str) -> KgateConfig:
     _check_no_self_upstream(ctx, clusters)
 
     raw_filters = m.get("filters")
-    filters = () if raw_filters is None else ctx.list_of(raw_filters, "filters", lambda v, p: _parse_filter(ctx, v, p))
+    if raw_filters is None:  # not named: the default chain (docs/configuration.md#filters); [] runs none
+        raw_filters, fpath = DEFAULT_CHAIN, "filters (the default chain)"
+    else:
+        fpath = "filters"
+    filters = ctx.list_of(raw_filters, fpath, lambda v, p: _parse_filter(ctx, v, p))
 
     topic_names = _parse_topic_names(ctx, m.get("topic_names"), "topic_names")
 
@@ -799,4 +806,5 @@ def quick_config(listen: str, upstream: str, filters: list[dict[str, Any]] | Non
             f"cannot listen on the wildcard address {_show(listen_hp.host)} in quick mode "
             "(no advertised host); use a config file with advertised_host",
         )
-    return parse_config({"virtual_clusters": [cluster], "filters": filters or []}, QUICK_SOURCE)
+    # no --filter: the default chain, as for a config file that names no filters
+    return parse_config({"virtual_clusters": [cluster], "filters": filters or None}, QUICK_SOURCE)

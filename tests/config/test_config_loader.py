@@ -140,7 +140,7 @@ def test_minimal_cluster_gets_defaults():
     assert cfg.proxy == ProxySettings()
     assert cfg.metrics == MetricsConfig(listen=None)
     assert cfg.log_level == "INFO"
-    assert cfg.filters == ()
+    assert [f.name for f in cfg.filters] == ["guardrails"]  # no filters named: the default chain
 
 
 def test_embedded_default_config():

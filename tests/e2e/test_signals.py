@@ -52,7 +52,7 @@ def test_second_sigterm_cuts_the_drain_short(tmp_path) -> None:
         assert rc == 1, "a drain cut short exits 1"
         log = k.log_text()
         assert "second stop signal: closing with 1 request(s) still in flight" in log
-        assert "filter chain: (none)" in log  # the start-up log names the chain
+        assert "filter chain: guardrails" in log  # the start-up log names the chain (the default one here)
     finally:
         k.kill()
         hole.close()
