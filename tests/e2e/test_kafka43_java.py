@@ -228,3 +228,12 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     run = tools.share_consume(topic, group, 1, idle_timeout_ms=8000)
     assert run.lines() == [], f"the share consumer read a denied topic:\n{run.describe()}"
     assert _versions_used(k, ApiKey.SHARE_GROUP_HEARTBEAT), "the share consumer never asked kgate to join"
+
+
+@pytest.mark.timeout(120)
+def test_socket_watch_catches_a_java_client_that_bypasses_kgate(kafka, tmp_path) -> None:
+    """Control experiment: the same watch on a Java client pointed at the broker itself fails the
+    run, so the no-bypass checks above can fail."""
+    tools = JavaTools(kafka_broker.KAFKA_43, kafka.bootstrap, forbidden_ports={kafka.port}, workdir=tmp_path)
+    with pytest.raises(AssertionError, match="connected straight to the broker"):
+        tools.run("kafka-topics.sh", ["--bootstrap-server", kafka.bootstrap, "--list"])
