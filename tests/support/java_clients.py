@@ -106,6 +106,8 @@ class JavaTools:
                 raise AssertionError(f"{tool} did not finish within {timeout:.0f}s:\n{run.describe()}") from None
         run = JavaRun(argv, proc.returncode, out, err, time.monotonic() - started, set(watch.seen))
         self.runs.append(run)
+        # pytest shows it with a failing test's output: how long each JVM took, where it connected
+        print(f"{tool}: rc {run.returncode} in {run.seconds:.1f}s, connected to {sorted(run.peers)}")
         assert not watch.violations, (
             f"{tool} connected straight to the broker ({sorted(self.forbidden)}), bypassing kgate: "
             f"{watch.violations[:5]}\n{run.describe()}")
