@@ -211,6 +211,11 @@ _BUILDERS: dict[int, Builder] = {
 }
 
 
+#: RPCs whose top-level error fails the whole request (a share session, a fetch session): Kafka
+#: leaves it NONE when it refuses topics, and so must kgate (tests/integration/test_synthesized_vs_kafka.py)
+_PER_PARTITION_ONLY = frozenset({ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE})
+
+
 def error_response(
     api_key: int,
     api_version: int,
@@ -240,7 +245,7 @@ def error_response(
             for t in resp.topics:
                 if t.name is None:
                     t.name = ""
-        if hasattr(resp, "error_code") and api_key != ApiKey.FETCH:
+        if hasattr(resp, "error_code") and api_key not in _PER_PARTITION_ONLY:
             resp.error_code = code
         return resp
     if hasattr(resp, "error_code"):

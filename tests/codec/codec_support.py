@@ -11,6 +11,8 @@ SHARED = REPO_ROOT.parent / "shared"
 CORPUS_DIR = SHARED / "corpus-tansu"
 #: recorded against Apache Kafka 4.0.2 by tools/record_kafka_corpus.py; in the repository
 KAFKA_CORPUS_DIR = REPO_ROOT / "tests" / "data" / "corpus-kafka"
+#: recorded against Apache Kafka 4.3.1 and its Java clients (``--kafka 4.3.1``); in the repository
+KAFKA43_CORPUS_DIR = REPO_ROOT / "tests" / "data" / "corpus-kafka43"
 SPEC_DIR = SHARED / "kafka-message-specs"
 
 
@@ -24,7 +26,7 @@ def corpus_rows(corpus_dir: Path = CORPUS_DIR) -> list[dict]:
 
 
 def row_id(row: dict) -> str:
-    tag = "kafka-" if row.get("corpus_dir") == KAFKA_CORPUS_DIR else ""
+    tag = {KAFKA_CORPUS_DIR: "kafka-", KAFKA43_CORPUS_DIR: "kafka43-"}.get(row.get("corpus_dir"), "")
     return f"{tag}{row['seq']:06d}-{row['direction']}-{row['api_name']}-v{row['api_version']}"
 
 

@@ -5,7 +5,7 @@ resolve, a filter that timed out. Clients treat those answers exactly as they tr
 so a field Kafka never sends that way (a null ``records`` where Kafka sends empty ones) breaks
 them: librdkafka rejected the whole Fetch response and fetched again at once, ~1,000 times in 5 s.
 
-Each test asks the real Kafka 4.0.2 broker (``kafka`` fixture) for the same condition directly and
+Each test asks the real Kafka 4.3.1 broker (``kafka`` fixture) for the same condition directly and
 compares its decoded answer with what ``filters.errors.error_response`` builds for the same request,
 with the error code Kafka used. Fields that legitimately differ are listed with their reason in
 ``IGNORED``; anything else that differs fails the test, so a new synthesized shape cannot drift.
@@ -13,6 +13,7 @@ with the error code Kafka used. Fields that legitimately differ are listed with 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -25,10 +26,13 @@ from kgate.codec.generated import list_offsets as lo
 from kgate.codec.generated import metadata as md
 from kgate.codec.generated import offset_for_leader_epoch as ofle
 from kgate.codec.generated import produce as pr
+from kgate.codec.generated import share_acknowledge as sa
+from kgate.codec.generated import share_fetch as sf
 from kgate.codec.schema import Struct
 from kgate.proxy.upstream_client import UpstreamClient
 
 FETCH, PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 0, 2, 3, 21, 23
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
 
 ZERO = uuid.UUID(int=0)
 
@@ -171,3 +175,100 @@ async def test_metadata_v10_v11_by_topic_id(kc, version: int, name: str | None) 
     _v, resp = await kc.request(METADATA, req, version)
     assert [t.error_code for t in resp.topics] == [42]
     assert same_shape(METADATA, version, req, resp, 42) == []
+
+
+@pytest.mark.parametrize("version", [12, 13])
+async def test_produce_by_unknown_topic_id(kc, version: int) -> None:
+    """Produce v13 names topics by id only (Java 4.1+ producers): Kafka's answer to an unknown id
+    is UNKNOWN_TOPIC_ID per partition, and kgate's refusal (topic-policy, an id it cannot resolve)
+    has the same shape. v12 by name for contrast: UNKNOWN_TOPIC_OR_PARTITION."""
+    by_id = version >= 13
+    topic = pr.TopicProduceData(name="" if by_id else unique("no-such"), topic_id=uuid.uuid4() if by_id else ZERO,
+                                partition_data=[pr.PartitionProduceData(index=i, records=b"") for i in (0, 1, 2)])
+    req = pr.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=None, topic_data=[topic])
+    _v, resp = await kc.request(PRODUCE, req, version)
+    code = 100 if by_id else 3
+    assert {p.error_code for t in resp.responses for p in t.partition_responses} == {code}
+    # Kafka lists an unknown topic's partitions in its hash map's order, kgate in the request's;
+    # clients match them by index
+    for t in resp.responses:
+        t.partition_responses.sort(key=lambda p: p.index)
+    assert same_shape(PRODUCE, version, req, resp, code) == []
+
+
+#: ShareFetch / ShareAcknowledge top-level fields kgate cannot know, and why a refusal may differ
+SHARE_IGNORED = {
+    "acquisition_lock_timeout_ms": "the group's share.record.lock.duration.ms (Kafka: 30000); it bounds records "
+                                   "acquired, and a refusal acquires none",
+}
+
+
+def _share_member() -> str:
+    """A member id as a share consumer makes one: a random uuid in Kafka's base64 form."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+async def _share_member_of(kc: UpstreamClient, group: str) -> tuple[str, uuid.UUID]:
+    """A member that joined ``group`` (ShareGroupHeartbeat) subscribed to a new one-partition topic,
+    and the topic's id: Kafka 4.3.1 answers a ShareFetch naming an id it does not know with a
+    top-level UNKNOWN_SERVER_ERROR (it logs "No share partition found"), so the per-partition
+    refusal Kafka makes is for a partition the topic does not have."""
+    from kgate.codec.generated import share_group_heartbeat as sh
+
+    name = unique("share")
+    topics = [md.MetadataRequestTopic(name=name, topic_id=ZERO)]
+    for _ in range(50):  # auto-created on the first ask; the id is there once the topic is
+        _v, meta = await kc.request(METADATA, md.MetadataRequest(topics=topics, allow_auto_topic_creation=True), 12)
+        if meta.topics[0].error_code == 0 and meta.topics[0].topic_id.int:
+            break
+        await asyncio.sleep(0.1)
+    member = _share_member()
+    _v, hb = await kc.request(SHARE_GROUP_HEARTBEAT, sh.ShareGroupHeartbeatRequest(
+        group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=[name]), 1)
+    assert hb.error_code == 0, hb
+    return member, meta.topics[0].topic_id
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_share_fetch_refused_partition(kc, version: int) -> None:
+    """ShareFetch (KIP-932) is by topic id only; a refusal kgate makes (topic-policy, authorizer)
+    must look like Kafka's own per-partition refusal."""
+    group = unique("share-g")
+    member, topic_id = await _share_member_of(kc, group)
+    topics = [sf.FetchTopic(topic_id=topic_id, partitions=[sf.FetchPartition(partition_index=p) for p in (7, 8)])]
+    req = sf.ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=10, min_bytes=1,
+                               max_bytes=1 << 20, max_records=100, batch_size=100, topics=topics)
+    _v, resp = await kc.request(SHARE_FETCH, req, version)
+    assert resp.error_code == 0, resp
+    assert {p.error_code for t in resp.responses for p in t.partitions} == {3}, resp
+    assert all(p.records is not None for t in resp.responses for p in t.partitions)
+    for t in resp.responses:
+        t.partitions.sort(key=lambda p: p.partition_index)
+    problems = same_shape(SHARE_FETCH, version, req, resp, 3)
+    assert [d for d in problems if d.split(":")[0].lstrip(".") not in SHARE_IGNORED] == []
+
+
+@pytest.mark.parametrize("version", [1, 2])
+async def test_share_acknowledge_of_unknown_topic_id(kc, version: int) -> None:
+    """ShareAcknowledge in an open share session naming an id Kafka does not know: UNKNOWN_TOPIC_ID
+    per partition, the shape of kgate's refusals."""
+    group = unique("share-g")
+    member, topic_id = await _share_member_of(kc, group)
+    part0 = [sf.FetchTopic(topic_id=topic_id, partitions=[sf.FetchPartition(partition_index=0)])]
+    fetch = sf.ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=10, min_bytes=1,
+                                 max_bytes=1 << 20, max_records=100, batch_size=100, topics=part0)
+    _v, opened = await kc.request(SHARE_FETCH, fetch, version)  # opens the share session (epoch 0)
+    assert opened.error_code == 0, opened
+    batch = sa.AcknowledgementBatch(first_offset=0, last_offset=0, acknowledge_types=[1])
+    topics = [sa.AcknowledgeTopic(topic_id=uuid.uuid4(), partitions=[
+        sa.AcknowledgePartition(partition_index=i, acknowledgement_batches=[batch]) for i in (0, 1)])]
+    req = sa.ShareAcknowledgeRequest(group_id=group, member_id=member, share_session_epoch=1, topics=topics)
+    _v, resp = await kc.request(SHARE_ACKNOWLEDGE, req, version)
+    assert resp.error_code == 0, resp
+    assert {p.error_code for t in resp.responses for p in t.partitions} == {100}, resp
+    for t in resp.responses:
+        t.partitions.sort(key=lambda p: p.partition_index)
+    problems = same_shape(SHARE_ACKNOWLEDGE, version, req, resp, 100)
+    assert [d for d in problems if d.split(":")[0].lstrip(".") not in SHARE_IGNORED] == []

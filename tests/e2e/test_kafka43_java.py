@@ -1,0 +1,239 @@
+"""Kafka 4.3.1 with its own Java clients through kgate (issue 25): what only the Java clients do.
+
+Java 4.3 producers name topics by id only (Produce v13), commit transactions the KIP-890 part 2
+way (``transaction.version`` 2: no AddPartitionsToTxn, the broker adds a partition on a
+transactional Produce v12+), consume in KIP-848 groups and in share groups (KIP-932, ShareFetch
+whose answers carry broker endpoints). Each test runs the tools of the distribution in
+../shared (tests/support/java_clients.py) against kgate in its default configuration, counts
+records exactly, checks from kgate's ``kgate_requests_total`` that the versions in question went
+through kgate, and samples every JVM's sockets: none may reach the broker's own port.
+
+``KGATE_TEST_LEADER_HINTS=1`` runs kgate with ``proxy.leader_hints: true`` (Produce v10+ and
+Fetch v16+ offered with full decode) instead of the default, to exercise these tests on a kgate
+that still caps Produce and Fetch by default.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from support import java_clients, kafka_broker
+from support import workloads as w
+from support.java_clients import JavaTools
+from support.procs import Kgate
+
+from kgate.api import ApiKey
+from kgate.codec import api
+
+LEADER_HINTS = os.environ.get("KGATE_TEST_LEADER_HINTS") == "1"
+DENIED = "secret-*"
+POLICY = [{"name": "topic-policy", "config": {"deny": [DENIED]}}]
+
+_why = java_clients.unavailable(kafka_broker.KAFKA_43)
+pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
+
+
+def _kgate(broker, kgate_factory, filters: list | None = None) -> Kgate:
+    proxy: dict = {"drain_timeout_s": 2}
+    if LEADER_HINTS:
+        proxy["leader_hints"] = True
+    extra: dict = {"proxy": proxy}
+    if filters:
+        extra["filters"] = filters
+    return kgate_factory(broker.bootstrap, bootstrap_serves_node=True, extra=extra)
+
+
+def _tools(broker, k: Kgate, tmp_path, dist: kafka_broker.Dist = kafka_broker.KAFKA_43) -> JavaTools:
+    return JavaTools(dist, k.bootstrap, forbidden_ports={broker.port}, must_use=k.listen_port, workdir=tmp_path)
+
+
+def _versions_used(k: Kgate, key: ApiKey) -> dict[int, float]:
+    """version -> requests of ``key`` that went through kgate (its ``kgate_requests_total``)."""
+    out: dict[int, float] = {}
+    name = api.API_INFO[key].name
+    for labels, v in k.metric_values("kgate_requests_total"):
+        if f'api="{name}"' in labels and v > 0:
+            out[int(labels.split('api_version="')[1].split('"')[0])] = v
+    return out
+
+
+#: per broker fixture: its release, and the Produce / Fetch versions its own Java clients send
+RELEASES = {"kafka": (kafka_broker.KAFKA_43, 13, 18), "kafka40": (kafka_broker.KAFKA_40, 12, 17)}
+
+
+def _release(request, which: str) -> tuple:
+    broker = request.getfixturevalue(which)
+    dist, produce_v, fetch_v = RELEASES[which]
+    why = java_clients.unavailable(dist)
+    if why is not None:
+        pytest.skip(why)
+    return broker, dist, produce_v, fetch_v
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("which", ["kafka", "kafka40"])
+def test_console_producer_newest_produce_then_kip848_consumer(request, kgate_factory, tmp_path, which: str) -> None:
+    """(a) the release's Java console producer writes N records through kgate with its newest
+    Produce (v13, topics by id only, on 4.3; v12 on 4.0); (b) a KIP-848 console consumer
+    (``group.protocol=consumer``) reads exactly those N with its newest Fetch (KIP-951 node
+    endpoints, rewritten by kgate)."""
+    broker, dist, produce_v, fetch_v = _release(request, which)
+    k = _kgate(broker, kgate_factory)
+    tools = _tools(broker, k, tmp_path, dist)
+    topic = w.unique("jcons")
+    lines = [f"rec-{i:04d}" for i in range(200)]
+    w.confluent_create_topic(k.bootstrap, topic, 1)
+    tools.console_produce(topic, lines, "linger.ms=5", "batch.size=2048")  # a few batches, several Produce
+    produce = _versions_used(k, ApiKey.PRODUCE)
+    assert produce_v in produce, f"Java {dist.version} sent no Produce v{produce_v} through kgate: {produce}"
+
+    # n + 1 with a short idle timeout: exactly n arrive, nothing more
+    got = tools.console_consume(topic, len(lines) + 1, group=w.unique("g848"), props=["group.protocol=consumer"],
+                                idle_timeout_ms=6000)
+    assert got == lines, f"{len(got)} of {len(lines)} records; first {got[:3]}"
+    assert _versions_used(k, ApiKey.CONSUMER_GROUP_HEARTBEAT), "no ConsumerGroupHeartbeat went through kgate"
+    fetch = _versions_used(k, ApiKey.FETCH)
+    assert fetch_v in fetch, f"the Java {dist.version} consumer sent no Fetch v{fetch_v} through kgate: {fetch}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("which", ["kafka", "kafka40"])
+async def test_metadata_by_topic_id(request, kgate_factory, which: str) -> None:
+    """Metadata v12 looks a topic up by id (KIP-516); through kgate the answer names it and every
+    broker address is kgate's."""
+    from kgate.codec.generated import metadata as md
+    from kgate.proxy.upstream_client import UpstreamClient
+
+    broker = request.getfixturevalue(which)
+    k = _kgate(broker, kgate_factory)
+    topic = w.unique("byid")
+    w.confluent_create_topic(k.bootstrap, topic, 2)
+    c = UpstreamClient(lambda: [("127.0.0.1", k.listen_port)], client_id="byid-test")
+    try:
+        _v, by_name = await c.request(ApiKey.METADATA, md.MetadataRequest(
+            topics=[md.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False), 12)
+        topic_id = by_name.topics[0].topic_id
+        assert topic_id.int, by_name
+        _v, by_id = await c.request(ApiKey.METADATA, md.MetadataRequest(
+            topics=[md.MetadataRequestTopic(name=None, topic_id=topic_id)], allow_auto_topic_creation=False), 12)
+    finally:
+        c.close()
+    assert [(t.error_code, t.name, t.topic_id, len(t.partitions)) for t in by_id.topics] == [(0, topic, topic_id, 2)]
+    assert {(b.host, b.port) for b in by_id.brokers} == {("127.0.0.1", k.listen_port)}
+
+
+@pytest.mark.timeout(300)
+def test_share_consumer_reads_every_record(kafka, kgate_factory, tmp_path) -> None:
+    """(c) a share group (KIP-932): the console share consumer reads exactly the N records, its
+    ShareFetch answers' broker endpoints rewritten; kafka-share-groups.sh describes the group."""
+    k = _kgate(kafka, kgate_factory)
+    tools = _tools(kafka, k, tmp_path)
+    topic, group = w.unique("share"), w.unique("gshare")
+    values = w.payloads(150, tag="share")
+    w.confluent_create_topic(k.bootstrap, topic, 1)
+    w.confluent_produce(k.bootstrap, topic, values)
+    tools.set_group_config(group, share_auto_offset_reset="earliest")  # a share group starts at the end
+
+    run = tools.share_consume(topic, group, len(values), idle_timeout_ms=30_000)
+    w.assert_exact(values, [x.encode() for x in run.lines()])
+    for key in (ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_FETCH):
+        assert _versions_used(k, key), f"no {key.name} went through kgate"
+    rows = tools.describe_share_group(group)
+    assert [(r["TOPIC"], r["PARTITION"]) for r in rows] == [(topic, "0")], rows
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("which", ["kafka", "kafka40"])
+def test_java_transactional_producer_commits(request, kgate_factory, tmp_path, which: str) -> None:
+    """(d) transactions v2 (``transaction.version`` 2, KIP-890 part 2) with the Java producer of the
+    broker's own release: a commit every 200 ms; a read_committed consumer sees exactly the N
+    committed records, in order. The producer sends no AddPartitionsToTxn: the broker adds
+    partitions on transactional Produce v12+, which kgate must therefore offer."""
+    broker, dist, _produce_v, _fetch_v = _release(request, which)
+    k = _kgate(broker, kgate_factory)
+    tools = _tools(broker, k, tmp_path, dist)
+    topic, n = w.unique("jtx"), 400
+    w.confluent_create_topic(k.bootstrap, topic, 1)
+    tools.transactional_perf(topic, n, w.unique("jtxid"), duration_ms=200)
+    got = tools.console_consume(topic, n + 1, isolation="read_committed", idle_timeout_ms=6000)
+    assert got == [str(i) for i in range(n)], f"{len(got)} committed records seen, expected {n}: {got[:5]}"
+    end_txn = _versions_used(k, ApiKey.END_TXN)
+    assert end_txn and max(end_txn) >= 5, f"no EndTxn v5+ (transactions v2) through kgate: {end_txn}"
+    assert not _versions_used(k, ApiKey.ADD_PARTITIONS_TO_TXN), "the Java producer fell back to transactions v1"
+    assert max(_versions_used(k, ApiKey.PRODUCE)) >= 12
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("which", ["kafka", "kafka40"])
+def test_librdkafka_transactions(request, kgate_factory, which: str) -> None:
+    """(e) librdkafka (transactions v1: AddPartitionsToTxn) commits and aborts through kgate: a
+    read_committed consumer sees exactly the committed records."""
+    from confluent_kafka import Consumer, Producer
+
+    broker = request.getfixturevalue(which)
+    k = _kgate(broker, kgate_factory)
+    topic = w.unique("rdtx")
+    w.confluent_create_topic(k.bootstrap, topic, 2)
+    p = Producer({"bootstrap.servers": k.bootstrap, "transactional.id": w.unique("rdtxid"), "linger.ms": 5})
+    p.init_transactions(30)
+    for round_ in range(3):
+        p.begin_transaction()
+        for i in range(50):
+            p.produce(topic, f"aborted-{round_}-{i}".encode(), partition=i % 2)
+        p.abort_transaction(30)
+        p.begin_transaction()
+        for i in range(50):
+            p.produce(topic, f"committed-{round_}-{i}".encode(), partition=i % 2)
+        p.commit_transaction(30)
+    expected = [f"committed-{r}-{i}".encode() for r in range(3) for i in range(50)]
+    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": w.unique("grdtx"), "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+        end = time.monotonic() + 2
+        while time.monotonic() < end:  # nothing aborted, nothing twice, may follow
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                got.append(m.value())
+    finally:
+        c.close()
+    w.assert_exact(expected, got)
+    assert _versions_used(k, ApiKey.ADD_PARTITIONS_TO_TXN), "librdkafka sent no AddPartitionsToTxn through kgate"
+
+
+@pytest.mark.timeout(300)
+def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_path) -> None:
+    """(f) topic-policy denies the topic: the share consumer's subscription (ShareGroupHeartbeat by
+    name) is refused and it reads nothing, though the records are there (a kgate without the policy
+    serves them to the same consumer in test_share_consumer_reads_every_record)."""
+    open_gate = _kgate(kafka, kgate_factory)
+    k = _kgate(kafka, kgate_factory, POLICY)
+    tools = _tools(kafka, k, tmp_path)
+    topic, group = w.unique("secret"), w.unique("gsecret")
+    values = w.payloads(20, tag="secret")
+    w.confluent_create_topic(open_gate.bootstrap, topic, 1)
+    w.confluent_produce(open_gate.bootstrap, topic, values)
+    got, _ = w.confluent_consume(open_gate.bootstrap, topic, len(values))
+    w.assert_exact(values, got)  # the records are there
+    tools.set_group_config(group, share_auto_offset_reset="earliest")
+
+    run = tools.share_consume(topic, group, 1, idle_timeout_ms=8000)
+    assert run.lines() == [], f"the share consumer read a denied topic:\n{run.describe()}"
+    assert _versions_used(k, ApiKey.SHARE_GROUP_HEARTBEAT), "the share consumer never asked kgate to join"
+
+
+@pytest.mark.timeout(120)
+def test_socket_watch_catches_a_java_client_that_bypasses_kgate(kafka, tmp_path) -> None:
+    """Control experiment: the same watch on a Java client pointed at the broker itself fails the
+    run, so the no-bypass checks above can fail."""
+    tools = JavaTools(kafka_broker.KAFKA_43, kafka.bootstrap, forbidden_ports={kafka.port}, workdir=tmp_path)
+    with pytest.raises(AssertionError, match="connected straight to the broker"):
+        tools.run("kafka-topics.sh", ["--bootstrap-server", kafka.bootstrap, "--list"])
