@@ -1,0 +1,100 @@
+"""Soak: an idempotent producer through kgate while the Kafka broker behind it restarts, N times.
+
+Issue 27 reported that in 1 of 5 broker restarts an idempotent producer never resumed through
+kgate. This is the reproduction kept for the next try: one librdkafka idempotent producer at about
+1,000 messages/s (acks=all) through a kgate subprocess in front of a test Kafka, the broker stopped
+(SIGTERM, or kill -9 with ``--kill``) and started on the same data, and after each restart a check
+that more than 500 new messages are acked within 60 s. On a stall it prints kgate's log tail and
+exits 1. Messages that time out while the broker is down (``_MSG_TIMED_OUT``) are expected: a
+restart of Kafka takes 30-45 s on a loaded 2-core machine, longer than the 20 s message timeout.
+
+    .venv/bin/python tools/restart_soak.py --restarts 20 [--kill] [--kafka 4.0.2]
+
+Needs ../shared (the Kafka distributions) and Java 17, like the suite's Kafka tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from confluent_kafka import Producer  # noqa: E402
+from support import kafka_broker, procs  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--restarts", type=int, default=20)
+    ap.add_argument("--kill", action="store_true", help="kill -9 the broker instead of a clean stop")
+    ap.add_argument("--kafka", choices=["4.3.1", "4.0.2"], default="4.3.1")
+    args = ap.parse_args()
+    dist = kafka_broker.KAFKA_43 if args.kafka == "4.3.1" else kafka_broker.KAFKA_40
+    why = kafka_broker.unavailable(dist)
+    if why:
+        print(why, file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="kgate-restart-soak-"))
+    broker = kafka_broker.Kafka(work / "kafka", dist=dist)
+    broker.start()
+    gate = procs.Kgate(work / "kgate", [broker.bootstrap], admin=True)
+    gate.start()
+    acked = [0]
+    errors: dict[str, int] = {}
+
+    def delivered(err, _msg) -> None:
+        if err:
+            errors[err.name()] = errors.get(err.name(), 0) + 1
+        else:
+            acked[0] += 1
+
+    producer = Producer({"bootstrap.servers": gate.bootstrap, "enable.idempotence": True, "acks": "all",
+                         "message.timeout.ms": 20000, "linger.ms": 5})
+    stop = threading.Event()
+
+    def produce() -> None:
+        while not stop.is_set():
+            try:
+                producer.produce("restart-soak", b"x" * 100, callback=delivered)
+            except BufferError:  # the local queue is full while the broker is down
+                pass
+            producer.poll(0)
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    status = 0
+    try:
+        time.sleep(3)
+        for attempt in range(args.restarts):
+            (broker.kill if args.kill else broker.stop)()
+            time.sleep(2)
+            broker.start()
+            started, base = time.monotonic(), acked[0]
+            while acked[0] <= base + 500 and time.monotonic() - started < 60:
+                time.sleep(0.2)
+            resumed = acked[0] > base + 500
+            print(f"restart {attempt + 1}: {'resumed' if resumed else 'STALLED'} after "
+                  f"{time.monotonic() - started:.1f}s; acked {acked[0]}, errors {errors}", flush=True)
+            if not resumed:
+                print(gate.log_text()[-8000:])
+                status = 1
+                break
+            time.sleep(3)
+    finally:
+        stop.set()
+        thread.join(10)
+        gate.stop()
+        broker.stop()
+    print(f"work dir: {work}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
