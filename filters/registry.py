@@ -23,6 +23,7 @@ BUILTINS: dict[str, str] = {
     "authorizer": "kgate.filters.builtin.authorizer:Authorizer",
     "audit-log": "kgate.filters.builtin.audit_log:AuditLog",
     "internal-topics": "kgate.filters.builtin.internal_topics:InternalTopics",
+    "quotas": "kgate.filters.builtin.quotas:Quotas",
 }
 
 

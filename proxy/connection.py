@@ -24,7 +24,7 @@ from kgate.api import ConnectionInfo
 from kgate.filters.chain import Decision, settle
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore, Suspension
-from kgate.proxy.flow import ReadGate
+from kgate.proxy.flow import THROTTLED, ReadGate
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.logs import CONNECTION_LINES, LeanRecords
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -32,12 +32,33 @@ from kgate.proxy.timeouts import Snapshot
 from kgate.proxy.tls import tls_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable
 
     from kgate.proxy.cluster import VirtualCluster
 
 log: Final = logging.getLogger("kgate.connection")
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
+
+
+def _not_reading(seconds: float) -> None:
+    """A connection not served (yet, or any more) has nothing to throttle."""
+
+
+class ClientInfo(ConnectionInfo):
+    """A client connection's ``ConnectionInfo``, plus the one action kgate's own quota filter needs.
+
+    ``pause_reading_for(seconds)`` stops reading this client for that long (the ``ReadGate``'s
+    timed pause), as a Kafka broker mutes a throttled channel (filters/builtin/quotas.py). It is
+    internal: not part of ``kgate.api``. It points at the gate, never at the connection, so it
+    makes no reference cycle (a finished connection is freed by reference counting).
+    """
+
+    __slots__ = ("pause_reading_for", "quota_client")
+
+    def __init__(self, client_address: str, virtual_cluster: str) -> None:
+        super().__init__(client_address=client_address, virtual_cluster=virtual_cluster)
+        self.pause_reading_for: Callable[[float], None] = _not_reading
+        self.quota_client: object = None  # the quota filter's budgets for this connection, once resolved
 
 
 
@@ -83,7 +104,7 @@ class ClientConnection(asyncio.Protocol):
         self.loop = loop  # the listener's loop, looked up once (on 3.11 each lookup is a getpid syscall)
         self.node_id = node_id
         self.settings = cluster.settings
-        self.info = ConnectionInfo(client_address="?", virtual_cluster=cluster.name)
+        self.info = ClientInfo(client_address="?", virtual_cluster=cluster.name)
         self.gate = ReadGate()  # pauses reading from the client
         self.upstream_gate = ReadGate()  # pauses reading from the broker
         self.transport: asyncio.Transport | None = None
@@ -236,6 +257,7 @@ class ClientConnection(asyncio.Protocol):
         loop = self.loop or self._loop()  # set by the listener: no call
         self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
+        self.info.pause_reading_for = partial(self.gate.pause_for, loop=loop, reason=THROTTLED)
         self.cluster.connections.add(self)
         if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
             self.core.adopt_chain()
@@ -405,6 +427,8 @@ class ClientConnection(asyncio.Protocol):
         if self._held_reported:
             self._held_reported = 0
             HELD.release(self)
+        self.gate.cancel_timer()  # a throttle's pending resume
+        self.info.pause_reading_for = _not_reading
         if self in self.cluster.connections:
             self.cluster.connections.discard(self)
             self.cluster.metrics.open_connections -= 1

@@ -574,6 +574,7 @@ class ConnectionCore:
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
+        ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
         try:
             if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
                 return False
@@ -820,6 +821,7 @@ class ConnectionCore:
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        ctx.frame_bytes = len(frame)
         decision = run_hooks(self.chain.hooks("request", api_key, version), ctx, msg)
         if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self._to(Event.SUSPEND)
