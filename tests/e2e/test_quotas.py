@@ -128,6 +128,14 @@ def test_heavy_producer_held_to_its_quota_unlimited_one_runs_free(topic_and_kgat
         for line in metrics.splitlines()
         if line.startswith("kgate_client_throttle_seconds_total")
     )
+    # per-client metrics: the heavy producer's bytes under its own client id, both directions
+    heavy_bytes = dict(
+        (labels, v) for labels, v in k.metric_values("kgate_client_bytes_total") if 'client_id="heavy"' in labels
+    )
+    assert any('direction="in"' in labels and v > 6e6 for labels, v in heavy_bytes.items()), heavy_bytes
+    free_in = [v for labels, v in k.metric_values("kgate_client_bytes_total")
+               if 'client_id="free"' in labels and 'direction="in"' in labels]
+    assert free_in and free_in[0] > 3 * 6e6, free_in
     assert '"decision": "throttle"' not in k.log_text()  # text logs: the JSON form is tested in unit tests
     assert "over produce_bytes_per_s: throttled" in k.log_text()
 
