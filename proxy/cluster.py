@@ -36,8 +36,8 @@ from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver, fan_out
 from kgate.proxy import frozen_heap, rewrite
 from kgate.proxy.answer_memo import AnswerMemo
-from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.client_metrics import ClientMetrics
+from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.front_door import FrontDoor, RefusalLog

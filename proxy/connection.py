@@ -462,6 +462,9 @@ class ClientConnection(asyncio.Protocol):
             {
                 "event": "connection_closed",
                 "cluster": self.cluster.name,
+                "connection": self.peer,
+                "principal": self.info.principal,
+                "client_id": self.info.client_id,
                 "peer": self.peer,
                 "listener": self._listener(),
                 "reason": reason,

@@ -433,7 +433,22 @@ class ConnectionCore:
                 # the client ended it, not kgate: "closing client" would read as kgate's decision
                 log.debug("client %s (cluster %s) left: %s", self.peer, self.cluster.name, text)
         elif reason.is_error:
-            log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
+            info = self.info
+            log.warning(
+                "closing client %s (cluster %s): %s",
+                self.peer,
+                self.cluster.name,
+                text,
+                extra={
+                    "event": "connection_refused",
+                    "cluster": self.cluster.name,
+                    "connection": info.client_address,
+                    "principal": info.principal,
+                    "client_id": info.client_id,
+                    "reason": reason.value,
+                    "decision": "close",
+                },
+            )
             self.cluster.metrics.closed_on_error(reason.value)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)

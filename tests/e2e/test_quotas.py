@@ -207,3 +207,22 @@ def test_java_producer_is_throttled(topic_and_kgate: Any) -> None:
         r"producer-metrics:produce-throttle-time-max:\{client-id=java-heavy\}\s*:\s*([\d.]+)", run.stdout
     )
     assert throttle and float(throttle.group(1)) > 0, run.stdout[-4000:]
+
+
+@pytest.mark.timeout(60)
+def test_json_close_line_names_the_client(tansu: Any, kgate_factory: Any) -> None:
+    """The connection's close line carries principal, client id and connection (read from the first
+    request's header: no filter decodes any request here)."""
+    from support.wire import RawClient
+
+    k = kgate_factory(tansu.bootstrap, log_level="info", extra={"log_format": "json"})
+    with RawClient(k.listen_port) as c:
+        peer = f"127.0.0.1:{c.sock.getsockname()[1]}"
+        c.api_versions()
+    deadline = time.monotonic() + 10
+    while f'"connection": "{peer}"' not in k.log_text():
+        assert time.monotonic() < deadline, k.log_text()[-3000:]
+        time.sleep(0.05)
+    lines = [json.loads(line) for line in k.log_text().splitlines() if line.strip()]
+    (closed,) = [r for r in lines if r.get("event") == "connection_closed" and r.get("connection") == peer]
+    assert closed["client_id"] == "kgate-e2e" and closed["principal"] is None and closed["cluster"] == "default"
