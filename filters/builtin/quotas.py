@@ -179,7 +179,7 @@ class Quotas(Filter):
                 self.clients.pop(next(iter(self.clients)))
             self.clients[key] = found
         if hasattr(info, "quota_client"):
-            info.quota_client = found  # type: ignore[attr-defined]
+            info.quota_client = found
         if first:
             bucket = found.buckets[CONNECTIONS]
             if bucket is not None:
