@@ -32,7 +32,7 @@ from kgate.proxy.timeouts import Snapshot
 from kgate.proxy.tls import tls_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable
 
     from kgate.proxy.cluster import VirtualCluster
 
@@ -40,27 +40,22 @@ log: Final = logging.getLogger("kgate.connection")
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
 
 
-def _not_reading(seconds: float) -> None:
-    """A connection not served (yet, or any more) has nothing to throttle."""
-
-
 class ClientInfo(ConnectionInfo):
     """A client connection's ``ConnectionInfo``, plus the one action kgate's own quota filter needs.
 
     ``pause_reading_for(seconds)`` stops reading this client for that long (the ``ReadGate``'s
     timed pause), as a Kafka broker mutes a throttled channel (filters/builtin/quotas.py). It is
-    internal: not part of ``kgate.api``. It points at the gate, never at the connection, so it
-    makes no reference cycle (a finished connection is freed by reference counting).
+    internal: not part of ``kgate.api``. It holds the gate, never the connection, so it makes no
+    reference cycle (a finished connection is freed by reference counting), and costs a
+    connection two slot stores, no bound method or partial.
     """
 
-    __slots__ = ("pause_reading_for", "quota_client")
+    __slots__ = ("gate", "quota_client")
+    gate: ReadGate
+    quota_client: object  # the quota filter's budgets for this connection (filters/builtin/quotas.py)
 
-    def __init__(self, client_address: str, virtual_cluster: str) -> None:
-        super().__init__(client_address=client_address, virtual_cluster=virtual_cluster)
-        self.pause_reading_for: Callable[[float], None] = _not_reading
-        self.quota_client: object = None  # the quota filter's budgets for this connection, once resolved
-
-
+    def pause_reading_for(self, seconds: float) -> None:
+        self.gate.pause_for(seconds, asyncio.get_running_loop(), THROTTLED)
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -104,8 +99,9 @@ class ClientConnection(asyncio.Protocol):
         self.loop = loop  # the listener's loop, looked up once (on 3.11 each lookup is a getpid syscall)
         self.node_id = node_id
         self.settings = cluster.settings
-        self.info = ClientInfo(client_address="?", virtual_cluster=cluster.name)
-        self.gate = ReadGate()  # pauses reading from the client
+        self.info = info = ClientInfo(client_address="?", virtual_cluster=cluster.name)
+        self.gate = info.gate = ReadGate()  # pauses reading from the client
+        info.quota_client = None  # the quota filter's budgets for this connection, once resolved
         self.upstream_gate = ReadGate()  # pauses reading from the broker
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -257,7 +253,6 @@ class ClientConnection(asyncio.Protocol):
         loop = self.loop or self._loop()  # set by the listener: no call
         self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
-        self.info.pause_reading_for = partial(self.gate.pause_for, loop=loop, reason=THROTTLED)
         self.cluster.connections.add(self)
         if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
             self.core.adopt_chain()
@@ -428,7 +423,6 @@ class ClientConnection(asyncio.Protocol):
             self._held_reported = 0
             HELD.release(self)
         self.gate.cancel_timer()  # a throttle's pending resume
-        self.info.pause_reading_for = _not_reading
         if self in self.cluster.connections:
             self.cluster.connections.discard(self)
             self.cluster.metrics.open_connections -= 1
