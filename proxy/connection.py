@@ -20,11 +20,11 @@ import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from kgate.api import ConnectionInfo
 from kgate.filters.chain import Decision, settle
+from kgate.proxy.client_info import ClientInfo
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore, Suspension
-from kgate.proxy.flow import THROTTLED, ReadGate
+from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.logs import CONNECTION_LINES, LeanRecords
 from kgate.proxy.own_listeners import OWN_LISTENERS
@@ -38,24 +38,6 @@ if TYPE_CHECKING:
 
 log: Final = logging.getLogger("kgate.connection")
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
-
-
-class ClientInfo(ConnectionInfo):
-    """A client connection's ``ConnectionInfo``, plus the one action kgate's own quota filter needs.
-
-    ``pause_reading_for(seconds)`` stops reading this client for that long (the ``ReadGate``'s
-    timed pause), as a Kafka broker mutes a throttled channel (filters/builtin/quotas.py). It is
-    internal: not part of ``kgate.api``. It holds the gate, never the connection, so it makes no
-    reference cycle (a finished connection is freed by reference counting), and costs a
-    connection two slot stores, no bound method or partial.
-    """
-
-    __slots__ = ("gate", "quota_client")
-    gate: ReadGate
-    quota_client: object  # the quota filter's budgets for this connection (filters/builtin/quotas.py)
-
-    def pause_reading_for(self, seconds: float) -> None:
-        self.gate.pause_for(seconds, asyncio.get_running_loop(), THROTTLED)
 
 
 class UpstreamProtocol(asyncio.Protocol):
