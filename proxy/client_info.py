@@ -20,7 +20,12 @@ class ClientInfo(ConnectionInfo):
     timed pause), as a Kafka broker mutes a throttled channel (filters/builtin/quotas.py). It is
     internal: not part of ``kgate.api``. It holds the gate, never the connection, so it makes no
     reference cycle (a finished connection is freed by reference counting), and costs a
-    connection two slot stores, no bound method or partial.
+    connection one slot store, no bound method or partial. ``quota_client`` is the quota filter's
+    cache of this connection's budgets, unset until it first sees the connection.
+
+    A throttled connection torn down while its throttle runs keeps its gate (not the connection)
+    until the throttle's timer ends, at most ``max_throttle_ms``: cancelling it in every teardown
+    would cost every connection a call for the rare throttled one.
     """
 
     __slots__ = ("gate", "quota_client")

@@ -83,7 +83,6 @@ class ClientConnection(asyncio.Protocol):
         self.settings = cluster.settings
         self.info = info = ClientInfo(client_address="?", virtual_cluster=cluster.name)
         self.gate = info.gate = ReadGate()  # pauses reading from the client
-        info.quota_client = None  # the quota filter's budgets for this connection, once resolved
         self.upstream_gate = ReadGate()  # pauses reading from the broker
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -404,7 +403,6 @@ class ClientConnection(asyncio.Protocol):
         if self._held_reported:
             self._held_reported = 0
             HELD.release(self)
-        self.gate.cancel_timer()  # a throttle's pending resume
         if self in self.cluster.connections:
             self.cluster.connections.discard(self)
             self.cluster.metrics.open_connections -= 1

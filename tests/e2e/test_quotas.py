@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import threading
 import time
@@ -149,7 +150,7 @@ def test_kafka_python_producer_is_throttled(topic_and_kgate: Any) -> None:
     sent = 0
     start = time.monotonic()
     futures = []
-    while time.monotonic() - start < 4.0:
+    while time.monotonic() - start < 3.0:
         futures.append(p.send(topic, VALUE))
         sent += len(VALUE)
         if len(futures) > 50:
@@ -162,19 +163,21 @@ def test_kafka_python_producer_is_throttled(topic_and_kgate: Any) -> None:
     rate = sent / took
     throttle = max(v for group in metrics.values() for name, v in group.items() if name.endswith("throttle-time-max"))
     print(f"kafka-python {rate:.0f} B/s, throttle max {throttle}")
-    # 4 s at 250 kB/s plus one second of burst: well under what it does unthrottled (many MB/s)
+    # 3 s at 250 kB/s plus one second of burst: well under what it does unthrottled (many MB/s)
     assert rate <= SMALL_RATE * 2.0, rate
     assert throttle > 0, metrics  # kafka-python's throttle-time-max: the answers carried it
 
 
 @pytest.mark.timeout(90)
 def test_java_producer_is_throttled(topic_and_kgate: Any) -> None:
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH: the Java producer cannot run")
     try:
         bin_dir = kafka_broker.distribution(kafka_broker.KAFKA_43) / "bin"
-    except Exception as exc:  # the tarball or Java missing
+    except Exception as exc:  # the tarball missing (../shared is beside the repository in CI)
         pytest.skip(f"Kafka 4.3.1's Java clients are not available: {exc}")
     topic, k = topic_and_kgate
-    records = 800  # 0.8 MB at 250 kB/s: ~2 s after the first second's burst
+    records = 700  # 0.7 MB at 250 kB/s: ~2 s after the first second's burst
     run = subprocess.run(
         [
             str(bin_dir / "kafka-producer-perf-test.sh"),

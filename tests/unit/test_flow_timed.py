@@ -1,8 +1,9 @@
-"""ReadGate.pause_for: a quota throttle stops reading for a while, on a real event loop."""
+"""ReadGate.pause_for: a quota throttle stops reading for a while (a fake loop clock: no sleeps)."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
+from typing import Any
 
 from kgate.proxy.flow import THROTTLED, ReadGate
 
@@ -29,39 +30,80 @@ class Transport:
         self.calls.append("resume")
 
 
-async def test_timed_pause_resumes_on_its_own_and_keeps_the_later_end() -> None:
-    loop = asyncio.get_running_loop()
-    gate, t = ReadGate(), Transport()
+class Handle:
+    def __init__(self, when: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.when, self.fn, self.args, self.cancelled = when, fn, args, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Loop:
+    """``time`` and ``call_at`` (all ``pause_for`` uses), driven by ``advance``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.timers: list[Handle] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, fn: Callable[..., Any], *args: Any) -> Handle:
+        h = Handle(when, fn, args)
+        self.timers.append(h)
+        return h
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> Handle:
+        return self.call_at(self.now, fn, *args)
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for h in sorted(self.timers, key=lambda h: h.when):
+            if h.when <= self.now and not h.cancelled:
+                self.timers.remove(h)
+                h.fn(*h.args)
+
+    @property
+    def pending(self) -> int:
+        return sum(not h.cancelled for h in self.timers)
+
+
+def _gate() -> tuple[ReadGate, Transport, Loop]:
+    gate, t, loop = ReadGate(), Transport(), Loop()
     gate.attach(t, loop)  # type: ignore[arg-type]
-    gate.pause_for(0.05, loop)
-    gate.pause_for(0.01, loop)  # shorter: changes nothing
+    return gate, t, loop
+
+
+def test_timed_pause_resumes_on_its_own_and_keeps_the_later_end() -> None:
+    gate, t, loop = _gate()
+    gate.pause_for(0.5, loop)  # type: ignore[arg-type]
+    gate.pause_for(0.1, loop)  # type: ignore[arg-type]  # shorter: changes nothing
+    assert not t.reading and loop.pending == 1
+    loop.advance(0.3)
     assert not t.reading
-    await asyncio.sleep(0.03)
+    gate.pause_for(1.0, loop)  # type: ignore[arg-type]  # longer: moves the end (still one timer)
+    assert loop.pending == 1
+    loop.advance(0.5)
     assert not t.reading
-    gate.pause_for(0.1, loop)  # longer: moves the end
-    await asyncio.sleep(0.05)
-    assert not t.reading
-    await asyncio.sleep(0.1)
+    loop.advance(0.6)
     assert t.reading and t.calls == ["pause", "resume"]
+    gate.pause_for(0, loop)  # type: ignore[arg-type]  # nothing to wait for
+    assert t.reading and loop.pending == 0
 
 
-async def test_another_reason_still_holds_after_the_throttle_ends() -> None:
-    loop = asyncio.get_running_loop()
-    gate, t = ReadGate(), Transport()
-    gate.attach(t, loop)  # type: ignore[arg-type]
+def test_another_reason_still_holds_after_the_throttle_ends() -> None:
+    gate, t, loop = _gate()
     gate.pause("upstream-buffer-full")
-    gate.pause_for(0.01, loop, THROTTLED)
-    await asyncio.sleep(0.03)
+    gate.pause_for(0.1, loop, THROTTLED)  # type: ignore[arg-type]
+    loop.advance(0.2)
     assert not t.reading and gate.paused
     gate.resume("upstream-buffer-full")
     assert t.reading
 
 
-async def test_cancelled_timer_never_fires() -> None:
-    loop = asyncio.get_running_loop()
-    gate, t = ReadGate(), Transport()
-    gate.attach(t, loop)  # type: ignore[arg-type]
-    gate.pause_for(0.01, loop)
+def test_a_cancelled_timer_never_resumes() -> None:
+    gate, t, loop = _gate()
+    gate.pause_for(0.1, loop)  # type: ignore[arg-type]
     gate.cancel_timer()
-    await asyncio.sleep(0.03)
-    assert not t.reading  # torn down: nobody resumes it
+    loop.advance(1.0)
+    assert not t.reading
