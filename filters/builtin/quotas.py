@@ -8,10 +8,11 @@ slowed all the same. Which rule applies to whom and how rates are measured: quot
 **Recording.** A Produce is charged its frame's bytes when kgate reads it (from the header: the
 records still stream through): a producer keeps many requests in flight, and the connection must
 stop being read the moment the budget is spent (a Kafka broker reads one request per connection
-at a time, so it gets this for free). Everything else is recorded after the fact, when its answer
-has been handed to the client (``observe_exchanges``: exact frame sizes, nothing decoded): one
-request each, and for Fetch the answer frame's bytes. A client in debt gets its connection muted
-for the throttle time, as a broker mutes the channel of a throttled client.
+at a time, so it gets this for free). A fetch-limited client's Fetch answer is charged by the
+answer's hook (below). Requests are counted when their answer has been handed to the client
+(``observe_exchanges``: nothing decoded), one each, and a new connection at its first request.
+A client in debt gets its connection muted for the throttle time, as a broker mutes the channel
+of a throttled client.
 The throttle time a Produce or Fetch answer carries is the client's debt when that answer
 passes, so pipelined requests (a producer keeps five in flight) report it too. Only Produce and
 Fetch answers carry it (kgate decodes no other answers for it); a request-rate throttle reaches
@@ -19,9 +20,11 @@ other apis as the muted connection.
 
 **Fetch.** Bytes are known only once the broker answered, so a Fetch is bounded two ways: a
 fetch-limited client's request asks for at most one burst (``burst_s`` of its rate; Kafka still
-returns the first record batch whole, so a client always makes progress), and the answer's bytes
-are charged after the fact. Answers are decoded only for a client in debt when it asked (to set
-the throttle field); everyone else's stream through as before.
+returns the first record batch whole, so a client always makes progress), and its answer is
+charged its record bytes by the answer's hook, as a Kafka broker charges a fetch when it builds
+the answer: the answer that puts the client in debt carries the throttle time. Those answers are
+decoded (a fetch-limited client's are held whole, at most one burst each); everyone else's stream
+through as before.
 
 **Fleets.** Budgets are per kgate instance (and per ``--workers`` worker): N instances behind a
 load balancer let a client through at up to N times the rate. ``instances: N`` divides every
@@ -217,27 +220,14 @@ class Quotas(Filter):
     def record(
         self, ex: FinishedExchange, info: ConnectionInfo, answer: Answer | None, answer_bytes: int | None, end_ns: int
     ) -> None:
-        """Charge one finished exchange to its client; mute the connection if that puts it in debt."""
+        """Count one finished exchange's request; mute the connection if that puts its client in debt."""
         if info.client_id is None:
             info.client_id = frame_client_id(ex.req)  # raw mode parses no header: the first request's id
         now = self.clock()
-        client = self.client(info, now)
-        buckets = client.buckets
-        throttle = 0.0
-        why = ""
-        bucket = buckets[REQUESTS]
+        client = self.client(info, now)  # a connection's first exchange also counts the connection
+        bucket = client.buckets[REQUESTS]
         if bucket is not None:
-            throttle = bucket.record(1, now)
-            why = "requests_per_s"
-        api_key = ex.api_key
-        if api_key == FETCH and answer_bytes:
-            bucket = buckets[FETCH_BYTES]
-            if bucket is not None:
-                t = bucket.record(answer_bytes, now)
-                if t > throttle:
-                    throttle, why = t, "fetch_bytes_per_s"
-        if throttle > 0:
-            self._throttle(info, client, throttle, why, api_key)
+            self._throttle(info, client, bucket.record(1, now), "requests_per_s", ex.api_key)
 
     def _throttle(self, info: ConnectionInfo, client: Client, seconds: float, why: str, api_key: int = -1) -> None:
         """Stop reading the client for ``seconds`` (at most ``max_throttle_ms``); count and log it."""
@@ -310,12 +300,12 @@ class Quotas(Filter):
 
     @on_request(ApiKey.FETCH)
     def fetch(self, ctx: FilterContext, request: Any) -> Any:
-        """A fetch-limited client asks for at most one burst; a client in debt gets the throttle in the answer."""
+        """A fetch-limited client asks for at most one burst, and its answer is charged by its hook."""
         now = self.clock()
         client = self.client(ctx.connection, now)
-        if client.debt(FETCH_BYTES, now) > 0:
-            ctx.state[_STATE] = client
         bucket = client.buckets[FETCH_BYTES]
+        if bucket is not None or client.debt(FETCH_BYTES, now) > 0:
+            ctx.state[_STATE] = client
         if bucket is not None and ctx.api_version >= 3:  # max_bytes from v3
             cap = max(int(bucket.burst), 1)
             if request.max_bytes > cap:
@@ -329,6 +319,15 @@ class Quotas(Filter):
 
     @on_response(ApiKey.FETCH, needs_state=True)
     def fetch_answer(self, ctx: FilterContext, response: Any) -> Any:
+        """Charge a fetch-limited client's answer here, as Kafka does: the answer that puts it in debt says so."""
+        client = ctx.state.get(_STATE)
+        if isinstance(client, Client):
+            bucket = client.buckets[FETCH_BYTES]
+            if bucket is not None:
+                size = _records_bytes(response)
+                if size:
+                    t = bucket.record(size, self.clock())
+                    self._throttle(ctx.connection, client, t, "fetch_bytes_per_s", FETCH)
         return self._answer(ctx, response, FETCH_BYTES)
 
     def _answer(self, ctx: FilterContext, response: Any, kind: int) -> Any:
@@ -342,6 +341,17 @@ class Quotas(Filter):
             return FORWARD
         response.throttle_time_ms = ms
         return forward(response)
+
+
+def _records_bytes(response: Any) -> int:
+    """The record bytes a decoded Fetch answer carries (what its frame size is made of)."""
+    total = 0
+    for topic in getattr(response, "responses", None) or ():
+        for partition in getattr(topic, "partitions", None) or ():
+            records = getattr(partition, "records", None)
+            if records:
+                total += len(records)
+    return total
 
 
 _LIVE: weakref.WeakSet[Quotas] = weakref.WeakSet()

@@ -27,6 +27,7 @@ RULES = [
     {"client_id": "heavy", "produce_bytes_per_s": HEAVY_RATE},
     {"client_id": "kp-heavy", "produce_bytes_per_s": SMALL_RATE},
     {"client_id": "java-heavy", "produce_bytes_per_s": SMALL_RATE},
+    {"client_id": "slow-reader", "fetch_bytes_per_s": SMALL_RATE},
 ]
 FILTERS = [
     {"name": "topic-policy", "config": {"deny": ["secret-*"]}},
@@ -139,6 +140,39 @@ def test_heavy_producer_held_to_its_quota_unlimited_one_runs_free(topic_and_kgat
     assert free_in and free_in[0] > 3 * 6e6, free_in
     assert '"decision": "throttle"' not in k.log_text()  # text logs: the JSON form is tested in unit tests
     assert "over produce_bytes_per_s: throttled" in k.log_text()
+
+
+@pytest.mark.timeout(60)
+def test_fetch_limited_consumer_reads_at_its_quota(topic_and_kgate: Any) -> None:
+    """Fetch bytes: requests ask for one burst at most, answers are charged, the throttle is seen."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    _topic, k = topic_and_kgate
+    topic = w.unique("quota-fetch")
+    w.confluent_create_topic(k.bootstrap, topic, 1)
+    w.confluent_produce(k.bootstrap, topic, [VALUE] * 300, **{"client.id": "free"})  # 3 MB
+    throttle_max = [0]
+
+    def stats(text: str) -> None:
+        for broker in json.loads(text).get("brokers", {}).values():
+            throttle_max[0] = max(throttle_max[0], broker.get("throttle", {}).get("max", 0))
+
+    c = Consumer({"bootstrap.servers": k.bootstrap, "client.id": "slow-reader", "group.id": w.unique("g"),
+                  "auto.offset.reset": "earliest", "statistics.interval.ms": 500, "stats_cb": stats})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join: reading starts at once
+    got = 0
+    start = time.monotonic()
+    while time.monotonic() - start < 4.0:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got += len(msg.value())
+    c.poll(0.6)
+    c.close()
+    rate = got / (time.monotonic() - start)
+    print(f"slow reader {rate:.0f} B/s, throttle max {throttle_max[0]}")
+    assert got > 0  # progress: it reads, slowly
+    assert rate <= SMALL_RATE * 2.5, rate  # 4 s at 250 kB/s, one burst, one answer in flight
+    assert throttle_max[0] > 0
 
 
 @pytest.mark.timeout(60)

@@ -239,12 +239,28 @@ class Exchange:
         self.req_bytes = req_bytes
 
 
-def test_fetch_bytes_requests_and_connections_are_recorded_after_the_answer() -> None:
+def test_a_fetch_answer_is_charged_by_its_hook_and_carries_the_throttle() -> None:
     clock = Clock()
     q = _quotas(clock)
     heavy = Info("heavy")
-    q.record(Exchange(ApiKey.FETCH), heavy, b"x", 3000, 0)  # type: ignore[arg-type]
+    ctx = FakeContext(ApiKey.FETCH, 12, connection=heavy)
+    q.fetch(ctx, api.API_INFO[ApiKey.FETCH].request_class(max_bytes=500))
+    info = api.API_INFO[ApiKey.FETCH]
+    from kgate.codec.generated.fetch import FetchableTopicResponse, PartitionData
+
+    answer = info.response_class(
+        responses=[FetchableTopicResponse(topic="t", partitions=[PartitionData(records=b"r" * 3000)])]
+    )
+    result = q.fetch_answer(ctx.for_response(), answer)
     assert heavy.pauses == [pytest.approx(2.0)]  # 3000 bytes against a 1000 burst at 1000/s
+    assert isinstance(result, Forward) and result.message.throttle_time_ms == 2000
+    free = FakeContext(ApiKey.FETCH, 12, connection=Info("free"))
+    assert q.fetch(free, api.API_INFO[ApiKey.FETCH].request_class(max_bytes=500)) is FORWARD and not free.state
+
+
+def test_requests_and_connections_are_counted_after_the_answer() -> None:
+    clock = Clock()
+    q = _quotas(clock)
     chatty = Info("chatty")
     for _ in range(3):
         q.record(Exchange(ApiKey.METADATA), chatty, b"x", 10, 0)  # type: ignore[arg-type]
