@@ -111,6 +111,15 @@ def _child(n: int, reps: int) -> dict[str, float]:
         ]
     except ImportError:
         pass  # the base tree: no per-topic metrics
+    try:
+        from kgate.config import ClientMetricsConfig  # type: ignore[attr-defined]
+
+        off = ClientMetricsConfig(enabled=False)
+        modes = [(name, dict(kw, client_metrics=off) if kw else kw) for name, kw in modes]
+        modes.append(("clients", {"exchange_metrics": True, "topic_metrics": TopicMetricsConfig(enabled=False),
+                                  "client_metrics": ClientMetricsConfig()}))
+    except ImportError:
+        pass  # a tree without per-client metrics
     cfg = parse_config({"virtual_clusters": [{"name": "bench", "listen": "127.0.0.1:19999",
                                                "upstream": "127.0.0.1:9"}]}, "bench")
     out: dict[str, float] = {}

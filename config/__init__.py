@@ -4,6 +4,7 @@ from .errors import ConfigError
 from .loader import load_config, parse_config, quick_config
 from .model import (
     AdminConfig,
+    ClientMetricsConfig,
     FilterConfig,
     HostPort,
     KgateConfig,
@@ -21,6 +22,7 @@ from .model import (
 
 __all__ = [
     "AdminConfig",
+    "ClientMetricsConfig",
     "ConfigError",
     "FilterConfig",
     "HostPort",

@@ -25,6 +25,7 @@ from .model import (
     TLS_VERSIONS,
     WILDCARD_HOSTS,
     AdminConfig,
+    ClientMetricsConfig,
     FilterConfig,
     HostPort,
     KgateConfig,
@@ -78,7 +79,8 @@ _TOPIC_NAMES_KEYS = (
     "lookup_timeout_s",
 )
 _METRICS_KEYS = ("listen",)
-_ADMIN_KEYS = ("listen", "probe_interval_s", "probe_timeout_s", "topic_metrics")
+_ADMIN_KEYS = ("listen", "probe_interval_s", "probe_timeout_s", "topic_metrics", "client_metrics")
+_CLIENT_METRICS_KEYS = ("enabled", "max_clients")
 _TOPIC_METRICS_KEYS = ("enabled", "max_topics")
 _CLUSTER_KEYS = (
     "name",
@@ -302,6 +304,16 @@ def _parse_topic_metrics(ctx: _Ctx, value: Any, path: str) -> TopicMetricsConfig
     return TopicMetricsConfig(**kw)
 
 
+def _parse_client_metrics(ctx: _Ctx, value: Any, path: str) -> ClientMetricsConfig:
+    m = ctx.mapping(value, path, _CLIENT_METRICS_KEYS)
+    kw: dict[str, Any] = {}
+    if "enabled" in m:
+        kw["enabled"] = ctx.boolean(m["enabled"], _join(path, "enabled"))
+    if "max_clients" in m:
+        kw["max_clients"] = ctx.integer(m["max_clients"], _join(path, "max_clients"), minimum=1)
+    return ClientMetricsConfig(**kw)
+
+
 def _parse_admin(ctx: _Ctx, value: Any, path: str, metrics: MetricsConfig) -> AdminConfig:
     """``admin:``; ``metrics.listen`` is its deprecated alias, and both at once is refused.
 
@@ -315,6 +327,8 @@ def _parse_admin(ctx: _Ctx, value: Any, path: str, metrics: MetricsConfig) -> Ad
             kw[key] = ctx.positive_number(m[key], _join(path, key))
     if m.get("topic_metrics") is not None:
         kw["topic_metrics"] = _parse_topic_metrics(ctx, m["topic_metrics"], _join(path, "topic_metrics"))
+    if m.get("client_metrics") is not None:
+        kw["client_metrics"] = _parse_client_metrics(ctx, m["client_metrics"], _join(path, "client_metrics"))
     listen = m.get("listen")
     if listen is not None:
         if metrics.listen is not None:

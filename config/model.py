@@ -254,6 +254,16 @@ class TopicMetricsConfig:
 
 
 @dataclass(frozen=True)
+class ClientMetricsConfig:
+    """Per-client metrics (proxy/client_metrics.py): ``kgate_client_requests_total``, ``kgate_client_bytes_total``."""
+
+    enabled: bool = True
+    """On by default: one dict read and four adds per exchange, bounded series (docs/quotas.md)."""
+    max_clients: int = 1000
+    """(principal, client id) pairs with series of their own, per cluster; the rest count as ``client_id="other"``."""
+
+
+@dataclass(frozen=True)
 class AdminConfig:
     """The admin listener: ``/livez``, ``/readyz``, ``/metrics`` (proxy/admin.py)."""
 
@@ -267,6 +277,8 @@ class AdminConfig:
     """Set when ``listen`` came from the deprecated ``metrics.listen`` (a warning says so)."""
     topic_metrics: TopicMetricsConfig = TopicMetricsConfig()
     """Per-topic metrics, collected only while the admin listener is on (it serves ``/metrics``)."""
+    client_metrics: ClientMetricsConfig = ClientMetricsConfig()
+    """Per-client metrics, collected only while the admin listener is on."""
 
 
 @dataclass(frozen=True)

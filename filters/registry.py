@@ -24,6 +24,7 @@ BUILTINS: dict[str, str] = {
     "audit-log": "kgate.filters.builtin.audit_log:AuditLog",
     "internal-topics": "kgate.filters.builtin.internal_topics:InternalTopics",
     "guardrails": "kgate.filters.builtin.guardrails:Guardrails",
+    "quotas": "kgate.filters.builtin.quotas:Quotas",
 }
 
 

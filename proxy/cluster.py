@@ -24,12 +24,19 @@ from uuid import UUID
 
 from kgate.api import ApiKey, TopicNameError
 from kgate.codec import api
-from kgate.config import ProxySettings, TopicMetricsConfig, TopicNamesConfig, VirtualClusterConfig
+from kgate.config import (
+    ClientMetricsConfig,
+    ProxySettings,
+    TopicMetricsConfig,
+    TopicNamesConfig,
+    VirtualClusterConfig,
+)
 from kgate.config.tls_context import TlsFileError
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver, fan_out
 from kgate.proxy import frozen_heap, rewrite
 from kgate.proxy.answer_memo import AnswerMemo
+from kgate.proxy.client_metrics import ClientMetrics
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
@@ -90,12 +97,20 @@ class VirtualCluster:
         topic_names: TopicNamesConfig | None = None,
         exchange_metrics: bool = False,
         topic_metrics: TopicMetricsConfig | None = None,
+        client_metrics: ClientMetricsConfig | None = None,
     ) -> None:
         self.cfg = cfg
         #: per finished exchange (filters/exchanges.py): set in ``start`` from the filters that ask
         #: and the per-exchange metrics; None (the core's zero-cost case) when nobody observes
         self.exchange_observer: ExchangeObserver | None = None
         self.exchange_metrics = ExchangeMetrics(cfg.name) if exchange_metrics else None
+        cm = client_metrics or ClientMetricsConfig()
+        #: per-client counters (proxy/client_metrics.py): only with the admin listener, and when enabled
+        self.client_metrics = (
+            ClientMetrics(cfg.name, cm.max_clients, lambda: [c.info for c in self.connections])
+            if exchange_metrics and cm.enabled
+            else None
+        )
         self.settings = settings
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)  # before the chain: its plans count requests in it
@@ -280,6 +295,8 @@ class VirtualCluster:
         observers: list[ExchangeObserver] = []
         if self.exchange_metrics is not None:
             observers.append(self.exchange_metrics.observe)
+        if self.client_metrics is not None:
+            observers.append(self.client_metrics.observe)
         for f in self.chain.filters:
             attach = getattr(f, "observe_exchanges", None)
             if attach is not None:

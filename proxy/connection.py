@@ -20,8 +20,8 @@ import ssl
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from kgate.api import ConnectionInfo
 from kgate.filters.chain import Decision, settle
+from kgate.proxy.client_info import ClientInfo
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore, Suspension
 from kgate.proxy.flow import ReadGate
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
 log: Final = logging.getLogger("kgate.connection")
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
-
-
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -83,8 +81,8 @@ class ClientConnection(asyncio.Protocol):
         self.loop = loop  # the listener's loop, looked up once (on 3.11 each lookup is a getpid syscall)
         self.node_id = node_id
         self.settings = cluster.settings
-        self.info = ConnectionInfo(client_address="?", virtual_cluster=cluster.name)
-        self.gate = ReadGate()  # pauses reading from the client
+        self.info = info = ClientInfo(client_address="?", virtual_cluster=cluster.name)
+        self.gate = info.gate = ReadGate()  # pauses reading from the client
         self.upstream_gate = ReadGate()  # pauses reading from the broker
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
@@ -438,6 +436,9 @@ class ClientConnection(asyncio.Protocol):
             {
                 "event": "connection_closed",
                 "cluster": self.cluster.name,
+                "connection": self.peer,
+                "principal": self.info.principal,
+                "client_id": self.info.client_id,
                 "peer": self.peer,
                 "listener": self._listener(),
                 "reason": reason,

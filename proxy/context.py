@@ -16,7 +16,16 @@ if TYPE_CHECKING:
 class MessageContext:
     """One per decoded message that some hook wants; cheap to make (slots, no I/O)."""
 
-    __slots__ = ("_cluster", "_state", "api_key", "api_version", "connection", "correlation_id", "request")
+    __slots__ = (
+        "_cluster",
+        "_state",
+        "api_key",
+        "api_version",
+        "connection",
+        "correlation_id",
+        "frame_bytes",
+        "request",
+    )
 
     def __init__(
         self,
@@ -35,6 +44,9 @@ class MessageContext:
         self.correlation_id = correlation_id
         self.request = request
         self._state = state
+        #: a request's frame size on the wire (size prefix included), set by the core; 0 for a response.
+        #: Internal (not ``kgate.api``): the quotas filter charges Produce bytes when the request is read.
+        self.frame_bytes = 0
 
     @property
     def state(self) -> dict[str, Any]:

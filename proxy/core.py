@@ -433,7 +433,22 @@ class ConnectionCore:
                 # the client ended it, not kgate: "closing client" would read as kgate's decision
                 log.debug("client %s (cluster %s) left: %s", self.peer, self.cluster.name, text)
         elif reason.is_error:
-            log.warning("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
+            info = self.info
+            log.warning(
+                "closing client %s (cluster %s): %s",
+                self.peer,
+                self.cluster.name,
+                text,
+                extra={
+                    "event": "connection_refused",
+                    "cluster": self.cluster.name,
+                    "connection": info.client_address,
+                    "principal": info.principal,
+                    "client_id": info.client_id,
+                    "reason": reason.value,
+                    "decision": "close",
+                },
+            )
             self.cluster.metrics.closed_on_error(reason.value)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
@@ -574,6 +589,7 @@ class ConnectionCore:
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
+        ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
         try:
             if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
                 return False
@@ -820,6 +836,7 @@ class ConnectionCore:
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        ctx.frame_bytes = len(frame)
         decision = run_hooks(self.chain.hooks("request", api_key, version), ctx, msg)
         if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
             self._to(Event.SUSPEND)

@@ -13,19 +13,55 @@ connected, so a client that sent at once was read without limit while kgate stil
 paused, and every later pause reason then found the gate "already paused" and did nothing: one
 pipelining client grew kgate by 2.3 GiB in 30 s (bench/hostile.py). ``attach`` therefore pauses
 again on the loop's next turn, and ``pause`` pauses whenever the transport is still reading.
+
+A pause may also be timed (``pause_for``): a quota throttle (filters/builtin/quotas.py) stops
+reading a connection for the throttle time, as a Kafka broker mutes a throttled client's channel
+(KIP-219). One timer per gate at most: a longer throttle moves the resume later, a shorter one
+while paused changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 
+#: the reason a timed pause holds (``pause_for``): a quota throttle
+THROTTLED = "quota-throttle"
+
 
 class ReadGate:
-    __slots__ = ("_reasons", "_transport")
+    __slots__ = ("_reasons", "_timer", "_transport", "_until")
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._reasons: set[str] = set()
+        self._timer: asyncio.TimerHandle | None = None  # resumes a timed pause (``pause_for``)
+        self._until = 0.0  # loop time the timed pause ends
+
+    def pause_for(self, seconds: float, loop: asyncio.AbstractEventLoop, reason: str = THROTTLED) -> None:
+        """Pause for ``reason`` until ``seconds`` from now (``loop.time()``), then resume it.
+
+        Calls while paused keep the later end: one timer, never one per call.
+        """
+        if seconds <= 0:
+            return
+        until = loop.time() + seconds
+        if self._timer is not None:
+            if until <= self._until:
+                return
+            self._timer.cancel()
+        self._until = until
+        self._timer = loop.call_at(until, self._timed_out, reason)
+        self.pause(reason)
+
+    def _timed_out(self, reason: str) -> None:
+        self._timer = None
+        self.resume(reason)
+
+    def cancel_timer(self) -> None:
+        """Drop a pending timed resume (the connection is torn down: the timer must not hold it)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def attach(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self._transport = transport

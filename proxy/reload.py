@@ -138,6 +138,7 @@ class Reloader:
                         vc, new.proxy, chains[vc.name], new.topic_names,
                         exchange_metrics=new.admin.listen is not None,
                         topic_metrics=new.admin.topic_metrics,
+                        client_metrics=new.admin.client_metrics,
                     )
                 )
             except OSError as exc:  # TLS files unreadable since the loader read them

@@ -51,6 +51,7 @@ class Proxy:
                 config.topic_names,
                 exchange_metrics=config.admin.listen is not None,
                 topic_metrics=config.admin.topic_metrics,
+                client_metrics=config.admin.client_metrics,
             )
             for vc in config.virtual_clusters
         ]

@@ -106,6 +106,27 @@ PANELS: list[dict] = [
          "{{cluster}} {{side}}")], "cps",
           desc="client: wrong CA, plaintext client, expired certificate, no handshake in time; upstream: "
                "kgate to a broker. The log has one line per burst with the peer and reason"),
+    row("Clients and quotas"),
+    panel("Top 10 clients by bytes", [
+        (f"topk(10, sum by (principal, client_id, direction) "
+         f"(rate(kgate_client_bytes_total{{{SEL}}}[$__rate_interval])))",
+         "{{direction}} {{client_id}} {{principal}}")], "Bps",
+          desc="Frame bytes per (principal, client id): in from clients, out to them. The top "
+               "admin.client_metrics.max_clients pairs have series; the rest show as client_id=other"),
+    panel("Top 10 clients by requests", [
+        (f"topk(10, sum by (principal, client_id) "
+         f"(rate(kgate_client_requests_total{{{SEL},direction=\"in\"}}[$__rate_interval])))",
+         "{{client_id}} {{principal}}")], "reqps"),
+    panel("Quota throttling (share of time not read)", [
+        (f"topk(10, sum by (principal, client_id) "
+         f"(rate(kgate_client_throttle_seconds_total{{{SEL}}}[$__rate_interval])))",
+         "{{client_id}} {{principal}}")], "percentunit",
+          desc="Seconds per second kgate stopped reading a client over a quota (the quotas filter, "
+               "docs/quotas.md): 1 = throttled all the time"),
+    panel("Connections per principal", [
+        (f"topk(10, sum by (principal) (kgate_client_connections_by_principal{{{SEL}}}))", "{{principal}}"),
+        (f"sum(rate(kgate_client_metrics_evictions_total{{{SEL}}}[$__rate_interval]))", "series evictions")],
+          "short", desc="Open connections per principal (empty: no identity proven)"),
     row("Topic ids, memory, processes"),
     panel("Topic-id cache", [
         (f"sum(rate(kgate_topic_names_hits_total{{{SEL}}}[$__rate_interval]))", "hits"),
