@@ -122,6 +122,8 @@ class FilterChain:
         #: some filter must see every request: api keys the codec cannot decode are refused
         self.refuses_unknown_api_keys = any(type(f).refuses_unknown_api_keys for f in self.filters)
         self.has_response_hooks = any(d == "response" for d, _k in self._by_key)
+        #: some filter with hooks may ask for topic names: learning them from traffic is worth its cost
+        self.uses_topic_names = any(f.hooks and type(f).uses_topic_names for f in self.filters)
 
     def hooks(self, direction: str, api_key: int, version: int, has_state: bool = True) -> tuple[BoundHook, ...]:
         """Hooks for a message; ``has_state=False`` leaves out response hooks that need state."""

@@ -578,7 +578,7 @@ class VirtualCluster:
     @property
     def names_in_use(self) -> bool:
         """Whether any filter may ask for topic names (passive learning is worth its cost)."""
-        return self.chain.has_request_hooks or self.chain.has_response_hooks
+        return (self.chain.has_request_hooks or self.chain.has_response_hooks) and self.chain.uses_topic_names
 
     def upstream_targets(self, node_id: int | None) -> Sequence[tuple[str, int]]:
         """Where a client connection of this listener goes, in the order to try."""

@@ -53,6 +53,7 @@ _SET = 0  # IncrementalAlterConfigs config_operation SET (1 DELETE, 2 APPEND, 3 
 
 class Guardrails(Filter):
     name = "guardrails"
+    uses_topic_names = False  # bounds read names from the request itself; ids need no name
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -120,6 +120,7 @@ class Quotas(Filter):
     """Kafka-style client quotas at the proxy (see the module doc and docs/quotas.md)."""
 
     name = "quotas"
+    uses_topic_names = False  # budgets are per client, never per topic
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -221,6 +221,10 @@ class Filter:
     #: (so no filter can see them) close the connection, and ApiVersions does not advertise them. For
     #: filters that must see every request (an authorizer): fail closed rather than let one pass unseen.
     refuses_unknown_api_keys: ClassVar[bool] = False
+    #: False: this filter never asks for topic names (``ctx.topic_names``, ``ctx.cached_topic_name``), so
+    #: it gives kgate no reason to learn names from passing Metadata and Fetch answers (decoding them
+    #: costs every client). A chain learns names while any filter with hooks leaves this True.
+    uses_topic_names: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
