@@ -553,16 +553,14 @@ def test_count_records_in_place_equals_contiguous() -> None:
         assert count_records(Chunks(pieces), 0, len(data)) == whole
 
 
-def test_records_unknown_past_the_batch_limit() -> None:
-    """One batch per record (as Tansu answers) would make counting cost per record: past
-    MAX_BATCHES batches a partition's count is null, its bytes still exact."""
-    from kgate.filters.builtin.audit_wire import MAX_BATCHES
-
+def test_records_counted_past_256_batches() -> None:
+    """One batch per record (as Tansu answers, or a producer with linger 0): every batch is counted
+    (past 256 batches the count used to be null, and the report summed it as 0)."""
     tid = uuid4()
-    many = b"".join(record_batch([b"r"]) for _ in range(MAX_BATCHES + 1))
+    many = b"".join(record_batch([b"r"]) for _ in range(2200))
     few = record_batch([b"r"] * 3)
     req = FetchRequest(max_wait_ms=1, min_bytes=1, topics=[FetchTopic(topic_id=tid, partitions=[FetchPartition()])])
-    for data, records in ((many, None), (few, 3)):
+    for data, records in ((many, 2200), (few, 3)):
         resp = FetchResponse(
             responses=[
                 FetchableTopicResponse(topic_id=tid, partitions=[PartitionData(partition_index=0, records=data)])
