@@ -138,6 +138,7 @@ def refresh(
         return ingest.exact_uses(spark, sorted(r[0] for r in rows), window)(candidates)
 
     result = tables.compute(partials, exact)
+    result.window = window
     tables.write(result, out_dir, spark, tables_uri)
     if html:
         from kgate.pipeline.html import render

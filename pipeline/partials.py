@@ -34,6 +34,7 @@ from kgate.codec.generated.api_keys import ApiKey
 from kgate.pipeline import decode
 from kgate.pipeline.decode import BadLine
 from kgate.pipeline.ingest import ALL_TIME, GONE_ID_ERRORS, Window
+from kgate.pipeline.outcomes import normal_mask
 from kgate.pipeline.reports import (
     ALL_SLOTS,
     FIRST_ID_VERSION,
@@ -45,7 +46,7 @@ from kgate.pipeline.reports import (
 )
 from kgate.pipeline.schema import MALFORMED, OK, SCHEMA_VERSION, UNKNOWN_SCHEMA
 
-DAY_US, HOUR_US = 86_400_000_000, 3_600_000_000
+DAY_US, HOUR_US, MINUTE_US = 86_400_000_000, 3_600_000_000, 60_000_000
 #: A grain's partial rows are combined (re-aggregated) when they pass this many; rows per task stay
 #: bounded by the grain's distinct keys, not by the lines read.
 COMBINE_ROWS = 1_000_000
@@ -249,7 +250,10 @@ class Partials:
         hour = us // HOUR_US * HOUR_US
         h = _hash64(_child(client, "address"))
         error = col["error_code"]
-        errors = (error.is_valid().to_numpy(zero_copy_only=False) & (_nz(error) != 0)).astype(np.int64)
+        code = _nz(error).astype(np.int64)
+        answered_error = error.is_valid().to_numpy(zero_copy_only=False) & (code != 0)
+        normal = answered_error & normal_mask(key, code)
+        errors = (answered_error & ~normal).astype(np.int64)
         latency = col["latency_us"]
         one = np.ones(n, dtype=np.int64)
         with_ids = (is_fetch & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
@@ -264,7 +268,8 @@ class Partials:
         }
         values: dict[str, Any] = {
             "one": one, "request_bytes": col["request_bytes"], "response_bytes": col["response_bytes"],
-            "errors": errors, "time_us": us, "fetch_produce": (is_fetch | is_produce).astype(np.int64),
+            "errors": errors, "normal_errors": normal.astype(np.int64), "time_us": us,
+            "fetch_produce": (is_fetch | is_produce).astype(np.int64),
             "with_ids": with_ids.astype(np.int64),
             "fetch_version": pa.array(version, mask=~is_fetch), "produce_version": pa.array(version, mask=~is_produce),
             "rho": _rho(h), "answered": latency.is_valid().cast(pa.int64()), "latency": latency,
@@ -281,17 +286,27 @@ class Partials:
         parent = pc.list_parent_indices(topics).to_numpy(zero_copy_only=False)
         tb = _child(flat, "bytes")
         codes = _child(flat, "error_codes")
-        failed, gone = _code_flags(codes)
+        failed, gone = _code_flags(codes, key[parent])
         tev = {k: (v[parent] if isinstance(v, np.ndarray) else v.take(pa.array(parent)))
                for k, v in ev.items() if k in ("day", "hour", "cluster", "principal", "client_id", "instance")}
-        tev.update({"topic_name": _child(flat, "name"), "topic_id": _child(flat, "id"),
+        tev.update({"minute": us[parent] // MINUTE_US * MINUTE_US,
+                    "topic_name": _child(flat, "name"), "topic_id": _child(flat, "id"),
                     "name_status": _child(flat, "name_status"), "id_gone": gone.astype(np.int64)})
         pk = key[parent]
+        tp, tf = pk == produce, pk == fetch
+        records = _child(flat, "records")
+        # unknown: record bytes went through but their count is null (no bytes: nothing to count)
+        no_count = ~records.is_valid().to_numpy(zero_copy_only=False) & (_nz(tb) > 0)
+        nothing = pa.nulls(len(tb), pa.int64())
         tvalues: dict[str, Any] = {
             "one": np.ones(len(parent), dtype=np.int64),
-            "bytes_in": pc.if_else(pa.array(pk == produce), tb, pa.nulls(len(tb), pa.int64())),
-            "bytes_out": pc.if_else(pa.array(pk == fetch), tb, pa.nulls(len(tb), pa.int64())),
-            "records": _child(flat, "records"), "topic_errors": failed.astype(np.int64), "time_us": us[parent],
+            "is_produce": tp.astype(np.int64), "is_fetch": tf.astype(np.int64),
+            "produced_bytes": pc.if_else(pa.array(tp), tb, nothing),
+            "consumed_bytes": pc.if_else(pa.array(tf), tb, nothing),
+            "produced_records": pc.if_else(pa.array(tp), records, nothing),
+            "consumed_records": pc.if_else(pa.array(tf), records, nothing),
+            "produced_unknown": (tp & no_count).astype(np.int64), "consumed_unknown": (tf & no_count).astype(np.int64),
+            "topic_errors": failed.astype(np.int64), "time_us": us[parent], "record_bytes": tb,
         }
         if self.uses_of is not None:
             # the exact pass: single uses of the candidate ids, without a gone-id error (docs/pipeline.md)
@@ -301,6 +316,7 @@ class Partials:
             return
         self._group("topic_hour", self._grain_table("topic_hour", tev, tvalues))
         self._group("charge", self._grain_table("charge", tev, tvalues))
+        self._group("traffic", self._grain_table("traffic", tev, tvalues))
         with_id = _child(flat, "id").is_valid()
         if pc.any(with_id).as_py():
             use = self._grain_table("id_use", tev, tvalues)
@@ -368,9 +384,10 @@ def _arr(c: Any) -> pa.Array | pa.ChunkedArray:
     return c if isinstance(c, pa.Array | pa.ChunkedArray) else pa.array(c)
 
 
-def _code_flags(codes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Per topic row: any answer code other than 0 (a null code counts, as Spark's ``array_remove``
-    left it), and any code meaning the id is gone (:data:`GONE_ID_ERRORS`)."""
+def _code_flags(codes: pa.Array, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per topic row (of an exchange with api key ``keys[row]``): any answer code that is a failure
+    (not 0 and not normal for the api, :mod:`kgate.pipeline.outcomes`; a null code counts, as Spark's
+    ``array_remove`` left it), and any code meaning the id is gone (:data:`GONE_ID_ERRORS`)."""
     n = len(codes)
     values = pc.list_flatten(codes)
     if len(values) == 0:
@@ -378,7 +395,7 @@ def _code_flags(codes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     parent = pc.list_parent_indices(codes).to_numpy(zero_copy_only=False)
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     v = _nz(values)
-    failed = np.bincount(parent, weights=(~valid | (v != 0)), minlength=n) > 0
+    failed = np.bincount(parent, weights=(~valid | ((v != 0) & ~normal_mask(keys[parent], v))), minlength=n) > 0
     gone = np.bincount(parent, weights=(valid & np.isin(v, GONE_ID_ERRORS)), minlength=n) > 0
     return failed, gone
 

@@ -69,7 +69,7 @@ def test_a_report_run_writes_every_output(spark: Any, tmp_path: Path, capsys: py
     assert (out / "csv" / "input_files.csv").read_text().count("\n") == 3
     assert list((out / "parquet" / "topic_hourly").glob("day=2025-11-24/*.parquet"))
     read = spark.read.parquet(str(out / "parquet" / "chargeback"))
-    assert read.where("principal = 'User:alice'").first()["bytes_in"] == 1500
+    assert read.where("principal = 'User:alice'").first()["produced_bytes"] == 1500
     html = (out / "index.html").read_text()
     assert "consumer-old (User:bob)" in html  # the stale-id client is named in the summary
     assert "2 malformed and 1 of an unknown schema version skipped" in html
@@ -88,3 +88,29 @@ def test_tables_to_a_uri_are_written_by_spark(spark: Any, tmp_path: Path) -> Non
     assert [(r["client_id"], r["requests"], str(r["day"])) for r in stale] == [("consumer-old", 2, "2025-11-24")]
     assert (tmp_path / "out" / "csv" / "stale_ids.csv").exists()
     assert not (tmp_path / "out" / "parquet").exists()
+
+
+def test_parquet_history_keeps_earlier_days(spark: Any, tmp_path: Path) -> None:
+    """A run replaces only the days it speaks for: an earlier run's other days stay (a local run
+    once deleted the table's folder, and with it every earlier day)."""
+    from kgate.pipeline import ingest, tables
+    from kgate.pipeline.ingest import Window
+
+    from .conftest import HOUR, T0, event, topic, write_events
+
+    day = 24 * HOUR
+    out = tmp_path / "out"
+
+    def run(events: list[dict[str, Any]], name: str, window: Window = ingest.ALL_TIME) -> None:
+        write_events(tmp_path / name / "audit.jsonl", events)
+        tables.write(tables.build(spark, ingest.resolve_inputs([str(tmp_path / name)]), window), str(out))
+
+    run([event(T0, topics=[topic("a", bytes=10, records=1)])], "monday")
+    run([event(T0 + day, topics=[topic("b", bytes=20, records=2)])], "tuesday")
+    charge = out / "parquet" / "chargeback"
+    assert sorted(p.name for p in charge.iterdir()) == ["day=2025-11-24", "day=2025-11-25"]
+    # a rerun of Monday with a window: Monday replaced (now topic c), Tuesday kept
+    run([event(T0 + HOUR, topics=[topic("c", bytes=30, records=3)])], "monday2",
+        Window(T0 - 16 * HOUR, T0 + 8 * HOUR))
+    rows = sorted((str(r["day"]), r["topic_name"]) for r in spark.read.parquet(str(charge)).collect())
+    assert rows == [("2025-11-24", "c"), ("2025-11-25", "b")]
