@@ -267,12 +267,13 @@ def count_records(buf: Buffer, start: int, end: int) -> int:
     n = 0
     pos = start
     chunks = buf if isinstance(buf, Chunks) else None
+    flat = None if isinstance(buf, Chunks) else buf
     unpack = _BATCH.unpack_from
     while pos + 17 <= end:
         if pos + 61 <= end:
-            if chunks is None:
-                size, magic, attributes, count = unpack(buf, pos)
-            else:
+            if flat is not None:
+                size, magic, attributes, count = unpack(flat, pos)
+            elif chunks is not None:
                 # the answer's pieces are read in place when the header lies within one (inlined:
                 # a method call per batch was a third of the cost with one batch per record)
                 i = chunks._last
