@@ -280,3 +280,28 @@ def inflate_other(path: str, content: bytes) -> bytes | None:
             return bytes(stream.read())
     except (OSError, pa.ArrowException) as exc:
         raise Truncated(f"{codec} stream damaged: {exc}") from None
+
+
+def is_parquet(path: str) -> bool:
+    """An audit file written as Parquet (``format: parquet``), by name."""
+    return path.endswith(".parquet")
+
+
+def parquet_tables(content: bytes, batch_rows: int = 65_536) -> Iterator[pa.Table]:
+    """A Parquet audit file's rows as tables of the event schema, a batch at a time.
+
+    Columns missing from the file (an older writer) come out null; a file that is not Parquet or whose
+    columns do not cast to the schema raises :class:`Truncated` (counted as one malformed line)."""
+    import pyarrow.parquet as pq
+
+    try:
+        f = pq.ParquetFile(pa.BufferReader(content))
+        names = [n for n in _SCHEMA.names if n in f.schema_arrow.names]
+        for batch in f.iter_batches(batch_size=batch_rows, columns=names):
+            t = pa.Table.from_batches([batch])
+            for field in _SCHEMA:
+                if field.name not in t.column_names:
+                    t = t.append_column(field.name, pa.nulls(t.num_rows, field.type))
+            yield t.select(_SCHEMA.names).cast(_SCHEMA)
+    except (OSError, pa.ArrowException) as exc:
+        raise Truncated(f"not a readable Parquet audit file: {exc}") from None

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("kgate.pipeline.follow")
-ROTATED_GLOB = "*.gz"
+ROTATED_GLOB = "*.{gz,parquet}"
 #: The ``binaryFile`` source's columns (a stream must be given its schema).
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 

@@ -163,11 +163,35 @@ class Partials:
         self._uses: list[pa.Table] = []
         self._parts: dict[str, list[pa.Table]] = {g: [] for g in GRAINS}
         self._rows: dict[str, int] = dict.fromkeys(GRAINS, 0)
+        self._file_rows = 0  # ``files`` rows added so far: tells an empty file
 
     # -- feeding --------------------------------------------------------------------------------
 
     def add_file(self, path: str, content: bytes) -> None:
-        """Every line of one file (gzip, bzip2 or zstd by name), bad lines and a damaged stream included."""
+        """Every line of one file (gzip, bzip2 or zstd by name), bad lines and a damaged stream included.
+        A file without a line is listed too (one ``files`` row of 0 lines), so every input is in the table."""
+        before = self._file_rows
+        if decode.is_parquet(path):
+            self._add_parquet(path, content)
+        else:
+            self._add_lines(path, content)
+        if self._file_rows == before and self.uses_of is None:
+            self._group("files", pa.table({
+                "file": pa.array([path], pa.string()), "status": pa.array([OK], pa.string()),
+                "schema": pa.nulls(1, pa.int64()), "sample": pa.nulls(1, pa.string()),
+                "lines": pa.array([0], pa.int64()), "entries": pa.array([1], pa.int64()),
+            }))
+
+    def _add_parquet(self, path: str, content: bytes) -> None:
+        """An audit file written as Parquet (``format: parquet``): its row groups, already typed. A file
+        that is not Parquet or lacks the schema's columns counts as one malformed line."""
+        try:
+            for t in decode.parquet_tables(content):
+                self.add_events(path, t)
+        except decode.Truncated as exc:
+            self._add_files_rows(path, [BadLine(MALFORMED, None, f"<{exc}>")])
+
+    def _add_lines(self, path: str, content: bytes) -> None:
         try:
             inflated = decode.inflate_other(path, content)
             if inflated is not None:
@@ -193,6 +217,7 @@ class Partials:
             "schema": pa.array([b.schema for b in bad], pa.int64()),
             "sample": pa.array([b.sample for b in bad], pa.string()),
             "lines": pa.array(np.ones(len(bad), dtype=np.int64)),
+            "entries": pa.array(np.ones(len(bad), dtype=np.int64)),
         })
         self._group("files", t)
 
@@ -222,6 +247,7 @@ class Partials:
                 "schema": pa.array(v, pa.int64(), mask=~has_v),
                 "sample": pa.nulls(n, pa.string()),
                 "lines": pa.array(np.ones(n, dtype=np.int64)),
+                "entries": pa.array(np.ones(n, dtype=np.int64)),
             }))
 
         us = _nz(col["time_us"]).astype(np.int64)
@@ -291,7 +317,7 @@ class Partials:
                for k, v in ev.items() if k in ("day", "hour", "cluster", "principal", "client_id", "instance")}
         tev.update({"minute": us[parent] // MINUTE_US * MINUTE_US,
                     "topic_name": _child(flat, "name"), "topic_id": _child(flat, "id"),
-                    "name_status": _child(flat, "name_status"), "id_gone": gone.astype(np.int64)})
+                    "name_status": _child(flat, "name_status"), "id_gone": gone})
         pk = key[parent]
         tp, tf = pk == produce, pk == fetch
         records = _child(flat, "records")
@@ -310,7 +336,7 @@ class Partials:
         }
         if self.uses_of is not None:
             # the exact pass: single uses of the candidate ids, without a gone-id error (docs/pipeline.md)
-            wanted = pc.and_(pc.is_in(_child(flat, "id"), pa.array(self.uses_of, pa.string())), pa.array(~gone))
+            wanted = pc.and_(pc.is_in(_child(flat, "id"), pa.array(self.uses_of, pa.string())), pa.array(gone == 0))
             tev["time_us"] = tvalues["time_us"]
             self._uses.append(pa.table({c: _arr(tev[c]) for c in USES_SCHEMA.names}).filter(wanted))
             return
@@ -339,6 +365,7 @@ class Partials:
         slots = SLOTS[grain]
         if grain == "files":  # plain column names (the other grains arrive under their slot names)
             t = t.rename_columns([slots[c] for c in t.column_names])
+            self._file_rows += t.num_rows
         for k in SETS[grain]:
             s = slots[k]
             if not s.startswith("ks") and t.schema.field(s).type != pa.int64():
@@ -387,7 +414,9 @@ def _arr(c: Any) -> pa.Array | pa.ChunkedArray:
 def _code_flags(codes: pa.Array, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per topic row (of an exchange with api key ``keys[row]``): any answer code that is a failure
     (not 0 and not normal for the api, :mod:`kgate.pipeline.outcomes`; a null code counts, as Spark's
-    ``array_remove`` left it), and any code meaning the id is gone (:data:`GONE_ID_ERRORS`)."""
+    ``array_remove`` left it), and what its codes say of the id: 1 UNKNOWN_TOPIC_ID (gone), 2 only
+    UNKNOWN_TOPIC_OR_PARTITION (gone, or a passing answer on a live topic: weighed by
+    :func:`kgate.pipeline.reports._id_uses`), 0 neither."""
     n = len(codes)
     values = pc.list_flatten(codes)
     if len(values) == 0:
@@ -396,8 +425,9 @@ def _code_flags(codes: pa.Array, keys: np.ndarray) -> tuple[np.ndarray, np.ndarr
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     v = _nz(values)
     failed = np.bincount(parent, weights=(~valid | ((v != 0) & ~normal_mask(keys[parent], v))), minlength=n) > 0
-    gone = np.bincount(parent, weights=(valid & np.isin(v, GONE_ID_ERRORS)), minlength=n) > 0
-    return failed, gone
+    unknown_id = np.bincount(parent, weights=(valid & (v == GONE_ID_ERRORS[0])), minlength=n) > 0
+    unknown_topic = np.bincount(parent, weights=(valid & (v == GONE_ID_ERRORS[1])), minlength=n) > 0
+    return failed, np.where(unknown_id, 1, np.where(unknown_topic, 2, 0)).astype(np.int64)
 
 
 def _aggregate(grain: str, t: pa.Table) -> pa.Table:

@@ -77,7 +77,7 @@ KEY_TYPES: dict[str, str] = {
     "cluster": "string", "topic_name": "string", "topic_id": "string", "principal": "string",
     "client_id": "string", "instance": "string", "policy": "string", "hll_bucket": "long", "api_key": "int",
     "api_name": "string", "error_code": "int", "lat_bucket": "long", "name_status": "string",
-    "id_gone": "boolean", "minute": "long",
+    "id_gone": "int", "minute": "long",
 }
 _TOPIC = (("topic_rows", "sum", "one", "long"), ("produce_requests", "sum", "is_produce", "long"),
           ("fetch_requests", "sum", "is_fetch", "long"),
@@ -94,7 +94,8 @@ _EVENT = (("events", "sum", "one", "long"), ("request_bytes", "sum", "request_by
 _SPAN = (("min_us", "min", "time_us", "long"), ("max_us", "max", "time_us", "long"))
 #: Per grain: its measures, as (column, aggregate, value of :mod:`kgate.pipeline.partials`, Spark type of the column).
 MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
-    "files": (("lines", "sum", "one", "long"),),
+    # entries: rows of the file, one more for an empty file (lines 0), so every input is listed
+    "files": (("lines", "sum", "one", "long"), ("entries", "sum", "one", "long")),
     "topic_hour": (*_TOPIC, ("topic_errors", "sum", "topic_errors", "long")),
     "charge": _TOPIC,
     "client": (*_EVENT, ("fetch_produce", "sum", "fetch_produce", "long"), ("with_ids", "sum", "with_ids", "long"),
@@ -187,7 +188,7 @@ def problems(roll: DataFrame) -> DataFrame:
         return F.coalesce(F.sum(F.when(status == s, lines)), F.lit(0)).cast("long")
 
     return (
-        part(roll, "files", "lines").groupBy("file")
+        part(roll, "files", "entries").groupBy("file")
         .agg(
             F.sum(lines).alias("lines"),
             count(OK).alias("ok"),
@@ -377,11 +378,32 @@ def api_errors(roll: DataFrame) -> DataFrame:
 
 def _id_uses(roll: DataFrame) -> DataFrame:
     """Uses of topic ids per (day, cluster, name, id, status, principal, client, instance, gone): their
-    count ``n`` and first and last use (``min_us``, ``max_us``)."""
+    count ``n`` and first and last use (``min_us``, ``max_us``).
+
+    ``id_gone`` (the id no longer exists) is true for uses answered UNKNOWN_TOPIC_ID (100). An answer of
+    only UNKNOWN_TOPIC_OR_PARTITION (3) is also what a live topic gets in passing (a partition moving,
+    a topic just created), so it counts as gone only when no use of the id succeeded after it and it
+    is not alone: it repeats, or the name has since appeared with a newer id."""
+    from pyspark.sql import Window as W
+
     F = _f()
-    return part(roll, "id_use", "id_uses").select(
+    e = F.col
+    raw = part(roll, "id_use", "id_uses").select(
         "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-        "id_gone", "min_us", "max_us", F.col("id_uses").alias("n"))
+        e("id_gone").alias("gone_kind"), "min_us", "max_us", e("id_uses").alias("n"))
+    by_id = W.partitionBy("cluster", "topic_id")
+    with_id = raw.select(
+        "*",
+        F.max(F.when(e("gone_kind") == 0, e("max_us"))).over(by_id).alias("ok_last_us"),
+        F.sum(F.when(e("gone_kind") == 2, e("n"))).over(by_id).alias("weak_n"),
+        F.min("min_us").over(by_id).alias("id_first_us"),
+    )
+    newest = F.max("id_first_us").over(W.partitionBy("cluster", "topic_name"))
+    weak = (e("gone_kind") == 2) & (e("ok_last_us").isNull() | (e("ok_last_us") < e("min_us"))) & (
+        (e("weak_n") >= 2) | (e("topic_name").isNotNull() & (newest > e("id_first_us"))))
+    return with_id.select(
+        "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
+        ((e("gone_kind") == 1) | weak).alias("id_gone"), "min_us", "max_us", "n")
 
 
 def unresolved_ids(roll: DataFrame) -> DataFrame:

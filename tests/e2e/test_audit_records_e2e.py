@@ -6,7 +6,8 @@ consumed.
 Fetch with one batch per stored batch): every Fetch answer carries hundreds of batches per
 partition. The audit log used to give up counting past 256 batches (``records: null``) and the
 report summed null as 0: 2,200 records consumed showed as 0. Real clients (confluent-kafka), a real
-broker (Tansu) and the real CLI (in process, on the test session's SparkSession).
+broker (Tansu) and the real CLI (in process, on the test session's SparkSession). Once with the audit
+log as JSON lines, once as Parquet (``format: parquet``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _billed(out: Path, topic: str) -> dict[str, int | None]:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("audit_format", ["jsonl"])
+@pytest.mark.parametrize("audit_format", ["jsonl", "parquet"])
 async def test_records_one_per_batch_are_billed_exactly(
     audit_format: str, tansu: Any, kgate_factory: Any, spark: Any, tmp_path: Path
 ) -> None:
@@ -48,6 +49,8 @@ async def test_records_one_per_batch_are_billed_exactly(
 
     audit = tmp_path / "audit"
     config: dict[str, Any] = {"directory": str(audit), "instance_id": "e2e-records"}
+    if audit_format == "parquet":
+        config["format"] = "parquet"
     k = kgate_factory(tansu.bootstrap, extra={"filters": [{"name": "audit-log", "config": config}]})
     topic = w.unique("one-per-batch")
     await asyncio.to_thread(w.confluent_create_topic, k.bootstrap, topic, 1)
@@ -57,6 +60,9 @@ async def test_records_one_per_batch_are_billed_exactly(
     got, _ = await asyncio.to_thread(w.confluent_consume, k.bootstrap, topic, N, w.unique("g"))
     w.assert_exact(values, got)
     assert k.stop_and_check() == 0  # SIGTERM: the writer drains and publishes its last file
+    published = [p.name for p in audit.iterdir() if not p.name.startswith(".")]
+    suffix = ".parquet" if audit_format == "parquet" else ".jsonl.gz"
+    assert published and all(n.endswith(suffix) for n in published), published
 
     out = tmp_path / "report"
     assert await asyncio.to_thread(main, ["report", "--input", str(audit), "--output", str(out), "--no-html"]) == 0
