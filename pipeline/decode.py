@@ -163,7 +163,7 @@ def _bisect(lines: list[bytes]) -> tuple[list[pa.Table], list[BadLine]]:
     return left[0] + right[0], left[1] + right[1]
 
 
-def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
+def parse_block(block: bytes, trusted: bool = False) -> tuple[list[pa.Table], list[BadLine]]:
     """Parse whole lines: the tables of the good ones (in order) and the bad ones, never an exception.
 
     A block as kgate writes them (:func:`_plain`) is parsed at once. Any other (a line that is not
@@ -172,6 +172,13 @@ def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
     """
     if not block or block.isspace():
         return [], []
+    if trusted:
+        # ``trusted``: written by kgate's own audit writer on this machine (the Parquet converter), so
+        # every line is an object in valid UTF-8 and the byte scans of :func:`_plain` are skipped (~15%
+        # of the parse); a block Arrow refuses or miscounts (a torn last line) takes the careful path
+        t = _rows(block, block.count(b"\n") + (not block.endswith(b"\n")))
+        if t is not None:
+            return [t], []
     lines = _plain(block)
     if lines:
         t = _rows(block, lines)

@@ -56,12 +56,16 @@ def convert_file(hidden: Path) -> Path:
     with open(hidden, "rb") as f:
         content = f.read()
     try:
-        with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+        # no dictionary encoding: cheaper to write and, for these columns (addresses with ports, times,
+        # sizes), smaller too (docs/performance.md, 2026-11-26)
+        with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False) as writer:
             for block in blocks(content, gzipped=False, block_bytes=BLOCK):
-                tables, bad_lines = parse_block(block)
+                tables, bad_lines = parse_block(block, trusted=True)
                 bad += len(bad_lines)
                 for t in tables:
-                    writer.write_table(t.select(schema.names).cast(schema), row_group_size=ROW_GROUP)
+                    if not t.schema.equals(schema):
+                        t = t.select(schema.names).cast(schema)
+                    writer.write_table(t, row_group_size=ROW_GROUP)
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
