@@ -581,10 +581,10 @@ def test_share_fetch_and_acknowledge_carry_topic_names(version: int) -> None:
     from kgate.codec.generated import share_fetch as sf
 
     tid, other = uuid4(), uuid4()
+    topics = [sf.FetchTopic(topic_id=t, partitions=[sf.FetchPartition(partition_index=i)])
+              for i, t in enumerate((tid, other))]
     req = sf.ShareFetchRequest(group_id="g", member_id="m", share_session_epoch=0, max_wait_ms=1, min_bytes=1,
-                               max_records=10, batch_size=10,
-                               topics=[sf.FetchTopic(topic_id=tid, partitions=[sf.FetchPartition(partition_index=0)]),
-                                       sf.FetchTopic(topic_id=other, partitions=[sf.FetchPartition(partition_index=1)])])
+                               max_records=10, batch_size=10, topics=topics)
     resp = sf.ShareFetchResponse(responses=[
         sf.ShareFetchableTopicResponse(topic_id=tid, partitions=[sf.PartitionData(partition_index=0, error_code=0)]),
         sf.ShareFetchableTopicResponse(topic_id=other, partitions=[sf.PartitionData(partition_index=1, error_code=6)]),
@@ -607,8 +607,9 @@ def test_share_fetch_and_acknowledge_carry_topic_names(version: int) -> None:
 def test_produce_v13_by_id_carries_the_name() -> None:
     """Produce v13 names topics by id only: the event carries the name, records counted."""
     tid = uuid4()
-    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
-        TopicProduceData(topic_id=tid, partition_data=[PartitionProduceData(index=0, records=record_batch([b"a"] * 4))])])
+    data = [PartitionProduceData(index=0, records=record_batch([b"a"] * 4))]
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000,
+                         topic_data=[TopicProduceData(topic_id=tid, partition_data=data)])
     rq = request_bytes(PRODUCE, 13, req)
     e = _event(Captured(_exchange(PRODUCE, 13, rq), INFO, None, None, 2_000_000_000), {tid: "orders"})
     (t,) = e["topics"]
