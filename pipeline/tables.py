@@ -127,7 +127,24 @@ def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) 
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
     result = compute(ingest.read_partials(spark, paths, window), ingest.exact_uses(spark, paths, window))
     result.window = window
+    result.problems = with_empty_files(result.problems, paths)
     return result
+
+
+def with_empty_files(problems: pa.Table, paths: Sequence[str]) -> pa.Table:
+    """``problems`` with a row of 0 lines for every local input file of 0 bytes: Spark's file sources
+    never hand an empty file to a task, so it would be missing from the inputs table. (A compressed
+    file without a line is listed by the workers themselves.)"""
+    import pyarrow as pa
+
+    listed = set(problems.column("file").to_pylist())
+    empty = [p for p in paths if not ingest._is_uri(p) and os.path.isfile(p) and os.path.getsize(p) == 0
+             and p not in listed]
+    if not empty:
+        return problems
+    rows = [{"file": p, "lines": 0, "ok": 0, "malformed": 0, "unknown_schema": 0, "unknown_versions": "",
+             "sample": None} for p in empty]
+    return pa.concat_tables([problems, pa.Table.from_pylist(rows, schema=problems.schema)])
 
 
 def _csv_safe(table: pa.Table) -> pa.Table:

@@ -121,26 +121,6 @@ def test_chargeback(tables: dict[str, list[dict[str, Any]]]) -> None:
     assert all(r["produced_records_unknown"] == r["consumed_records_unknown"] == 0 for r in rows)
 
 
-def test_unknown_record_counts_are_marked_never_summed_as_zero(spark: Any, tmp_path: Path) -> None:
-    """A Fetch whose record count the audit log could not know (null) makes the group's consumed
-    records null and counted in ``consumed_records_unknown``; the known produced count stays exact."""
-    from kgate.pipeline.tables import report_tables
-
-    events = [
-        event(T0 + S, api="Produce", version=9, topics=[topic("t", bytes=100, records=7)]),
-        event(T0 + 2 * S, version=12, topics=[topic("t", bytes=500, records=None)]),
-        event(T0 + 3 * S, version=12, topics=[topic("t", bytes=50, records=4)]),
-        event(T0 + 4 * S, api="Metadata", version=12, topics=[topic("t")]),  # no records: nothing unknown
-    ]
-    write_events(tmp_path / "a" / "audit.jsonl", events)
-    t = report_tables(tmp_path / "a", spark)
-    row = _one(t["chargeback"], topic_name="t")
-    assert (row["produced_records"], row["produced_records_unknown"]) == (7, 0)
-    assert (row["consumed_records"], row["consumed_records_unknown"], row["consumed_bytes"]) == (None, 1, 550)
-    hourly = _one(t["topic_hourly"], topic_name="t")
-    assert (hourly["consumed_records"], hourly["consumed_records_unknown"], hourly["requests"]) == (None, 1, 4)
-
-
 def test_instances_and_clients(tables: dict[str, list[dict[str, Any]]]) -> None:
     inst = {r["instance"]: r for r in tables["instances"]}
     assert {k: v["requests"] for k, v in inst.items()} == {"kgate-a": 5, "kgate-b": 4}
@@ -161,32 +141,61 @@ def test_latency(tables: dict[str, list[dict[str, Any]]]) -> None:
     assert {r["instance"]: r["answered"] for r in tables["latency_instance"]} == {"kgate-a": 5, "kgate-b": 3}
 
 
-def test_protocol_normal_codes_are_not_failures(spark: Any, tmp_path: Path) -> None:
-    """A healthy consumer group's JoinGroup rounds (MEMBER_ID_REQUIRED 79, REBALANCE_IN_PROGRESS 27) and
-    a leader move (NOT_LEADER_OR_FOLLOWER 6) are normal answers, apart from failures (JoinGroup showed
-    50% errors)."""
+DAY = 24 * HOUR
+
+
+@pytest.fixture(scope="module")
+def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """One report over two small stories (one Spark run, not two): a consumer group's normal answers
+    (day 1, instance kgate-a, client app, topic t) and unknown record counts (day 3, instance kgate-u,
+    client u-app, topic u)."""
     from kgate.pipeline.tables import report_tables
 
     join = {"api": "JoinGroup", "key": 11, "version": 9}
-    events = [
+    normal = [
         event(T0 + S, **join, error_code=79), event(T0 + 2 * S, **join, error_code=0),
         event(T0 + 3 * S, **join, error_code=27), event(T0 + 4 * S, **join, error_code=0),
         event(T0 + 5 * S, api="Produce", version=9, error_code=6, topics=[topic("t", bytes=10, records=1, errors=[6])]),
-        event(T0 + 6 * S, api="Produce", version=9, error_code=87, topics=[topic("t", bytes=10, records=1,
-                                                                                   errors=[87])]),
+        event(T0 + 6 * S, api="Produce", version=9, error_code=87,
+              topics=[topic("t", bytes=10, records=1, errors=[87])]),
         event(T0 + 7 * S, key=12, api="Heartbeat", version=4, error_code=79),  # 79 is no Heartbeat answer
     ]
-    write_events(tmp_path / "a" / "audit.jsonl", events)
-    t = report_tables(tmp_path / "a", spark)
-    outcome = {(r["api_name"], r["error_code"]): (r["requests"], r["outcome"]) for r in t["api_errors"]}
+    u = {"instance": "kgate-u", "client_id": "u-app"}
+    unknown = [
+        event(T0 + 2 * DAY + S, api="Produce", version=9, **u, topics=[topic("u", bytes=100, records=7)]),
+        event(T0 + 2 * DAY + 2 * S, version=12, **u, topics=[topic("u", bytes=500, records=None)]),
+        event(T0 + 2 * DAY + 3 * S, version=12, **u, topics=[topic("u", bytes=50, records=4)]),
+        event(T0 + 2 * DAY + 4 * S, api="Metadata", version=12, **u, topics=[topic("u")]),  # no records: not unknown
+    ]
+    d = tmp_path_factory.mktemp("small")
+    write_events(d / "audit.jsonl", normal + unknown)
+    return report_tables(d, spark)
+
+
+def test_unknown_record_counts_are_marked_never_summed_as_zero(small: dict[str, list[dict[str, Any]]]) -> None:
+    """A Fetch whose record count the audit log could not know (null) makes the group's consumed
+    records null and counted in ``consumed_records_unknown``; the known produced count stays exact."""
+    row = _one(small["chargeback"], topic_name="u")
+    assert (row["produced_records"], row["produced_records_unknown"]) == (7, 0)
+    assert (row["consumed_records"], row["consumed_records_unknown"], row["consumed_bytes"]) == (None, 1, 550)
+    hourly = _one(small["topic_hourly"], topic_name="u")
+    assert (hourly["consumed_records"], hourly["consumed_records_unknown"], hourly["requests"]) == (None, 1, 4)
+
+
+def test_protocol_normal_codes_are_not_failures(small: dict[str, list[dict[str, Any]]]) -> None:
+    """A healthy consumer group's JoinGroup rounds (MEMBER_ID_REQUIRED 79, REBALANCE_IN_PROGRESS 27) and
+    a leader move (NOT_LEADER_OR_FOLLOWER 6) are normal answers, apart from failures (JoinGroup showed
+    50% errors)."""
+    outcome = {(r["api_name"], r["error_code"]): (r["requests"], r["outcome"]) for r in small["api_errors"]
+               if str(r["day"]) == "2025-11-24"}
     assert outcome == {("JoinGroup", 0): (2, "ok"), ("JoinGroup", 79): (1, "normal"),
                        ("JoinGroup", 27): (1, "normal"), ("Produce", 6): (1, "normal"),
                        ("Produce", 87): (1, "failure"), ("Heartbeat", 79): (1, "failure")}
-    inst = _one(t["instances"], instance="kgate-a")
+    inst = _one(small["instances"], instance="kgate-a")
     assert (inst["errors"], inst["normal_errors"]) == (2, 3)
-    client = _one(t["clients"], client_id="app")
+    client = _one(small["clients"], client_id="app")
     assert (client["errors"], client["normal_errors"]) == (2, 3)
-    assert _one(t["topic_hourly"], topic_name="t")["errors"] == 1  # the leader move is not a topic error
+    assert _one(small["topic_hourly"], topic_name="t")["errors"] == 1  # the leader move is not a topic error
 
 
 def test_api_errors(tables: dict[str, list[dict[str, Any]]]) -> None:
