@@ -42,32 +42,54 @@ def _top(totals: Mapping[str, float], n: int) -> list[tuple[str, float]]:
     return sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
 
 
+#: Bucket widths the traffic chart chooses from (seconds, label): the smallest that gives at most
+#: :data:`MAX_BUCKETS` buckets over the data's span, so an hour of data is not one point.
+BUCKETS = ((60, "minute"), (300, "5 minutes"), (900, "15 minutes"), (3600, "hour"), (6 * 3600, "6 hours"),
+           (86400, "day"))
+MAX_BUCKETS = 120
+
+
 def traffic(rows: Iterable[Row], out_dir: str, n: int = 8) -> str | None:
-    """Record MB per hour for the busiest topics (by name; ids of one name summed), the rest as 'other'."""
-    per: dict[str, dict[Any, float]] = defaultdict(lambda: defaultdict(float))
+    """Record MB per time bucket for the busiest topics (by name; ids of one name summed), the rest as
+    'other'. ``rows``: record bytes per minute and topic (``minute`` in µs, ``topic_name``, ``bytes``); the
+    bucket width follows the data's span (:data:`BUCKETS`)."""
+    import datetime as dt
+
+    rows = list(rows)
+    if not rows:
+        return None
+    first, last = min(r["minute"] for r in rows), max(r["minute"] for r in rows)
+    width, unit = next(((w, u) for w, u in BUCKETS if (last - first) // (w * 1_000_000) < MAX_BUCKETS), BUCKETS[-1])
+    step = width * 1_000_000
+    per: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     totals: dict[str, float] = defaultdict(float)
     for r in rows:
         name = _label(r["topic_name"], "(unresolved id)")
-        mb = ((r["bytes_in"] or 0) + (r["bytes_out"] or 0)) / MB
-        per[name][r["hour"]] += mb
+        mb = (r["bytes"] or 0) / MB
+        per[name][r["minute"] // step * step] += mb
         totals[name] += mb
-    if not per:
-        return None
     top = [name for name, _ in _top(totals, n)]
-    hours = sorted({h for series in per.values() for h in series})
-    other = [sum(per[name].get(h, 0.0) for name in per if name not in top) for h in hours]
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 3.8))
-    series = [[per[name].get(h, 0.0) for h in hours] for name in top]
+    buckets = list(range(first // step * step, last // step * step + step, step))
+    other = [sum(per[name].get(b, 0.0) for name in per if name not in top) for b in buckets]
+    series = [[per[name].get(b, 0.0) for b in buckets] for name in top]
     labels = list(top)
     if any(other):
         series.append(other)
         labels.append("other")
-    ax.stackplot(hours, series, labels=labels, alpha=0.85)
-    ax.set_title(f"Record traffic per hour, top {len(top)} topics (MB in + out)")
-    ax.set_ylabel("MB / hour")
+    times = [dt.datetime.fromtimestamp(b / 1e6, dt.UTC) for b in buckets]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    if len(buckets) == 1:  # a stack plot of one point draws nothing: bars
+        bottom = 0.0
+        for values, label in zip(series, labels, strict=True):
+            ax.bar([times[0].strftime("%Y-%m-%d %H:%M")], values, bottom=bottom, label=label)
+            bottom += values[0]
+    else:
+        ax.stackplot(times, series, labels=labels, alpha=0.85)
+        fig.autofmt_xdate()
+    ax.set_title(f"Record traffic per {unit} (UTC), top {len(top)} topics (MB in + out)")
+    ax.set_ylabel(f"MB / {unit}")
     ax.legend(loc="upper left", fontsize=7, ncol=3)
-    fig.autofmt_xdate()
     return _save(fig, out_dir, "traffic.png")
 
 
@@ -75,7 +97,8 @@ def principals(chargeback: Iterable[Row], clients: Iterable[Row], out_dir: str, 
     """Top principals by record MB (chargeback), top client ids by requests."""
     by_principal: dict[str, float] = defaultdict(float)
     for r in chargeback:
-        by_principal[_label(r["principal"], "(anonymous)")] += ((r["bytes_in"] or 0) + (r["bytes_out"] or 0)) / MB
+        mb = ((r["produced_bytes"] or 0) + (r["consumed_bytes"] or 0)) / MB
+        by_principal[_label(r["principal"], "(anonymous)")] += mb
     by_client: dict[str, float] = defaultdict(float)
     for r in clients:
         by_client[_label(r["client_id"], "(no client id)")] += r["requests"] or 0
@@ -93,26 +116,35 @@ def principals(chargeback: Iterable[Row], clients: Iterable[Row], out_dir: str, 
 
 
 def errors(api_errors: Iterable[Row], out_dir: str, n: int = 12) -> str | None:
-    """Error rate (%) per api key, the busiest apis only."""
+    """Failure rate (%) per api key, the busiest apis only; the protocol's normal answers (a JoinGroup's
+    MEMBER_ID_REQUIRED, rebalances, leader moves: :mod:`kgate.pipeline.outcomes`) stacked apart in grey."""
+    from kgate.pipeline.outcomes import FAILURE, NORMAL
+
     total: dict[str, int] = defaultdict(int)
     failed: dict[str, int] = defaultdict(int)
+    normal: dict[str, int] = defaultdict(int)
     for r in api_errors:
         name = _label(r["api_name"], str(r["api_key"]))
         total[name] += r["requests"]
-        if r["error_code"] not in (None, 0):
+        if r.get("outcome") == FAILURE:
             failed[name] += r["requests"]
+        elif r.get("outcome") == NORMAL:
+            normal[name] += r["requests"]
     if not total:
         return None
     busiest = [k for k, _ in _top({k: float(v) for k, v in total.items()}, n)]
     rates = [100.0 * failed[k] / total[k] for k in busiest]
+    normal_rates = [100.0 * normal[k] / total[k] for k in busiest]
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 3.4))
-    bars = ax.bar(busiest, rates, color=["#cc3311" if r >= 1 else "#228833" for r in rates])
+    bars = ax.bar(busiest, rates, color=["#cc3311" if r >= 1 else "#228833" for r in rates], label="failures")
+    ax.bar(busiest, normal_rates, bottom=rates, color="#bbbbbb", label="normal (rebalance, leader move, ...)")
     for bar, k in zip(bars, busiest, strict=True):
         ax.annotate(f"{failed[k]:,}/{total[k]:,}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     ha="center", va="bottom", fontsize=6)
-    ax.set_title("Error rate per api key (% of exchanges answered with an error)")
+    ax.set_title("Failure rate per api key (% of exchanges; protocol-normal answers in grey)")
     ax.set_ylabel("%")
+    ax.legend(fontsize=7)
     ax.tick_params(axis="x", labelsize=7, rotation=30)
     return _save(fig, out_dir, "errors.png")
 

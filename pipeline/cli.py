@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -68,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write the Parquet tables here (any Hadoop path) instead of DIR/parquet")
     p.add_argument("--driver-memory", metavar="SIZE", help="local mode: driver heap (default 2g)")
     p.add_argument("--no-html", action="store_true", help="tables only, no index.html and charts")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting (repeatable), applied over kgate's defaults, e.g. "
+                   "--conf spark.sql.shuffle.partitions=64")
     return p
 
 
@@ -93,8 +97,39 @@ def _window(args: argparse.Namespace) -> Window:
     return Window(since, until)
 
 
+def parse_conf(items: Sequence[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` arguments as a dict; a missing ``=`` or key is a usage error."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--conf {item!r}: expected KEY=VALUE (e.g. spark.sql.shuffle.partitions=64)")
+        out[key.strip()] = value
+    return out
+
+
+def _quiet_stop(query: object) -> None:
+    """Ctrl-C on ``--follow``: stop without the tracebacks of every thread the interrupt reached.
+
+    The terminal sends SIGINT to the whole process group, the JVM included, so py4j's calls fail
+    in the main thread, in the stream's callback thread and in ``spark.stop()`` at once: those are
+    expected here, not news. Their loggers and the threads' exception hook are silenced, and the
+    stop is best effort (the checkpoint makes the next run resume exactly where this one was).
+    """
+    import threading
+
+    for name in ("py4j", "py4j.java_gateway", "py4j.clientserver", "pyspark"):
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+    threading.excepthook = lambda _args: None
+    try:
+        query.stop()  # type: ignore[attr-defined]
+    except BaseException:  # the JVM may already be gone (it got the SIGINT too)
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
     window = _window(args)
+    conf = parse_conf(args.conf)
     if args.refresh_s <= 0:
         raise UsageError("--refresh-s must be positive")
     if args.follow:
@@ -127,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     from kgate.pipeline.session import build_session
 
     owned = SparkSession.getActiveSession() is None  # embedded (tests): leave the caller's session running
-    spark = build_session(args.master, driver_memory=args.driver_memory)
+    spark = build_session(args.master, driver_memory=args.driver_memory, extra=conf)
     try:
         if args.follow:
             from kgate.pipeline.follow import start
@@ -137,10 +172,17 @@ def run(args: argparse.Namespace) -> int:
                           html=not args.no_html)
             print(f"kgate report: following {', '.join(args.input)}; report in {args.output} "
                   f"every {args.refresh_s:g}s (Ctrl-C stops; checkpoint {checkpoint})", file=sys.stderr)
+            # PySpark's SIGINT handler calls into the JVM (cancelAllJobs) while the main thread waits in
+            # a JVM call, and both fail with tracebacks: Python's own handler raises KeyboardInterrupt,
+            # and the wait is a sleep between short status calls, where the interrupt lands cleanly
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
-                query.awaitTermination()
+                while query.isActive:
+                    time.sleep(0.5)
+                query.awaitTermination()  # ended by itself: raises the stream's failure, if any
             except KeyboardInterrupt:
-                query.stop()
+                _quiet_stop(query)
+                print("kgate report: stopped", file=sys.stderr)
             return EXIT_OK
         t0 = time.perf_counter()
         result = tables.build(spark, paths, window)
@@ -152,13 +194,21 @@ def run(args: argparse.Namespace) -> int:
             page = render(result, args.output)
         prob = result.problems.to_pylist()
         bad = sum(r["malformed"] + r["unknown_schema"] for r in prob)
-        print(f"kgate report: {sum(r['ok'] for r in prob):,} events from {len(prob)} file(s) in "
+        good = sum(r["ok"] for r in prob)
+        # the events the report counts: those inside --since/--until (every good line without a window)
+        counted = sum(r["requests"] for r in result.tables["instances"].to_pylist())
+        outside = f" ({good - counted:,} good lines outside --since/--until)" if good != counted else ""
+        print(f"kgate report: {counted:,} events{outside} from {len(prob)} file(s) in "
               f"{time.perf_counter() - t0:.1f}s; {bad:,} bad lines skipped; "
               f"{page or os.path.join(args.output, 'csv')}", file=sys.stderr)
         return EXIT_OK
     finally:
         if owned:
-            spark.stop()
+            try:
+                spark.stop()
+            except BaseException:  # after Ctrl-C the JVM may be gone already
+                if not args.follow:
+                    raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -163,7 +163,7 @@ def _bisect(lines: list[bytes]) -> tuple[list[pa.Table], list[BadLine]]:
     return left[0] + right[0], left[1] + right[1]
 
 
-def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
+def parse_block(block: bytes, trusted: bool = False) -> tuple[list[pa.Table], list[BadLine]]:
     """Parse whole lines: the tables of the good ones (in order) and the bad ones, never an exception.
 
     A block as kgate writes them (:func:`_plain`) is parsed at once. Any other (a line that is not
@@ -172,6 +172,13 @@ def parse_block(block: bytes) -> tuple[list[pa.Table], list[BadLine]]:
     """
     if not block or block.isspace():
         return [], []
+    if trusted:
+        # ``trusted``: written by kgate's own audit writer on this machine (the Parquet converter), so
+        # every line is an object in valid UTF-8 and the byte scans of :func:`_plain` are skipped (~15%
+        # of the parse); a block Arrow refuses or miscounts (a torn last line) takes the careful path
+        t = _rows(block, block.count(b"\n") + (not block.endswith(b"\n")))
+        if t is not None:
+            return [t], []
     lines = _plain(block)
     if lines:
         t = _rows(block, lines)
@@ -280,3 +287,28 @@ def inflate_other(path: str, content: bytes) -> bytes | None:
             return bytes(stream.read())
     except (OSError, pa.ArrowException) as exc:
         raise Truncated(f"{codec} stream damaged: {exc}") from None
+
+
+def is_parquet(path: str) -> bool:
+    """An audit file written as Parquet (``format: parquet``), by name."""
+    return path.endswith(".parquet")
+
+
+def parquet_tables(content: bytes, batch_rows: int = 65_536) -> Iterator[pa.Table]:
+    """A Parquet audit file's rows as tables of the event schema, a batch at a time.
+
+    Columns missing from the file (an older writer) come out null; a file that is not Parquet or whose
+    columns do not cast to the schema raises :class:`Truncated` (counted as one malformed line)."""
+    import pyarrow.parquet as pq
+
+    try:
+        f = pq.ParquetFile(pa.BufferReader(content))
+        names = [n for n in _SCHEMA.names if n in f.schema_arrow.names]
+        for batch in f.iter_batches(batch_size=batch_rows, columns=names):
+            t = pa.Table.from_batches([batch])
+            for field in _SCHEMA:
+                if field.name not in t.column_names:
+                    t = t.append_column(field.name, pa.nulls(t.num_rows, field.type))
+            yield t.select(_SCHEMA.names).cast(_SCHEMA)
+    except (OSError, pa.ArrowException) as exc:
+        raise Truncated(f"not a readable Parquet audit file: {exc}") from None

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger("kgate.pipeline.follow")
-ROTATED_GLOB = "*.gz"
+ROTATED_GLOB = "*.{gz,parquet}"
 #: The ``binaryFile`` source's columns (a stream must be given its schema).
 BINARY_FILE_SCHEMA = "path string, modificationTime timestamp, length long, content binary"
 
@@ -138,6 +138,7 @@ def refresh(
         return ingest.exact_uses(spark, sorted(r[0] for r in rows), window)(candidates)
 
     result = tables.compute(partials, exact)
+    result.window = window
     tables.write(result, out_dir, spark, tables_uri)
     if html:
         from kgate.pipeline.html import render

@@ -27,7 +27,7 @@ SECTIONS: dict[str, tuple[str, str]] = {
     "stale_ids": ("Clients still on the topic id of a deleted or recreated topic", "requests"),
     "unresolved_ids": ("Topic ids that never resolved to a name", "requests"),
     "policy_denials": ("Policy denials per principal and resource", "denials"),
-    "chargeback": ("Chargeback: record bytes per principal, client id and topic", "bytes_out"),
+    "chargeback": ("Chargeback: records and record bytes per principal, client id and topic", "consumed_bytes"),
     "clients": ("Clients: requests and frame bytes", "requests"),
     "instances": ("kgate instances", "requests"),
     "latency_api": ("Latency per api key and day (µs)", "answered"),
@@ -102,7 +102,10 @@ def summary(result: Result) -> list[str]:
             lines.append(f"Busiest instance: {escape(busiest)} at {ratio:.2f}x the fleet mean"
                          f"{' (unbalanced)' if ratio > 1.5 else ''}.")
         errors = sum(r["errors"] for r in inst)
-        lines.append(f"Errors: {errors:,} exchanges ({100.0 * errors / requests:.2f}%) answered with an error code.")
+        normal = sum(r["normal_errors"] for r in inst)
+        lines.append(f"Failures: {errors:,} exchanges ({100.0 * errors / requests:.2f}%) answered with an error code"
+                     f"; {normal:,} more with a code of the protocol's normal course (rebalances, leader and "
+                     "coordinator moves), not counted as failures.")
         lat = sorted(result.latency_api.to_pylist(), key=lambda r: -r["answered"])[:3]
         if lat:
             lines.append("Latency p50 / p99: " + "; ".join(
@@ -119,6 +122,13 @@ def summary(result: Result) -> list[str]:
             f"<b class=bad>Attention:</b> {len(who)} client(s) still use the topic id of a deleted or recreated "
             f"topic ({sum(r['requests'] for r in stale):,} requests): {escape(', '.join(who[:8]))}"
             f"{' ...' if len(who) > 8 else ''}."
+        )
+    unknown = sum(r["produced_records_unknown"] + r["consumed_records_unknown"] for r in t.get("chargeback", []))
+    if unknown:
+        lines.append(
+            f"<b class=bad>Attention:</b> {unknown:,} Produce/Fetch topic entries have no record count (the audit "
+            "log could not count them: compressed legacy message sets); their groups' record sums are left empty "
+            "in the tables, never counted as 0."
         )
     unresolved = {r["topic_id"] for r in t.get("unresolved_ids", [])}
     if unresolved:
@@ -155,7 +165,8 @@ def render(result: Result, out_dir: str, title: str = "kgate fleet report") -> s
     os.makedirs(out_dir, exist_ok=True)
     t = {k: v.to_pylist() for k, v in result.tables.items()}
     drawn = [
-        ("Traffic per topic over time", charts.traffic(t.get("topic_hourly", []), out_dir)),
+        ("Traffic per topic over time",
+         charts.traffic([] if result.traffic is None else result.traffic.to_pylist(), out_dir)),
         ("Top principals and clients", charts.principals(t.get("chargeback", []), t.get("clients", []), out_dir)),
         ("Error rates", charts.errors(t.get("api_errors", []), out_dir)),
         ("Instance balance", charts.instances(t.get("instances", []), out_dir)),

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 #: File names a directory given as input contributes (the active file and rotated gzip files).
-AUDIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".gz")
+AUDIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".gz", ".parquet")
 #: Answer codes that mean "this topic id no longer exists" (deleted, maybe recreated under a new id).
 GONE_ID_ERRORS = (int(ErrorCode.UNKNOWN_TOPIC_ID), int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
@@ -81,7 +81,7 @@ def resolve_inputs(specs: Sequence[str]) -> list[str]:
         elif os.path.isdir(local):
             files = _audit_files(local)
             if not files:
-                raise InputError(f"{spec}: no audit files (*.jsonl, *.jsonl.gz) in this directory")
+                raise InputError(f"{spec}: no audit files (*.jsonl, *.jsonl.gz, *.parquet) in this directory")
             paths.extend(files)
         elif os.path.isfile(local):
             paths.append(local)

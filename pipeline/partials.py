@@ -34,6 +34,7 @@ from kgate.codec.generated.api_keys import ApiKey
 from kgate.pipeline import decode
 from kgate.pipeline.decode import BadLine
 from kgate.pipeline.ingest import ALL_TIME, GONE_ID_ERRORS, Window
+from kgate.pipeline.outcomes import normal_mask
 from kgate.pipeline.reports import (
     ALL_SLOTS,
     FIRST_ID_VERSION,
@@ -45,7 +46,7 @@ from kgate.pipeline.reports import (
 )
 from kgate.pipeline.schema import MALFORMED, OK, SCHEMA_VERSION, UNKNOWN_SCHEMA
 
-DAY_US, HOUR_US = 86_400_000_000, 3_600_000_000
+DAY_US, HOUR_US, MINUTE_US = 86_400_000_000, 3_600_000_000, 60_000_000
 #: A grain's partial rows are combined (re-aggregated) when they pass this many; rows per task stay
 #: bounded by the grain's distinct keys, not by the lines read.
 COMBINE_ROWS = 1_000_000
@@ -162,11 +163,35 @@ class Partials:
         self._uses: list[pa.Table] = []
         self._parts: dict[str, list[pa.Table]] = {g: [] for g in GRAINS}
         self._rows: dict[str, int] = dict.fromkeys(GRAINS, 0)
+        self._file_rows = 0  # ``files`` rows added so far: tells an empty file
 
     # -- feeding --------------------------------------------------------------------------------
 
     def add_file(self, path: str, content: bytes) -> None:
-        """Every line of one file (gzip, bzip2 or zstd by name), bad lines and a damaged stream included."""
+        """Every line of one file (gzip, bzip2 or zstd by name), bad lines and a damaged stream included.
+        A file without a line is listed too (one ``files`` row of 0 lines), so every input is in the table."""
+        before = self._file_rows
+        if decode.is_parquet(path):
+            self._add_parquet(path, content)
+        else:
+            self._add_lines(path, content)
+        if self._file_rows == before and self.uses_of is None:
+            self._group("files", pa.table({
+                "file": pa.array([path], pa.string()), "status": pa.array([OK], pa.string()),
+                "schema": pa.nulls(1, pa.int64()), "sample": pa.nulls(1, pa.string()),
+                "lines": pa.array([0], pa.int64()), "entries": pa.array([1], pa.int64()),
+            }))
+
+    def _add_parquet(self, path: str, content: bytes) -> None:
+        """An audit file written as Parquet (``format: parquet``): its row groups, already typed. A file
+        that is not Parquet or lacks the schema's columns counts as one malformed line."""
+        try:
+            for t in decode.parquet_tables(content):
+                self.add_events(path, t)
+        except decode.Truncated as exc:
+            self._add_files_rows(path, [BadLine(MALFORMED, None, f"<{exc}>")])
+
+    def _add_lines(self, path: str, content: bytes) -> None:
         try:
             inflated = decode.inflate_other(path, content)
             if inflated is not None:
@@ -192,6 +217,7 @@ class Partials:
             "schema": pa.array([b.schema for b in bad], pa.int64()),
             "sample": pa.array([b.sample for b in bad], pa.string()),
             "lines": pa.array(np.ones(len(bad), dtype=np.int64)),
+            "entries": pa.array(np.ones(len(bad), dtype=np.int64)),
         })
         self._group("files", t)
 
@@ -221,6 +247,7 @@ class Partials:
                 "schema": pa.array(v, pa.int64(), mask=~has_v),
                 "sample": pa.nulls(n, pa.string()),
                 "lines": pa.array(np.ones(n, dtype=np.int64)),
+                "entries": pa.array(np.ones(n, dtype=np.int64)),
             }))
 
         us = _nz(col["time_us"]).astype(np.int64)
@@ -249,7 +276,10 @@ class Partials:
         hour = us // HOUR_US * HOUR_US
         h = _hash64(_child(client, "address"))
         error = col["error_code"]
-        errors = (error.is_valid().to_numpy(zero_copy_only=False) & (_nz(error) != 0)).astype(np.int64)
+        code = _nz(error).astype(np.int64)
+        answered_error = error.is_valid().to_numpy(zero_copy_only=False) & (code != 0)
+        normal = answered_error & normal_mask(key, code)
+        errors = (answered_error & ~normal).astype(np.int64)
         latency = col["latency_us"]
         one = np.ones(n, dtype=np.int64)
         with_ids = (is_fetch & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
@@ -264,7 +294,8 @@ class Partials:
         }
         values: dict[str, Any] = {
             "one": one, "request_bytes": col["request_bytes"], "response_bytes": col["response_bytes"],
-            "errors": errors, "time_us": us, "fetch_produce": (is_fetch | is_produce).astype(np.int64),
+            "errors": errors, "normal_errors": normal.astype(np.int64), "time_us": us,
+            "fetch_produce": (is_fetch | is_produce).astype(np.int64),
             "with_ids": with_ids.astype(np.int64),
             "fetch_version": pa.array(version, mask=~is_fetch), "produce_version": pa.array(version, mask=~is_produce),
             "rho": _rho(h), "answered": latency.is_valid().cast(pa.int64()), "latency": latency,
@@ -281,26 +312,37 @@ class Partials:
         parent = pc.list_parent_indices(topics).to_numpy(zero_copy_only=False)
         tb = _child(flat, "bytes")
         codes = _child(flat, "error_codes")
-        failed, gone = _code_flags(codes)
+        failed, gone = _code_flags(codes, key[parent])
         tev = {k: (v[parent] if isinstance(v, np.ndarray) else v.take(pa.array(parent)))
                for k, v in ev.items() if k in ("day", "hour", "cluster", "principal", "client_id", "instance")}
-        tev.update({"topic_name": _child(flat, "name"), "topic_id": _child(flat, "id"),
-                    "name_status": _child(flat, "name_status"), "id_gone": gone.astype(np.int64)})
+        tev.update({"minute": us[parent] // MINUTE_US * MINUTE_US,
+                    "topic_name": _child(flat, "name"), "topic_id": _child(flat, "id"),
+                    "name_status": _child(flat, "name_status"), "id_gone": gone})
         pk = key[parent]
+        tp, tf = pk == produce, pk == fetch
+        records = _child(flat, "records")
+        # unknown: record bytes went through but their count is null (no bytes: nothing to count)
+        no_count = ~records.is_valid().to_numpy(zero_copy_only=False) & (_nz(tb) > 0)
+        nothing = pa.nulls(len(tb), pa.int64())
         tvalues: dict[str, Any] = {
             "one": np.ones(len(parent), dtype=np.int64),
-            "bytes_in": pc.if_else(pa.array(pk == produce), tb, pa.nulls(len(tb), pa.int64())),
-            "bytes_out": pc.if_else(pa.array(pk == fetch), tb, pa.nulls(len(tb), pa.int64())),
-            "records": _child(flat, "records"), "topic_errors": failed.astype(np.int64), "time_us": us[parent],
+            "is_produce": tp.astype(np.int64), "is_fetch": tf.astype(np.int64),
+            "produced_bytes": pc.if_else(pa.array(tp), tb, nothing),
+            "consumed_bytes": pc.if_else(pa.array(tf), tb, nothing),
+            "produced_records": pc.if_else(pa.array(tp), records, nothing),
+            "consumed_records": pc.if_else(pa.array(tf), records, nothing),
+            "produced_unknown": (tp & no_count).astype(np.int64), "consumed_unknown": (tf & no_count).astype(np.int64),
+            "topic_errors": failed.astype(np.int64), "time_us": us[parent], "record_bytes": tb,
         }
         if self.uses_of is not None:
             # the exact pass: single uses of the candidate ids, without a gone-id error (docs/pipeline.md)
-            wanted = pc.and_(pc.is_in(_child(flat, "id"), pa.array(self.uses_of, pa.string())), pa.array(~gone))
+            wanted = pc.and_(pc.is_in(_child(flat, "id"), pa.array(self.uses_of, pa.string())), pa.array(gone == 0))
             tev["time_us"] = tvalues["time_us"]
             self._uses.append(pa.table({c: _arr(tev[c]) for c in USES_SCHEMA.names}).filter(wanted))
             return
         self._group("topic_hour", self._grain_table("topic_hour", tev, tvalues))
         self._group("charge", self._grain_table("charge", tev, tvalues))
+        self._group("traffic", self._grain_table("traffic", tev, tvalues))
         with_id = _child(flat, "id").is_valid()
         if pc.any(with_id).as_py():
             use = self._grain_table("id_use", tev, tvalues)
@@ -323,6 +365,7 @@ class Partials:
         slots = SLOTS[grain]
         if grain == "files":  # plain column names (the other grains arrive under their slot names)
             t = t.rename_columns([slots[c] for c in t.column_names])
+            self._file_rows += t.num_rows
         for k in SETS[grain]:
             s = slots[k]
             if not s.startswith("ks") and t.schema.field(s).type != pa.int64():
@@ -368,9 +411,12 @@ def _arr(c: Any) -> pa.Array | pa.ChunkedArray:
     return c if isinstance(c, pa.Array | pa.ChunkedArray) else pa.array(c)
 
 
-def _code_flags(codes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """Per topic row: any answer code other than 0 (a null code counts, as Spark's ``array_remove``
-    left it), and any code meaning the id is gone (:data:`GONE_ID_ERRORS`)."""
+def _code_flags(codes: pa.Array, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per topic row (of an exchange with api key ``keys[row]``): any answer code that is a failure
+    (not 0 and not normal for the api, :mod:`kgate.pipeline.outcomes`; a null code counts, as Spark's
+    ``array_remove`` left it), and what its codes say of the id: 1 UNKNOWN_TOPIC_ID (gone), 2 only
+    UNKNOWN_TOPIC_OR_PARTITION (gone, or a passing answer on a live topic: weighed by
+    :func:`kgate.pipeline.reports._id_uses`), 0 neither."""
     n = len(codes)
     values = pc.list_flatten(codes)
     if len(values) == 0:
@@ -378,9 +424,10 @@ def _code_flags(codes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     parent = pc.list_parent_indices(codes).to_numpy(zero_copy_only=False)
     valid = values.is_valid().to_numpy(zero_copy_only=False)
     v = _nz(values)
-    failed = np.bincount(parent, weights=(~valid | (v != 0)), minlength=n) > 0
-    gone = np.bincount(parent, weights=(valid & np.isin(v, GONE_ID_ERRORS)), minlength=n) > 0
-    return failed, gone
+    failed = np.bincount(parent, weights=(~valid | ((v != 0) & ~normal_mask(keys[parent], v))), minlength=n) > 0
+    unknown_id = np.bincount(parent, weights=(valid & (v == GONE_ID_ERRORS[0])), minlength=n) > 0
+    unknown_topic = np.bincount(parent, weights=(valid & (v == GONE_ID_ERRORS[1])), minlength=n) > 0
+    return failed, np.where(unknown_id, 1, np.where(unknown_topic, 2, 0)).astype(np.int64)
 
 
 def _aggregate(grain: str, t: pa.Table) -> pa.Table:

@@ -67,6 +67,9 @@ SETS: dict[str, tuple[str, ...]] = {
     # groups they cannot settle are counted exactly by a second, narrow pass (:func:`stale_ids`)
     "id_use": ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
                "id_gone"),
+    # record bytes per topic name and minute: the traffic chart's buckets follow the data's span (an
+    # hourly grain drew nothing for data within one hour)
+    "traffic": ("minute", "topic_name"),
 }
 #: Spark types of the key columns (string keys go to string slots, the others to long slots and back).
 KEY_TYPES: dict[str, str] = {
@@ -74,16 +77,25 @@ KEY_TYPES: dict[str, str] = {
     "cluster": "string", "topic_name": "string", "topic_id": "string", "principal": "string",
     "client_id": "string", "instance": "string", "policy": "string", "hll_bucket": "long", "api_key": "int",
     "api_name": "string", "error_code": "int", "lat_bucket": "long", "name_status": "string",
-    "id_gone": "boolean",
+    "id_gone": "int", "minute": "long",
 }
-_TOPIC = (("topic_rows", "sum", "one", "long"), ("bytes_in", "sum", "bytes_in", "long"),
-          ("bytes_out", "sum", "bytes_out", "long"), ("records", "sum", "records", "long"))
+_TOPIC = (("topic_rows", "sum", "one", "long"), ("produce_requests", "sum", "is_produce", "long"),
+          ("fetch_requests", "sum", "is_fetch", "long"),
+          ("produced_bytes", "sum", "produced_bytes", "long"), ("consumed_bytes", "sum", "consumed_bytes", "long"),
+          ("produced_records", "sum", "produced_records", "long"),
+          ("consumed_records", "sum", "consumed_records", "long"),
+          # Produce/Fetch topic entries whose record count the audit log could not know (null): the
+          # record sums of a group holding any are reported as null, never as a silent undercount
+          ("produced_records_unknown", "sum", "produced_unknown", "long"),
+          ("consumed_records_unknown", "sum", "consumed_unknown", "long"))
 _EVENT = (("events", "sum", "one", "long"), ("request_bytes", "sum", "request_bytes", "long"),
-          ("response_bytes", "sum", "response_bytes", "long"), ("errors", "sum", "errors", "long"))
+          ("response_bytes", "sum", "response_bytes", "long"), ("errors", "sum", "errors", "long"),
+          ("normal_errors", "sum", "normal_errors", "long"))
 _SPAN = (("min_us", "min", "time_us", "long"), ("max_us", "max", "time_us", "long"))
 #: Per grain: its measures, as (column, aggregate, value of :mod:`kgate.pipeline.partials`, Spark type of the column).
 MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
-    "files": (("lines", "sum", "one", "long"),),
+    # entries: rows of the file, one more for an empty file (lines 0), so every input is listed
+    "files": (("lines", "sum", "one", "long"), ("entries", "sum", "one", "long")),
     "topic_hour": (*_TOPIC, ("topic_errors", "sum", "topic_errors", "long")),
     "charge": _TOPIC,
     "client": (*_EVENT, ("fetch_produce", "sum", "fetch_produce", "long"), ("with_ids", "sum", "with_ids", "long"),
@@ -94,6 +106,7 @@ MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "latency": (("events", "sum", "one", "long"), ("answered", "sum", "answered", "long"),
                 ("latency_sum", "sum", "latency", "long"), ("latency_max", "max", "latency", "long")),
     "id_use": (("id_uses", "sum", "one", "long"), *_SPAN),
+    "traffic": (("traffic_rows", "sum", "one", "long"), ("traffic_bytes", "sum", "record_bytes", "long")),
 }
 GRAINS: tuple[str, ...] = tuple(SETS)
 
@@ -175,7 +188,7 @@ def problems(roll: DataFrame) -> DataFrame:
         return F.coalesce(F.sum(F.when(status == s, lines)), F.lit(0)).cast("long")
 
     return (
-        part(roll, "files", "lines").groupBy("file")
+        part(roll, "files", "entries").groupBy("file")
         .agg(
             F.sum(lines).alias("lines"),
             count(OK).alias("ok"),
@@ -194,29 +207,72 @@ def _ts(c: str) -> Column:
     return _f().timestamp_micros(_f().col(c))
 
 
-def topic_hourly(roll: DataFrame) -> DataFrame:
-    """Per topic (name and id) per hour: requests, record bytes in/out, records, errors."""
+#: The per-topic measures of :data:`MEASURES` ``topic_hour`` and ``charge`` that tables add up.
+_TOPIC_SUMS = ("topic_rows", "produce_requests", "fetch_requests", "produced_bytes", "consumed_bytes",
+               "produced_records", "consumed_records", "produced_records_unknown", "consumed_records_unknown")
+
+
+def _traffic(rows: DataFrame) -> list[Column]:
+    """The billing columns of per-topic rows: requests (all, Produce, Fetch), record bytes and records
+    produced and consumed. A record sum is null (shown empty) when any of its entries had no count
+    (``*_records_unknown`` says how many): a count the audit log could not know is never summed as 0."""
     F = _f()
-    return part(roll, "topic_hour", "topic_rows").select(
-        "day", "hour", "cluster", "topic_name", "topic_id",
-        F.col("topic_rows").alias("requests"),
-        F.coalesce("bytes_in", F.lit(0)).alias("bytes_in"),
-        F.coalesce("bytes_out", F.lit(0)).alias("bytes_out"),
-        F.coalesce("records", F.lit(0)).alias("records"),
-        F.col("topic_errors").alias("errors"),
-    )
+
+    def records(kind: str) -> Column:
+        unknown = F.col(f"{kind}_records_unknown")
+        return F.when(unknown > 0, F.lit(None).cast("long")).otherwise(F.coalesce(kind + "_records", F.lit(0)))
+
+    return [
+        F.col("topic_rows").alias("requests"), "produce_requests", "fetch_requests",
+        F.coalesce("produced_bytes", F.lit(0)).alias("produced_bytes"),
+        F.coalesce("consumed_bytes", F.lit(0)).alias("consumed_bytes"),
+        records("produced").alias("produced_records"), records("consumed").alias("consumed_records"),
+        "produced_records_unknown", "consumed_records_unknown",
+    ]
+
+
+def _with_ids(rows: DataFrame) -> DataFrame:
+    """Topic rows that name a topic without its id (Produce before v13, Metadata, ...) get the id the name
+    had at that hour, so each topic is one row: the id first seen latest at or before the hour, else
+    (the id only appeared later that day) the earliest id of the name. A name never seen with an id keeps none."""
+    F = _f()
+    e = F.col
+    names = ["cluster", "topic_name"]
+    ids = (rows.where(e("topic_id").isNotNull() & e("topic_name").isNotNull())
+           .groupBy(*names, "topic_id").agg(F.min(F.unix_micros("hour")).alias("first_us")))
+    bare = rows.where(e("topic_id").isNull() & e("topic_name").isNotNull())
+    hours = bare.select(*names, "hour").distinct().join(ids, names)
+    before = e("first_us") <= F.unix_micros("hour")
+    rank = F.struct(before, F.when(before, e("first_us")).otherwise(-e("first_us")))
+    picked = hours.groupBy(*names, "hour").agg(F.max_by("topic_id", rank).alias("picked_id"))
+    filled = (bare.join(picked, [*names, "hour"], "left")
+              .withColumn("topic_id", e("picked_id")).drop("picked_id"))
+    rest = rows.where(e("topic_id").isNotNull() | e("topic_name").isNull())
+    keys = list(SETS["topic_hour"])
+    return rest.unionByName(filled).groupBy(*keys).agg(
+        *[F.sum(c).alias(c) for c in (*_TOPIC_SUMS, "topic_errors")])
+
+
+def topic_hourly(roll: DataFrame) -> DataFrame:
+    """Per topic (name and id, one row) per hour: requests, record bytes and records produced and consumed, errors."""
+    F = _f()
+    rows = _with_ids(part(roll, "topic_hour", "topic_rows"))
+    return rows.select("day", "hour", "cluster", "topic_name", "topic_id", *_traffic(rows),
+                       F.col("topic_errors").alias("errors"))
 
 
 def chargeback(roll: DataFrame) -> DataFrame:
-    """Record bytes in/out per principal and client id per topic name (ids change, names are billed)."""
+    """Per day, cluster, principal, client id and topic name (ids change, names are billed): requests,
+    record bytes and records, produced and consumed apart."""
+    rows = part(roll, "charge", "topic_rows")
+    return rows.select("day", "cluster", "principal", "client_id", "topic_name", *_traffic(rows))
+
+
+def traffic(roll: DataFrame) -> DataFrame:
+    """Record bytes (in + out) per minute (µs since the epoch) and topic name: what the traffic chart buckets."""
     F = _f()
-    return part(roll, "charge", "topic_rows").select(
-        "day", "cluster", "principal", "client_id", "topic_name",
-        F.col("topic_rows").alias("requests"),
-        F.coalesce("bytes_in", F.lit(0)).alias("bytes_in"),
-        F.coalesce("bytes_out", F.lit(0)).alias("bytes_out"),
-        F.coalesce("records", F.lit(0)).alias("records"),
-    )
+    return part(roll, "traffic", "traffic_rows").select(
+        "minute", "topic_name", F.coalesce("traffic_bytes", F.lit(0)).alias("bytes"))
 
 
 def clients(roll: DataFrame) -> DataFrame:
@@ -229,6 +285,7 @@ def clients(roll: DataFrame) -> DataFrame:
             F.sum("request_bytes").alias("request_bytes"),
             F.coalesce(F.sum("response_bytes"), F.lit(0)).alias("response_bytes"),
             F.sum("errors").alias("errors"),
+            F.sum("normal_errors").alias("normal_errors"),
             F.countDistinct("instance").alias("instances"),
         )
     )
@@ -250,6 +307,7 @@ def instances(roll: DataFrame) -> DataFrame:
             F.sum("request_bytes").alias("request_bytes"),
             F.coalesce(F.sum("response_bytes"), F.lit(0)).alias("response_bytes"),
             F.sum("errors").alias("errors"),
+            F.sum("normal_errors").alias("normal_errors"),
             # HyperLogLog: the registers present, the rest are 0
             (F.sum(F.pow(F.lit(2.0), -F.col("rho"))) + (m - F.count("rho"))).alias("z"),
             (m - F.count("rho")).alias("zeros"),
@@ -261,7 +319,7 @@ def instances(roll: DataFrame) -> DataFrame:
     small = (raw <= 2.5 * m) & (F.col("zeros") > 0)
     estimate = F.when(small, F.lit(float(m)) * F.log(F.lit(float(m)) / F.col("zeros"))).otherwise(raw)
     return per.join(client_ids, ["day", "instance"], "left").select(
-        "day", "instance", "requests", "request_bytes", "response_bytes", "errors",
+        "day", "instance", "requests", "request_bytes", "response_bytes", "errors", "normal_errors",
         F.round(estimate).cast("long").alias("client_addresses"),
         F.coalesce("client_ids", F.lit(0)).cast("long").alias("client_ids"),
         _ts("min_us").alias("first_seen"), _ts("max_us").alias("last_seen"),
@@ -305,21 +363,47 @@ def latency_instance(roll: DataFrame, per_day: bool = True) -> DataFrame:
 
 
 def api_errors(roll: DataFrame) -> DataFrame:
-    """Per api key and answer error code: exchanges (code 0 included, so rates can be computed)."""
+    """Per api key and answer error code: exchanges (code 0 included, so rates can be computed), and
+    the code's ``outcome``: ok, normal (the protocol's normal course: :mod:`kgate.pipeline.outcomes`)
+    or failure."""
+    from kgate.pipeline.outcomes import outcome
+
     F = _f()
     return (
         part(roll, "latency", "events").groupBy("day", "api_key", "api_name", "error_code")
         .agg(F.sum("events").alias("requests"))
+        .withColumn("outcome", outcome(F.col("api_key"), F.col("error_code")))
     )
 
 
 def _id_uses(roll: DataFrame) -> DataFrame:
     """Uses of topic ids per (day, cluster, name, id, status, principal, client, instance, gone): their
-    count ``n`` and first and last use (``min_us``, ``max_us``)."""
+    count ``n`` and first and last use (``min_us``, ``max_us``).
+
+    ``id_gone`` (the id no longer exists) is true for uses answered UNKNOWN_TOPIC_ID (100). An answer of
+    only UNKNOWN_TOPIC_OR_PARTITION (3) is also what a live topic gets in passing (a partition moving,
+    a topic just created), so it counts as gone only when no use of the id succeeded after it and it
+    is not alone: it repeats, or the name has since appeared with a newer id."""
+    from pyspark.sql import Window as W
+
     F = _f()
-    return part(roll, "id_use", "id_uses").select(
+    e = F.col
+    raw = part(roll, "id_use", "id_uses").select(
         "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-        "id_gone", "min_us", "max_us", F.col("id_uses").alias("n"))
+        e("id_gone").alias("gone_kind"), "min_us", "max_us", e("id_uses").alias("n"))
+    by_id = W.partitionBy("cluster", "topic_id")
+    with_id = raw.select(
+        "*",
+        F.max(F.when(e("gone_kind") == 0, e("max_us"))).over(by_id).alias("ok_last_us"),
+        F.sum(F.when(e("gone_kind") == 2, e("n"))).over(by_id).alias("weak_n"),
+        F.min("min_us").over(by_id).alias("id_first_us"),
+    )
+    newest = F.max("id_first_us").over(W.partitionBy("cluster", "topic_name"))
+    weak = (e("gone_kind") == 2) & (e("ok_last_us").isNull() | (e("ok_last_us") < e("min_us"))) & (
+        (e("weak_n") >= 2) | (e("topic_name").isNotNull() & (newest > e("id_first_us"))))
+    return with_id.select(
+        "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
+        ((e("gone_kind") == 1) | weak).alias("id_gone"), "min_us", "max_us", "n")
 
 
 def unresolved_ids(roll: DataFrame) -> DataFrame:

@@ -86,6 +86,7 @@ def build_session(
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+        _size_shuffle(spark, extra or {})
         return spark
     local = master is None or master.startswith("local")
     if local:
@@ -97,7 +98,24 @@ def build_session(
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if not local:
+        _size_shuffle(spark, extra or {})
     return spark
+
+
+def cluster_shuffle_partitions(cores: int) -> int:
+    """Shuffle partitions on a cluster: two per executor core (at least 2), not Spark's fixed 200, which
+    on a small cluster schedules mostly empty tasks (adaptive execution coalesces what is too many)."""
+    return max(2, 2 * cores)
+
+
+def _size_shuffle(spark: SparkSession, given: dict[str, str]) -> None:
+    """Size ``spark.sql.shuffle.partitions`` from the cluster's cores unless ``--conf``/spark-submit set it."""
+    if "spark.sql.shuffle.partitions" in given:
+        return
+    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        return  # spark-submit --conf or the cluster's spark-defaults.conf decided
+    spark.conf.set("spark.sql.shuffle.partitions", str(cluster_shuffle_partitions(cores(spark))))
 
 
 def cores(spark: SparkSession) -> int:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 PROBLEMS = "input_files"
 #: The window-wide latency per api (for the page), computed beside the tables.
 LATENCY_WINDOW = "latency_window"
+#: Record bytes per minute and topic (the traffic chart), computed beside the tables.
+TRAFFIC = "traffic"
 #: Report queries submitted at once.
 REPORT_THREADS = 4
 
@@ -45,6 +47,10 @@ class Result:
     problems: pa.Table
     latency_api: pa.Table
     timings: dict[str, float] = field(default_factory=dict)
+    #: the run's --since/--until: which days of the Parquet history a write may replace
+    window: Window = ALL_TIME
+    #: record bytes per minute and topic name (``minute``, ``topic_name``, ``bytes``): the traffic chart
+    traffic: pa.Table | None = None
 
 
 def compute(
@@ -82,11 +88,13 @@ def compute(
         problems = reports.problems(roll).toArrow()  # reads, parses, rolls up (cluster: the first action)
         timings["ingest"] = time.perf_counter() - start
         t_reports = time.perf_counter()
-        names = [n for n in reports.REPORTS if only is None or n in only] + [LATENCY_WINDOW]
+        names = [n for n in reports.REPORTS if only is None or n in only] + [LATENCY_WINDOW, TRAFFIC]
 
         def query(name: str) -> DataFrame:
             if name == LATENCY_WINDOW:
                 return reports.latency_api(roll, per_day=False)
+            if name == TRAFFIC:
+                return reports.traffic(roll)
             build = reports.REPORTS[name]
             return build(roll, exact) if name in reports.NEEDS_EXACT else build(roll)
 
@@ -104,6 +112,7 @@ def compute(
                 out[name] = table
                 timings[name] = seconds
         lat_api = out.pop(LATENCY_WINDOW)
+        traffic = out.pop(TRAFFIC)
         tables = out
         timings["reports"] = time.perf_counter() - t_reports
     finally:
@@ -111,12 +120,31 @@ def compute(
             roll.unpersist()
         else:
             shutil.rmtree(scratch, ignore_errors=True)
-    return Result(tables, problems, lat_api, timings)
+    return Result(tables, problems, lat_api, timings, traffic=traffic)
 
 
 def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
-    return compute(ingest.read_partials(spark, paths, window), ingest.exact_uses(spark, paths, window))
+    result = compute(ingest.read_partials(spark, paths, window), ingest.exact_uses(spark, paths, window))
+    result.window = window
+    result.problems = with_empty_files(result.problems, paths)
+    return result
+
+
+def with_empty_files(problems: pa.Table, paths: Sequence[str]) -> pa.Table:
+    """``problems`` with a row of 0 lines for every local input file of 0 bytes: Spark's file sources
+    never hand an empty file to a task, so it would be missing from the inputs table. (A compressed
+    file without a line is listed by the workers themselves.)"""
+    import pyarrow as pa
+
+    listed = set(problems.column("file").to_pylist())
+    empty = [p for p in paths if not ingest._is_uri(p) and os.path.isfile(p) and os.path.getsize(p) == 0
+             and p not in listed]
+    if not empty:
+        return problems
+    rows = [{"file": p, "lines": 0, "ok": 0, "malformed": 0, "unknown_schema": 0, "unknown_versions": "",
+             "sample": None} for p in empty]
+    return pa.concat_tables([problems, pa.Table.from_pylist(rows, schema=problems.schema)])
 
 
 def _csv_safe(table: pa.Table) -> pa.Table:
@@ -129,11 +157,35 @@ def _csv_safe(table: pa.Table) -> pa.Table:
     return table
 
 
+def replaced_days(result: Result) -> set[str]:
+    """The days (``YYYY-MM-DD``, UTC) a run speaks for: those its tables have rows in, and with both
+    ``--since`` and ``--until`` every day the window touches (a day whose events are all gone now gets
+    emptied). Only these day partitions of the Parquet history are replaced; earlier runs' other
+    days are kept."""
+    import datetime as dt
+
+    days: set[str] = set()
+    for table in result.tables.values():
+        if "day" in table.column_names:
+            days.update(str(d) for d in table.column("day").unique().to_pylist() if d is not None)
+    w = result.window
+    if w.since_us is not None and w.until_us is not None:
+        day = dt.datetime.fromtimestamp(w.since_us / 1e6, dt.UTC).date()
+        last = dt.datetime.fromtimestamp((w.until_us - 1) / 1e6, dt.UTC).date()
+        while day <= last:
+            days.add(day.isoformat())
+            day += dt.timedelta(days=1)
+    return days
+
+
 def write(result: Result, out_dir: str, spark: SparkSession | None = None, tables_uri: str | None = None) -> None:
     """Write every table as ``out_dir/csv/NAME.csv`` and Parquet partitioned by day.
 
     Parquet goes to ``tables_uri/NAME`` when given (written by Spark, so any Hadoop file system
-    works), else to ``out_dir/parquet/NAME`` (written here with pyarrow). A table is replaced whole.
+    works; dynamic partition overwrite replaces only the days written), else to
+    ``out_dir/parquet/NAME`` (written here with pyarrow). Either way the history is kept: only the
+    days of :func:`replaced_days` are replaced, every other day stays as an earlier run wrote it.
+    The CSVs are this run's tables whole.
     """
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
@@ -143,6 +195,7 @@ def write(result: Result, out_dir: str, spark: SparkSession | None = None, table
     everything = {**result.tables, PROBLEMS: result.problems}
     for name, table in everything.items():
         pacsv.write_csv(_csv_safe(table), os.path.join(csv_dir, f"{name}.csv"))
+    days = replaced_days(result)
     for name, table in result.tables.items():
         if tables_uri is not None:
             if spark is None:
@@ -152,8 +205,9 @@ def write(result: Result, out_dir: str, spark: SparkSession | None = None, table
                 df.write.mode("overwrite").partitionBy("day").parquet(f"{tables_uri.rstrip('/')}/{name}")
             continue
         target = os.path.join(out_dir, "parquet", name)
-        shutil.rmtree(target, ignore_errors=True)
         os.makedirs(target, exist_ok=True)
+        for day in days:
+            shutil.rmtree(os.path.join(target, f"day={day}"), ignore_errors=True)
         if table.num_rows:
             pq.write_to_dataset(table, target, partition_cols=["day"], existing_data_behavior="delete_matching")
 

@@ -545,7 +545,7 @@ def _fetch(c: Captured, f: _Facts, answered: bool) -> tuple[int | None, list[_To
 
 
 def _plus(total: int | None, n: int) -> int:
-    """Record counts added up; -1 (too many batches to count cheaply) stays -1, written as null."""
+    """Record counts added up; -1 (not countable from the batch headers) stays -1, written as null."""
     if total is None:
         return n
     return -1 if total < 0 or n < 0 else total + n

@@ -47,12 +47,15 @@ class AuditFiles:
         max_file_bytes: int,
         max_file_age_s: float,
         compress: bool,
+        parquet: bool = False,
     ) -> None:
+        """``parquet``: published files are Parquet (audit_parquet.py), converted where gzip would run."""
         self.directory = directory
         self.instance = safe_instance(instance)
         self.max_file_bytes = max_file_bytes
         self.max_file_age_s = max_file_age_s
         self.compress = compress
+        self.parquet = parquet
         self._seq = 0
         self._file: IO[bytes] | None = None
         self._path: Path | None = None
@@ -102,7 +105,8 @@ class AuditFiles:
             self._seq += 1
             base = f"{PREFIX}{self.instance}-{stamp}-{self._seq:06d}.jsonl"
             path = self.directory / f".{base}"
-            if not any((self.directory / n).exists() for n in (base, base + ".gz", f".{base}")):
+            published = (base, base + ".gz", base.removesuffix(".jsonl") + ".parquet", f".{base}")
+            if not any((self.directory / n).exists() for n in published):
                 break
         f = open(path, "ab")
         try:
@@ -127,7 +131,7 @@ class AuditFiles:
                 self._publish(path)
 
     def _publish(self, hidden: Path) -> None:
-        if not self.compress:
+        if not self.compress and not self.parquet:
             os.replace(hidden, hidden.with_name(hidden.name[1:]))
             return
         if self._compressor is None:
@@ -141,9 +145,10 @@ class AuditFiles:
             if hidden is None:
                 return
             try:
-                compress_file(hidden)
-            except OSError as exc:  # the plain file is published instead: no event is lost
-                log.error("audit: cannot gzip %s (%s); keeping it uncompressed", hidden, exc)
+                self._finish(hidden)
+            except Exception as exc:  # the plain file is published instead: no event is lost
+                log.error("audit: cannot %s %s (%s); keeping it uncompressed",
+                          "convert to Parquet" if self.parquet else "gzip", hidden, exc)
                 try:
                     os.replace(hidden, hidden.with_name(hidden.name[1:]))
                 except OSError:
@@ -172,10 +177,22 @@ class AuditFiles:
                 path.unlink(missing_ok=True)
                 continue
             log.info("audit: publishing %s left by a writer that is gone", path.name)
-            if self.compress:
-                compress_file(path)
+            if self.compress or self.parquet:
+                try:
+                    self._finish(path)
+                except Exception as exc:  # published as it is: no event is lost
+                    log.error("audit: cannot compress %s (%s); keeping it uncompressed", path, exc)
+                    os.replace(path, path.with_name(path.name[1:]))
             else:
                 os.replace(path, path.with_name(path.name[1:]))
+
+    def _finish(self, hidden: Path) -> Path:
+        """Publish a closed hidden file compressed: as Parquet or as gzip."""
+        if self.parquet:
+            from kgate.filters.builtin.audit_parquet import convert_file
+
+            return convert_file(hidden)
+        return compress_file(hidden)
 
 
 def compress_file(hidden: Path) -> Path:

@@ -15,6 +15,7 @@ Configuration (``{name: audit-log, config: {directory: DIR}}`` is enough)::
     max_file_bytes: 134217728            # rotate at this size (default 128 MiB)
     max_file_age_s: 300                  # ... or this age (default 5 min)
     gzip: true                           # compress rotated files (default true)
+    format: jsonl                        # or parquet: rotated files as zstd Parquet (needs pyarrow)
     sample: {Fetch: 0.1, default: 1}     # per api name (or key number): rate 0..1 (default 1)
     queue_size: 10000                    # events waiting for the writer at most
     max_queue_bytes: 67108864            # frame bytes those events may hold at most (64 MiB)
@@ -54,6 +55,7 @@ _KEYS = {
     "max_file_bytes",
     "max_file_age_s",
     "gzip",
+    "format",
     "sample",
     "queue_size",
     "max_queue_bytes",
@@ -159,7 +161,17 @@ class AuditLog(Filter):
         compress = config.get("gzip", True)
         if not isinstance(compress, bool):
             raise FilterConfigError(f"gzip: expected true or false, got {compress!r}")
+        fmt = config.get("format", "jsonl")
+        if fmt not in ("jsonl", "parquet"):
+            raise FilterConfigError(f"format: expected jsonl or parquet, got {fmt!r}")
+        if fmt == "parquet":
+            from kgate.filters.builtin.audit_parquet import missing
+
+            problem = missing()
+            if problem:
+                raise FilterConfigError(problem)
         return {
+            "format": fmt,
             "directory": directory,
             "instance_id": instance,
             "max_file_bytes": _int(config, "max_file_bytes", 128 << 20, ""),
@@ -190,6 +202,7 @@ class AuditLog(Filter):
             c["max_file_bytes"],
             c["max_file_age_s"],
             c["gzip"],
+            parquet=c.get("format") == "parquet",
         )
         if c["kafka"] is not None:
             self.kafka = KafkaSink(c["kafka"], self.counters)

@@ -143,7 +143,7 @@ def request_header(buf: bytes | memoryview, header_version: int) -> tuple[str | 
     return client_id, p
 
 
-#: per topic: (name or id, partitions, record bytes, records: -1 = more batches than counted)
+#: per topic: (name or id, partitions, record bytes, records: -1 = not countable from the batch headers)
 ProduceTopic = tuple["str | UUID", int, int, int]
 
 

@@ -304,18 +304,41 @@ def test_truncated_frames_are_left_to_the_decoder_path(
         _same(lambda short=short: _captured(key, version, req, memoryview(short), len(short)), monkeypatch)
 
 
-@pytest.mark.parametrize("batches", [255, 256, 257])
-def test_batch_limit_boundary_in_place_and_whole(batches: int) -> None:
-    """Exactly MAX_BATCHES batches are counted, one more makes the count unknown (-1), whether
-    the record set is whole or in pieces; a short legacy message after them counts as one."""
-    from kgate.filters.builtin.audit_wire import MAX_BATCHES, Chunks, count_records
+@pytest.mark.parametrize("batches", [1, 256, 257, 2200])
+def test_every_batch_counted_in_place_and_whole(batches: int) -> None:
+    """Any number of batches is counted exactly (the count once stopped at 256 and became null), whether
+    the record set is whole or in pieces; a trailing partial batch (a trimmed Fetch answer) is not counted."""
+    from kgate.filters.builtin.audit_wire import Chunks, count_records
 
-    assert MAX_BATCHES == 256
     data = b"".join(record_batch([b"r", b"s"]) for _ in range(batches))
-    expected = 2 * batches if batches <= MAX_BATCHES else -1
-    assert count_records(data, 0, len(data)) == expected
+    assert count_records(data, 0, len(data)) == 2 * batches
     view = memoryview(data)
-    assert count_records(Chunks([view[i : i + 1000] for i in range(0, len(data), 1000)]), 0, len(data)) == expected
-    legacy = bytes(16) + b"\x01"  # offset, size, crc; magic 1: a message shorter than a batch header
-    tail = data + legacy
-    assert count_records(tail, 0, len(tail)) == (expected + 1 if batches <= MAX_BATCHES else -1)
+    assert count_records(Chunks([view[i : i + 1000] for i in range(0, len(data), 1000)]), 0, len(data)) == 2 * batches
+    partial = data + record_batch([b"t"] * 5)[:70]  # header whole, records cut off
+    assert count_records(partial, 0, len(partial)) == 2 * batches
+    pv = memoryview(partial)
+    assert count_records(Chunks([pv[i : i + 333] for i in range(0, len(partial), 333)]), 0, len(partial)) == 2 * batches
+
+
+def test_control_batches_and_legacy_messages() -> None:
+    """Control batches (transaction markers) are not records an application gets: not counted. An
+    uncompressed legacy message counts one; a compressed legacy wrapper cannot be counted from its
+    header (-1, written as null)."""
+    import struct
+    import zlib
+
+    from kgate.filters.builtin.audit_wire import CONTROL, count_records
+
+    marker = bytearray(record_batch([b"m"]))
+    marker[22] |= CONTROL  # attributes (int16 at 21), low byte
+    data = record_batch([b"a", b"b", b"c"]) + bytes(marker) + record_batch([b"d"])
+    assert count_records(data, 0, len(data)) == 4
+
+    def legacy(value: bytes, attributes: int = 0) -> bytes:
+        body = bytes([0, attributes]) + struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
+        return struct.pack(">qi", 0, 4 + len(body)) + struct.pack(">I", zlib.crc32(body)) + body
+
+    plain = legacy(b"x") + legacy(b"yy")
+    assert count_records(plain, 0, len(plain)) == 2
+    gz = legacy(b"compressed", attributes=1)
+    assert count_records(gz, 0, len(gz)) == -1

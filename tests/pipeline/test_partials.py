@@ -199,3 +199,32 @@ def test_a_null_policy_entry_still_makes_a_denial_row_key() -> None:
     t = pa.Table.from_batches(list(p.batches()))
     (client,) = t.filter(pa.compute.equal(t["gid"], GRAINS.index("client"))).to_pylist()
     assert client[SLOTS["client"]["policy"]] == "[null]" and client[SLOTS["client"]["policy_events"]] == 1
+
+
+def test_parquet_audit_files_roll_up_like_their_json_lines(tmp_path: Any) -> None:
+    """The same events as JSON lines and as the audit log's Parquet (``format: parquet``, written by
+    the filter's converter) give the same partial roll-up but for the file name; a file that is not
+    Parquet counts as one malformed line."""
+    from kgate.filters.builtin.audit_parquet import convert_file
+
+    events = [event(T0 + i * 1_000_000, api="Produce" if i % 3 else "Fetch", version=9 + i % 5,
+                    client_id=f"c{i % 4}", topics=[topic(f"t{i % 2}", bytes=100 + i, records=None if i == 7 else i)])
+              for i in range(50)]
+    hidden = tmp_path / ".kgate-audit-x.jsonl"
+    hidden.write_bytes(_lines(*events))
+    parquet = convert_file(hidden)
+
+    def rolled(path: str, content: bytes) -> list[dict[str, Any]]:
+        p = Partials()
+        p.add_file(path, content)
+        rows = [r for b in p.batches() for r in pa.Table.from_batches([b]).to_pylist()]
+        for r in rows:
+            if r["gid"] == GRAINS.index("files"):
+                r.pop(SLOTS["files"]["file"])
+        return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+    assert rolled("a.parquet", parquet.read_bytes()) == rolled("a.jsonl", _lines(*events))
+    p = Partials()
+    p.add_file("broken.parquet", b"PAR1 not really")
+    (row,) = [r for b in p.batches() for r in pa.Table.from_batches([b]).to_pylist()]
+    assert row[SLOTS["files"]["status"]] == MALFORMED and row[SLOTS["files"]["lines"]] == 1
