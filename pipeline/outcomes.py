@@ -64,4 +64,5 @@ def outcome(api_key: Column, code: Column) -> Column:
     normal = code.isin(*sorted(ANY_API))
     for key, codes in PER_API.items():
         normal = normal | ((api_key == key) & code.isin(*sorted(codes)))
-    return F.when(code == 0, F.lit(OK)).when(normal, F.lit(NORMAL)).when(code.isNotNull(), F.lit(FAILURE))
+    ok = code == int(ErrorCode.NONE)
+    return F.when(ok, F.lit(OK)).when(normal, F.lit(NORMAL)).when(code.isNotNull(), F.lit(FAILURE))

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kgate.codec.error_codes import ErrorCode
 from kgate.codec.generated.api_keys import ApiKey
 from kgate.pipeline import decode
 from kgate.pipeline.decode import BadLine
@@ -277,7 +278,7 @@ class Partials:
         h = _hash64(_child(client, "address"))
         error = col["error_code"]
         code = _nz(error).astype(np.int64)
-        answered_error = error.is_valid().to_numpy(zero_copy_only=False) & (code != 0)
+        answered_error = error.is_valid().to_numpy(zero_copy_only=False) & (code != int(ErrorCode.NONE))
         normal = answered_error & normal_mask(key, code)
         errors = (answered_error & ~normal).astype(np.int64)
         latency = col["latency_us"]

@@ -110,6 +110,14 @@ _TRACK: Final = RequestPlan.TRACK
 _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
+_FILTER: Final = RequestPlan.FILTER
+
+
+class _HookedRequest(Exception):
+    """Raised by ``_track`` in raw mode: this request is one a hook must see (see ``_leave_raw``)."""
+
+
+_HOOKED: Final = _HookedRequest()
 _CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 #: Produce's request header version per version the codec knows (the peek reads one per request)
 _PRODUCE_HEADER: Final = {
@@ -294,8 +302,9 @@ class ConnectionCore:
         self.closed = False
         self.suspended = False
         self.client_gone = False
-        # raw mode forwards request bytes as they arrive; validation must see each request whole first
-        self.raw_requests = not self.chain.has_request_hooks and not settings.validate_requests
+        # raw mode forwards request bytes as they arrive, until a request a hook must see (then the
+        # connection is filtered: _leave_raw); validation must see each request whole first
+        self.raw_requests = not settings.validate_requests
         self._stream_left = 0  # bytes of a cut-through response still to forward
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
@@ -388,9 +397,7 @@ class ConnectionCore:
         self._routes = cluster.plans.routes
         self._answers = cluster.answers  # the new chain's version limits cap ApiVersions from now on
         self._observer = cluster.exchange_observer
-        self.raw_requests = (
-            not self.chain.has_request_hooks and not self.settings.validate_requests and not self.reader.buffered
-        )
+        self.raw_requests = not self.settings.validate_requests and not self.reader.buffered
         return True
 
     @property
@@ -489,6 +496,9 @@ class ConnectionCore:
                     self._track(data)  # the bytes as read: no memoryview to make (~500 instructions compiled)
                 except HeaderError as exc:
                     self._refuse(exc)
+                    return
+                except _HookedRequest:
+                    self._leave_raw(data)
                     return
                 self.frames_in += 1
                 self.write_up(data)
@@ -634,24 +644,22 @@ class ConnectionCore:
         return view[n:]
 
     def _raw_data(self, data: bytes) -> None:
-        """No filter hooks requests: bookkeeping from headers only, bytes forwarded as they came.
+        """Bookkeeping from headers only, bytes forwarded as they came, until a request a hook wants.
 
         A frame is tracked as soon as its header has arrived; the rest of it is skipped, not
         assembled (a 1 MiB Produce is never copied). Only a frame whose header is split across
         reads, or a frame decoded whole (SASL, CreateTopics), is held until it can be read; its
-        pieces are kept in a list and joined once, when enough has arrived.
+        pieces are kept in a list, joined once when enough has arrived, and not forwarded before:
+        until its header is read, the frame may be one a hook must see first.
         """
         if self._held:
             self._held.append(data)
             self._held_len += len(data)
             if self._held_len < self._held_need:
-                self.write_up(data)
                 return
-            held = self._held_len - len(data)
-            buf: bytes | memoryview = b"".join(self._held)
+            buf: bytes = b"".join(self._held)
             self._held, self._held_len, self._held_need = [], 0, 0
         else:
-            held = 0
             buf = data
         pos = 0
         if self._req_skip:
@@ -660,7 +668,7 @@ class ConnectionCore:
             if self._req_observed is not None:
                 self._request_piece(memoryview(buf)[:pos], self._req_skip)
             if pos == len(buf):  # the middle of a large request: nothing to look at
-                self.write_up(data)
+                self.write_up(buf)
                 return
         frames, tail = self.reader.split(memoryview(buf)[pos:])
         tail += pos
@@ -669,22 +677,42 @@ class ConnectionCore:
             for frame in frames:
                 self._track(frame)
                 done += len(frame)
-            self.frames_in += len(frames)
+                self.frames_in += 1
             if self.reader.error is None and tail < len(buf):
                 head = memoryview(buf)[tail:]
                 if self._track_head(head):
                     self._req_skip = int.from_bytes(head[:4], "big", signed=True) + 4 - len(head)
+                    done = len(buf)
                 else:
-                    self._hold(head)
+                    self._hold(head)  # not forwarded: done stays at its start
         except HeaderError as exc:
-            self._forward_prefix(data, done - held)  # whole frames before the bad one still go
+            self._forward_prefix(buf, done)  # whole frames before the bad one still go
             self._refuse(exc)
             return
+        except _HookedRequest:
+            self._forward_prefix(buf, done)
+            self._leave_raw(memoryview(buf)[done:])
+            return
         if self.reader.error is not None:
-            self._forward_prefix(data, done - held)
+            self._forward_prefix(buf, done)
             self.close(CloseReason.BAD_FRAME, f"bad frame from client: {self.reader.error}")
             return
-        self.write_up(data)
+        if done == len(buf):
+            self.write_up(buf)
+        else:
+            self._forward_prefix(buf, done)
+
+    def _leave_raw(self, rest: bytes | memoryview) -> None:
+        """A request a hook must see arrived on a raw connection: it and all after it go the filtered way.
+
+        A chain that hooks only admin RPCs (guardrails' CreateTopics and config changes) thus costs
+        nothing to producers and consumers, whose connections never send one and stay raw. Nothing of
+        ``rest`` has gone upstream (held heads are not forwarded), and every request before it was
+        forwarded and tracked in order, so the filtered path takes over at a frame boundary.
+        """
+        self.raw_requests = False
+        self._filtered_data(rest)
+        self._report_held()
 
     def _refuse(self, exc: HeaderError) -> None:
         if isinstance(exc, VersionRefused):
@@ -692,7 +720,7 @@ class ConnectionCore:
         else:
             self.close(CloseReason.MALFORMED_REQUEST, f"malformed request: {exc}")
 
-    def _forward_prefix(self, data: bytes, end: int) -> None:
+    def _forward_prefix(self, data: bytes | memoryview, end: int) -> None:
         if end > 0:
             self.write_up(memoryview(data)[:end])
 
@@ -745,6 +773,8 @@ class ConnectionCore:
         api_key, version, cid = _REQ_HEAD.unpack_from(frame, 4)  # peek_request, without its call
         route = self._routes.get((api_key, version))
         plan, answer_plan, count = self.plans.route(api_key, version) if route is None else route
+        if plan is _FILTER or plan is _PEEK:
+            raise _HOOKED  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
         if plan is _REFUSE:
             limit = self.cluster.filter_limits.get(api_key)
             if limit is None:  # an api key the codec does not know, under a filter that must see everything

@@ -113,9 +113,10 @@ def test_a_connection_takes_the_new_chain_only_once_its_answers_are_in() -> None
     assert cids(actions.client.data, 4) == [1]
     assert step(conn, old)
     assert PAUSE_REASON not in actions.client_paused
-    assert core.chain is core.cluster.chain and not core.raw_requests  # the new chain hooks requests
+    assert core.chain is core.cluster.chain and core.raw_requests  # raw until a request a hook wants
 
     core.receive_client(metadata_request(2))  # answered by the new chain, never forwarded
+    assert not core.raw_requests  # the new chain hooks Metadata: filtered from this request on
     assert cids(actions.upstream.data, 8) == [1]
     assert cids(actions.client.data, 4) == [1, 2]
 
