@@ -49,6 +49,12 @@ _NODE_ENDPOINTS_TAG: Final = 0  # Produce v10+ and Fetch v16+: NodeEndpoints is 
 _EMPTY_TAGS: Final = b"\x00"
 _EMPTY_ARRAY: Final = b"\x01"  # a compact array of no node endpoints
 
+#: logged at start and by ``kgate check-config`` when a configuration still sets ``proxy.leader_hints``
+LEADER_HINTS_DEPRECATED: Final = (
+    "proxy.leader_hints is deprecated and has no effect: kgate offers every Produce and Fetch version "
+    "and rewrites KIP-951 leader hints as responses stream through; remove the key"
+)
+
 _BAD: Final = (CodecError, IndexError, ValueError, struct.error, UnicodeDecodeError, TypeError)
 
 
@@ -178,13 +184,14 @@ def has_tail(api_key: int, version: int) -> bool:
 class TailStream:
     """One response streaming through: what of each piece may go now, and its tail held back."""
 
-    __slots__ = ("held", "seen", "spec", "walker")
+    __slots__ = ("held", "rewritten", "seen", "spec", "walker")
 
     def __init__(self, tail_spec: TailSpec, total: int) -> None:
         self.spec = tail_spec
         self.walker = tail_spec.walker(total)
         self.seen = 0  # bytes of the frame fed so far
         self.held: list[bytes] = []  # the tail's bytes so far (copies: the read buffers are reused)
+        self.rewritten = False  # whether ``finish`` changed the tail
 
     def piece(self, data: bytes | memoryview) -> bytes | memoryview:
         """Walk the next piece; the part of it before the tail (to forward now). Raises WalkError."""
@@ -210,4 +217,7 @@ class TailStream:
             raise WalkError("the frame ended before its node endpoints")
         tail = b"".join(self.held)
         new = self.spec.rewrite_tail(tail, mapper)
-        return tail if new is None else new
+        if new is None:
+            return tail
+        self.rewritten = True
+        return new
