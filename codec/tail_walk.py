@@ -297,6 +297,102 @@ class FrameWalker:
         self._pos = base + n
 
 
+def compile_finder(program: tuple) -> Any:
+    """A function ``find(buf, end) -> offset of the tail`` for a whole frame, from ``program``.
+
+    The same walk as ``FrameWalker``, for a frame that is all there (most Produce answers and
+    small Fetch answers arrive in one read): straight-line code compiled once per (api, version),
+    about a tenth of the interpreted walk's cost. Raises ``WalkError`` for a malformed frame.
+    """
+    lines = ["def find(d, end):", "    i = 0", "    try:"]
+    _gen(program, lines, 2, [0])
+    lines += [
+        "    except (IndexError, ValueError) as exc:",
+        "        raise WalkError(f'malformed frame: {exc}') from exc",
+    ]
+    env: dict[str, Any] = {"_uv": _uv_slow, "WalkError": WalkError}
+    exec(compile("\n".join(lines), "<tail-walk>", "exec"), env)  # noqa: S102 - built from the codec's own tables
+    return env["find"]
+
+
+def _uv_slow(d: Any, i: int) -> tuple[int, int]:
+    v, i = P.read_uvarint(d, i)
+    return v, i
+
+
+def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
+    pad = "    " * ind
+
+    def uv(var: str) -> None:
+        out.append(f"{pad}{var} = d[i]")
+        out.append(f"{pad}if {var} < 128:")
+        out.append(f"{pad}    i += 1")
+        out.append(f"{pad}else:")
+        out.append(f"{pad}    {var}, i = _uv(d, i)")
+
+    for op in ops:
+        code = op[0]
+        depth[0] += 1
+        v = f"v{depth[0]}"
+        if code == _SKIP:
+            out.append(f"{pad}i += {op[1]}")
+        elif code == _CLEN:
+            uv(v)
+            out.append(f"{pad}if {v}:")
+            out.append(f"{pad}    i += {v} - 1")
+            if not op[1]:
+                out.append(f"{pad}else:")
+                out.append(f"{pad}    raise WalkError('null where no null is allowed')")
+        elif code == _LEN:
+            w = op[1]
+            out.append(f"{pad}{v} = int.from_bytes(d[i:i + {w}], 'big', signed=True)")
+            out.append(f"{pad}i += {w}")
+            out.append(f"{pad}if {v} > 0:")
+            out.append(f"{pad}    i += {v}")
+            out.append(f"{pad}elif {v} < {-1 if op[2] else 0}:")
+            out.append(f"{pad}    raise WalkError('bad length')")
+        elif code == _ARRAY:
+            if op[1]:
+                uv(v)
+                out.append(f"{pad}{v} -= 1")
+            else:
+                out.append(f"{pad}{v} = int.from_bytes(d[i:i + 4], 'big', signed=True)")
+                out.append(f"{pad}i += 4")
+            out.append(f"{pad}if {v} < {-1 if op[2] else 0}:")
+            out.append(f"{pad}    raise WalkError('bad array length')")
+            if op[4]:
+                out.append(f"{pad}if {v} > 0:")
+                out.append(f"{pad}    i += {v} * {op[4]}")
+            else:
+                out.append(f"{pad}if {v} > end - i:")  # every element takes a byte at least
+                out.append(f"{pad}    raise WalkError('array overruns the frame')")
+                out.append(f"{pad}for _ in range({v}):")
+                _gen(op[3], out, ind + 1, depth)
+        elif code == _TAGS:
+            uv(v)
+            out.append(f"{pad}for _ in range({v}):")
+            inner = pad + "    "
+            out.append(f"{inner}t = d[i]")
+            out.append(f"{inner}if t < 128:")
+            out.append(f"{inner}    i += 1")
+            out.append(f"{inner}else:")
+            out.append(f"{inner}    t, i = _uv(d, i)")
+            out.append(f"{inner}t = d[i]")
+            out.append(f"{inner}if t < 128:")
+            out.append(f"{inner}    i += 1 + t")
+            out.append(f"{inner}else:")
+            out.append(f"{inner}    t, i = _uv(d, i)")
+            out.append(f"{inner}    i += t")
+        elif code == _TAIL:
+            out.append(f"{pad}if i > end:")
+            out.append(f"{pad}    raise WalkError(f'the frame ends before its tail (byte {{i}} of {{end}})')")
+            out.append(f"{pad}return i")
+        else:  # pragma: no cover - programs hold only the codes above
+            raise ValueError(f"unknown walk op {op!r}")
+    if not ops or ops[-1][0] != _TAIL:
+        out.append(f"{pad}pass")
+
+
 # -- tagged sections and node endpoints ------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from kgate.codec.errors import CodecError
 from kgate.codec.tail_walk import (
     FrameWalker,
     WalkError,
+    compile_finder,
     encode_node_endpoints,
     fit_tagged,
     read_node_endpoints,
@@ -61,7 +62,7 @@ _BAD: Final = (CodecError, IndexError, ValueError, struct.error, UnicodeDecodeEr
 class TailSpec:
     """How to find and rewrite the tail of one (api key, version)'s responses."""
 
-    __slots__ = ("api_key", "endpoint_class", "in_field", "program", "version")
+    __slots__ = ("api_key", "endpoint_class", "find_tail", "in_field", "program", "version")
 
     def __init__(self, api_key: int, version: int) -> None:
         cls = api.API_INFO[api_key].response_class
@@ -70,6 +71,7 @@ class TailSpec:
         self.in_field = TAIL_KEYS[api_key][1] == "field"
         header_tags = api.response_header_version(api_key, version) >= 1
         self.program = walk_program(cls, version, header_tags, "node_endpoints" if self.in_field else None)
+        self.find_tail = compile_finder(self.program)  # the same walk, for a frame that is all there
         field = next(f for f in cls._FIELDS if f.name == "node_endpoints")
         self.endpoint_class = field.struct
 
@@ -141,10 +143,11 @@ class TailSpec:
 
     def rewrite_frame(self, frame: memoryview, mapper: Any) -> bytes | memoryview:
         """A whole frame with its tail rewritten (the frame itself when there is nothing to map)."""
-        walker = self.walker(len(frame))
-        walker.feed(frame)
-        at = walker.tail_at
-        if at < 0:
+        end = len(frame)
+        at = self.find_tail(frame, end)
+        if at == end - 1 and frame[at] == 0 and not self.in_field:
+            return frame  # the common answer: an empty tagged section, no hints
+        if at == end:
             raise WalkError("the frame ends before its node endpoints")
         new = self.rewrite_tail(frame[at:], mapper)
         if new is None:
