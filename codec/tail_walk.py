@@ -310,7 +310,7 @@ def compile_finder(program: tuple) -> Any:
         "    except (IndexError, ValueError) as exc:",
         "        raise WalkError(f'malformed frame: {exc}') from exc",
     ]
-    env: dict[str, Any] = {"_uv": _uv_slow, "WalkError": WalkError}
+    env: dict[str, Any] = {"_uv": _uv_slow, "_clen": _clen_slow, "_tags": _tags_slow, "WalkError": WalkError}
     exec(compile("\n".join(lines), "<tail-walk>", "exec"), env)  # noqa: S102 - built from the codec's own tables
     return env["find"]
 
@@ -320,16 +320,29 @@ def _uv_slow(d: Any, i: int) -> tuple[int, int]:
     return v, i
 
 
+def _clen_slow(d: Any, i: int, nullable: bool) -> int:
+    """Past a compact string/bytes whose length prefix is not one byte of 1..127 (or is null)."""
+    v, i = P.read_uvarint(d, i)
+    if v == 0:
+        if not nullable:
+            raise WalkError("null where no null is allowed")
+        return i
+    return i + v - 1
+
+
+def _tags_slow(d: Any, i: int) -> int:
+    """Past a tagged section that is not empty (``i`` at its count)."""
+    n, i = P.read_uvarint(d, i)
+    for _ in range(n):
+        _tag, i = P.read_uvarint(d, i)
+        size, i = P.read_uvarint(d, i)
+        i += size
+    return i
+
+
 def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
+    """Straight-line source for ``ops``; the common one-byte prefixes read inline (each line costs)."""
     pad = "    " * ind
-
-    def uv(var: str) -> None:
-        out.append(f"{pad}{var} = d[i]")
-        out.append(f"{pad}if {var} < 128:")
-        out.append(f"{pad}    i += 1")
-        out.append(f"{pad}else:")
-        out.append(f"{pad}    {var}, i = _uv(d, i)")
-
     for op in ops:
         code = op[0]
         depth[0] += 1
@@ -337,12 +350,12 @@ def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
         if code == _SKIP:
             out.append(f"{pad}i += {op[1]}")
         elif code == _CLEN:
-            uv(v)
-            out.append(f"{pad}if {v}:")
-            out.append(f"{pad}    i += {v} - 1")
-            if not op[1]:
-                out.append(f"{pad}else:")
-                out.append(f"{pad}    raise WalkError('null where no null is allowed')")
+            # a one-byte prefix N (1..127) and its N-1 bytes take N bytes in all
+            out.append(f"{pad}{v} = d[i]")
+            out.append(f"{pad}if 0 < {v} < 128:")
+            out.append(f"{pad}    i += {v}")
+            out.append(f"{pad}else:")
+            out.append(f"{pad}    i = _clen(d, i, {bool(op[1])})")
         elif code == _LEN:
             w = op[1]
             out.append(f"{pad}{v} = int.from_bytes(d[i:i + {w}], 'big', signed=True)")
@@ -353,36 +366,30 @@ def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
             out.append(f"{pad}    raise WalkError('bad length')")
         elif code == _ARRAY:
             if op[1]:
-                uv(v)
-                out.append(f"{pad}{v} -= 1")
+                out.append(f"{pad}{v} = d[i] - 1")
+                out.append(f"{pad}if {v} < 127:")
+                out.append(f"{pad}    i += 1")
+                out.append(f"{pad}else:")
+                out.append(f"{pad}    {v}, i = _uv(d, i)")
+                out.append(f"{pad}    {v} -= 1")
             else:
                 out.append(f"{pad}{v} = int.from_bytes(d[i:i + 4], 'big', signed=True)")
                 out.append(f"{pad}i += 4")
-            out.append(f"{pad}if {v} < {-1 if op[2] else 0}:")
-            out.append(f"{pad}    raise WalkError('bad array length')")
+            out.append(f"{pad}if {v} > 0:")
             if op[4]:
-                out.append(f"{pad}if {v} > 0:")
                 out.append(f"{pad}    i += {v} * {op[4]}")
             else:
-                out.append(f"{pad}if {v} > end - i:")  # every element takes a byte at least
-                out.append(f"{pad}    raise WalkError('array overruns the frame')")
-                out.append(f"{pad}for _ in range({v}):")
-                _gen(op[3], out, ind + 1, depth)
+                out.append(f"{pad}    if {v} > end - i:")  # every element takes a byte at least
+                out.append(f"{pad}        raise WalkError('array overruns the frame')")
+                out.append(f"{pad}    for _ in range({v}):")
+                _gen(op[3], out, ind + 2, depth)
+            out.append(f"{pad}elif {v} < {-1 if op[2] else 0}:")
+            out.append(f"{pad}    raise WalkError('bad array length')")
         elif code == _TAGS:
-            uv(v)
-            out.append(f"{pad}for _ in range({v}):")
-            inner = pad + "    "
-            out.append(f"{inner}t = d[i]")
-            out.append(f"{inner}if t < 128:")
-            out.append(f"{inner}    i += 1")
-            out.append(f"{inner}else:")
-            out.append(f"{inner}    t, i = _uv(d, i)")
-            out.append(f"{inner}t = d[i]")
-            out.append(f"{inner}if t < 128:")
-            out.append(f"{inner}    i += 1 + t")
-            out.append(f"{inner}else:")
-            out.append(f"{inner}    t, i = _uv(d, i)")
-            out.append(f"{inner}    i += t")
+            out.append(f"{pad}if d[i]:")
+            out.append(f"{pad}    i = _tags(d, i)")
+            out.append(f"{pad}else:")
+            out.append(f"{pad}    i += 1")
         elif code == _TAIL:
             out.append(f"{pad}if i > end:")
             out.append(f"{pad}    raise WalkError(f'the frame ends before its tail (byte {{i}} of {{end}})')")
