@@ -311,7 +311,7 @@ def compile_finder(program: tuple) -> Any:
         "        raise WalkError(f'malformed frame: {exc}') from exc",
     ]
     env: dict[str, Any] = {"_uv": _uv_slow, "_clen": _clen_slow, "_tags": _tags_slow, "WalkError": WalkError}
-    exec(compile("\n".join(lines), "<tail-walk>", "exec"), env)  # noqa: S102 - built from the codec's own tables
+    exec(compile("\n".join(lines), "<tail-walk>", "exec"), env)  # source built from the codec's own tables
     return env["find"]
 
 
