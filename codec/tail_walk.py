@@ -25,6 +25,7 @@ from typing import Any
 
 from kgate.codec import primitives as P
 from kgate.codec.errors import CodecError
+from kgate.codec.schema import get_decoder, get_encoder
 
 # op codes of a walk program (tuples whose first item is the code)
 _SKIP = 0  # (_SKIP, n): n bytes of fixed-width fields
@@ -461,8 +462,6 @@ def fit_tagged(entries: list[tuple[int, bytes]], length: int) -> bytes | None:
 
 def read_node_endpoints(cls: Any, buf: Any, pos: int, version: int) -> tuple[list[Any], int]:
     """A compact array of ``cls`` (a generated NodeEndpoint struct) at ``pos``; null reads as empty."""
-    from kgate.codec.schema import get_decoder
-
     count, pos = P.read_uvarint(buf, pos)
     decode = get_decoder(cls, version, True)
     out = []
@@ -473,8 +472,6 @@ def read_node_endpoints(cls: Any, buf: Any, pos: int, version: int) -> tuple[lis
 
 
 def encode_node_endpoints(cls: Any, nodes: list[Any], version: int) -> bytes:
-    from kgate.codec.schema import get_encoder
-
     encode = get_encoder(cls, version, True)
     out = bytearray(P.uvarint_bytes(len(nodes) + 1))
     for node in nodes:

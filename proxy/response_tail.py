@@ -48,6 +48,9 @@ TAIL_KEYS: Final = {
 }
 _NODE_ENDPOINTS_TAG: Final = 0  # Produce v10+ and Fetch v16+: NodeEndpoints is tag 0 of the body
 _EMPTY_TAGS: Final = b"\x00"
+#: one tagged field, tag 0, 1 byte: an empty node-endpoint list. Tansu sends it in every Fetch v16+
+#: answer (it writes tagged fields that hold their default); it names no address, so it goes as it is
+_EMPTY_HINTS: Final = b"\x01\x00\x01\x01"
 _EMPTY_ARRAY: Final = b"\x01"  # a compact array of no node endpoints
 
 #: logged at start and by ``kgate check-config`` when a configuration still sets ``proxy.leader_hints``
@@ -100,8 +103,8 @@ class TailSpec:
         return encode_node_endpoints(self.endpoint_class, nodes, self.version)
 
     def _rewrite_tags(self, tail: bytes | memoryview, mapper: Any) -> bytes | None:
-        if tail == _EMPTY_TAGS:
-            return None  # the common answer: no tagged field at all
+        if tail == _EMPTY_TAGS or tail == _EMPTY_HINTS:
+            return None  # the common answers: no tagged field, or an empty list of hints
         entries, end = read_tagged(tail, 0)
         if end != len(tail):
             raise WalkError(f"{len(tail) - end} bytes after the tagged fields")
@@ -111,6 +114,8 @@ class TailSpec:
         nodes, used = self._nodes(hinted[0], 0)
         if used != len(hinted[0]):
             raise WalkError("node endpoints do not fill their tagged field")
+        if not nodes:
+            return None  # an empty (or null) list names no address: the bytes go as they came
         others = [(tag, v) for tag, v in entries if tag != _NODE_ENDPOINTS_TAG]
         mapped = map_nodes(nodes, mapper)
         if mapped:
@@ -147,6 +152,8 @@ class TailSpec:
         at = self.find_tail(frame, end)
         if at == end - 1 and frame[at] == 0 and not self.in_field:
             return frame  # the common answer: an empty tagged section, no hints
+        if at == end - 4 and frame[at:] == _EMPTY_HINTS and not self.in_field:
+            return frame  # an empty list of hints (Tansu's Fetch answers)
         if at == end:
             raise WalkError("the frame ends before its node endpoints")
         new = self.rewrite_tail(frame[at:], mapper)

@@ -271,3 +271,17 @@ def test_any_chunking_of_any_fetch_gives_one_answer(
     assert all(n.host == mapped for n in msg.node_endpoints)
     assert len(msg.node_endpoints) in (0, len(hosts))
     assert got == bytes(response_tail.spec(1, version).rewrite_frame(memoryview(frame), _mapper(mapped)))
+
+
+def test_tansus_empty_hint_list_goes_as_it_came() -> None:
+    """Tansu writes tag 0 with an empty list in every Fetch v16+ answer: no address, no rewrite."""
+    frame = _fetch(16, [])
+    tansu = frame[:-1] + b"\x01\x00\x01\x01"  # the tagged section as Tansu sends it
+    tansu = (len(tansu) - 4).to_bytes(4, "big") + tansu[4:]
+    spec = response_tail.spec(1, 16)
+    assert spec.rewrite_frame(memoryview(tansu), _mapper()) is not None
+    assert bytes(spec.rewrite_frame(memoryview(tansu), _mapper())) == tansu
+    for cut in range(1, len(tansu)):
+        ts = TailStream(spec, len(tansu))
+        got = bytes(ts.piece(memoryview(tansu)[:cut])) + bytes(ts.piece(memoryview(tansu)[cut:])) + ts.finish(_mapper())
+        assert got == tansu and not ts.rewritten
