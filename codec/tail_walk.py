@@ -133,6 +133,16 @@ class FrameWalker:
         # [ops, next op, repeats left including this one]
         self._stack: list[list[Any]] = [[program, 0, 1]]
 
+    @property
+    def skipping(self) -> int:
+        """Bytes the walk will pass over unread before it reads again (inside a record set)."""
+        return self._skip
+
+    def pass_over(self, n: int) -> None:
+        """``feed`` for ``n`` bytes that are all inside what ``skipping`` says is skipped."""
+        self._skip -= n
+        self._pos += n
+
     def feed(self, data: bytes | memoryview) -> None:
         """Walk the next bytes of the frame (bytes after the tail are not looked at)."""
         if self.tail_at >= 0:

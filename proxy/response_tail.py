@@ -206,9 +206,13 @@ class TailStream:
     def piece(self, data: bytes | memoryview) -> bytes | memoryview:
         """Walk the next piece; the part of it before the tail (to forward now). Raises WalkError."""
         seen = self.seen
-        self.seen = seen + len(data)
+        n = len(data)
+        self.seen = seen + n
         walker = self.walker
         if walker.tail_at < 0:
+            if walker.skipping > n:  # inside a record set: nothing in this piece to read (most pieces)
+                walker.pass_over(n)
+                return data
             walker.feed(data)
             if walker.tail_at < 0:
                 return data
