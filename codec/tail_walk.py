@@ -21,6 +21,7 @@ The difference is taken up by one unknown tagged field (``PAD_TAG``) that every 
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any
 
 from kgate.codec import primitives as P
@@ -308,15 +309,18 @@ class FrameWalker:
         self._pos = base + n
 
 
-def compile_finder(program: tuple) -> Any:
+def compile_finder(program: tuple, record: bool = False) -> Any:
     """A function ``find(buf, end) -> offset of the tail`` for a whole frame, from ``program``.
 
     The same walk as ``FrameWalker``, for a frame that is all there (most Produce answers and
-    small Fetch answers arrive in one read): straight-line code compiled once per (api, version),
-    about a tenth of the interpreted walk's cost. Raises ``WalkError`` for a malformed frame.
+    small Fetch answers arrive in one read): straight-line code compiled once per (api, version).
+    Raises ``WalkError`` for a malformed frame. ``record``: ``find(buf, end, note)`` calls
+    ``note(offset)`` for every byte the walk reads (-1 for a read it cannot list), so a caller can
+    tell a later frame that has the same bytes there walks the same way (``TailMemo``).
     """
-    lines = ["def find(d, end):", "    i = 0", "    try:"]
-    _gen(program, lines, 2, [0])
+    args = "d, end, R" if record else "d, end"
+    lines = [f"def find({args}):", "    i = 0", "    try:"]
+    _gen(program, lines, 2, [0], record)
     lines += [
         "    except (IndexError, ValueError) as exc:",
         "        raise WalkError(f'malformed frame: {exc}') from exc",
@@ -324,6 +328,38 @@ def compile_finder(program: tuple) -> Any:
     env: dict[str, Any] = {"_uv": _uv_slow, "_clen": _clen_slow, "_tags": _tags_slow, "WalkError": WalkError}
     exec(compile("\n".join(lines), "<tail-walk>", "exec"), env)  # source built from the codec's own tables
     return env["find"]
+
+
+class TailMemo:
+    """Where the tail starts in frames shaped like one seen before, without walking them.
+
+    A walk's path depends only on the bytes it reads (length prefixes, counts); fixed-width fields
+    are skipped unread. So a frame of the same length whose bytes at every offset the last walk
+    read are the same walks the same way to the same tail. Successive Produce answers on a
+    connection differ only in fixed-width fields (offsets, timestamps): one ``itemgetter`` call
+    and a tuple comparison replace a walk of ~45 Python lines. At most ``size`` lengths are kept.
+    """
+
+    __slots__ = ("_find", "_find_rec", "_memo", "size")
+
+    def __init__(self, program: tuple, size: int = 64) -> None:
+        self._find = compile_finder(program)
+        self._find_rec = compile_finder(program, record=True)
+        self._memo: dict[int, tuple[Any, Any, int]] = {}
+        self.size = size
+
+    def tail_at(self, frame: Any, end: int) -> int:
+        seen = self._memo.get(end)
+        if seen is not None and seen[0](frame) == seen[1]:
+            return seen[2]
+        reads: list[int] = []
+        at: int = self._find_rec(frame, end, reads.append)
+        if reads and -1 not in reads:
+            getter = itemgetter(*reads)
+            if len(self._memo) >= self.size:
+                self._memo.clear()
+            self._memo[end] = (getter, getter(frame), at)
+        return at
 
 
 def _uv_slow(d: Any, i: int) -> tuple[int, int]:
@@ -351,9 +387,14 @@ def _tags_slow(d: Any, i: int) -> int:
     return i
 
 
-def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
-    """Straight-line source for ``ops``; the common one-byte prefixes read inline (each line costs)."""
+def _gen(ops: tuple, out: list[str], ind: int, depth: list[int], rec: bool = False) -> None:
+    """Straight-line source for ``ops``; the common one-byte prefixes read inline (each line costs).
+
+    ``rec``: note every offset read (``R(i)``; ``R(-1)`` before a helper whose reads are not listed).
+    """
     pad = "    " * ind
+    note = f"{pad}R(i)" if rec else None
+    slow = f"{pad}    R(-1)" if rec else None
     for op in ops:
         code = op[0]
         depth[0] += 1
@@ -362,13 +403,19 @@ def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
             out.append(f"{pad}i += {op[1]}")
         elif code == _CLEN:
             # a one-byte prefix N (1..127) and its N-1 bytes take N bytes in all
+            out += [note] if note else []
             out.append(f"{pad}{v} = d[i]")
             out.append(f"{pad}if 0 < {v} < 128:")
             out.append(f"{pad}    i += {v}")
+            if op[1]:  # null: one byte 0
+                out.append(f"{pad}elif {v} == 0:")
+                out.append(f"{pad}    i += 1")
             out.append(f"{pad}else:")
+            out += [slow] if slow else []
             out.append(f"{pad}    i = _clen(d, i, {bool(op[1])})")
         elif code == _LEN:
             w = op[1]
+            out += [f"{pad}R(i + {k})" for k in range(w)] if rec else []
             out.append(f"{pad}{v} = int.from_bytes(d[i:i + {w}], 'big', signed=True)")
             out.append(f"{pad}i += {w}")
             out.append(f"{pad}if {v} > 0:")
@@ -377,13 +424,16 @@ def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
             out.append(f"{pad}    raise WalkError('bad length')")
         elif code == _ARRAY:
             if op[1]:
+                out += [note] if note else []
                 out.append(f"{pad}{v} = d[i] - 1")
                 out.append(f"{pad}if {v} < 127:")
                 out.append(f"{pad}    i += 1")
                 out.append(f"{pad}else:")
+                out += [slow] if slow else []
                 out.append(f"{pad}    {v}, i = _uv(d, i)")
                 out.append(f"{pad}    {v} -= 1")
             else:
+                out += [f"{pad}R(i + {k})" for k in range(4)] if rec else []
                 out.append(f"{pad}{v} = int.from_bytes(d[i:i + 4], 'big', signed=True)")
                 out.append(f"{pad}i += 4")
             out.append(f"{pad}if {v} > 0:")
@@ -393,11 +443,13 @@ def _gen(ops: tuple, out: list[str], ind: int, depth: list[int]) -> None:
                 out.append(f"{pad}    if {v} > end - i:")  # every element takes a byte at least
                 out.append(f"{pad}        raise WalkError('array overruns the frame')")
                 out.append(f"{pad}    for _ in range({v}):")
-                _gen(op[3], out, ind + 2, depth)
+                _gen(op[3], out, ind + 2, depth, rec)
             out.append(f"{pad}elif {v} < {-1 if op[2] else 0}:")
             out.append(f"{pad}    raise WalkError('bad array length')")
         elif code == _TAGS:
+            out += [note] if note else []
             out.append(f"{pad}if d[i]:")
+            out += [slow] if slow else []
             out.append(f"{pad}    i = _tags(d, i)")
             out.append(f"{pad}else:")
             out.append(f"{pad}    i += 1")

@@ -24,8 +24,8 @@ from kgate.codec import api
 from kgate.codec.errors import CodecError
 from kgate.codec.tail_walk import (
     FrameWalker,
+    TailMemo,
     WalkError,
-    compile_finder,
     encode_node_endpoints,
     fit_tagged,
     read_node_endpoints,
@@ -74,7 +74,7 @@ class TailSpec:
         self.in_field = TAIL_KEYS[api_key][1] == "field"
         header_tags = api.response_header_version(api_key, version) >= 1
         self.program = walk_program(cls, version, header_tags, "node_endpoints" if self.in_field else None)
-        self.find_tail = compile_finder(self.program)  # the same walk, for a frame that is all there
+        self.find_tail = TailMemo(self.program).tail_at  # the same walk, for a frame that is all there
         field = next(f for f in cls._FIELDS if f.name == "node_endpoints")
         self.endpoint_class = field.struct
 

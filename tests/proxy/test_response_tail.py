@@ -285,3 +285,24 @@ def test_tansus_empty_hint_list_goes_as_it_came() -> None:
         ts = TailStream(spec, len(tansu))
         got = bytes(ts.piece(memoryview(tansu)[:cut])) + bytes(ts.piece(memoryview(tansu)[cut:])) + ts.finish(_mapper())
         assert got == tansu and not ts.rewritten
+
+
+def test_a_frame_of_the_same_length_but_another_shape_is_walked_again() -> None:
+    """The whole-frame walk remembers where the tail of a frame of this length was; another frame
+    of that length with other length bytes (another topic name, an error message) is walked anew."""
+
+    def produce(name: str, message: str | None, hosts: list[str]) -> bytes:
+        part = PR.PartitionProduceResponse(index=0, error_message=message)
+        msg = PR.ProduceResponse(
+            responses=[PR.TopicProduceResponse(name=name, partition_responses=[part])],
+            node_endpoints=[PR.NodeEndpoint(node_id=i, host=h, port=1) for i, h in enumerate(hosts)],
+        )
+        return _frame(0, 11, msg)
+
+    first, second = produce("abcd", None, ["b0"]), produce("ab", "xy", ["b0"])
+    assert len(first) == len(second) and first != second
+    spec = response_tail.spec(0, 11)
+    for frame in (first, second, first, second):
+        got = bytes(spec.rewrite_frame(memoryview(frame), _mapper("kk", 100)))
+        assert [n.host for n in _decode(got, 0, 11).node_endpoints] == ["kk"]
+        assert got == _stream(frame, 0, 11, [len(frame) // 2], _mapper("kk", 100))[0]
