@@ -426,6 +426,29 @@ class InternalTopics(ConfigChangeHooks, GroupHooks, Filter):
                 changed = True
         return forward(response) if changed else FORWARD
 
+    # -- the marks topic in every other RPC that names a topic (the authorizer's handlers, with a rule set
+    # that denies the marks topic alone: GroupHooks._guard) --------------------------------------------
+    def guard(self, ctx: FilterContext, request: Any) -> Result | Any:
+        """CreatePartitions, ElectLeaders, AddPartitionsToTxn, DescribeConfigs naming the marks topic: refused
+        (29) for it, the rest of the request goes on."""
+        return self._guard().check(ctx, request)
+
+    def guard_merge(self, ctx: FilterContext, response: Any) -> Result:
+        return self._guard().merge(ctx, response)
+
+    @on_response(ApiKey.DESCRIBE_LOG_DIRS)
+    def log_dirs(self, ctx: FilterContext, response: Any) -> Result:
+        """The marks topic is left out of every log dir's listing."""
+        return self._guard().log_dirs(ctx, response)
+
+    @on_response(ApiKey.DESCRIBE_TRANSACTIONS)
+    def transactions(self, ctx: FilterContext, response: Any) -> Result:
+        """The marks topic is left out of the partitions a transaction lists."""
+        return self._guard().transactions(ctx, response)
+
+    for _key in (ApiKey.CREATE_PARTITIONS, ApiKey.ELECT_LEADERS, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.DESCRIBE_CONFIGS):
+        guard = on_request(_key)(guard)
+        guard_merge = on_response(_key, needs_state=True)(guard_merge)
     for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.DESCRIBE_CONFIGS):
         keep_request = on_request(_key)(keep_request)
     del _key

@@ -76,7 +76,7 @@ def expected(api_key: int, name: str) -> int:
 
 def produce(version: int) -> ProduceRequest:
     by_id = version >= 13
-    keys: list[Any] = list(IDS) + [UNKNOWN] if by_id else list(TOPICS)
+    keys: list[Any] = [*IDS, UNKNOWN] if by_id else list(TOPICS)
     return testing.round_trip_request(ApiKey.PRODUCE, version, ProduceRequest(
         transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
             TopicProduceData(name="" if by_id else k, topic_id=k if by_id else uuid.UUID(int=0), partition_data=[
@@ -86,7 +86,7 @@ def produce(version: int) -> ProduceRequest:
 
 def fetch(version: int) -> FetchRequest:
     by_id = version >= 13
-    keys: list[Any] = list(IDS) + [UNKNOWN] if by_id else list(TOPICS)
+    keys: list[Any] = [*IDS, UNKNOWN] if by_id else list(TOPICS)
     return testing.round_trip_request(ApiKey.FETCH, version, FetchRequest(
         max_wait_ms=0, min_bytes=1, session_id=0, session_epoch=-1, forgotten_topics_data=[], topics=[
             FetchTopic(topic="" if by_id else k, topic_id=k if by_id else uuid.UUID(int=0), partitions=[
