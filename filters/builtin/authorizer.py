@@ -24,8 +24,9 @@ from its topic alone (``peek``) and streams through.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -77,6 +78,7 @@ from kgate.filters.builtin.topic_visibility import (
     hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
+    note_describe_rule,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
@@ -161,6 +163,7 @@ class Authorizer(Filter):
             ApiKey.SHARE_GROUP_HEARTBEAT: self._group_heartbeat,
             ApiKey.STREAMS_GROUP_HEARTBEAT: self._streams_heartbeat,
             ApiKey.ELECT_LEADERS: self._whole,  # cluster alter, then describe per topic
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: self._describe_partitions,
         }
         for key in TABLE:
             if key in self._requests:
@@ -587,13 +590,28 @@ class Authorizer(Filter):
 
         return allowed
 
-    def described_topics(self, ctx: FilterContext, response: Any) -> Result:
+    def _describe_logged(self, ctx: FilterContext, who: Identity) -> Callable[[str], bool]:
+        """``allowed(name)`` for describe that logs and counts a refusal (a name the client asked for)."""
+        return lambda name: self._ok(ctx, who, Res.TOPIC, name, Op.DESCRIBE)
+
+    def described_topics(self, ctx: FilterContext, response: Any) -> Result | Any:
         """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does),
         and show the operations kgate allows in the ``*_authorized_operations`` fields."""
         result = hide_undescribable(ctx, response, self._describe(ctx))
+        if inspect.isawaitable(result):  # a DescribeTopicPartitions page filled from the broker's next pages
+            return self._described_after_paging(ctx, response, result)
         if self._narrow_described_topics(ctx, response):
             return forward(response)
         return result
+
+    async def _described_after_paging(self, ctx: FilterContext, response: Any, paging: Awaitable[Result]) -> Result:
+        result = await paging
+        self._narrow_described_topics(ctx, response)
+        return result
+
+    def _describe_partitions(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        """DescribeTopicPartitions is filtered in the answer; the rule is noted for the pages kgate asks for."""
+        return note_describe_rule(ctx, request, self._describe_logged(ctx, who))
 
     # -- authorized_operations (filters.builtin.authz_operations) ----------------------------------
     def _bits(self, who: Identity, res: Res, name: str) -> int:

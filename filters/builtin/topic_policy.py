@@ -57,6 +57,7 @@ from kgate.filters.builtin.topic_visibility import (
     hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
+    note_describe_rule,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
@@ -185,7 +186,10 @@ class TopicPolicy(Filter):
 
     # -- listings, offsets and groups (filters.builtin.topic_visibility) -----------------------
     def keep_request(self, ctx: FilterContext, request: Any) -> Result:
-        """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook."""
+        """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook
+        (and DescribeTopicPartitions notes the rule for the pages kgate may ask for: ``fill_pages``)."""
+        if ctx.api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+            return note_describe_rule(ctx, request, self.allowed)
         return FORWARD
 
     @on_request(ApiKey.METADATA)
@@ -220,11 +224,11 @@ class TopicPolicy(Filter):
 
     @on_response(ApiKey.METADATA)
     @on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
-    def described_topics(self, ctx: FilterContext, response: Any) -> Result:
+    def described_topics(self, ctx: FilterContext, response: Any) -> Result | Any:
         """Hide denied topics, as Kafka's authorizer does: listed -> left out; asked for -> error 29.
 
-        (A DescribeTopicPartitions answer's ``next_cursor`` is left as the broker set it: the client
-        needs it to page on, even when it names a denied topic.)
+        DescribeTopicPartitions pages over allowed topics only: a filtered page is filled from the
+        broker's next pages and its ``next_cursor`` never names a denied topic (``fill_pages``).
         """
         return hide_undescribable(ctx, response, self.allowed)
 
