@@ -406,18 +406,19 @@ class Authorizer(Filter):
     def _topic_codes(
         self, ctx: FilterContext, who: Identity, op: Op, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]
     ) -> dict[TopicKey, int]:
+        # One rule for topics named by id, in every api (docs/authorization.md, "Topic ids"): an id kgate
+        # can name and the client may not use answers TOPIC_AUTHORIZATION_FAILED, as Kafka's Metadata and
+        # Fetch answer it ("topic IDs are not considered sensitive information"); one kgate cannot name
+        # answers ``unresolved_error``, by default UNKNOWN_TOPIC_ID, as the broker answers an unknown id.
         codes: dict[TopicKey, int] = {}
         for key, name in names.items():
-            if self._ok(ctx, who, Res.TOPIC, name, op):
-                continue
-            if ctx.api_key == ApiKey.DELETE_TOPICS and isinstance(key, UUID) and not self.rules.allowed(
-                who, Res.TOPIC, name, Op.DESCRIBE
-            ):
-                codes[key] = ErrorCode.UNKNOWN_TOPIC_ID  # Kafka: an id you may not describe does not exist
-            else:
+            if not self._ok(ctx, who, Res.TOPIC, name, op):
                 codes[key] = TOPIC_DENIED
         for topic_id in unresolved:
             codes[topic_id] = self._unresolved_code
+            # the audit log's "policy" field: refused because kgate could not name it (fail closed)
+            record_policy_decision(ctx, self.report.filter_name, topic_id, self._unresolved_code,
+                                   "topic id could not be resolved (fail closed)")
         return codes
 
     # -- per-entry RPCs ------------------------------------------------------------------------------
