@@ -324,7 +324,10 @@ class Authorizer(Filter):
         try:
             missing = await missing_topics(ctx, names)
         except Exception as exc:  # kgate's own request failed: nothing is known, nothing goes upstream
-            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc)
+            conn = ctx.connection
+            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc, extra={
+                "cluster": conn.virtual_cluster, "principal": conn.principal, "client_id": conn.client_id,
+                "api": "StreamsGroupHeartbeat", "resource": f"group:{request.group_id}", "decision": "error"})
             # retriable: the member asks again (a Streams client treats TOPIC_AUTHORIZATION_FAILED as fatal)
             result = self._refuse_whole(ctx, request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             result.message.error_message = "kgate could not check the internal topics; retry"  # type: ignore[attr-defined]
