@@ -217,6 +217,8 @@ class Authorizer(Filter):
         before = self._denials
         result = self._requests[ctx.api_key](ctx, request, self._who(ctx.connection))
         if hasattr(result, "__await__"):
+            if ctx.api_key == ApiKey.PRODUCE and not self._decided(request):
+                return result  # a peek: closed unstarted (asked again whole, counted then), nothing to wrap
             return self._count_later(ctx, result)
         if result is FORWARD or ctx.api_key != ApiKey.PRODUCE or self._decided(request):
             self._count(ctx, before)  # (a peek that does not forward is asked again whole: counted then)

@@ -96,3 +96,25 @@ def test_every_api_label_is_spelled_as_kafka_names_the_api() -> None:
     labels = {k[3] for k in _samples()}
     assert "Metadata" in labels and "METADATA" not in labels
     assert labels <= {info.name for info in api.API_INFO.values()}
+
+
+@pytest.mark.parametrize("which", ["topic-policy", "authorizer"])
+def test_a_peeked_produce_by_an_unknown_id_leaves_no_coroutine_behind(which: str) -> None:
+    """The peek cannot decide (the id needs a lookup): its coroutine is closed unstarted, none leaks
+    (the authorizer's counting wrapper used to leave the inner one never awaited)."""
+    import gc
+    import uuid
+    import warnings
+
+    from kgate.codec.generated.produce import ProduceRequest, TopicProduceData
+    from kgate.filters.chain import peek_forwards
+
+    f: Filter = policy() if which == "topic-policy" else authz()
+    peeked = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        TopicProduceData(name="", topic_id=uuid.uuid4(), partition_data=[])])
+    ctx = testing.FakeContext(ApiKey.PRODUCE, 13)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not peek_forwards(FilterChain([f]).peek_hooks(ApiKey.PRODUCE, 13), ctx, peeked)
+        gc.collect()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
