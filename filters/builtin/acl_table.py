@@ -108,7 +108,7 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ),
     ApiKey.DELETE_TOPICS: (
         Need(T, Op.DELETE, "topic_names[] / topics[].name / topic_id", TOPIC_DENIED, "entry",
-             "by id without describe: UNKNOWN_TOPIC_ID, as Kafka answers"),
+             "by id as by name (the rule for ids, below; Kafka answers UNKNOWN_TOPIC_ID without describe)"),
     ),
     ApiKey.DELETE_RECORDS: (Need(T, Op.DELETE, "topics[].name", TOPIC_DENIED, "entry"),),
     ApiKey.INIT_PRODUCER_ID: (
@@ -195,7 +195,8 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ),
     ApiKey.LIST_CONFIG_RESOURCES: _cluster(Op.DESCRIBE_CONFIGS),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (
-        Need(T, Op.DESCRIBE, "topics[].name", TOPIC_DENIED, "answer", "left out of a full listing"),
+        Need(T, Op.DESCRIBE, "topics[].name", TOPIC_DENIED, "answer",
+             "left out of a full listing, pages over shown topics only; a name asked for never reaches the broker"),
     ),
     ApiKey.SHARE_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),

@@ -24,8 +24,9 @@ from its topic alone (``peek``) and streams through.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -77,6 +78,7 @@ from kgate.filters.builtin.topic_visibility import (
     hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
+    note_describe_rule,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
@@ -161,6 +163,7 @@ class Authorizer(Filter):
             ApiKey.SHARE_GROUP_HEARTBEAT: self._group_heartbeat,
             ApiKey.STREAMS_GROUP_HEARTBEAT: self._streams_heartbeat,
             ApiKey.ELECT_LEADERS: self._whole,  # cluster alter, then describe per topic
+            ApiKey.DESCRIBE_TOPIC_PARTITIONS: self._describe_partitions,
         }
         for key in TABLE:
             if key in self._requests:
@@ -214,6 +217,8 @@ class Authorizer(Filter):
         before = self._denials
         result = self._requests[ctx.api_key](ctx, request, self._who(ctx.connection))
         if hasattr(result, "__await__"):
+            if ctx.api_key == ApiKey.PRODUCE and not self._decided(request):
+                return result  # a peek: closed unstarted (asked again whole, counted then), nothing to wrap
             return self._count_later(ctx, result)
         if result is FORWARD or ctx.api_key != ApiKey.PRODUCE or self._decided(request):
             self._count(ctx, before)  # (a peek that does not forward is asked again whole: counted then)
@@ -321,7 +326,10 @@ class Authorizer(Filter):
         try:
             missing = await missing_topics(ctx, names)
         except Exception as exc:  # kgate's own request failed: nothing is known, nothing goes upstream
-            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc)
+            conn = ctx.connection
+            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc, extra={
+                "cluster": conn.virtual_cluster, "principal": conn.principal, "client_id": conn.client_id,
+                "api": "StreamsGroupHeartbeat", "resource": f"group:{request.group_id}", "decision": "error"})
             # retriable: the member asks again (a Streams client treats TOPIC_AUTHORIZATION_FAILED as fatal)
             result = self._refuse_whole(ctx, request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             result.message.error_message = "kgate could not check the internal topics; retry"  # type: ignore[attr-defined]
@@ -403,18 +411,19 @@ class Authorizer(Filter):
     def _topic_codes(
         self, ctx: FilterContext, who: Identity, op: Op, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]
     ) -> dict[TopicKey, int]:
+        # One rule for topics named by id, in every api (docs/authorization.md, "Topic ids"): an id kgate
+        # can name and the client may not use answers TOPIC_AUTHORIZATION_FAILED, as Kafka's Metadata and
+        # Fetch answer it ("topic IDs are not considered sensitive information"); one kgate cannot name
+        # answers ``unresolved_error``, by default UNKNOWN_TOPIC_ID, as the broker answers an unknown id.
         codes: dict[TopicKey, int] = {}
         for key, name in names.items():
-            if self._ok(ctx, who, Res.TOPIC, name, op):
-                continue
-            if ctx.api_key == ApiKey.DELETE_TOPICS and isinstance(key, UUID) and not self.rules.allowed(
-                who, Res.TOPIC, name, Op.DESCRIBE
-            ):
-                codes[key] = ErrorCode.UNKNOWN_TOPIC_ID  # Kafka: an id you may not describe does not exist
-            else:
+            if not self._ok(ctx, who, Res.TOPIC, name, op):
                 codes[key] = TOPIC_DENIED
         for topic_id in unresolved:
             codes[topic_id] = self._unresolved_code
+            # the audit log's "policy" field: refused because kgate could not name it (fail closed)
+            record_policy_decision(ctx, self.report.filter_name, topic_id, self._unresolved_code,
+                                   "topic id could not be resolved (fail closed)")
         return codes
 
     # -- per-entry RPCs ------------------------------------------------------------------------------
@@ -587,13 +596,28 @@ class Authorizer(Filter):
 
         return allowed
 
-    def described_topics(self, ctx: FilterContext, response: Any) -> Result:
+    def _describe_logged(self, ctx: FilterContext, who: Identity) -> Callable[[str], bool]:
+        """``allowed(name)`` for describe that logs and counts a refusal (a name the client asked for)."""
+        return lambda name: self._ok(ctx, who, Res.TOPIC, name, Op.DESCRIBE)
+
+    def described_topics(self, ctx: FilterContext, response: Any) -> Result | Any:
         """Metadata / DescribeTopicPartitions: hide what the client may not describe (as topic-policy does),
         and show the operations kgate allows in the ``*_authorized_operations`` fields."""
         result = hide_undescribable(ctx, response, self._describe(ctx))
+        if inspect.isawaitable(result):  # a DescribeTopicPartitions page filled from the broker's next pages
+            return self._described_after_paging(ctx, response, result)
         if self._narrow_described_topics(ctx, response):
             return forward(response)
         return result
+
+    async def _described_after_paging(self, ctx: FilterContext, response: Any, paging: Awaitable[Result]) -> Result:
+        result = await paging
+        self._narrow_described_topics(ctx, response)
+        return result
+
+    def _describe_partitions(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
+        """DescribeTopicPartitions is filtered in the answer; the rule is noted for the pages kgate asks for."""
+        return note_describe_rule(ctx, request, self._describe_logged(ctx, who))
 
     # -- authorized_operations (filters.builtin.authz_operations) ----------------------------------
     def _bits(self, who: Identity, res: Res, name: str) -> int:

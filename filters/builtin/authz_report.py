@@ -2,9 +2,11 @@
 
 Counting is a plain ``dict`` increment per request, collected at scrape time, for the reason
 ``proxy/metrics.py`` gives: a prometheus ``Counter.inc`` takes a lock and costs a noticeable
-share of a small request's CPU. Labels are bounded: cluster (configured), filter (its name), api
-(an ``ApiKey`` name, at most the codec's 88) and decision (``allow`` / ``deny``). A request of
-which any part was refused counts as ``deny``.
+share of a small request's CPU. Labels are bounded: cluster (configured), filter (its name: the
+authorizer, topic-policy or internal-topics, which all decide through the authorizer's handlers), api
+(the api's name as Kafka and the codec spell it, ``Metadata``, as every other kgate metric; at most
+the codec's 88) and decision (``allow`` / ``deny``). A request of which any part was refused counts
+as ``deny``.
 
 Denied requests are logged with who asked (principal, client id, address) and what they were
 refused (api, resource, operation), at most ``LOG_BURST`` lines per ``LOG_WINDOW_S`` per filter
@@ -23,7 +25,7 @@ from collections.abc import Iterator
 from prometheus_client.core import REGISTRY, CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kgate.api import ApiKey
+from kgate.codec import api
 from kgate.filters.builtin.acl_rules import Identity, Op, Res
 
 log = logging.getLogger("kgate.authz")
@@ -56,18 +58,22 @@ class DecisionReport:
             self._suppressed += 1
             return
         self._logged += 1
+        api_name = api_label(api_key)
+        resource = f"{res.name.lower()}:{name}"
         log.warning(
-            "authz %s: denied cluster=%s principal=%s client_id=%r address=%s api=%s resource=%s:%s operation=%s",
-            self.filter_name, cluster, who.principal, who.client_id, address, _api_name(api_key),
-            res.name.lower(), name, op.name.lower(),
+            "authz %s: denied cluster=%s principal=%s client_id=%r address=%s api=%s resource=%s operation=%s",
+            self.filter_name, cluster, who.principal, who.client_id, address, api_name, resource, op.name.lower(),
+            # the same facts as fields, for the JSON log format (proxy/logs.py)
+            extra={"cluster": cluster, "principal": who.principal, "client_id": who.client_id, "api": api_name,
+                   "resource": resource, "decision": "deny", "filter": self.filter_name,
+                   "operation": op.name.lower(), "address": address},
         )
 
 
-def _api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return "UNKNOWN"
+def api_label(api_key: int) -> str:
+    """The api's name as Kafka spells it (``Metadata``, ``DescribeTopicPartitions``), as every kgate metric."""
+    info = api.API_INFO.get(api_key)
+    return info.name if info is not None else "UNKNOWN"
 
 
 _LIVE: weakref.WeakSet[DecisionReport] = weakref.WeakSet()
@@ -83,7 +89,7 @@ class _DecisionCollector(Collector):
         totals: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
         for report in list(_LIVE):
             for (cluster, key, allowed), n in list(report.counts.items()):
-                totals[(cluster, report.filter_name, "allow" if allowed else "deny", _api_name(key))] += n
+                totals[(cluster, report.filter_name, "allow" if allowed else "deny", api_label(key))] += n
         for labels, n in sorted(totals.items()):
             family.add_metric(list(labels), n)
         yield family

@@ -31,8 +31,9 @@ Config (every key optional)::
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -72,7 +73,7 @@ from kgate.filters.builtin.internal_policy import (
     refusal_message,
 )
 from kgate.filters.builtin.topic_marks import DEFAULT_TOPIC, MarksStore, MarkWriteError
-from kgate.filters.builtin.topic_visibility import hide_described_topics
+from kgate.filters.builtin.topic_visibility import hide_described_topics, hide_undescribable, note_describe_rule
 
 log = logging.getLogger("kgate.filters.internal_topics")
 
@@ -332,8 +333,14 @@ class InternalTopics(ConfigChangeHooks, GroupHooks, Filter):
 
     # -- DescribeConfigs: internal shown for every topic --------------------------------------
     def keep_request(self, ctx: FilterContext, request: Any) -> Result:
-        """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook."""
+        """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook
+        (and DescribeTopicPartitions notes the rule for the pages kgate may ask for: ``fill_pages``)."""
+        if ctx.api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+            return note_describe_rule(ctx, request, self._not_marks)
         return FORWARD
+
+    def _not_marks(self, name: str) -> bool:
+        return name != self.marks_topic
 
     @on_response(ApiKey.DESCRIBE_CONFIGS)
     def describe_configs(self, ctx: FilterContext, response: Any) -> Result | Any:
@@ -401,10 +408,16 @@ class InternalTopics(ConfigChangeHooks, GroupHooks, Filter):
         await self._wait_ready()
         return self._described(ctx, response)
 
-    def _described(self, ctx: FilterContext, response: Any) -> Result:
+    def _described(self, ctx: FilterContext, response: Any) -> Result | Any:
         self._learn(response.topics)
         changed = False
-        if any(t.name == self.marks_topic for t in response.topics):
+        if ctx.api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+            # pages over the topics shown only: the cursor never names the marks topic (fill_pages)
+            hidden = hide_undescribable(ctx, response, self._not_marks)
+            if inspect.isawaitable(hidden):
+                return self._mark_internal_after_paging(response, hidden)
+            changed = hidden is not FORWARD
+        elif any(t.name == self.marks_topic for t in response.topics):
             request = ctx.request
             if ctx.api_key == ApiKey.METADATA:
                 asked_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
@@ -418,14 +431,49 @@ class InternalTopics(ConfigChangeHooks, GroupHooks, Filter):
                 response.topics, changed = kept, True
         if ctx.api_key == ApiKey.METADATA and ctx.api_version < 1:
             return forward(response) if changed else FORWARD  # v0 has no is_internal
+        changed |= self._mark_internal(response)
+        return forward(response) if changed else FORWARD
+
+    async def _mark_internal_after_paging(self, response: Any, paging: Awaitable[Result]) -> Result:
+        result = await paging
+        self._learn(response.topics)
+        self._mark_internal(response)
+        return result
+
+    def _mark_internal(self, response: Any) -> bool:
+        """``is_internal`` set on the topics kgate counts as internal; whether any changed."""
+        changed = False
         for t in response.topics:
             if t.error_code or not t.name or t.is_internal:
                 continue
             if is_internal(self.kind(t.name, getattr(t, "topic_id", None))):
                 t.is_internal = True
                 changed = True
-        return forward(response) if changed else FORWARD
+        return changed
 
+    # -- the marks topic in every other RPC that names a topic (the authorizer's handlers, with a rule set
+    # that denies the marks topic alone: GroupHooks._guard) --------------------------------------------
+    def guard(self, ctx: FilterContext, request: Any) -> Result | Any:
+        """CreatePartitions, ElectLeaders, AddPartitionsToTxn, DescribeConfigs naming the marks topic: refused
+        (29) for it, the rest of the request goes on."""
+        return self._guard().check(ctx, request)
+
+    def guard_merge(self, ctx: FilterContext, response: Any) -> Result:
+        return self._guard().merge(ctx, response)
+
+    @on_response(ApiKey.DESCRIBE_LOG_DIRS)
+    def log_dirs(self, ctx: FilterContext, response: Any) -> Result:
+        """The marks topic is left out of every log dir's listing."""
+        return self._guard().log_dirs(ctx, response)
+
+    @on_response(ApiKey.DESCRIBE_TRANSACTIONS)
+    def transactions(self, ctx: FilterContext, response: Any) -> Result:
+        """The marks topic is left out of the partitions a transaction lists."""
+        return self._guard().transactions(ctx, response)
+
+    for _key in (ApiKey.CREATE_PARTITIONS, ApiKey.ELECT_LEADERS, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.DESCRIBE_CONFIGS):
+        guard = on_request(_key)(guard)
+        guard_merge = on_response(_key, needs_state=True)(guard_merge)
     for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.DESCRIBE_CONFIGS):
         keep_request = on_request(_key)(keep_request)
     del _key

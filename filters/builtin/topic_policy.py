@@ -14,6 +14,12 @@ while kgate looks it up upstream.
 Fail closed: an id that cannot be resolved is refused (``unresolved_error``), never let through.
 Refused topics get a per-topic error and the rest of the request goes on (see filters.topics).
 
+The lists are sugar over the authorizer's rules (``acl_rules.topic_policy_rules``) and every request
+hook is the authorizer's, run with them: the same answers and error codes (AddPartitionsToTxn and ids
+included: docs/authorization.md), and refusals counted in ``kgate_authz_decisions_total{filter=
+"topic-policy"}`` and logged as the authorizer's. The response hooks hide denied topics with the
+verdict cache below (one dict lookup per listed topic).
+
 Config::
 
     - name: topic-policy
@@ -40,30 +46,25 @@ from kgate.api import (
     TopicKey,
     error_response,
     forward,
-    merge_refused,
     on_request,
     on_response,
-    refuse_topics,
-    request_topics,
     respond,
 )
 from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
 from kgate.filters.builtin.authorizer import Authorizer
 from kgate.filters.builtin.authz_shapes import known_names, look_up
 from kgate.filters.builtin.topic_visibility import (
-    denied_subscriptions,
     hide_log_dir_topics,
     hide_offsets,
     hide_share_group_offsets,
     hide_transaction_topics,
     hide_undescribable,
+    note_describe_rule,
     offset_fetch_topic_keys,
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
     refuse_streams_groups_with_denied_topics,
-    topology_topics,
 )
-from kgate.filters.exchanges import record_policy_decision
 
 _ZERO = UUID(int=0)
 _ANYONE = Identity()  # topic-policy's rules name topics only: every client gets the same verdict
@@ -84,6 +85,16 @@ _KEYS = (
     ApiKey.ELECT_LEADERS,
 )
 
+
+# refused whole (AddPartitionsToTxn: all or nothing, as Kafka; heartbeats subscribing to or naming a denied
+# topic) or, for Metadata, cut out of the request and merged back by the response hook (described_topics)
+_WHOLE_KEYS = (
+    ApiKey.METADATA,
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    ApiKey.SHARE_GROUP_HEARTBEAT,
+    ApiKey.STREAMS_GROUP_HEARTBEAT,
+)
 
 _ADMIN_KEYS = (
     ApiKey.CREATE_TOPICS,
@@ -140,19 +151,6 @@ class TopicPolicy(Filter):
                 self._verdicts[name] = verdict
         return verdict
 
-    def _noted(
-        self, ctx: FilterContext, names: Mapping[TopicKey, str], codes: dict[TopicKey, int]
-    ) -> dict[TopicKey, int]:
-        """``codes``, each refusal noted for the audit log (filters/exchanges.py); nothing when empty."""
-        for key, code in codes.items():
-            name = names.get(key)
-            if isinstance(key, UUID) and name is None:
-                reason = "topic id could not be resolved (fail closed)"
-            else:
-                reason = "topic denied by topic-policy"
-            record_policy_decision(ctx, self.name, name if name is not None else key, code, reason)
-        return codes
-
     def _codes(self, names: Mapping[TopicKey, str], unresolved: Iterable[UUID]) -> dict[TopicKey, int]:
         """Error code per refused topic: denied ones, and ids that could not be resolved (fail closed)."""
         denied = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -161,70 +159,37 @@ class TopicPolicy(Filter):
             codes[topic_id] = self._unresolved_code
         return codes
 
-    # -- per-topic data RPCs: refuse topic by topic (filters.topics) ---------------------------
+    # -- requests: the authorizer's handlers with this filter's rule set (one code path) ---------
     def check(self, ctx: FilterContext, request: Any) -> Result | Any:
+        """Every request hook: per-topic data RPCs, Metadata, AddPartitionsToTxn, group heartbeats, the
+        admin RPCs. Refusals answer what the authorizer answers, and are counted in
+        ``kgate_authz_decisions_total{filter="topic-policy"}`` and logged as the authorizer logs them."""
         if ctx.api_key == ApiKey.ELECT_LEADERS and request.topic_partitions is None:
             # null asks for an election on every partition, the denied topics' too: refused whole,
             # as Kafka refuses a client without ALTER on the cluster
             return respond(
                 error_response(ctx.api_key, ctx.api_version, request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
             )
-        names, missing = known_names(ctx, request_topics(ctx.api_key, request))
-        if missing:
-            return self._check_after_lookup(ctx, request, names, missing)
-        return refuse_topics(ctx, request, self._noted(ctx, names, self._codes(names, ())))
-
-    async def _check_after_lookup(
-        self, ctx: FilterContext, request: Any, names: dict[TopicKey, str], missing: list[UUID]
-    ) -> Result:
-        unresolved = await look_up(ctx, names, missing)
-        return refuse_topics(ctx, request, self._noted(ctx, names, self._codes(names, unresolved)))
+        return self._admin.check(ctx, request)
 
     def merge(self, ctx: FilterContext, response: Any) -> Result:
-        return merge_refused(ctx, response)
+        return self._admin.merge(ctx, response)
 
     # -- listings, offsets and groups (filters.builtin.topic_visibility) -----------------------
     def keep_request(self, ctx: FilterContext, request: Any) -> Result:
-        """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook."""
+        """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook
+        (and DescribeTopicPartitions notes the rule for the pages kgate may ask for: ``fill_pages``)."""
+        if ctx.api_key == ApiKey.DESCRIBE_TOPIC_PARTITIONS:
+            return note_describe_rule(ctx, request, self.allowed)
         return FORWARD
-
-    @on_request(ApiKey.METADATA)
-    def metadata_request(self, ctx: FilterContext, request: Any) -> Result:
-        """Denied topics named in a Metadata request never reach the broker.
-
-        With ``allow_auto_topic_creation`` (and before v4, always, if the broker auto-creates) the
-        broker would create a denied topic just for being asked about it. Such topics are cut out
-        of the request and answered with TOPIC_AUTHORIZATION_FAILED, merged into the broker's
-        answer; a request left with no topic still goes (v1+: an empty list asks for none), so the
-        client gets the brokers and controller as usual. Topics asked for by id are left to the
-        response hook: an id lookup creates nothing.
-        """
-        topics = request.topics
-        if not topics:
-            return FORWARD
-        if ctx.api_version < 12 and any(getattr(t, "topic_id", _ZERO).int for t in topics):
-            # The spec allows ids only from v12. Kafka answers every topic of such a request with
-            # INVALID_REQUEST (42), allowed or not; so does kgate, which therefore neither fails on
-            # it nor reveals whether a denied id exists (the broker never sees it: Tansu answers
-            # v10/v11 ids with a malformed response).
-            return respond(error_response(ApiKey.METADATA, ctx.api_version, request, ErrorCode.INVALID_REQUEST))
-        codes: dict[TopicKey, int] = {
-            t.name: ErrorCode.TOPIC_AUTHORIZATION_FAILED
-            for t in topics
-            if t.name is not None and not getattr(t, "topic_id", _ZERO).int and not self.allowed(t.name)
-        }
-        if not codes:
-            return FORWARD
-        self._noted(ctx, {}, codes)
-        return refuse_topics(ctx, request, codes, answer_when_empty=ctx.api_version == 0)
 
     @on_response(ApiKey.METADATA)
     @on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
-    def described_topics(self, ctx: FilterContext, response: Any) -> Result:
+    def described_topics(self, ctx: FilterContext, response: Any) -> Result | Any:
         """Hide denied topics, as Kafka's authorizer does: listed -> left out; asked for -> error 29.
 
-        (A DescribeTopicPartitions answer's ``next_cursor`` is left as the broker set it: the client
-        needs it to page on, even when it names a denied topic.)
+        DescribeTopicPartitions pages over allowed topics only: a filtered page is filled from the
+        broker's next pages and its ``next_cursor`` never names a denied topic (``fill_pages``).
         """
         return hide_undescribable(ctx, response, self.allowed)
 
@@ -252,28 +217,6 @@ class TopicPolicy(Filter):
     def transactions(self, ctx: FilterContext, response: Any) -> Result:
         """Denied topics are left out of the partitions a transaction lists."""
         return forward(response) if hide_transaction_topics(response, self.allowed) else FORWARD
-
-    @on_request(ApiKey.CONSUMER_GROUP_HEARTBEAT)
-    @on_request(ApiKey.SHARE_GROUP_HEARTBEAT)
-    def group_heartbeat(self, ctx: FilterContext, request: Any) -> Result:
-        """Subscribing to a denied topic by name: TOPIC_AUTHORIZATION_FAILED, as Kafka answers it."""
-        if not denied_subscriptions(request, self.allowed):
-            return FORWARD
-        return respond(error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
-
-    @on_request(ApiKey.STREAMS_GROUP_HEARTBEAT)
-    def streams_heartbeat(self, ctx: FilterContext, request: Any) -> Result:
-        """A Streams topology naming a denied topic (source, repartition or changelog): the joining member is
-        answered TOPIC_AUTHORIZATION_FAILED and nothing goes upstream (the broker would create the denied
-        internal topics for it)."""
-        denied = [n for n in dict.fromkeys(topology_topics(request.topology)) if not self.allowed(n)]
-        if not denied:
-            return FORWARD
-        self._noted(ctx, {}, dict.fromkeys(denied, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
-        resp = error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-        assert resp is not None  # the answer has an error field
-        resp.error_message = "Topics not authorized for describe: " + ", ".join(denied)
-        return respond(resp)
 
     @on_response(ApiKey.STREAMS_GROUP_DESCRIBE)
     def streams_describe(self, ctx: FilterContext, response: Any) -> Result:
@@ -335,6 +278,8 @@ class TopicPolicy(Filter):
     for _key in _KEYS:
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
+    for _key in _WHOLE_KEYS:
+        check = on_request(_key)(check)
     for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS):
         keep_request = on_request(_key)(keep_request)
     del _key

@@ -35,7 +35,10 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from uuid import UUID
 
-from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward, merge_refused
+from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward, merge_refused, respond
+from kgate.codec import api
+from kgate.codec.generated.describe_topic_partitions import Cursor as _CURSOR
+from kgate.codec.generated.describe_topic_partitions import DescribeTopicPartitionsResponseTopic as _DTP_TOPIC
 from kgate.filters.builtin.authz_operations import NOT_REQUESTED
 
 _I16 = struct.Struct(">h")
@@ -346,13 +349,72 @@ def refuse_classic_groups_with_denied_assignments(response: Any, allowed: Allowe
     return changed
 
 
-def hide_undescribable(ctx: FilterContext, response: Any, allowed: Allowed) -> Result:
+_DESCRIBE_RULES = "kgate.describe.allowed"  # the chain's describe rules for one DescribeTopicPartitions
+
+
+_DESCRIBE_DENIED = "kgate.describe.denied"  # names a DescribeTopicPartitions request asked for and was refused
+_SEARCH_LIMIT = 1000  # partitions per page kgate asks for when only looking for the next shown topic
+
+
+def note_describe_rule(ctx: FilterContext, request: Any, allowed: Allowed) -> Result:
+    """A DescribeTopicPartitions request hook: remember this filter's describe rule for the exchange, and
+    take the names it refuses out of an explicit list.
+
+    kgate fills a filtered page by asking the broker for more (``fill_pages``); the first filter whose
+    response hook does so applies every rule of the chain, or a later page could show a topic an earlier
+    filter hid (the later hooks see only what the first let through). Names asked for and refused never
+    reach the broker, so they take no room in its pages; as Kafka's handler does, the answer carries
+    TOPIC_AUTHORIZATION_FAILED for each of them from the cursor's topic on, on every page.
+    """
+    state = ctx.state
+    state.setdefault(_DESCRIBE_RULES, []).append(allowed)
+    if not request.topics:
+        return FORWARD
+    kept = [t for t in request.topics if allowed(t.name)]
+    if len(kept) == len(request.topics):
+        return FORWARD
+    cursor = request.cursor
+    denied: list[str] = state.setdefault(_DESCRIBE_DENIED, [])
+    for t in request.topics:
+        if not allowed(t.name) and t.name not in denied and (cursor is None or t.name >= cursor.topic_name):
+            denied.append(t.name)
+    if kept:
+        request.topics = kept
+        return forward(request)
+    resp = api.API_INFO[ApiKey.DESCRIBE_TOPIC_PARTITIONS].response_class(topics=[], next_cursor=None)
+    _add_denied(ctx, resp)
+    return respond(resp)
+
+
+def _add_denied(ctx: FilterContext, response: Any) -> bool:
+    """The refused names of the request as TOPIC_AUTHORIZATION_FAILED entries, sorted in; whether any."""
+    denied = ctx.state.pop(_DESCRIBE_DENIED, None) if ctx.state else None
+    if not denied:
+        return False
+    for name in denied:
+        entry = _DTP_TOPIC(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=_ZERO,
+                          is_internal=False, partitions=[], topic_authorized_operations=NOT_REQUESTED)
+        response.topics.append(entry)
+    response.topics.sort(key=lambda t: t.name or "")
+    return True
+
+
+def _chain_rule(ctx: FilterContext, allowed: Allowed) -> Allowed:
+    rules = ctx.state.get(_DESCRIBE_RULES) if ctx.state else None
+    if not rules:
+        return allowed
+    every = (*rules, allowed)
+    return lambda name: all(rule(name) for rule in every)
+
+
+def hide_undescribable(ctx: FilterContext, response: Any, allowed: Allowed) -> Result | Any:
     """A Metadata / DescribeTopicPartitions answer with the topics ``allowed`` refuses hidden, and the
     entries a request hook refused merged back in (Metadata): one rule for topic-policy and the authorizer.
 
     v1+ Metadata with an empty topic list asks for no topic (every one refused by the request hook, or a
     broker-only refresh), yet some brokers (Tansu) list every topic: the answer's list is emptied. A
-    DescribeTopicPartitions answer's ``next_cursor`` is left as the broker set it (the client pages on it).
+    DescribeTopicPartitions page that lost partitions, or whose ``next_cursor`` names a hidden topic, is
+    filled from the broker's next pages (a coroutine: ``fill_pages``).
     """
     request = ctx.request
     asked_ids: frozenset[UUID] = frozenset()
@@ -365,9 +427,69 @@ def hide_undescribable(ctx: FilterContext, response: Any, allowed: Allowed) -> R
                 response.topics, changed = [], True
     else:
         asked_for_all = request is None or not request.topics
+        allowed = _chain_rule(ctx, allowed)
     kept = hide_described_topics(response.topics, allowed, asked_for_all, asked_ids)
     if kept is not None:
         response.topics, changed = kept, True
-    if ctx.api_key == ApiKey.METADATA and merge_refused(ctx, response) is not FORWARD:
-        changed = True
+    if ctx.api_key == ApiKey.METADATA:
+        if merge_refused(ctx, response) is not FORWARD:
+            changed = True
+    else:
+        cursor = response.next_cursor
+        if cursor is not None and request is not None and (changed or not allowed(cursor.topic_name)):
+            return fill_pages(ctx, request, response, allowed, asked_for_all)
+        changed |= _add_denied(ctx, response)
     return forward(response) if changed else FORWARD
+
+
+def _partitions(topics: list[Any]) -> int:
+    return sum(len(t.partitions) for t in topics)
+
+
+async def fill_pages(ctx: FilterContext, request: Any, response: Any, allowed: Allowed, asked_for_all: bool) -> Result:
+    """DescribeTopicPartitions pages over the topics the client may describe, as Kafka's handler does
+    (it filters before paging): a filtered page is filled up to ``response_partition_limit`` from the
+    broker's next pages, and ``next_cursor`` never names a hidden topic (it moves on to the first
+    partition of the next topic shown, or is null when none follows).
+    """
+    limit = max(request.response_partition_limit, 1)
+    count = _partitions(response.topics)
+    shown = {t.name: t for t in response.topics if t.name is not None}
+    cursor = response.next_cursor
+    next_cursor: Any = None
+    cursor_cls = type(cursor)
+    while cursor is not None:
+        full = count >= limit
+        if full and allowed(cursor.topic_name):
+            next_cursor = cursor
+            break
+        ask = type(request)(
+            topics=list(request.topics),
+            response_partition_limit=_SEARCH_LIMIT if full else limit - count,
+            cursor=_CURSOR(topic_name=cursor.topic_name, partition_index=cursor.partition_index),
+        )
+        page = await ctx.send_request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, ask)
+        kept = hide_described_topics(page.topics, allowed, asked_for_all)
+        topics = page.topics if kept is None else kept
+        if full:  # only looking for where the client's next page starts
+            first = next((t for t in topics if t.partitions and t.name is not None and allowed(t.name)), None)
+            if first is not None:
+                next_cursor = cursor_cls(topic_name=first.name, partition_index=first.partitions[0].partition_index)
+                break
+        else:
+            for t in topics:
+                before = shown.get(t.name) if t.name is not None else None
+                if before is None:
+                    response.topics.append(t)
+                    if t.name is not None:
+                        shown[t.name] = t
+                elif t.partitions:  # a topic continued from the previous broker page
+                    before.partitions = list(before.partitions) + list(t.partitions)
+                count += len(t.partitions)
+        new = page.next_cursor
+        if new is not None and (new.topic_name, new.partition_index) == (cursor.topic_name, cursor.partition_index):
+            break  # no progress: a broker bug; end the listing here rather than loop
+        cursor = new
+    response.next_cursor = next_cursor
+    _add_denied(ctx, response)
+    return forward(response)

@@ -614,12 +614,15 @@ def check_topic_ids(tables: dict[str, list[dict[str, Any]]], expect: dict[str, d
 
 
 def check_policy(tables: dict[str, list[dict[str, Any]]], secret_a: str, secret_b: str, old: str) -> None:
-    # topic-policy fails closed: a Fetch by an id it cannot name (R's old id, once kgate's cache no
-    # longer has it) is refused with UNKNOWN_TOPIC_ID and noted as its decision, resource the id
-    for r in rows(tables, "policy_denials", resource=old):
-        assert (r["filter"], r["operation"], r["error_code"], r["client_ids"], r["resource_type"]) == (
-            "topic-policy", "Fetch", 100, "rdk-stale", "topic"), r
-    got = [r for r in tables["policy_denials"] if r["resource"] != old]
+    # topic-policy and the authorizer fail closed alike (one code path): a Fetch by an id they cannot name
+    # (R's old id once kgate's cache no longer has it, an id that never existed) is refused with
+    # UNKNOWN_TOPIC_ID and noted as the filter's decision, resource the id
+    for r in tables["policy_denials"]:
+        if r["error_code"] == 100:
+            assert (r["filter"], r["client_ids"]) in (("topic-policy", "rdk-stale"), ("authorizer", "raw-stale-b")), r
+            assert (r["operation"], r["resource_type"]) == ("Fetch", "topic"), r
+    assert rows(tables, "policy_denials", resource=old)
+    got = [r for r in tables["policy_denials"] if r["error_code"] != 100]
     assert len(got) == 2, got
     by = {r["resource"]: r for r in got}
     pa, pb = by[secret_a], by[secret_b]

@@ -285,8 +285,8 @@ def test_decisions_are_counted_and_denials_logged(authz) -> None:
     _fails_with(s.via().describe_configs([res])[res], TOPIC_DENIED)
     assert _retention(s.via(), s.shown) is not None
     samples = dict(s.k.metric_values("kgate_authz_decisions_total"))
-    deny = [v for labels, v in samples.items() if 'decision="deny"' in labels and 'api="DESCRIBE_CONFIGS"' in labels]
-    allow = [v for labels, v in samples.items() if 'decision="allow"' in labels and 'api="DESCRIBE_CONFIGS"' in labels]
+    deny = [v for labels, v in samples.items() if 'decision="deny"' in labels and 'api="DescribeConfigs"' in labels]
+    allow = [v for labels, v in samples.items() if 'decision="allow"' in labels and 'api="DescribeConfigs"' in labels]
     assert deny and deny[0] >= 1 and allow and allow[0] >= 1, samples
     assert 'filter="authorizer"' in next(iter(samples))
     deadline = time.monotonic() + 5

@@ -243,13 +243,13 @@ def _sgh(names: list[str] | None) -> ShareGroupHeartbeatRequest:
 def test_heartbeat_subscribing_to_a_denied_topic_is_refused(api_key: int, version: int, make: Any) -> None:
     p = policy()
     refused = through_frames(api_key, version, make(["orders", "secret-pay"]))
-    result = p.group_heartbeat(FakeContext(api_key, version), refused)
+    result = p.check(FakeContext(api_key, version), refused)
     assert isinstance(result, Respond)
     out = response_through_frames(api_key, version, result.message)
     assert out.error_code == AUTHZ and out.assignment is None
     for names in (["orders", "orders-eu"], None):  # allowed, or no subscription change in this heartbeat
         assert (
-            p.group_heartbeat(FakeContext(api_key, version), through_frames(api_key, version, make(names))) is FORWARD
+            p.check(FakeContext(api_key, version), through_frames(api_key, version, make(names))) is FORWARD
         )
 
 
@@ -422,13 +422,13 @@ def _metadata_request(version: int, names: list[str], auto_create: bool = True) 
 def test_metadata_request_cuts_denied_names_and_the_answer_gets_them_back(version: int) -> None:
     p = policy()
     ctx = FakeContext(METADATA, version)
-    result = p.metadata_request(ctx, _metadata_request(version, ["orders", "secret-pay"]))
+    result = p.check(ctx, _metadata_request(version, ["orders", "secret-pay"]))
     assert isinstance(result, Forward)
     sent = through_frames(METADATA, version, result.message)
     assert [t.name for t in sent.topics] == ["orders"]
-    assert p.metadata_request(FakeContext(METADATA, version), _metadata_request(version, ["orders"])) is FORWARD
+    assert p.check(FakeContext(METADATA, version), _metadata_request(version, ["orders"])) is FORWARD
 
-    everything = p.metadata_request(ctx2 := FakeContext(METADATA, version), _metadata_request(version, ["secret-pay"]))
+    everything = p.check(ctx2 := FakeContext(METADATA, version), _metadata_request(version, ["secret-pay"]))
     assert isinstance(everything, Forward)  # still asked upstream, for the brokers and controller
     assert through_frames(METADATA, version, everything.message).topics == []
     broker = api.API_INFO[METADATA].response_class(topics=[_md_topic("orders"), _md_topic("other")])  # Tansu: all
@@ -439,7 +439,7 @@ def test_metadata_request_cuts_denied_names_and_the_answer_gets_them_back(versio
 
 def test_metadata_v0_naming_only_denied_topics_is_answered_by_kgate() -> None:
     """v0 has no way to ask for no topic (an empty list means all of them)."""
-    result = policy().metadata_request(FakeContext(METADATA, 0), _metadata_request(0, ["secret-pay"]))
+    result = policy().check(FakeContext(METADATA, 0), _metadata_request(0, ["secret-pay"]))
     assert isinstance(result, Respond)
     out = response_through_frames(METADATA, 0, result.message)
     assert [(t.name, t.error_code) for t in out.topics] == [("secret-pay", AUTHZ)]
@@ -460,7 +460,7 @@ def test_metadata_by_id_keeps_the_id_and_hides_the_name() -> None:
     )
     req = through_frames(METADATA, 12, req)
     p = policy()
-    assert p.metadata_request(FakeContext(METADATA, 12), req) is FORWARD  # ids: decided on the answer
+    assert p.check(FakeContext(METADATA, 12), req) is FORWARD  # ids: decided on the answer
     broker = api.API_INFO[METADATA].response_class(topics=[_md_topic("orders"), _md_topic("secret-pay", SECRET_ID)])
     out = response_through_frames(METADATA, 12, p.described_topics(FakeContext(METADATA, 12, req), broker).message)
     assert [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in out.topics] == [

@@ -160,10 +160,10 @@ async def test_streams_internal_topic_check_that_fails_is_retriable_and_sends_no
 async def test_topic_policy_refuses_a_topology_naming_a_denied_topic() -> None:
     p = policy()
     ctx, request = request_ctx(HB, join(topo=topology(changelog="secret-store-changelog")), principal=None)
-    out = answered(HB, p.streams_heartbeat(ctx, request))
+    out = answered(HB, p.check(ctx, request))
     assert out.error_code == TOPIC_DENIED and "secret-store-changelog" in out.error_message
     ctx, request = request_ctx(HB, join(), principal=None)
-    assert p.streams_heartbeat(ctx, request) is FORWARD
+    assert p.check(ctx, request) is FORWARD
 
 
 # -- StreamsGroupDescribe --------------------------------------------------------------------------
