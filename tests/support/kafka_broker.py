@@ -2,8 +2,9 @@
 
 The distributions are ``../shared/kafka43/kafka_2.13-4.3.1.tgz`` (the current line: share groups,
 Produce v13 by topic id, transactions v2) and ``../shared/kafka/kafka_2.13-4.0.2.tgz`` (see their
-READMEs): present in CI and on developers' machines, absent from a user's clone. Each is unpacked once into a cache directory
-(``$XDG_CACHE_HOME`` or ``~/.cache``, under a file lock so parallel pytest workers do not race),
+READMEs): present in CI and on developers' machines, absent from a user's clone. Each is unpacked
+once into a cache directory (``$XDG_CACHE_HOME`` or ``~/.cache``, under a file lock so parallel
+pytest workers do not race),
 then each broker gets its own log dir, config and ports. ``unavailable()`` says why a broker cannot
 run here, for a clear skip.
 
@@ -28,7 +29,6 @@ from pathlib import Path
 
 from .ports import HOST, free_port, port_open
 from .procs import REPO, ManagedProcess
-
 
 
 @dataclass(frozen=True)
