@@ -82,27 +82,30 @@ def _module_uses(module, names: frozenset[str]) -> bool:
     return False
 
 
+def _broker_param(item: pytest.Item) -> str | None:
+    """The ``broker`` fixture's parameter for this test ("tansu", "kafka"), if it has one."""
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("broker")
+
+
 def _uses_kafka(item: pytest.Item) -> bool:
     names = item.fixturenames
-    if "kafka" in names or "kafka40" in names:
-        return True
-    callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("broker") == "kafka":
+    if "kafka" in names or "kafka40" in names or _broker_param(item) == "kafka":
         return True
     return _module_uses(getattr(item, "module", None), _KAFKA_SUPPORT)
 
 
-def _xdist_group(item: pytest.Item) -> str | None:
-    """Tests sharing a session-scoped JVM run on one xdist worker: one broker (or Spark) per run,
-    not one per worker. Everything else is spread test by test (``--dist loadgroup``)."""
-    names = item.fixturenames
-    callspec = getattr(item, "callspec", None)
-    if "kafka" in names or (callspec is not None and callspec.params.get("broker") == "kafka"):
-        return "kafka43"
-    if "kafka40" in names:
-        return "kafka40"
-    if "spark" in names:
+def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
+    """Tests that run a JVM share one xdist worker per kind: the session's broker (or SparkSession)
+    starts once per run, not once per worker, and two cores never run three JVMs of one kind at once
+    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group).
+    Everything else is spread test by test (``--dist loadgroup``)."""
+    if uses_spark:
         return "spark"
+    if kafka:
+        names = item.fixturenames
+        on_43 = "kafka" in names or _broker_param(item) == "kafka"
+        return "kafka40" if "kafka40" in names and not on_43 else "kafka43"
     return None
 
 
@@ -128,7 +131,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.kafka)
         if uses_spark:
             item.add_marker(pytest.mark.spark)
-        group = _xdist_group(item)
+        group = _xdist_group(item, kafka, uses_spark)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
 

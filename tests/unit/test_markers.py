@@ -42,21 +42,19 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
     assert not wrong, wrong[:20]
 
 
-def test_session_brokers_share_one_xdist_group(request: pytest.FixtureRequest) -> None:
+def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
     """One Kafka 4.3 (or 4.0, or Spark) per run: their tests go to one worker, not one JVM each."""
     wrong = []
     for item in request.session.items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
         group = item.get_closest_marker("xdist_group")
         name = group.args[0] if group is not None else None
-        if "kafka" in item.fixturenames or params.get("broker") == "kafka":
-            expected = "kafka43"
-        elif "kafka40" in item.fixturenames:
-            expected = "kafka40"
-        elif "spark" in item.fixturenames:
+        marks = _marks(item)
+        if "spark" in marks:
             expected = "spark"
+        elif "kafka" in marks:
+            expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
         else:
-            continue
+            expected = None
         if name != expected:
             wrong.append(f"{item.nodeid}: group {name}, expected {expected}")
     assert not wrong, wrong[:20]
