@@ -8,7 +8,7 @@ bytes the body consumed.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kgate.codec.errors import CodecError
 from kgate.codec.generated.api_keys import ApiKey
@@ -33,10 +33,29 @@ __all__ = [
 API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
 
 
-@dataclass(frozen=True)
 class ApiInfo:
+    """One api key: its name, the versions both its request and response know, their classes.
+
+    ``key`` and ``name`` come from the generated index; the rest from the api's generated module,
+    imported on the first read of any of them. Importing all ~90 modules up front cost every kgate
+    process (and each test subprocess) ~0.8 s for keys most never meet.
+    """
+
+    __slots__ = (
+        "_where",
+        "key",
+        "max_version",
+        "min_version",
+        "name",
+        "request_class",
+        "request_flexible_min",
+        "response_class",
+        "response_flexible_min",
+    )
+
     key: int
     name: str
+    _where: tuple[str, str, str]  # the generated module, the request and response class names
     min_version: int
     max_version: int
     request_flexible_min: int | None
@@ -44,26 +63,48 @@ class ApiInfo:
     request_class: type[Message]
     response_class: type[Message]
 
+    def __init__(self, key: int, name: str, module: str, request_name: str, response_name: str) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "_where", (module, request_name, response_name))
 
-def _build() -> dict[int, ApiInfo]:
-    info = {}
-    for key, (name, module, req_name, resp_name) in APIS.items():
+    if not TYPE_CHECKING:  # hidden from mypy, which would otherwise accept any attribute name
+
+        def __getattr__(self, attr: str):
+            """Called only for a slot not set yet: load the module, then read the slot again."""
+            if attr not in _LOADED_SLOTS:
+                raise AttributeError(attr)
+            self._load()
+            return object.__getattribute__(self, attr)
+
+    def _load(self) -> None:
+        module, request_name, response_name = self._where
         mod = importlib.import_module(f"kgate.codec.generated.{module}")
-        req, resp = getattr(mod, req_name), getattr(mod, resp_name)
-        info[key] = ApiInfo(
-            key=key,
-            name=name,
-            min_version=max(req.MIN_VERSION, resp.MIN_VERSION),
-            max_version=min(req.MAX_VERSION, resp.MAX_VERSION),
-            request_flexible_min=req.FLEXIBLE_MIN,
-            response_flexible_min=resp.FLEXIBLE_MIN,
-            request_class=req,
-            response_class=resp,
-        )
-    return info
+        req, resp = getattr(mod, request_name), getattr(mod, response_name)
+        # several threads may load one key at once: each sets the same values
+        for attr, value in (
+            ("min_version", max(req.MIN_VERSION, resp.MIN_VERSION)),
+            ("max_version", min(req.MAX_VERSION, resp.MAX_VERSION)),
+            ("request_flexible_min", req.FLEXIBLE_MIN),
+            ("response_flexible_min", resp.FLEXIBLE_MIN),
+            ("request_class", req),
+            ("response_class", resp),
+        ):
+            object.__setattr__(self, attr, value)
+
+    def __setattr__(self, attr: str, value: object) -> None:
+        raise AttributeError(f"ApiInfo is read-only (tried to set {attr})")
+
+    def __repr__(self) -> str:
+        return f"ApiInfo(key={self.key}, name={self.name!r})"
 
 
-API_INFO: dict[int, ApiInfo] = _build()
+_LOADED_SLOTS = frozenset(ApiInfo.__slots__) - {"key", "name", "_where"}
+
+#: api key -> ApiInfo for every api the codec knows; membership, names and iteration import nothing
+API_INFO: dict[int, ApiInfo] = {
+    key: ApiInfo(key, name, module, req, resp) for key, (name, module, req, resp) in APIS.items()
+}
 
 
 def knows(api_key: int, version: int) -> bool:

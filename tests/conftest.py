@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
+import threading
+import types
 
 import pytest
 
@@ -28,6 +32,156 @@ def pytest_sessionstart(session):
             "run tools/compile_hot.py (rebuild) or tools/compile_hot.py --clean (pure Python)",
             returncode=4,
         )
+
+
+# -- markers and xdist groups ------------------------------------------------------------------
+# Every test gets exactly one of ``unit`` / ``e2e``, plus ``kafka`` and ``spark`` where they apply
+# (registered in pyproject.toml; README's "Tests" section). ``./dev/test -m unit`` is the fast loop.
+
+#: fixtures that start a broker, kgate, a relay or Spark: a test using one (directly or through
+#: another fixture) is ``e2e``
+_E2E_FIXTURES = frozenset({
+    "tansu", "fresh_tansu", "tansu_factory", "kafka", "kafka40", "broker", "kgate", "kgate_factory",
+    "kgate_mode", "relay_factory", "spark",
+})
+#: modules whose use means processes or TCP sockets: a test module importing one (or a name defined
+#: in one) is ``e2e``. ``socket`` counts: the suite's in-process tests do not import it
+_E2E_SUPPORT = frozenset({
+    "support.procs", "support.kafka_broker", "support.java_clients", "support.inproc_kgate",
+    "support.relay", "support.recording_relay", "support.tls_relay", "support.sasl_gate",
+    "support.black_hole", "support.resetting_server", "support.netconn", "support.workloads",
+    "support.spark", "subprocess", "socket",
+})
+#: support modules that need Apache Kafka (a broker, or the tools in its tarball's bin/)
+_KAFKA_SUPPORT = frozenset({"support.kafka_broker", "support.java_clients"})
+_E2E_DIRS = ("e2e", "integration", "pipeline")
+#: calls that open TCP connections or servers (asyncio's, socket's, urllib's): a test module whose
+#: code makes one is ``e2e`` (an in-process server is still a socket)
+_TCP_CALLS = re.compile(r"\b(open_connection|create_connection|start_server|create_server|urlopen)\(")
+_tcp_modules: dict[str, bool] = {}
+
+
+def _module_opens_tcp(path: str) -> bool:
+    if path not in _tcp_modules:
+        try:
+            with open(path, encoding="utf-8") as f:
+                _tcp_modules[path] = _TCP_CALLS.search(f.read()) is not None
+        except OSError:
+            _tcp_modules[path] = False
+    return _tcp_modules[path]
+
+
+def _module_uses(module, names: frozenset[str]) -> bool:
+    """Whether a test module imported one of ``names`` (the module, or anything defined in it)."""
+    if module is None:
+        return False
+    for value in vars(module).values():
+        where = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if where in names:
+            return True
+    return False
+
+
+def _broker_param(item: pytest.Item) -> str | None:
+    """The ``broker`` fixture's parameter for this test ("tansu", "kafka"), if it has one."""
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else callspec.params.get("broker")
+
+
+def _uses_kafka(item: pytest.Item) -> bool:
+    names = item.fixturenames
+    if "kafka" in names or "kafka40" in names or _broker_param(item) == "kafka":
+        return True
+    return _module_uses(getattr(item, "module", None), _KAFKA_SUPPORT)
+
+
+def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
+    """Tests that run a JVM share one xdist worker per kind: the session's broker (or SparkSession)
+    starts once per run, not once per worker, and two cores never run three JVMs of one kind at once
+    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group).
+    Everything else is spread test by test (``--dist loadgroup``)."""
+    if uses_spark:
+        return "spark"
+    if kafka:
+        names = item.fixturenames
+        on_43 = "kafka" in names or _broker_param(item) == "kafka"
+        return "kafka40" if "kafka40" in names and not on_43 else "kafka43"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports."""
+    for item in items:
+        rel = os.path.relpath(str(item.path), _TESTS).split(os.sep)
+        names = item.fixturenames
+        module = getattr(item, "module", None)
+        kafka = _uses_kafka(item)
+        uses_spark = rel[0] == "pipeline" or "spark" in names
+        e2e = (
+            item.get_closest_marker("e2e") is not None
+            or rel[0] in _E2E_DIRS
+            or kafka
+            or uses_spark
+            or any(f in _E2E_FIXTURES for f in names)
+            or _module_uses(module, _E2E_SUPPORT)
+            or _module_opens_tcp(str(item.path))
+        )
+        item.add_marker(pytest.mark.e2e if e2e else pytest.mark.unit)
+        if kafka:
+            item.add_marker(pytest.mark.kafka)
+        if uses_spark:
+            item.add_marker(pytest.mark.spark)
+        group = _xdist_group(item, kafka, uses_spark)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# A ``unit`` test must not start a process nor use a TCP socket: the fast loop (``-m unit``) stays
+# fast and needs no broker. An audit hook (main thread only: a background thread of an earlier
+# e2e test is not this test's doing) notes the first such act; the test then fails, naming it.
+_IO_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "socket.connect", "socket.bind"})
+_unit_io: list[str] = []
+_watching = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    if not _watching or event not in _IO_EVENTS or _unit_io or threading.current_thread() is not _MAIN:
+        return
+    if event.startswith("socket."):
+        sock, address = args[0], args[1]
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return  # AF_UNIX (a socketpair, an event loop's self-pipe) is in-process plumbing
+        _unit_io.append(f"{event} {address!r}")
+    else:
+        _unit_io.append(f"{event} {args[0]!r}"[:200])
+
+
+_MAIN = threading.main_thread()
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    global _watching
+    _watching = item.get_closest_marker("unit") is not None
+    _unit_io.clear()
+    try:
+        yield
+    finally:
+        _watching = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    result = yield
+    if _unit_io:
+        pytest.fail(
+            f"{item.nodeid} is marked unit but did {_unit_io[0]}: a test that starts processes or "
+            "uses TCP sockets is e2e (use a broker/kgate fixture, or mark the module "
+            "`pytestmark = pytest.mark.e2e`)",
+            pytrace=False,
+        )
+    return result
 
 
 def _track(p):

@@ -1,0 +1,64 @@
+"""tests/conftest.py's markers on the tests this session collected: ``-m unit`` (the fast loop) and
+the xdist groups depend on them.
+
+Checks what the session holds, so a whole run checks every test; run alone it checks itself.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _marks(item: pytest.Item) -> set[str]:
+    return {m.name for m in item.iter_markers()}
+
+
+def _top(item: pytest.Item) -> str:
+    return os.path.relpath(str(item.path), _TESTS).split(os.sep)[0]
+
+
+def test_every_test_is_exactly_one_of_unit_and_e2e(request: pytest.FixtureRequest) -> None:
+    both_or_neither = [i.nodeid for i in request.session.items if len(_marks(i) & {"unit", "e2e"}) != 1]
+    assert not both_or_neither, both_or_neither[:20]
+
+
+def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureRequest) -> None:
+    wrong = []
+    for item in request.session.items:
+        marks, names = _marks(item), set(item.fixturenames)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if _top(item) in ("e2e", "integration", "pipeline") and "e2e" not in marks:
+            wrong.append(f"{item.nodeid}: in tests/{_top(item)} but not e2e")
+        if names & {"tansu", "kgate", "kgate_factory", "broker", "spark"} and "e2e" not in marks:
+            wrong.append(f"{item.nodeid}: starts processes but not e2e")
+        if ({"kafka", "kafka40"} & names or params.get("broker") == "kafka") and "kafka" not in marks:
+            wrong.append(f"{item.nodeid}: uses Apache Kafka but not marked kafka")
+        if _top(item) == "pipeline" and "spark" not in marks:
+            wrong.append(f"{item.nodeid}: in tests/pipeline but not spark")
+    assert not wrong, wrong[:20]
+
+
+def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
+    """One Kafka 4.3 (or 4.0, or Spark) per run: their tests go to one worker, not one JVM each."""
+    wrong = []
+    for item in request.session.items:
+        group = item.get_closest_marker("xdist_group")
+        name = group.args[0] if group is not None else None
+        marks = _marks(item)
+        if "spark" in marks:
+            expected = "spark"
+        elif "kafka" in marks:
+            expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
+        else:
+            expected = None
+        if name != expected:
+            wrong.append(f"{item.nodeid}: group {name}, expected {expected}")
+    assert not wrong, wrong[:20]
+
+
+def test_this_module_is_unit(request: pytest.FixtureRequest) -> None:
+    assert "unit" in _marks(request.node) and "e2e" not in _marks(request.node)
