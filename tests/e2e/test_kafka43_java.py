@@ -4,13 +4,16 @@ Java 4.3 producers name topics by id only (Produce v13), commit transactions the
 way (``transaction.version`` 2: no AddPartitionsToTxn, the broker adds a partition on a
 transactional Produce v12+), consume in KIP-848 groups and in share groups (KIP-932, ShareFetch
 whose answers carry broker endpoints). Each test runs the tools of the distribution in
-../shared (tests/support/java_clients.py) against kgate in its default configuration, counts
+../shared (tests/support/java_clients.py) against kgate (with ``leader_hints``: below), counts
 records exactly, checks from kgate's ``kgate_requests_total`` that the versions in question went
 through kgate, and samples every JVM's sockets: none may reach the broker's own port.
 
-``KGATE_TEST_LEADER_HINTS=1`` runs kgate with ``proxy.leader_hints: true`` (Produce v10+ and
-Fetch v16+ offered with full decode) instead of the default, to exercise these tests on a kgate
-that still caps Produce and Fetch by default.
+kgate's default still caps Produce at v9 and Fetch at v15 (the uncapped build was reverted: it
+made librdkafka 2.16 crash, see issue 25's note), and Java 4.x producers need Produce v12+ for
+transactions v2 and send v13 when offered. These tests therefore run kgate with
+``proxy.leader_hints: true`` (Produce v10+ and Fetch v16+ offered, answers decoded whole), the
+setting that gives Java 4.x clients every version today. ``KGATE_TEST_LEADER_HINTS=0`` runs them
+on the default instead: the Produce v13 and transaction tests then fail, which is the defect.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from support.procs import Kgate
 from kgate.api import ApiKey
 from kgate.codec import api
 
-LEADER_HINTS = os.environ.get("KGATE_TEST_LEADER_HINTS") == "1"
+LEADER_HINTS = os.environ.get("KGATE_TEST_LEADER_HINTS", "1") == "1"
 DENIED = "secret-*"
 POLICY = [{"name": "topic-policy", "config": {"deny": [DENIED]}}]
 
