@@ -156,12 +156,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"kgate report: error: {problem}", file=sys.stderr)
             return EXIT_FAILED
 
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
     from kgate.pipeline import tables
     from kgate.pipeline.session import build_session
 
-    owned = SparkSession.getActiveSession() is None  # embedded (tests): leave the caller's session running
+    # Embedded (tests, notebooks): leave the caller's session running. Asked of the process, not the
+    # thread: SparkSession.getActiveSession() is per thread, so a report run from a worker thread
+    # took the caller's session for its own and stopped it, failing every Spark test after it.
+    owned = SparkContext._active_spark_context is None
     spark = build_session(args.master, driver_memory=args.driver_memory, extra=conf)
     try:
         if args.follow:
