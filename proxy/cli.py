@@ -226,7 +226,8 @@ def _config_for_run(args: argparse.Namespace) -> KgateConfig:
     overrides hold across reloads; quick mode and the embedded default read the same again."""
     import dataclasses
 
-    from kgate.proxy.workers import worker_config, worker_index
+    from kgate.proxy.worker_env import worker_index
+    from kgate.proxy.workers import worker_config
 
     config = _load_for_run(args)
     if args.log_level:
@@ -243,7 +244,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = _config_for_run(args)
     except ConfigError as exc:
         return _config_error(exc)
-    from kgate.proxy.workers import worker_index
+    from kgate.proxy.worker_env import worker_index
 
     worker = worker_index()
     if worker is not None:

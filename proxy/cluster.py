@@ -51,6 +51,7 @@ from kgate.proxy.timeouts import sweep_forever
 from kgate.proxy.tls import ReloadingContext
 from kgate.proxy.topic_metrics import TopicMetrics
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.proxy.worker_env import worker_index
 from kgate.topic_ids import TopicNameResolver
 
 if TYPE_CHECKING:
@@ -644,6 +645,10 @@ class ClusterExchangeServices:
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         return self._loop
+
+    @property
+    def worker(self) -> int | None:
+        return worker_index()
 
     def cached_topic_name(self, topic_id: UUID) -> str | None:
         return self._cluster.topic_names.cached(topic_id)

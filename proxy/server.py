@@ -30,7 +30,8 @@ from kgate.proxy.config_view import config_json
 from kgate.proxy.fd_limit import raise_open_files_limit
 from kgate.proxy.readiness import Readiness
 from kgate.proxy.reload import ConfigSource, Reloader, ReloadResult
-from kgate.proxy.workers import report_admin_port, watch_parent, worker_index
+from kgate.proxy.worker_env import worker_index
+from kgate.proxy.workers import report_admin_port, watch_parent
 
 log = logging.getLogger("kgate.server")
 

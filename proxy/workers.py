@@ -51,22 +51,16 @@ from prometheus_client.samples import Sample
 from kgate.config import HostPort, KgateConfig
 from kgate.proxy.admin import AdminServer
 from kgate.proxy.config_view import config_json
+from kgate.proxy.worker_env import WORKER_ENV
 
 log = logging.getLogger("kgate.workers")
 
-WORKER_ENV = "KGATE_WORKER"  # the worker's index: set, the process is a worker
 ADMIN_FILE_ENV = "KGATE_WORKER_ADMIN_FILE"  # where a worker writes its private admin port
 PARENT_ENV = "KGATE_PARENT_PID"  # a worker exits when its parent is gone
 BACKOFF_S = (0.5, 1, 2, 4, 8, 16, 30)
 STABLE_S = 60.0  # a worker that ran this long starts its backoff from the beginning again
 POLL_S = 0.5  # how often the parent asks workers' /readyz
 RELOAD_TIMEOUT_S = 30.0  # a worker's reload answers once applied (an added cluster's first probe included)
-
-
-def worker_index() -> int | None:
-    """This process's worker index, or None when it is not a worker."""
-    value = os.environ.get(WORKER_ENV)
-    return int(value) if value is not None else None
 
 
 def worker_config(config: KgateConfig) -> KgateConfig:

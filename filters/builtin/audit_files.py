@@ -105,15 +105,22 @@ class AuditFiles:
             self._seq += 1
             base = f"{PREFIX}{self.instance}-{stamp}-{self._seq:06d}.jsonl"
             path = self.directory / f".{base}"
-            published = (base, base + ".gz", base.removesuffix(".jsonl") + ".parquet", f".{base}")
-            if not any((self.directory / n).exists() for n in published):
+            published = (base, base + ".gz", base.removesuffix(".jsonl") + ".parquet")
+            if any((self.directory / n).exists() for n in published):
+                continue
+            try:  # O_EXCL: two writers (same instance id by mistake) never share a file
+                f = open(path, "xb")
+            except FileExistsError:
+                continue
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                f.close()
+                raise
+            if _same_file(path, f.fileno()):
                 break
-        f = open(path, "ab")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+            # another writer starting up took it for an empty orphan and removed it before our lock
             f.close()
-            raise
         self._file, self._path, self._size, self._opened = f, path, 0, time.monotonic()
 
     def rotate(self) -> None:
@@ -204,3 +211,13 @@ def compress_file(hidden: Path) -> Path:
     os.replace(tmp, final)
     hidden.unlink()
     return final
+
+
+def _same_file(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the open file ``fd`` (not unlinked or replaced since)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)

@@ -11,7 +11,7 @@ than blocking.
 Configuration (``{name: audit-log, config: {directory: DIR}}`` is enough)::
 
     directory: /var/log/kgate/audit      # required
-    instance_id: kgate-a                 # default: hostname:pid
+    instance_id: kgate-a                 # default: hostname:pid; a --workers worker adds -w<index>
     max_file_bytes: 134217728            # rotate at this size (default 128 MiB)
     max_file_age_s: 300                  # ... or this age (default 5 min)
     gzip: true                           # compress rotated files (default true)
@@ -196,9 +196,11 @@ class AuditLog(Filter):
         """Start the writer (and the Kafka sink) and return the per-exchange observer (event loop)."""
         c = self.config
         self.cluster = services.cluster
+        # --workers: each worker is its own writer, so its own instance (files and events never mix)
+        instance = c["instance_id"] if services.worker is None else f"{c['instance_id']}-w{services.worker}"
         files = AuditFiles(
             Path(c["directory"]),
-            f"{c['instance_id']}-{services.cluster}",
+            f"{instance}-{services.cluster}",
             c["max_file_bytes"],
             c["max_file_age_s"],
             c["gzip"],
@@ -209,7 +211,7 @@ class AuditLog(Filter):
             self.kafka.start(services.loop)
         self.writer = AuditWriter(
             files,
-            instance=c["instance_id"],
+            instance=instance,
             cluster=services.cluster,
             queue_size=c["queue_size"],
             max_queue_bytes=c["max_queue_bytes"],

@@ -288,6 +288,50 @@ def test_orphaned_hidden_file_is_published_at_start(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == ["kgate-audit-old_1-default-20260101T000000Z-000001.jsonl.gz"]
 
 
+def test_a_live_writers_file_is_never_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two writers under one instance id (two workers, a mistaken config): the second opens its own file."""
+    import fcntl
+
+    from kgate.filters.builtin import audit_files
+
+    monkeypatch.setattr(audit_files.time, "strftime", lambda *a: "20260101T000000Z")
+    theirs = tmp_path / ".kgate-audit-inst_1-20260101T000000Z-000001.jsonl"
+    theirs.write_bytes(b'{"theirs":1}\n')
+    with open(theirs, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # a live writer holds it
+        files = AuditFiles(tmp_path, "inst:1", 1 << 20, 3600, False)
+        files.write([b'{"ours":1}\n'])
+        assert theirs.read_bytes() == b'{"theirs":1}\n'
+        assert (tmp_path / ".kgate-audit-inst_1-20260101T000000Z-000002.jsonl").read_bytes() == b'{"ours":1}\n'
+        files.close()
+
+
+def test_a_file_taken_for_an_orphan_before_its_lock_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between create and lock, a starting writer may remove the new empty file as an orphan."""
+    from kgate.filters.builtin import audit_files
+
+    monkeypatch.setattr(audit_files.time, "strftime", lambda *a: "20260101T000000Z")
+    files = AuditFiles(tmp_path, "inst:1", 1 << 20, 3600, False)
+    real_flock = audit_files.fcntl.flock
+    removed: list[str] = []
+
+    def flock_after_removal(fd: int, op: int) -> None:
+        if not removed:  # the other writer's _finalize_orphans got there first
+            victim = tmp_path / ".kgate-audit-inst_1-20260101T000000Z-000001.jsonl"
+            victim.unlink()
+            removed.append(victim.name)
+        real_flock(fd, op)
+
+    monkeypatch.setattr(audit_files.fcntl, "flock", flock_after_removal)
+    files.write([b'{"ours":1}\n'])
+    files.close()
+    assert removed
+    assert sorted(os.listdir(tmp_path)) == ["kgate-audit-inst_1-20260101T000000Z-000002.jsonl"]
+    assert (tmp_path / "kgate-audit-inst_1-20260101T000000Z-000002.jsonl").read_bytes() == b'{"ours":1}\n'
+
+
 def test_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     counters = AuditCounters()
     w = _writer(tmp_path, counters, queue_size=10)  # not started: nothing drains the queue
