@@ -6,6 +6,7 @@ before) / N, read from /proc/PID/status (VmRSS) once the answers are all in. Use
 docs/deployment.md.
 
     .venv/bin/python bench/idle_memory.py --clients 2000
+    .venv/bin/python bench/idle_memory.py --clients 2000 --half-open
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def rss_kib(pid: int) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=2000)
+    ap.add_argument("--half-open", action="store_true",
+                    help="clients connect and send nothing (a slow or hostile client's cost)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kgate-idle-"))
     tansu = procs.Tansu(work / "tansu.log").start()
@@ -47,14 +50,17 @@ def main() -> int:
         before = rss_kib(k.pid)
         for i in range(args.clients):
             s = socket.create_connection(("127.0.0.1", k.listen_port), timeout=10)
-            s.sendall(api_versions_request(i))
+            if not args.half_open:
+                s.sendall(api_versions_request(i))
             socks.append(s)
-        for s in socks:
-            s.recv(65536)  # the answer: kgate connected upstream for this client
-        time.sleep(1.0)
+        if not args.half_open:
+            for s in socks:
+                s.recv(65536)  # the answer: kgate connected upstream for this client
+        time.sleep(1.0 if not args.half_open else 3.0)  # half-open: until kgate has accepted them all
         after = rss_kib(k.pid)
         per = (after - before) / args.clients
-        print(f"clients {args.clients}: RSS {before} KiB -> {after} KiB, {per:.1f} KiB per idle connection")
+        kind = "half-open" if args.half_open else "idle"
+        print(f"clients {args.clients}: RSS {before} KiB -> {after} KiB, {per:.1f} KiB per {kind} connection")
     finally:
         for s in socks:
             s.close()

@@ -74,6 +74,31 @@ class UpstreamProtocol(asyncio.Protocol):
 class ClientConnection(asyncio.Protocol):
     """A client connection and its upstream: carries out a ``ConnectionCore``'s actions."""
 
+    # one per client connection: slots, and the rarely used containers made on first use, keep
+    # an idle connection small (docs/deployment.md sizes memory per connection)
+    __slots__ = (
+        "__weakref__",
+        "_close_reason",
+        "_connect_task",
+        "_early",
+        "_held_reported",
+        "_opened",
+        "_tasks",
+        "_timed_out",
+        "_torn_down",
+        "cluster",
+        "core",
+        "data_received",
+        "gate",
+        "info",
+        "loop",
+        "node_id",
+        "settings",
+        "transport",
+        "upstream",
+        "upstream_gate",
+    )
+
     def __init__(
         self, cluster: VirtualCluster, node_id: int | None, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
@@ -89,8 +114,8 @@ class ClientConnection(asyncio.Protocol):
         self.core = ConnectionCore(cluster, self.info, self)
         self.data_received = self.core.receive_client  # type: ignore[method-assign]
         self._connect_task: asyncio.Task[None] | None = None
-        self._early: list[bytes | memoryview] = []  # client bytes received before the upstream connected
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._early: list[bytes | memoryview] | None = None  # client bytes received before the upstream connected
+        self._tasks: set[asyncio.Task[Any]] | None = None  # pending filter decisions (made on first use)
         self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
         self._torn_down = False
         self._timed_out = False  # the connect timer (not a teardown) cancelled the connecting task
@@ -152,6 +177,8 @@ class ClientConnection(asyncio.Protocol):
         elif not self.core.closed:
             # Reading is paused until the upstream connects, but a transport may still deliver
             # what it had already read; hold it (bounded by one read) until then.
+            if self._early is None:
+                self._early = []
             self._early.append(data)
 
     def send_client(self, data: bytes | memoryview) -> None:
@@ -173,8 +200,11 @@ class ClientConnection(asyncio.Protocol):
 
     def spawn(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
         task = self._loop().create_task(self._settle(pending, suspension))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        tasks = self._tasks
+        if tasks is None:
+            tasks = self._tasks = set()
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
     async def _settle(self, pending: Awaitable[Decision], suspension: Suspension) -> None:
         direction = "request" if suspension.exchange is None else "response"
@@ -232,7 +262,6 @@ class ClientConnection(asyncio.Protocol):
         # write_client); each is pointed back at this object's send_* before its transport goes away.
         self.core.write_client = transport.write  # type: ignore[attr-defined]
         loop = self.loop or self._loop()  # set by the listener: no call
-        self.gate.pause("connecting")  # before attach: attach also re-pauses after uvloop starts reading
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
         if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
@@ -254,7 +283,20 @@ class ClientConnection(asyncio.Protocol):
                     "listener": self._listener(),
                 },
             )
-        self._connect_task = loop.create_task(self._connect_upstream())
+        # The broker connection waits for the first bytes that go to it: a client that connects and
+        # never sends (a port scan, a hostile or stuck client) costs no broker connection and half
+        # the memory; a Kafka client sends ApiVersions at once, so it waits one connect at most.
+        self.core.write_up = self._first_write
+
+    def _first_write(self, data: bytes | memoryview) -> None:
+        """The first bytes for the broker: hold them, stop reading, and connect now."""
+        core = self.core
+        core.write_up = self.send_upstream  # holds in _early until the upstream is adopted
+        if core.closed:
+            return
+        self.gate.pause("connecting")  # more bytes stay in the kernel until the broker is there
+        self.send_upstream(data)
+        self._connect_task = (self.loop or self._loop()).create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
         """Connect to the first reachable target; a bug here closes this connection, never leaves it hanging."""
@@ -394,7 +436,7 @@ class ClientConnection(asyncio.Protocol):
         core = self.core  # closed: nothing more is written either way
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
-        for task in list(self._tasks):
+        for task in list(self._tasks or ()):
             task.cancel()
         if self.upstream is not None:
             self.cluster.gentle.close(self.upstream, self.loop or self._loop())

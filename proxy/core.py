@@ -295,7 +295,8 @@ class ConnectionCore:
         self.upstream_reader = FrameReader(settings.max_frame_bytes)
         self.pending: deque[Exchange] = deque()  # answers owed to the client, in request order
         self.upstream_waiting: deque[Exchange] = deque()  # forwarded, in the order the broker answers
-        self.backlog: deque[memoryview] = deque()  # requests behind a suspended one
+        # made on first use (a suspension, an acks=0 Produce): most connections never need them
+        self.backlog: deque[memoryview] | None = None  # requests behind a suspended one
         self.sasl = SaslState()
         self.state = State.OPEN
         # derived from ``state`` by ``_to`` only (read on every frame, so kept as plain attributes)
@@ -308,7 +309,7 @@ class ConnectionCore:
         self._stream_left = 0  # bytes of a cut-through response still to forward
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
-        self._acks0: deque[int] = deque(maxlen=256)  # correlation ids of recent acks=0 Produce
+        self._acks0: deque[int] | None = None  # correlation ids of recent acks=0 Produce (at most 256)
         self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
         self._held_len = 0
         self._held_need = 0  # bytes to collect before trying again
@@ -319,7 +320,7 @@ class ConnectionCore:
         # While an exchange observer is installed, when each backlog frame was read, and the read time
         # of the request being handled after a wait (0: now): latency counts the time a request waited
         # on a hook or behind one, as its client saw it, not from when kgate sent it on.
-        self._backlog_arrived: deque[int] = deque()
+        self._backlog_arrived: deque[int] | None = None
         self._arrived_ns = 0
         self._held_told = 0  # what was last reported through ``report_held``
         # limits read on every chunk, and whether this core paused for them (so the common
@@ -373,7 +374,7 @@ class ConnectionCore:
 
     @property
     def inflight_count(self) -> int:
-        return len(self.pending) + len(self.backlog) + (1 if self._stream_left else 0)
+        return len(self.pending) + (len(self.backlog) if self.backlog else 0) + (1 if self._stream_left else 0)
 
     # -- configuration reload (proxy/chain_handover.py) -------------------------------------------
     @property
@@ -422,7 +423,8 @@ class ConnectionCore:
         if self.closed:
             return
         if self.suspended:
-            log.debug("client %s went away; finishing %d request(s) read from it", self.peer, len(self.backlog) + 1)
+            queued = len(self.backlog or ())
+            log.debug("client %s went away; finishing %d request(s) read from it", self.peer, queued + 1)
             self._to(Event.CLIENT_CLOSED)
             return
         if self.pending:
@@ -463,8 +465,7 @@ class ConnectionCore:
         if self._observer is not None:
             self._unanswered()
         self._to(Event.CLOSE)
-        self.backlog.clear()
-        self._backlog_arrived.clear()
+        self.backlog = self._backlog_arrived = None
         self._backlog_bytes = 0
         self.out.close_sockets(reason)
 
@@ -609,7 +610,7 @@ class ConnectionCore:
         self.frames_in += 1
         out = head if joined is None else joined
         if prefix.acks == 0:
-            self._acks0.append(cid)
+            self._note_acks0(cid)
             self.write_up(out)
             if self._observer is not None:
                 self._observe_acks0(cid, version, head, size + 4)
@@ -785,7 +786,7 @@ class ConnectionCore:
         count[0] += 1  # kgate_requests
         if api_key == PRODUCE:
             if produce_request_acks(frame, version) == 0:
-                self._acks0.append(cid)
+                self._note_acks0(cid)
                 if self._observer is not None:
                     self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
                 return  # acks=0: the broker sends no response, so nothing waits for one
@@ -878,9 +879,15 @@ class ConnectionCore:
         self._apply_request(decision, frame, header, ctx)
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
-        self.backlog.append(frame)
+        backlog = self.backlog
+        if backlog is None:
+            backlog = self.backlog = deque()
+        backlog.append(frame)
         if self._observer is not None:
-            self._backlog_arrived.append(time.monotonic_ns())
+            arrived = self._backlog_arrived
+            if arrived is None:
+                arrived = self._backlog_arrived = deque()
+            arrived.append(time.monotonic_ns())
         self._backlog_bytes += len(frame)
         if self._backlog_full():
             self.out.pause_client("backlog-full")
@@ -888,7 +895,8 @@ class ConnectionCore:
     def _backlog_full(self) -> bool:
         """Per connection, at most ``max_queued_requests`` requests or one max-size frame's worth wait."""
         s = self.settings
-        return len(self.backlog) >= s.max_queued_requests or self._backlog_bytes >= s.max_frame_bytes
+        queued = len(self.backlog) if self.backlog else 0
+        return queued >= s.max_queued_requests or self._backlog_bytes >= s.max_frame_bytes
 
     # -- hook runs that awaited ---------------------------------------------------------------
     def hook_done(self, suspension: Suspension, decision: Decision) -> None:
@@ -964,7 +972,7 @@ class ConnectionCore:
                 if decision.changed:
                     frame = memoryview(make_frame(frame[4 : header.body_offset], msg.encode(version)))
                 if acks0:
-                    self._acks0.append(cid)
+                    self._note_acks0(cid)
                     self.write_up(frame)
                     if observed:
                         self._observe_acks0(cid, version, original, len(original), msg, ctx._state)
@@ -1142,7 +1150,7 @@ class ConnectionCore:
             except HeaderError as exc:
                 self.close(CloseReason.BAD_UPSTREAM_FRAME, f"malformed response from broker: {exc}")
                 return
-            if (head is None or got != head.cid) and got in self._acks0:
+            if (head is None or got != head.cid) and self._acks0 is not None and got in self._acks0:
                 # Some brokers (Tansu) answer acks=0 Produce; the client expects nothing: drop it.
                 log.debug("dropping the broker's answer to acks=0 Produce %d from %s", got, self.peer)
                 return
@@ -1347,6 +1355,13 @@ class ConnectionCore:
                 self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
             else:
                 ex.sent_ns = time.monotonic_ns()  # the broker can answer only once it has it all
+
+    def _note_acks0(self, cid: int) -> None:
+        """Remember an acks=0 Produce's correlation id: a broker that answers it anyway is not believed."""
+        acks0 = self._acks0
+        if acks0 is None:
+            acks0 = self._acks0 = deque(maxlen=256)
+        acks0.append(cid)
 
     def _observe_acks0(
         self,

@@ -33,7 +33,7 @@ class ReadGate:
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
-        self._reasons: set[str] = set()
+        self._reasons: tuple[str, ...] = ()  # a few at most; the empty tuple is shared (no set per gate)
         self._timer: asyncio.TimerHandle | None = None  # resumes a timed pause (``pause_for``)
         self._until = 0.0  # loop time the timed pause ends
 
@@ -83,7 +83,7 @@ class ReadGate:
     def pause(self, reason: str) -> None:
         if reason in self._reasons:
             return
-        self._reasons.add(reason)
+        self._reasons = (*self._reasons, reason)
         t = self._transport
         if t is not None and not t.is_closing() and t.is_reading():
             t.pause_reading()
@@ -91,6 +91,6 @@ class ReadGate:
     def resume(self, reason: str) -> None:
         if reason not in self._reasons:
             return
-        self._reasons.discard(reason)
+        self._reasons = tuple(r for r in self._reasons if r != reason)
         if not self._reasons and self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()

@@ -273,8 +273,8 @@ class CoreMachine(RuleBasedStateMachine):
     def limits_hold(self) -> None:
         if self.core.closed:
             return
-        assert len(self.core.backlog) <= MAX_QUEUED + 40  # reading pauses; frames of one read may still queue
-        if len(self.core.backlog) >= MAX_QUEUED:
+        assert len(self.core.backlog or ()) <= MAX_QUEUED + 40  # reading pauses; frames of one read may still queue
+        if len(self.core.backlog or ()) >= MAX_QUEUED:
             assert "backlog-full" in self.out.client_paused
 
     @invariant()
