@@ -117,12 +117,13 @@ class Struct:
 
     __slots__ = ("_unknown_tagged",)
     _FIELDS: tuple[Field, ...] = ()
+    _unknown_tagged: list[tuple[int, bytes]] | None  # set by every generated __init__
 
     def __init__(self, **kwargs):
         # First construction of this class: compile a specialised __init__ and install it.
         cls = type(self)
         if "__init__" not in cls.__dict__:
-            cls.__init__ = _compile_init(cls)
+            setattr(cls, "__init__", _compile_init(cls))  # noqa: B010  # installed once per class
         cls.__init__(self, **kwargs)
 
     def __eq__(self, other):
@@ -264,7 +265,7 @@ def get_encoder(cls, version: int, flexible: bool):
 
 
 def _compile_init(cls):
-    ns = {"_M": _UNSET}  # (untyped function: mypy does not check its body)
+    ns: dict[str, Any] = {"_M": _UNSET}
     params, body = [], []
     for f in cls._FIELDS:
         n = f.name
@@ -793,7 +794,7 @@ class _Gen:
         """Emit code encoding the struct held in local variable obj of class cls."""
         regular, tagged = self.split(cls)
         saved, self.cls = self.cls, cls
-        groups = []
+        groups: list[tuple[str, Any]] = []  # ("run", [Field, ...]) or ("field", Field)
         i = 0
         while i < len(regular):
             f = regular[i]
