@@ -1,10 +1,10 @@
 """What a client sends before kgate's upstream connection is up: held within a bound, then delivered whole.
 
-kgate pauses reading a new client until its upstream is connected (proxy/connection.py ``start``;
-uvloop starts reading after ``connection_made``, so the read gate pauses again on the loop's next
-turn: proxy/flow.py). What arrived before that pause took hold is held (``_early``) and written
-first once the upstream connects. This pins both halves against a slow connect: kgate holds at
-most one read however much the client pushes, and the upstream then gets every byte, in order.
+kgate connects upstream when a client's first bytes for the broker arrive, and pauses reading it
+until the upstream is connected (proxy/connection.py ``_first_write``). What arrived before that
+pause took hold is held (``_early``) and written first once the upstream connects. This pins both
+halves against a slow connect: kgate holds at most one read however much the client pushes, and
+the upstream then gets every byte, in order.
 
 Pausing only once the early bytes pass the high-water mark (the raw relay, in effect, never
 pauses) was measured and not kept: 1.8 % fewer user-space instructions per connection but 3 %
@@ -59,7 +59,7 @@ def _held(kgate: InprocKgate) -> tuple[int, bool]:
         if not kgate.cluster.connections:
             return 0, False
         (conn,) = kgate.cluster.connections
-        return sum(len(d) for d in conn._early), conn.gate.paused
+        return sum(len(d) for d in conn._early or ()), conn.gate.paused
 
     return kgate.call(look)  # type: ignore[no-any-return]
 
@@ -99,4 +99,28 @@ def test_bytes_before_the_upstream_connects_are_bounded_then_delivered_whole(bla
         assert got == data
     finally:
         client.close()
+        kgate.stop()
+
+
+def test_a_client_that_never_sends_costs_no_broker_connection(tansu) -> None:
+    """The broker connection is made for the first bytes, not at accept (a port scan opens none)."""
+    kgate = InprocKgate(make_config(tansu.bootstrap)).start()
+    clients = [socket.create_connection(("127.0.0.1", kgate.port), timeout=10) for _ in range(5)]
+
+    def upstreams() -> int:
+        return kgate.call(lambda: kgate.cluster.metrics.open_upstream_connections)  # type: ignore[no-any-return]
+
+    try:
+        deadline = time.monotonic() + 10
+        while kgate.call(lambda: len(kgate.cluster.connections)) < 5:
+            assert time.monotonic() < deadline, "kgate did not accept the clients"
+            time.sleep(0.02)
+        time.sleep(0.3)
+        assert upstreams() == 0, "kgate connected upstream for clients that sent nothing"
+        clients[0].sendall(frame(request_header(int(ApiKey.API_VERSIONS), 0, 1)))
+        clients[0].recv(65536)  # the broker's answer: its connection is open
+        assert upstreams() == 1
+    finally:
+        for c in clients:
+            c.close()
         kgate.stop()
