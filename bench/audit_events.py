@@ -32,8 +32,8 @@ from typing import Any
 from uuid import UUID
 
 from kgate.api import TopicNameError
-from kgate.filters.builtin import audit_event
-from kgate.filters.builtin.audit_event import Captured, event_line, topic_ids_of
+from kgate.filters.builtin.audit import event as audit_event
+from kgate.filters.builtin.audit.event import Captured, event_line, topic_ids_of
 from kgate.proxy.exchange import Exchange
 
 CORPUS = Path("/work/shared/corpus-tansu/frames")

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from kgate import testing
 from kgate.api import FORWARD, ApiKey
 from kgate.codec import api
-from kgate.filters.builtin.acl_rules import Identity, Op, Res, Rule, RuleSet, parse_rules
-from kgate.filters.builtin.authorizer import Authorizer
+from kgate.filters.builtin.authz.acl_rules import Identity, Op, Res, Rule, RuleSet, parse_rules
+from kgate.filters.builtin.authz.authorizer import Authorizer
 
 
 def make_rules(n: int, seed: int = 1) -> list[dict]:
@@ -140,7 +140,7 @@ def main() -> None:
     assert f.check(pctx, produce) is not None and f.check(fctx, fetch) is not None
     print(f"authorizer hook, Produce (1 topic):  {per_call_ns(lambda: f.check(pctx, produce), n) / 1000:.2f} us")
     print(f"authorizer hook, Fetch (5 topics):   {per_call_ns(lambda: f.check(fctx, fetch), n) / 1000:.2f} us")
-    from kgate.filters.builtin.topic_policy import TopicPolicy
+    from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
     tp = TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
     print(f"(topic-policy hook, same Produce:    {per_call_ns(lambda: tp.check(pctx, produce), n) / 1000:.2f} us)")

@@ -9,7 +9,7 @@ on the event loop (a full decode of even a small answer costs several microsecon
 
 Answers whose error codes sit only per topic or partition (Produce, Metadata, ListOffsets,
 OffsetCommit, Fetch before v7) have no top-level code: ``None``. The audit log's event builder
-walks those (filters/builtin/audit_event.py); the metrics count them under their top-level code
+walks those (filters/builtin/audit/event.py); the metrics count them under their top-level code
 only.
 """
 

@@ -19,12 +19,12 @@ from kgate.api import Filter, FilterConfigError
 ENTRY_POINT_GROUP = "kgate.filters"
 
 BUILTINS: dict[str, str] = {
-    "topic-policy": "kgate.filters.builtin.topic_policy:TopicPolicy",
-    "authorizer": "kgate.filters.builtin.authorizer:Authorizer",
-    "audit-log": "kgate.filters.builtin.audit_log:AuditLog",
-    "internal-topics": "kgate.filters.builtin.internal_topics:InternalTopics",
-    "guardrails": "kgate.filters.builtin.guardrails:Guardrails",
-    "quotas": "kgate.filters.builtin.quotas:Quotas",
+    "topic-policy": "kgate.filters.builtin.authz.topic_policy:TopicPolicy",
+    "authorizer": "kgate.filters.builtin.authz.authorizer:Authorizer",
+    "audit-log": "kgate.filters.builtin.audit.filter:AuditLog",
+    "internal-topics": "kgate.filters.builtin.internal_topics.filter:InternalTopics",
+    "guardrails": "kgate.filters.builtin.guardrails.filter:Guardrails",
+    "quotas": "kgate.filters.builtin.quotas.filter:Quotas",
 }
 
 

@@ -17,7 +17,7 @@ class ClientInfo(ConnectionInfo):
     """A client connection's ``ConnectionInfo``, plus the one action kgate's own quota filter needs.
 
     ``pause_reading_for(seconds)`` stops reading this client for that long (the ``ReadGate``'s
-    timed pause), as a Kafka broker mutes a throttled channel (filters/builtin/quotas.py). It is
+    timed pause), as a Kafka broker mutes a throttled channel (filters/builtin/quotas/filter.py). It is
     internal: not part of ``kgate.api``. It holds the gate, never the connection, so it makes no
     reference cycle (a finished connection is freed by reference counting), and costs a
     connection one slot store, no bound method or partial. ``quota_client`` is the quota filter's
@@ -30,7 +30,7 @@ class ClientInfo(ConnectionInfo):
 
     __slots__ = ("gate", "quota_client")
     gate: ReadGate
-    quota_client: object  # the quota filter's budgets for this connection (filters/builtin/quotas.py)
+    quota_client: object  # the quota filter's budgets for this connection (filters/builtin/quotas/filter.py)
 
     def pause_reading_for(self, seconds: float) -> None:
         self.gate.pause_for(seconds, asyncio.get_running_loop(), THROTTLED)

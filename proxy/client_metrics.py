@@ -36,7 +36,7 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily, GaugeMetricFam
 from prometheus_client.registry import Collector
 
 from kgate.api import ConnectionInfo
-from kgate.filters.builtin.quotas_rate import frame_client_id
+from kgate.filters.builtin.quotas.rate import frame_client_id
 from kgate.filters.exchanges import Answer, FinishedExchange
 
 OTHER = "other"

@@ -14,7 +14,7 @@ paused, and every later pause reason then found the gate "already paused" and di
 pipelining client grew kgate by 2.3 GiB in 30 s (bench/hostile.py). ``attach`` therefore pauses
 again on the loop's next turn, and ``pause`` pauses whenever the transport is still reading.
 
-A pause may also be timed (``pause_for``): a quota throttle (filters/builtin/quotas.py) stops
+A pause may also be timed (``pause_for``): a quota throttle (filters/builtin/quotas/filter.py) stops
 reading a connection for the throttle time, as a Kafka broker mutes a throttled client's channel
 (KIP-219). One timer per gate at most: a longer throttle moves the resume later, a shorter one
 while paused changes nothing.

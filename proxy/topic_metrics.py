@@ -15,7 +15,7 @@ cache does not know counts under ``topic="<unresolved>"`` while one background l
 the cluster (kgate/topic_ids), so the next exchange of that topic has its name.
 
 Cost, on the event loop: the frame is walked over its topic and partition headers only, never
-its records (a frame held whole by the inline walkers of filters/builtin/audit_wire.py,
+its records (a frame held whole by the inline walkers of filters/builtin/audit/wire.py,
 ``produce_topic_bytes`` / ``fetch_topic_bytes``; one that streamed through in pieces by the audit
 log's own walkers, over the pieces, never joined), then one dict read and two adds per topic.
 Measured with bench/exchange_metrics_cost.py (core-only round trips, CPU time, min of 7 runs of
@@ -43,7 +43,7 @@ from prometheus_client.registry import Collector
 
 from kgate.api import TopicNameError
 from kgate.codec.generated.api_keys import ApiKey
-from kgate.filters.builtin.audit_wire import (
+from kgate.filters.builtin.audit.wire import (
     Chunks,
     WireError,
     body_offset,

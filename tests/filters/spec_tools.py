@@ -16,7 +16,7 @@ from uuid import UUID
 
 from kgate import testing
 from kgate.api import LOOKUP_FAILED, ErrorCode, TopicNameError
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
 AUTHZ, UNKNOWN_ID = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID
 

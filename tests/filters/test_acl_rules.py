@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgate.api import FilterConfigError
-from kgate.filters.builtin.acl_rules import (
+from kgate.filters.builtin.authz.acl_rules import (
     ANONYMOUS,
     IMPLIES,
     Identity,

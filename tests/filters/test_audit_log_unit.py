@@ -34,10 +34,10 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from kgate.filters.builtin.audit_event import Captured, build_event, topic_ids_of
-from kgate.filters.builtin.audit_files import AuditFiles
-from kgate.filters.builtin.audit_log import AuditLog
-from kgate.filters.builtin.audit_writer import AuditCounters, AuditWriter
+from kgate.filters.builtin.audit.event import Captured, build_event, topic_ids_of
+from kgate.filters.builtin.audit.files import AuditFiles
+from kgate.filters.builtin.audit.filter import AuditLog
+from kgate.filters.builtin.audit.writer import AuditCounters, AuditWriter
 from kgate.filters.exchanges import POLICY_STATE_KEY
 from kgate.proxy.exchange import Exchange
 from kgate.testing.frames import request_bytes, response_bytes
@@ -292,7 +292,7 @@ def test_a_live_writers_file_is_never_shared(tmp_path: Path, monkeypatch: pytest
     """Two writers under one instance id (two workers, a mistaken config): the second opens its own file."""
     import fcntl
 
-    from kgate.filters.builtin import audit_files
+    from kgate.filters.builtin.audit import files as audit_files
 
     monkeypatch.setattr(audit_files.time, "strftime", lambda *a: "20260101T000000Z")
     theirs = tmp_path / ".kgate-audit-inst_1-20260101T000000Z-000001.jsonl"
@@ -310,7 +310,7 @@ def test_a_file_taken_for_an_orphan_before_its_lock_is_not_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Between create and lock, a starting writer may remove the new empty file as an orphan."""
-    from kgate.filters.builtin import audit_files
+    from kgate.filters.builtin.audit import files as audit_files
 
     monkeypatch.setattr(audit_files.time, "strftime", lambda *a: "20260101T000000Z")
     files = AuditFiles(tmp_path, "inst:1", 1 << 20, 3600, False)
@@ -512,7 +512,7 @@ def test_config_error_in_yaml_names_the_filter_and_key() -> None:
 @pytest.mark.parametrize("version", range(4, 18))
 def test_fetch_walkers_match_the_codec(version: int) -> None:
     from kgate.codec import api
-    from kgate.filters.builtin.audit_wire import Chunks, body_offset, fetch_response_topics
+    from kgate.filters.builtin.audit.wire import Chunks, body_offset, fetch_response_topics
 
     ids = [uuid4(), uuid4()]
     keys: list[Any] = ids if version >= 13 else ["a", "bb"]
@@ -539,7 +539,7 @@ def test_fetch_walkers_match_the_codec(version: int) -> None:
 def test_produce_walkers_match_the_codec(version: int) -> None:
     from kgate.codec import api
     from kgate.codec.headers import parse_request_header
-    from kgate.filters.builtin.audit_wire import Chunks, produce_request_topics
+    from kgate.filters.builtin.audit.wire import Chunks, produce_request_topics
 
     req, _resp = _produce_frames(version, {"a": [[b"1", b"2"], [b"3"]], "b": [[b"4"]]}, {"b": 6})
     header = parse_request_header(req, api.request_header_version(PRODUCE, version))
@@ -584,7 +584,7 @@ def test_count_records_in_place_equals_contiguous() -> None:
     """Record counting over the pieces of a streamed answer, cut anywhere, equals the whole's."""
     import random
 
-    from kgate.filters.builtin.audit_wire import Chunks, count_records
+    from kgate.filters.builtin.audit.wire import Chunks, count_records
 
     data = b"".join(record_batch([b"v" * (i % 7)] * (1 + i % 5)) for i in range(200))
     whole = count_records(data, 0, len(data))

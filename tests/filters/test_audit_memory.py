@@ -11,7 +11,7 @@ import pytest
 
 _CYCLES = """
 import resource, sys
-from kgate.filters.builtin.audit_memory import keep_freed_memory
+from kgate.filters.builtin.audit.memory import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory(64 << 20)
 def burst():

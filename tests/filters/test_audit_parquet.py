@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from kgate.api import FilterConfigError
-from kgate.filters.builtin.audit_files import AuditFiles
-from kgate.filters.builtin.audit_log import AuditLog
+from kgate.filters.builtin.audit.files import AuditFiles
+from kgate.filters.builtin.audit.filter import AuditLog
 
 
 def _line(i: int, **over: Any) -> bytes:

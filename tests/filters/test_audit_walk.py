@@ -44,8 +44,8 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from kgate.filters.builtin import audit_event
-from kgate.filters.builtin.audit_event import Captured, event_line, topic_ids_of
+from kgate.filters.builtin.audit import event as audit_event
+from kgate.filters.builtin.audit.event import Captured, event_line, topic_ids_of
 from kgate.proxy.exchange import Exchange
 from kgate.testing.frames import request_bytes, response_bytes
 
@@ -308,7 +308,7 @@ def test_truncated_frames_are_left_to_the_decoder_path(
 def test_every_batch_counted_in_place_and_whole(batches: int) -> None:
     """Any number of batches is counted exactly (the count once stopped at 256 and became null), whether
     the record set is whole or in pieces; a trailing partial batch (a trimmed Fetch answer) is not counted."""
-    from kgate.filters.builtin.audit_wire import Chunks, count_records
+    from kgate.filters.builtin.audit.wire import Chunks, count_records
 
     data = b"".join(record_batch([b"r", b"s"]) for _ in range(batches))
     assert count_records(data, 0, len(data)) == 2 * batches
@@ -327,7 +327,7 @@ def test_control_batches_and_legacy_messages() -> None:
     import struct
     import zlib
 
-    from kgate.filters.builtin.audit_wire import CONTROL, count_records
+    from kgate.filters.builtin.audit.wire import CONTROL, count_records
 
     marker = bytearray(record_batch([b"m"]))
     marker[22] |= CONTROL  # attributes (int16 at 21), low byte

@@ -18,8 +18,8 @@ import pytest
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, ErrorCode, Forward, Respond
 from kgate.codec import api
-from kgate.filters.builtin.acl_table import TABLE, UNCHECKED, markdown_table
-from kgate.filters.builtin.authorizer import Authorizer
+from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED, markdown_table
+from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.exchanges import POLICY_STATE_KEY
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -499,7 +499,7 @@ def test_peeked_produce_of_an_allowed_topic_forwards_without_counting_twice() ->
 
 
 def test_denials_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
-    from kgate.filters.builtin import authz_report
+    from kgate.filters.builtin.authz import report as authz_report
 
     now = [1000.0]
     monkeypatch.setattr(authz_report.time, "monotonic", lambda: now[0])
@@ -551,7 +551,7 @@ async def test_a_topic_entry_without_name_or_id_names_nothing_and_goes_to_the_br
     """DeleteTopics v6 ``{name: null, topic_id: zero}`` beside a denied name: the denied one is refused,
     the nameless one forwarded (no rule can apply to it; Kafka answers it INVALID_REQUEST). Both filters
     name topics through the one ``authz_shapes.known_names``; topic-policy's former copy raised TypeError."""
-    from kgate.filters.builtin.topic_policy import TopicPolicy
+    from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
     f: Any = authorizer() if which == "authorizer" else TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
     c = rq(ApiKey.DELETE_TOPICS)
@@ -583,7 +583,7 @@ async def test_listing_verdicts_are_remembered_per_client() -> None:
 
 def test_listing_verdicts_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """All identities' remembered describe verdicts together stay under the rule set's cache bound."""
-    from kgate.filters.builtin.acl_rules import RuleSet
+    from kgate.filters.builtin.authz.acl_rules import RuleSet
 
     monkeypatch.setattr(RuleSet, "CACHE_MAX", 50)
     f = authorizer()

@@ -18,9 +18,9 @@ import pytest
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, Forward
 from kgate.codec import api
-from kgate.filters.builtin.acl_rules import Op, Res
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.authz_operations import (
+from kgate.filters.builtin.authz.acl_rules import Op, Res
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.operations import (
     NOT_REQUESTED,
     SUPPORTED,
     narrowed,
@@ -180,7 +180,7 @@ async def test_heartbeat_assignment_loses_topics_the_member_may_not_describe(key
 
 
 async def test_topic_policy_strips_denied_topics_from_heartbeat_assignments() -> None:
-    from kgate.filters.builtin.topic_policy import TopicPolicy
+    from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
     key, version = ApiKey.CONSUMER_GROUP_HEARTBEAT, 1
     rc = api.API_INFO[key].response_class

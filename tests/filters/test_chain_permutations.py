@@ -34,10 +34,10 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from kgate.filters.builtin.audit_log import AuditLog
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.internal_topics import InternalTopics
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.audit.filter import AuditLog
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
+from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
 
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED

@@ -21,8 +21,8 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 OK, HIDDEN, SECRET = (uuid.uuid4() for _ in range(3))

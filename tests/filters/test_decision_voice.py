@@ -20,8 +20,8 @@ from test_marks_topic_everywhere import MARKS, MARKS_ID, REQUESTS
 from kgate import testing
 from kgate.api import ApiKey, Filter
 from kgate.codec import api
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
 
 

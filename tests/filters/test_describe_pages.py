@@ -18,9 +18,9 @@ import pytest
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, Filter
 from kgate.codec.generated import describe_topic_partitions as dtp
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.internal_topics import InternalTopics
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
+from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
 
 MARKS = "__kgate_internal_topics"

@@ -16,8 +16,8 @@ from prometheus_client import REGISTRY
 
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, Close, ErrorCode, Forward, Respond
-from kgate.filters.builtin import guardrail_report
-from kgate.filters.builtin.guardrails import Guardrails
+from kgate.filters.builtin.guardrails import report as guardrail_report
+from kgate.filters.builtin.guardrails.filter import Guardrails
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import POLICY_STATE_KEY
 from kgate.proxy.plans import Plans, RequestPlan
@@ -342,7 +342,7 @@ def test_the_default_chain_learns_no_topic_names_so_metadata_answers_stay_undeco
     """Guardrails reads names from the request itself: a chain of it alone must not make kgate decode
     every Metadata answer to learn names nobody asks for (callgrind: 5.5x the instructions per
     Metadata before ``uses_topic_names``). A chain with a name-using filter still learns them."""
-    from kgate.filters.builtin.topic_policy import TopicPolicy
+    from kgate.filters.builtin.authz.topic_policy import TopicPolicy
     from kgate.proxy.plans import ResponsePlan
 
     alone = FilterChain([guardrails()])

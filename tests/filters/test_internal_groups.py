@@ -14,7 +14,7 @@ from kgate.codec.generated import alter_share_group_offsets as asgo
 from kgate.codec.generated import describe_share_group_offsets as dso
 from kgate.codec.generated import share_fetch as sf
 from kgate.codec.generated import share_group_heartbeat as sgh
-from kgate.filters.builtin.internal_topics import InternalTopics
+from kgate.filters.builtin.internal_topics.filter import InternalTopics
 
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 MARKS_ID, OFFSETS_ID, PLAIN_ID = (uuid.uuid4() for _ in range(3))

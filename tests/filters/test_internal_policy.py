@@ -19,9 +19,9 @@ from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopic
 from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.codec.records import encode_batch
-from kgate.filters.builtin.internal_policy import Classifier, Kind, is_internal, parse_internal, refusal
-from kgate.filters.builtin.internal_topics import InternalTopics
-from kgate.filters.builtin.topic_marks import MarkTable, mark_key, mark_value, parse_mark
+from kgate.filters.builtin.internal_topics.filter import InternalTopics
+from kgate.filters.builtin.internal_topics.marks import MarkTable, mark_key, mark_value, parse_mark
+from kgate.filters.builtin.internal_topics.policy import Classifier, Kind, is_internal, parse_internal, refusal
 
 INVALID_TOPIC = ErrorCode.INVALID_TOPIC_EXCEPTION
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED
@@ -302,7 +302,7 @@ async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() 
         CreateTopicsRequest,
         CreateTopicsResponse,
     )
-    from kgate.filters.builtin.topic_marks import MarkWriteError
+    from kgate.filters.builtin.internal_topics.marks import MarkWriteError
 
     f = _filter()
 

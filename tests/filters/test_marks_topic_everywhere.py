@@ -20,9 +20,9 @@ from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
 from kgate.codec.generated import describe_log_dirs as dld
 from kgate.codec.generated import describe_transactions as dtx
-from kgate.filters.builtin.acl_rules import Res
-from kgate.filters.builtin.acl_table import TABLE
-from kgate.filters.builtin.internal_topics import InternalTopics
+from kgate.filters.builtin.authz.acl_rules import Res
+from kgate.filters.builtin.authz.acl_table import TABLE
+from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
 
 MARKS = "__kgate_internal_topics"

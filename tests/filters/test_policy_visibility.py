@@ -60,7 +60,7 @@ from kgate.codec.generated.share_group_describe import Member as SgdMember
 from kgate.codec.generated.share_group_describe import ShareGroupDescribeResponse
 from kgate.codec.generated.share_group_describe import TopicPartitions as SgdTopicPartitions
 from kgate.codec.generated.share_group_heartbeat import ShareGroupHeartbeatRequest
-from kgate.filters.builtin.topic_visibility import DESCRIBE_REFUSED
+from kgate.filters.builtin.authz.visibility import DESCRIBE_REFUSED
 
 OFFSET_FETCH, CGH, CGD, DTP, SGH, SGD = 9, 68, 69, 75, 76, 77
 DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 21, 23, 28, 47

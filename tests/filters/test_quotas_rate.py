@@ -11,8 +11,8 @@ import pytest
 
 from kgate.api import FORWARD, ApiKey, ConnectionInfo, FilterConfigError, Forward
 from kgate.codec import api
-from kgate.filters.builtin.quotas import Quotas
-from kgate.filters.builtin.quotas_rate import (
+from kgate.filters.builtin.quotas.filter import Quotas
+from kgate.filters.builtin.quotas.rate import (
     CONNECTIONS,
     FETCH_BYTES,
     PRODUCE_BYTES,

@@ -24,10 +24,10 @@ from kgate.codec.generated import describe_share_group_offsets as dso
 from kgate.codec.generated import streams_group_describe as sgd
 from kgate.codec.generated import streams_group_heartbeat as sgh
 from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.authz_operations import operation_names
-from kgate.filters.builtin.topic_policy import TopicPolicy
-from kgate.filters.builtin.topic_visibility import STREAMS_DESCRIBE_REFUSED
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.operations import operation_names
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.visibility import STREAMS_DESCRIBE_REFUSED
 
 KAFKA_GROUP_ALL = sum(1 << code for code in (3, 6, 8, 10, 11))  # read, delete, describe, describe/alter configs
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED

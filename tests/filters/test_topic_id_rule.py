@@ -18,7 +18,7 @@ from kgate import testing
 from kgate.api import FORWARD, ApiKey, ErrorCode, Forward, Respond
 from kgate.codec.generated import metadata as md
 from kgate.codec.generated import offset_fetch as of
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
 AUTHZ, UNKNOWN = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID
 

@@ -59,7 +59,7 @@ from kgate.codec.generated.share_fetch import FetchPartition as SharePartition
 from kgate.codec.generated.share_fetch import FetchTopic as ShareTopic
 from kgate.codec.generated.share_fetch import ForgottenTopic as ShareForgotten
 from kgate.codec.generated.share_fetch import ShareFetchRequest
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.exchanges import POLICY_STATE_KEY
 
 PRODUCE, OFFSET_COMMIT, CGH, SHARE_FETCH = 0, 8, 68, 78

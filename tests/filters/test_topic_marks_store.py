@@ -20,7 +20,7 @@ from kgate.codec.generated.fetch import FetchableTopicResponse, FetchResponse, P
 from kgate.codec.generated.metadata import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
 from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 from kgate.codec.records import decode_batches
-from kgate.filters.builtin.topic_marks import MarksStore, MarkWriteError, mark_key, mark_value
+from kgate.filters.builtin.internal_topics.marks import MarksStore, MarkWriteError, mark_key, mark_value
 
 TOPIC_ID = uuid.uuid4()
 

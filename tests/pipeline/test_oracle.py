@@ -66,7 +66,7 @@ def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> No
     d.mkdir(parents=True)
     thirds = [events[0::3], events[1::3], events[2::3]]
     if as_parquet:
-        from kgate.filters.builtin.audit_parquet import convert_file
+        from kgate.filters.builtin.audit.parquet import convert_file
 
         for n, part in enumerate(thirds):
             hidden = d / f".kgate-audit-{n}.jsonl"

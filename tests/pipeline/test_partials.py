@@ -205,7 +205,7 @@ def test_parquet_audit_files_roll_up_like_their_json_lines(tmp_path: Any) -> Non
     """The same events as JSON lines and as the audit log's Parquet (``format: parquet``, written by
     the filter's converter) give the same partial roll-up but for the file name; a file that is not
     Parquet counts as one malformed line."""
-    from kgate.filters.builtin.audit_parquet import convert_file
+    from kgate.filters.builtin.audit.parquet import convert_file
 
     events = [event(T0 + i * 1_000_000, api="Produce" if i % 3 else "Fetch", version=9 + i % 5,
                     client_id=f"c{i % 4}", topics=[topic(f"t{i % 2}", bytes=100 + i, records=None if i == 7 else i)])

@@ -178,7 +178,7 @@ def test_streamed_request_is_kept_as_its_pieces() -> None:
     """A Produce larger than a read goes upstream piece by piece (raw mode): the report carries
     those pieces, and the audit event counts its records from them."""
     from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
-    from kgate.filters.builtin.audit_event import Captured, build_event
+    from kgate.filters.builtin.audit.event import Captured, build_event
 
     reports = Reports()
     core, actions = _core(reports)

@@ -14,7 +14,7 @@ from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
-from kgate.filters.builtin.authorizer import Authorizer
+from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.proxy import rewrite
 from kgate.proxy.close_reason import CloseReason
 

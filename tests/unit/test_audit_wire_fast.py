@@ -1,4 +1,4 @@
-"""The fast per-topic byte walkers (filters/builtin/audit_wire.py, used by the per-topic metrics on
+"""The fast per-topic byte walkers (filters/builtin/audit/wire.py, used by the per-topic metrics on
 the event loop) agree with the generic walkers the audit log uses, over every Produce and Fetch
 version kgate handles, and refuse a frame cut short instead of reading past it."""
 
@@ -13,7 +13,7 @@ from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.codec.generated.fetch import AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from kgate.filters.builtin.audit_wire import (
+from kgate.filters.builtin.audit.wire import (
     Chunks,
     WireError,
     body_offset,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-import kgate.filters.builtin.quotas  # registers the throttle collector
+import kgate.filters.builtin.quotas.filter  # registers the throttle collector
 import kgate.proxy.client_metrics  # registers the per-client collector
 import kgate.proxy.exchange_metrics  # registers the per-exchange and per-topic collectors
 import kgate.proxy.metrics  # registers the data-path collector

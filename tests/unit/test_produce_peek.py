@@ -19,7 +19,7 @@ from kgate.codec import api
 from kgate.codec.generated import produce as pm
 from kgate.codec.headers import HeaderError, parse_request_header, request_frame
 from kgate.codec.peek import produce_prefix
-from kgate.filters.builtin.topic_policy import TopicPolicy
+from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.proxy.core import ConnectionCore
 
 CHUNK = 65536
@@ -246,8 +246,8 @@ def test_end_of_one_then_too_little_of_the_next_to_peek(head: int) -> None:
 
 def _acl_filters() -> list[Filter]:
     """The yardstick's kgate-acl (bench/ab_yardstick.py): the authorizer, five rules, plus internal-topics."""
-    from kgate.filters.builtin.authorizer import Authorizer
-    from kgate.filters.builtin.internal_topics import InternalTopics
+    from kgate.filters.builtin.authz.authorizer import Authorizer
+    from kgate.filters.builtin.internal_topics.filter import InternalTopics
 
     acl = {"default": "deny", "rules": [
         {"allow": "all", "topic": "*"}, {"allow": "all", "group": "*"}, {"allow": "all", "transactional_id": "*"},

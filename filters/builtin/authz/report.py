@@ -26,7 +26,7 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kgate.codec import api
-from kgate.filters.builtin.acl_rules import Identity, Op, Res
+from kgate.filters.builtin.authz.acl_rules import Identity, Op, Res
 
 log = logging.getLogger("kgate.authz")
 

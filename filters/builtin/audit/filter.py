@@ -5,7 +5,7 @@ path it audits (a hook on Produce would turn the header-only raw mode into decod
 request). Instead it asks the proxy for finished exchanges (``observe_exchanges``,
 filters/exchanges.py). Per exchange the event loop pays one sampling test (only when sampling is
 configured), one small object and a deque append; everything else (decoding topics, resolving
-ids, JSON, the file) happens on the writer thread (audit_writer.py), bounded and dropping rather
+ids, JSON, the file) happens on the writer thread (writer.py), bounded and dropping rather
 than blocking.
 
 Configuration (``{name: audit-log, config: {directory: DIR}}`` is enough)::
@@ -43,10 +43,10 @@ from prometheus_client.registry import Collector
 
 from kgate.api import ConnectionInfo, Filter, FilterConfigError
 from kgate.codec import api
-from kgate.filters.builtin.audit_files import AuditFiles
-from kgate.filters.builtin.audit_kafka import KafkaSink
-from kgate.filters.builtin.audit_memory import keep_freed_memory
-from kgate.filters.builtin.audit_writer import AuditCounters, AuditWriter, loop_resolver
+from kgate.filters.builtin.audit.files import AuditFiles
+from kgate.filters.builtin.audit.kafka_sink import KafkaSink
+from kgate.filters.builtin.audit.memory import keep_freed_memory
+from kgate.filters.builtin.audit.writer import AuditCounters, AuditWriter, loop_resolver
 from kgate.filters.exchanges import ExchangeObserver, ExchangeServices, FinishedExchange
 
 _KEYS = {
@@ -165,7 +165,7 @@ class AuditLog(Filter):
         if fmt not in ("jsonl", "parquet"):
             raise FilterConfigError(f"format: expected jsonl or parquet, got {fmt!r}")
         if fmt == "parquet":
-            from kgate.filters.builtin.audit_parquet import missing
+            from kgate.filters.builtin.audit.parquet import missing
 
             problem = missing()
             if problem:

@@ -23,7 +23,7 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kgate.api import ApiKey, FilterContext
-from kgate.filters.builtin.guardrail_rules import Refusal
+from kgate.filters.builtin.guardrails.rules import Refusal
 
 log = logging.getLogger("kgate.guardrails")
 

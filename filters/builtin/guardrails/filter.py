@@ -40,9 +40,9 @@ from kgate.api import (
     respond,
 )
 from kgate.codec import api
-from kgate.filters.builtin.authz_shapes import ENTRY_LISTS, ConfigResource, element_class, make
-from kgate.filters.builtin.guardrail_report import RefusalReport
-from kgate.filters.builtin.guardrail_rules import Refusal, Rules, validate
+from kgate.filters.builtin.authz.shapes import ENTRY_LISTS, ConfigResource, element_class, make
+from kgate.filters.builtin.guardrails.report import RefusalReport
+from kgate.filters.builtin.guardrails.rules import Refusal, Rules, validate
 from kgate.filters.exchanges import POLICY_STATE_KEY, record_policy_decision
 
 _STATE = "guardrails.refused"  # (response list attribute, error entries) waiting for the broker's answer

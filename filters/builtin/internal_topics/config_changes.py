@@ -32,7 +32,7 @@ from kgate.api import (
     respond,
 )
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from kgate.filters.builtin.internal_answers import (
+from kgate.filters.builtin.internal_topics.answers import (
     AUTHZ_MESSAGE,
     OP_DELETE,
     OP_SET,
@@ -44,8 +44,8 @@ from kgate.filters.builtin.internal_answers import (
     created_internal_config,
     lost_mark,
 )
-from kgate.filters.builtin.internal_policy import INTERNAL_CONFIG, parse_internal
-from kgate.filters.builtin.topic_marks import MarksStore, MarkWriteError
+from kgate.filters.builtin.internal_topics.marks import MarksStore, MarkWriteError
+from kgate.filters.builtin.internal_topics.policy import INTERNAL_CONFIG, parse_internal
 
 log = logging.getLogger("kgate.filters.internal_topics")
 

@@ -35,11 +35,11 @@ from kgate.api import (
     refuse_topics,
     respond,
 )
-from kgate.filters.builtin.acl_rules import RuleSet, topic_policy_rules
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.internal_answers import AUTHZ_MESSAGE
-from kgate.filters.builtin.topic_marks import MarksStore
-from kgate.filters.builtin.topic_visibility import hide_share_group_offsets, strip_assignment, topology_topics
+from kgate.filters.builtin.authz.acl_rules import RuleSet, topic_policy_rules
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.visibility import hide_share_group_offsets, strip_assignment, topology_topics
+from kgate.filters.builtin.internal_topics.answers import AUTHZ_MESSAGE
+from kgate.filters.builtin.internal_topics.marks import MarksStore
 
 
 class GroupHooks:

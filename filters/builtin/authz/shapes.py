@@ -16,7 +16,7 @@ from uuid import UUID
 
 from kgate.api import ApiKey, ErrorCode, FilterContext, TopicKey
 from kgate.codec import api
-from kgate.filters.builtin.acl_rules import Op, Res
+from kgate.filters.builtin.authz.acl_rules import Op, Res
 
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED

@@ -39,7 +39,7 @@ from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward
 from kgate.codec import api
 from kgate.codec.generated.describe_topic_partitions import Cursor as _CURSOR
 from kgate.codec.generated.describe_topic_partitions import DescribeTopicPartitionsResponseTopic as _DTP_TOPIC
-from kgate.filters.builtin.authz_operations import NOT_REQUESTED
+from kgate.filters.builtin.authz.operations import NOT_REQUESTED
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

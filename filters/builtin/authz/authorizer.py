@@ -53,11 +53,11 @@ from kgate.api import (
 )
 from kgate.codec import api
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from kgate.filters.builtin.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
-from kgate.filters.builtin.acl_table import TABLE, UNCHECKED
-from kgate.filters.builtin.authz_operations import NOT_REQUESTED, narrowed, operations_bitfield
-from kgate.filters.builtin.authz_report import DecisionReport
-from kgate.filters.builtin.authz_shapes import (
+from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
+from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED
+from kgate.filters.builtin.authz.operations import NOT_REQUESTED, narrowed, operations_bitfield
+from kgate.filters.builtin.authz.report import DecisionReport
+from kgate.filters.builtin.authz.shapes import (
     CONFIG_RESOURCES,
     DENIED_MESSAGE,
     ENTRY_LISTS,
@@ -71,7 +71,7 @@ from kgate.filters.builtin.authz_shapes import (
     known_names,
     look_up,
 )
-from kgate.filters.builtin.topic_visibility import (
+from kgate.filters.builtin.authz.visibility import (
     assigned_topic_ids,
     hide_log_dir_topics,
     hide_offsets,

@@ -3,7 +3,7 @@
 Enforced as a Kafka broker enforces its quotas (KIP-219): the client is not refused anything; the
 answer carries ``throttle_time_ms`` (the larger of the broker's and kgate's) and kgate stops
 reading the client's connection for the throttle time, so a client that ignores the field is
-slowed all the same. Which rule applies to whom and how rates are measured: quotas_rate.py.
+slowed all the same. Which rule applies to whom and how rates are measured: rate.py.
 
 **Recording.** A Produce is charged its frame's bytes when kgate reads it (from the header: the
 records still stream through): a producer keeps many requests in flight, and the connection must
@@ -54,7 +54,7 @@ from kgate.api import (
     on_request,
     on_response,
 )
-from kgate.filters.builtin.quotas_rate import (
+from kgate.filters.builtin.quotas.rate import (
     CONNECTIONS,
     FETCH_BYTES,
     PRODUCE_BYTES,

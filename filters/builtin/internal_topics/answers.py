@@ -19,7 +19,7 @@ from kgate.codec.generated.incremental_alter_configs import (
     AlterConfigsResourceResponse as IncrementalAlterConfigsResourceResponse,
 )
 from kgate.codec.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
-from kgate.filters.builtin.internal_policy import INTERNAL_CONFIG
+from kgate.filters.builtin.internal_topics.policy import INTERNAL_CONFIG
 
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 OP_SET, OP_DELETE = 0, 1  # IncrementalAlterConfigs config_operation

@@ -56,14 +56,16 @@ from kgate.api import (
     refuse_topics,
     request_topics,
 )
-from kgate.filters.builtin.internal_answers import (
+from kgate.filters.builtin.authz.visibility import hide_described_topics, hide_undescribable, note_describe_rule
+from kgate.filters.builtin.internal_topics.answers import (
     AUTHZ_MESSAGE,
     TOPIC_RESOURCE,
     described_internal,
 )
-from kgate.filters.builtin.internal_config_changes import ConfigChangeHooks
-from kgate.filters.builtin.internal_groups import GroupHooks
-from kgate.filters.builtin.internal_policy import (
+from kgate.filters.builtin.internal_topics.config_changes import ConfigChangeHooks
+from kgate.filters.builtin.internal_topics.groups import GroupHooks
+from kgate.filters.builtin.internal_topics.marks import DEFAULT_TOPIC, MarksStore, MarkWriteError
+from kgate.filters.builtin.internal_topics.policy import (
     DEFAULT_SYSTEM_TOPICS,
     INTERNAL_CONFIG,
     Classifier,
@@ -72,8 +74,6 @@ from kgate.filters.builtin.internal_policy import (
     refusal,
     refusal_message,
 )
-from kgate.filters.builtin.topic_marks import DEFAULT_TOPIC, MarksStore, MarkWriteError
-from kgate.filters.builtin.topic_visibility import hide_described_topics, hide_undescribable, note_describe_rule
 
 log = logging.getLogger("kgate.filters.internal_topics")
 

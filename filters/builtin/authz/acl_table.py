@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kgate.api import ApiKey, ErrorCode
-from kgate.filters.builtin.acl_rules import Op, Res
+from kgate.filters.builtin.authz.acl_rules import Op, Res
 
 T, G, X, C = Res.TOPIC, Res.GROUP, Res.TRANSACTIONAL_ID, Res.CLUSTER
 TOPIC_DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED

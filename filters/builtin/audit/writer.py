@@ -8,7 +8,7 @@ the queue holds ``queue_size`` events or ``max_queue_bytes`` of frames, the even
 counted (``kgate_audit_events_dropped_total{reason="queue_full"}``): a slow or full disk costs
 audit events, never client latency. The thread takes what is queued in chunks, asks the event
 loop once per chunk for the topic names it does not know yet (kgate's resolver lives there),
-builds the events (audit_event.py), and writes them with one ``write`` per chunk. A failed write
+builds the events (event.py), and writes them with one ``write`` per chunk. A failed write
 (disk full, read-only) drops that chunk's events with ``reason="write_error"`` and the thread
 carries on. The loop never signals the thread (a ``call_soon_threadsafe`` or ``Event.set`` per
 event would cost more than the event): the thread polls every ``POLL_S`` when it finds nothing.
@@ -16,10 +16,10 @@ event would cost more than the event): the thread polls every ``POLL_S`` when it
 The frames stay referenced until the thread has read them (up to ``POLL_S``); freed in bursts,
 their memory was handed back to the OS and faulted in again by the event loop's next reads (130-214
 minor faults per MB of produce-100 B traffic, the event-loop thread's CPU +0.3-0.5 ms/MB, three
-times the writer's own cost; docs/performance.md): the filter therefore keeps freed heap for reuse (audit_memory.py).
+times the writer's own cost; docs/performance.md): the filter therefore keeps freed heap for reuse (memory.py).
 
 Counters are plain ints, each written by one thread only (the loop: queue drops; the writer:
-the rest), exported at scrape time (audit_log.py).
+the rest), exported at scrape time (filter.py).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from kgate.api import LOOKUP_FAILED, ConnectionInfo, TopicNameError
-from kgate.filters.builtin.audit_event import Captured, Offered, event_line, topic_ids_of
-from kgate.filters.builtin.audit_files import AuditFiles
+from kgate.filters.builtin.audit.event import Captured, Offered, event_line, topic_ids_of
+from kgate.filters.builtin.audit.files import AuditFiles
 from kgate.filters.exchanges import Answer, FinishedExchange
 
 log = logging.getLogger("kgate.audit")
@@ -126,7 +126,7 @@ class AuditWriter:
 
     # -- writer thread -------------------------------------------------------------------------
     def _run(self) -> None:
-        # no decoder warm-up: whole Produce/Fetch/Metadata frames are walked (audit_walk.py), and
+        # no decoder warm-up: whole Produce/Fetch/Metadata frames are walked (walk.py), and
         # compiling the 64 decoders the walkers replaced took ~130 ms of this thread's CPU at start
         q = self._q
         while True:

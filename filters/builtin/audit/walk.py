@@ -9,7 +9,7 @@ one ``unpack_from`` or index per field, and build nothing but the facts.
 Exactness: each walks the *whole* message (every field of the version, to the end), so a frame
 the generated decoder would reject as truncated is rejected here too (``WireError``, or
 IndexError / struct.error from a read past the end), and the caller then builds the event the old
-way (audit_event.py): the event is the same whichever path made it (tests/filters/
+way (event.py): the event is the same whichever path made it (tests/filters/
 test_audit_walk.py compares both on every Produce, Fetch and Metadata frame of the recorded
 corpus and on hand-made edge cases). A frame is only ever read, never copied (records are counted
 in place, audit_wire.count_records). What these do not check, unlike the decoder: that strings
@@ -26,7 +26,7 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
-from kgate.filters.builtin.audit_wire import WireError, count_records
+from kgate.filters.builtin.audit.wire import WireError, count_records
 
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from

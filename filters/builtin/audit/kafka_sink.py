@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
-from kgate.filters.builtin.audit_writer import AuditCounters
+from kgate.filters.builtin.audit.writer import AuditCounters
 
 log = logging.getLogger("kgate.audit")
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kgate.filters.builtin.acl_rules import Op, Res
+from kgate.filters.builtin.authz.acl_rules import Op, Res
 
 NOT_REQUESTED = -(2**31)  # Kafka: the client did not ask for the field (or the resource is refused)
 

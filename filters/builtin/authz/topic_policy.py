@@ -50,10 +50,10 @@ from kgate.api import (
     on_response,
     respond,
 )
-from kgate.filters.builtin.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
-from kgate.filters.builtin.authorizer import Authorizer
-from kgate.filters.builtin.authz_shapes import known_names, look_up
-from kgate.filters.builtin.topic_visibility import (
+from kgate.filters.builtin.authz.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
+from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.shapes import known_names, look_up
+from kgate.filters.builtin.authz.visibility import (
     hide_log_dir_topics,
     hide_offsets,
     hide_share_group_offsets,

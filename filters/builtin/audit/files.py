@@ -49,7 +49,7 @@ class AuditFiles:
         compress: bool,
         parquet: bool = False,
     ) -> None:
-        """``parquet``: published files are Parquet (audit_parquet.py), converted where gzip would run."""
+        """``parquet``: published files are Parquet (parquet.py), converted where gzip would run."""
         self.directory = directory
         self.instance = safe_instance(instance)
         self.max_file_bytes = max_file_bytes
@@ -196,7 +196,7 @@ class AuditFiles:
     def _finish(self, hidden: Path) -> Path:
         """Publish a closed hidden file compressed: as Parquet or as gzip."""
         if self.parquet:
-            from kgate.filters.builtin.audit_parquet import convert_file
+            from kgate.filters.builtin.audit.parquet import convert_file
 
             return convert_file(hidden)
         return compress_file(hidden)

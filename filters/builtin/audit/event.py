@@ -12,9 +12,9 @@ frames it already had (``Captured``). Per-topic detail comes from:
 - every other api key: ``topics`` is empty; ``error_code`` from the decoded answer.
 
 Two readers give the same facts (tests/filters/test_audit_walk.py): the straight-line walkers of
-audit_walk.py for whole Produce v3-13, Fetch v4-18 and Metadata v1-13 frames and for a Produce
+walk.py for whole Produce v3-13, Fetch v4-18 and Metadata v1-13 frames and for a Produce
 v9+ request that streamed through in pieces (``_walked``), and otherwise kgate's generated
-decoders plus audit_wire.py's walkers over pieces (the decoder path below ``_walked``). The
+decoders plus wire.py's walkers over pieces (the decoder path below ``_walked``). The
 walkers made a writer-thread event cheaper by 15-40 % in process (bench/audit_events.py, same
 loaded machine, µs/event old -> new: Produce 14.9 -> 12.9, a 1 MB Produce streamed in 256 KiB
 reads 20.3 -> 13.6, Fetch 19.4 -> 12.0, Metadata naming a topic 17.4 -> 11.4); the JSON line
@@ -37,8 +37,8 @@ from kgate.api import TOPIC_LISTS, ApiKey, ConnectionInfo, TopicNameError, topic
 from kgate.codec import api
 from kgate.codec.headers import HeaderError, response_body_offset
 from kgate.filters.answer_errors import top_error_code
-from kgate.filters.builtin import audit_walk as walk
-from kgate.filters.builtin.audit_wire import (
+from kgate.filters.builtin.audit import walk as walk
+from kgate.filters.builtin.audit.wire import (
     Chunks,
     WireError,
     body_offset,
@@ -172,7 +172,7 @@ def _request(c: Captured) -> Any:
     """The decoded request: the one a hook decoded, or decoded here from a whole frame.
 
     The generated decoder slices ``records`` as a memoryview (no copy); it reads what the
-    walkers (audit_walk.py) do not: other api keys and versions, frames a walker refused. A
+    walkers (walk.py) do not: other api keys and versions, frames a walker refused. A
     general Python walk (audit_wire._Reader) costs more than the decoder (~3.8 against ~2.5 us
     for a one-topic Produce); the straight-line walkers, one index per field, cost less.
     """
@@ -387,7 +387,7 @@ _WHOLE_TYPES = frozenset((bytes, memoryview, Chunks))
 
 def _walked(c: Captured, answered: bool) -> tuple[int | None, list[_Topic]] | None:
     """``_compute_topics`` for a whole Produce, Fetch or Metadata request (and its whole answer)
-    with the straight-line walkers (audit_walk.py): the same facts as the decoder path below, the
+    with the straight-line walkers (walk.py): the same facts as the decoder path below, the
     event 15-40 % cheaper. None (or an exception from a walker) where that path must decide."""
     ex = c.ex
     key = ex.api_key

@@ -52,7 +52,7 @@ class Chunks:
     def __getitem__(self, key: slice) -> bytes: ...
     def __getitem__(self, key: int | slice) -> int | bytes:
         """A byte (as bytes[i] gives it) or a copy of a range, so that the straight-line walkers
-        (audit_walk.py) read a streamed Produce request as they read a whole one: the few bytes
+        (walk.py) read a streamed Produce request as they read a whole one: the few bytes
         of headers between records, one index each, mostly within the piece read last."""
         if type(key) is int:
             i = self._last

@@ -1,0 +1,1 @@
+"""Access control: the ``authorizer`` and ``topic-policy`` filters, their rules, shapes and reports."""
