@@ -29,7 +29,8 @@ class WireError(ValueError):
 class Chunks:
     """A frame that arrived as several pieces (an answer that streamed through kgate), read in
     place: the pieces are the very buffers kgate forwarded, and joining them would copy every
-    record byte (~0.1 ms per MiB) to read a few hundred bytes of headers."""
+    record byte to read a few hundred bytes of headers (docs/performance.md, "Figures moved out of
+    code comments")."""
 
     __slots__ = ("_last", "_len", "_pieces", "_starts")
 
