@@ -248,7 +248,8 @@ class TopicMetricsConfig:
     """Per-topic metrics (proxy/topic_metrics.py): ``kgate_topic_requests_total``, ``kgate_topic_bytes_total``."""
 
     enabled: bool = True
-    """On by default: with the cap, at most ~4 series per topic, and ~3 us per Produce or Fetch."""
+    """On by default: with the cap, at most ~4 series per topic, and little CPU per Produce or Fetch
+    (docs/performance.md, "The upstream latency histogram and the per-topic metrics")."""
     max_topics: int = 200
     """Topics with a label of their own, per cluster; later ones count under ``topic="<other>"``."""
 

@@ -172,8 +172,8 @@ def _request(c: Captured) -> Any:
 
     The generated decoder slices ``records`` as a memoryview (no copy); it reads what the
     walkers (walk.py) do not: other api keys and versions, frames a walker refused. A
-    general Python walk (audit_wire._Reader) costs more than the decoder (~3.8 against ~2.5 us
-    for a one-topic Produce); the straight-line walkers, one index per field, cost less.
+    general Python walk (audit_wire._Reader) costs more than the decoder (docs/performance.md,
+    "Figures moved out of code comments"); the straight-line walkers, one index per field, cost less.
     """
     ex = c.ex
     if ex.request is not None:
@@ -584,7 +584,8 @@ def event_line(
     """The audit event of one exchange as one JSON line, ``\\n`` included (schema v1).
 
     Written straight from the exchange with f-strings and the C string escaper: building a dict
-    and ``json.dumps`` it cost ~2.5x as much (9 us against 3.5 us per event measured here), and
+    and ``json.dumps`` it cost more than twice as much (docs/performance.md, "Before (the
+    `audit-log` branch as first merged)"), and
     this is the writer thread's largest cost per event after reading the frames. ``wall_offset_ns``
     turns the core's monotonic stamps into wall-clock time (one clock read per exchange instead of
     two); ``names`` holds what was resolved for the event's topic ids.

@@ -1,9 +1,9 @@
 """The audit log's writer thread: a bounded queue in, JSON lines out, never blocking the event loop.
 
 The event loop's whole share of an audit event is ``offer_exchange``: a length test and a deque
-append of a tuple (references to the exchange and the frames kgate already had). With the core's
-stamps that is 1.6 us per exchange on the loaded test machine (a core-only round trip: 2.5 us;
-a whole one through kgate: ~50-60 us of CPU); everything else costs the writer thread. When
+append of a tuple (references to the exchange and the frames kgate already had), small against
+a whole round trip through kgate (docs/performance.md, the core-only A/B at the end of "The audit
+log"); everything else costs the writer thread. When
 the queue holds ``queue_size`` events or ``max_queue_bytes`` of frames, the event is dropped and
 counted (``kgate_audit_events_dropped_total{reason="queue_full"}``): a slow or full disk costs
 audit events, never client latency. The thread takes what is queued in chunks, asks the event
