@@ -37,8 +37,9 @@ class ApiInfo:
     """One api key: its name, the versions both its request and response know, their classes.
 
     ``key`` and ``name`` come from the generated index; the rest from the api's generated module,
-    imported on the first read of any of them. Importing all ~90 modules up front cost every kgate
-    process (and each test subprocess) ~0.8 s for keys most never meet.
+    imported on the first read of any of them. Importing all ~90 modules up front slowed the start
+    of every kgate process (and each test subprocess) for keys most never meet (docs/performance.md,
+    "Figures moved out of code comments").
     """
 
     __slots__ = (

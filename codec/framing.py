@@ -38,7 +38,8 @@ class FrameReader:
         self.max_frame_bytes = max_frame_bytes
         self._chunks: list[bytes | bytearray | memoryview] = []  # partial frame (or partial size prefix) so far
         #: bytes of an incomplete frame held back (in _chunks); a plain attribute, not a property:
-        #: the data path reads it on every read (a property is a Python call there, ~300 instructions)
+        #: the data path reads it on every read, where a property is a whole Python call
+        #: (docs/performance.md, "Figures moved out of code comments")
         self.buffered = 0
         self._need = 0  # total bytes of the frame being assembled, 0 while its size is unknown
         self.error: FramingError | None = None

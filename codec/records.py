@@ -46,8 +46,9 @@ _TABLE = _crc32c_table()
 
 
 def crc32c(data: bytes | memoryview) -> int:
-    """CRC-32C (Castagnoli), the checksum of record batches. Pure Python: ~1 µs per byte-dozen,
-    fine for kgate's own batches of a few hundred bytes."""
+    """CRC-32C (Castagnoli), the checksum of record batches. Pure Python, slow per byte but fine
+    for kgate's own batches of a few hundred bytes (docs/performance.md, "Figures moved out of code
+    comments")."""
     crc = 0xFFFFFFFF
     table = _TABLE
     for b in bytes(data):

@@ -191,17 +191,17 @@ class ProxySettings:
     """Requests a client may have unanswered on one connection before kgate stops reading from it.
 
     A client that pipelines without reading its answers (or faster than the broker answers) would
-    otherwise grow kgate by one in-flight record per request: +82 MiB in 15 s for one such client
-    of 10-byte Produce requests, with other clients' p99 at 119 ms (bench/hostile.py). Real
-    clients keep 5 (Java) to a few hundred (librdkafka batches) in flight; reading resumes as
-    answers go out.
+    otherwise grow kgate by one in-flight record per request, and slow every other client down
+    (bench/hostile.py; docs/performance.md, "Hostile clients" and "Figures moved out of code
+    comments"). Real clients keep 5 (Java) to a few hundred (librdkafka batches) in flight;
+    reading resumes as answers go out.
     """
     validate_requests: bool = False
     """Decode every request of a known api key and version (and walk a Produce's record batches)
     before forwarding it; a malformed one closes the connection and never reaches the broker
-    (proxy/validate.py). Off by default, from its measured cost (docs/performance.md): each request
-    is held whole and decoded, which costs produce 10 KB under topic-policy 0.66x direct instead of
-    0.90x (no Produce streaming), 1.3x proxy CPU per MB on produce, +8 µs per produce-one."""
+    (proxy/validate.py). Off by default, from its measured cost (docs/performance.md, "Request
+    validation"): each request is held whole and decoded, and a Produce under a peeking filter is
+    no longer streamed, which costs large produce throughput and proxy CPU on every produce."""
     max_held_bytes: int = 512 * 1024 * 1024
     """Request bytes held whole across all connections (frames a filter must see, backlog) before
     kgate pauses reading from all but the longest-holding one (proxy/held_bytes.py)."""
@@ -248,7 +248,8 @@ class TopicMetricsConfig:
     """Per-topic metrics (proxy/topic_metrics.py): ``kgate_topic_requests_total``, ``kgate_topic_bytes_total``."""
 
     enabled: bool = True
-    """On by default: with the cap, at most ~4 series per topic, and ~3 us per Produce or Fetch."""
+    """On by default: with the cap, at most ~4 series per topic, and little CPU per Produce or Fetch
+    (docs/performance.md, "The upstream latency histogram and the per-topic metrics")."""
     max_topics: int = 200
     """Topics with a label of their own, per cluster; later ones count under ``topic="<other>"``."""
 

@@ -3,10 +3,11 @@
 Every client connection starts with ApiVersions and Metadata, and a broker answers both with the
 same bytes again and again (its api ranges; its broker list). kgate must rewrite both (cap the
 ranges, map the addresses), and did it from scratch every time: decoding and re-encoding an
-ApiVersions answer of ~60 api keys cost about 33 µs of Python per connection, walking a broker
-list about 5 µs per Metadata answer, which made connection set-up and Metadata the two yardstick
-rows furthest from the raw relay (1.8x and 1.6x its CPU). The memo keeps the rewritten bytes
-keyed on the original ones, so a repeat costs a dictionary lookup or a short byte comparison.
+ApiVersions answer of ~60 api keys on every connection, walking a broker list on every Metadata
+answer, which made connection set-up and Metadata the two yardstick rows furthest from the raw
+relay (docs/performance.md, "The sans-IO core", and "Figures moved out of code comments"). The
+memo keeps the rewritten bytes keyed on the original ones, so a repeat costs a dictionary lookup
+or a short byte comparison.
 
 What makes this safe:
 - ApiVersions: the answer (header v0: only the correlation id) is a pure function of its body,
@@ -20,8 +21,8 @@ What makes this safe:
   producer connecting) mostly gets the very bytes it got before, apart from the correlation id.
   An answer of at most ``MAX_METADATA_BYTES`` whose broker list was fully mapped is remembered
   whole, keyed on everything after the correlation id, so a repeat skips the header walk and the
-  list search (the Metadata row: 44 -> ~38 µs of proxy CPU per round trip, relay 34). A miss
-  costs one copy of at most 8 KiB and a dictionary insert.
+  list search, which brings the Metadata row closer to the relay (docs/performance.md, "Figures
+  moved out of code comments"). A miss costs one copy of at most 8 KiB and a dictionary insert.
 - All are bounded (a few entries per version; the oldest goes) and ``clear()`` forgets all,
   for whoever changes the node mapping or the limits.
 """
@@ -115,8 +116,8 @@ class AnswerMemo:
 
         The answer seen last (per version) is checked first, on the broker's ``bytes`` as they
         were read: same length and the same tail is the same answer, found without the copy, the
-        hash and the lookup of the general case (callgrind, a Metadata round trip: docs/performance.md,
-        2026-11-25).
+        hash and the lookup of the general case, which a Metadata round trip repeats on every
+        request (docs/performance.md, "constants, counters, repeated answers").
         """
         last = self._last_metadata.get(version)  # _repeat, inline: this runs per Metadata request
         if last is not None and isinstance(frame, bytes):

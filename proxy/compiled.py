@@ -5,8 +5,8 @@ an extension module next to its source, which Python imports instead of the ``.p
 optional: without the extensions the same sources run as pure Python (the default of a checkout
 and of ``pip install``). The container image ships them compiled: its build stage builds the
 wheel with ``KGATE_WHEEL_COMPILED=1`` (setup.py), which puts the extensions and ``STAMP`` in it.
-Measured on the request path (callgrind, docs/performance.md, 2026-11-25): a Produce 30,500 ->
-20,600 user-space instructions per request, a Metadata 35,300 -> 26,400 (the raw relay: 9,000).
+Compiled, a Produce or Metadata request runs far fewer user-space instructions, much closer to
+the raw relay's (docs/performance.md, "Figures moved out of code comments").
 
 An extension built from an older source would silently run old code (Python prefers it to the
 ``.py`` file), so the build records each source's SHA-256 in ``STAMP`` and ``stale`` compares:
@@ -34,14 +34,15 @@ HOT_MODULES = (
     "kgate.proxy.metadata_brokers",
     "kgate.proxy.rewrite",
     # The asyncio protocol pair: it subclasses asyncio.Protocol, so mypyc compiles its methods but
-    # keeps it a regular class (the per-instance ``data_received`` binding still works). Measured
-    # with callgrind against the build without it: a connection 367,000 -> 352,000 instructions, a
-    # Produce 22,100 -> 20,900, a Metadata 28,200 -> 27,100 (docs/performance.md, 2026-11-24).
+    # keeps it a regular class (the per-instance ``data_received`` binding still works). It runs on
+    # every connection and request, so compiling it cuts instructions on both (docs/performance.md,
+    # "the connection objects in the optional compiled build").
     "kgate.proxy.connection",
     # What a connection's set-up and teardown call besides: its read gates, the gentle upstream
-    # close and the close reasons. A connection 353,200 -> 341,000 instructions compiled, a request
-    # ~150 fewer (callgrind, 2026-11-25). (proxy.states cannot join as it is: its exception class
-    # subclasses RuntimeError, which mypyc compiles only as a non-native class.)
+    # close and the close reasons: fewer instructions per connection and a few per request
+    # (docs/performance.md, "Figures moved out of code comments"). (proxy.states cannot join as it
+    # is: its exception class subclasses RuntimeError, which mypyc compiles only as a non-native
+    # class.)
     "kgate.proxy.flow",
     "kgate.proxy.gentle_close",
     "kgate.proxy.close_reason",

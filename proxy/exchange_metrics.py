@@ -20,18 +20,17 @@ kgate read the request), not the transfer of a large answer that both sides see 
 Answers kgate makes itself (a filter's ``respond``) and acks=0 Produce have no upstream time and
 are not observed. Cost: one clock read per exchange in the core (``_response``; a streamed answer
 reuses the one already read, a request that streamed in pieces reads one more when its last
-piece goes), a bisect and two adds here: +0.37 us per core-only Metadata round trip (5.04 against 4.67 us), +0.41 us per
-Produce, +0.34 us per Fetch, and none with the admin listener off (3.39 against 3.38 us);
-bench/exchange_metrics_cost.py, CPU time, min of 7 x 20,000, A/B against main in one run on
-the shared 2-core machine at load ~7.4.
+piece goes), a bisect and two adds here: a small part of a core-only round trip, and nothing with
+the admin listener off (bench/exchange_metrics_cost.py; docs/performance.md, "The upstream latency
+histogram and the per-topic metrics").
 
 Same shape as proxy/metrics.py: the data path adds to plain ints (one list per api key:
-bucket counts, sum, bytes) and the collector builds the families at scrape time. Measured on
-the (loaded) 2-core test machine: a ``Histogram.observe`` plus three ``Counter.inc`` on resolved
-children cost 8.7 us per exchange (each takes a lock); this observer adds 1.7 us to a core-only
-round trip of 2.7 us (tests/support/core_driver.py, no sockets), against ~60 us of CPU for a whole
-round trip through kgate. Installed only when the metrics endpoint is on (``metrics.listen``):
-with it off, the core has no observer and pays nothing.
+bucket counts, sum, bytes) and the collector builds the families at scrape time: a
+``Histogram.observe`` plus three ``Counter.inc`` on resolved children cost several times what
+this observer adds per exchange (each takes a lock), and what it adds is small against a whole
+round trip through kgate (docs/performance.md, "Figures moved out of code comments", and the
+core-only A/B at the end of "The audit log"). Installed only when the metrics endpoint is on
+(``metrics.listen``): with it off, the core has no observer and pays nothing.
 """
 
 from __future__ import annotations

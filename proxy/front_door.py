@@ -11,9 +11,8 @@ expired certificate) vanishes inside the event loop, which logs it only in debug
 the protocol nothing; here each failure is logged
 (rate-limited, with the peer and OpenSSL's reason) and counted in
 ``kgate_tls_handshake_failures_total{side="client"}`` and ``kgate_connections_refused_total``.
-It costs each TLS connection about 50 us of CPU more than the TLS server did (1.38 against
-1.33 ms for connect, handshake and close, client and kgate in one process, in-process kgate,
-min of 5 x 200, A/B in one run on the loaded 2-core machine); nothing per request.
+It costs each TLS connection a little more CPU than the TLS server did, at set-up only, and
+nothing per request (docs/performance.md, "front door", at the end of "The audit log").
 
 **PROXY protocol** (with or without TLS): a ``FrontDoor`` takes the socket first. The peer must be
 a trusted source (else refused at once, logged, counted); the header is read **exactly** (a

@@ -1,11 +1,11 @@
 """The CLI process's frozen heap: ``gc.freeze()`` once ready, and a refreeze when a reload retires objects.
 
 Why freeze: the modules, codec schemas and config (~34,000 objects) live as long as the process,
-yet every full collection walked them all again: 4.9 ms per full collection (measured 2026-11-24
-on the loaded 2-core machine; 0.0002 ms once frozen). Connections are what make full collections
-happen: each holds ~130 tracked objects (transports, core, readers, deques, exchanges), and with
-400 clients connecting over and over one full collection ran per ~2,000 connections
-(``gc.callbacks``), ~2.5 µs per connection that the relay, with a tenth of the heap, does not pay.
+yet every full collection walked them all again; frozen, a full collection skips them.
+Connections are what make full collections happen: each holds ~130 tracked objects (transports,
+core, readers, deques, exchanges), and with clients connecting over and over the collections'
+share is a cost per connection that the relay, with a tenth of the heap, does not pay
+(docs/performance.md, "Frozen startup heap", and "Figures moved out of code comments").
 
 Why refreeze: frozen objects are never collected. A configuration reload retires a filter chain
 (or a whole virtual cluster) built before the freeze; whatever of it sits in a reference cycle

@@ -14,11 +14,10 @@ Each line is made cheaply (``setup_logging``): no format kgate writes shows the 
 line, thread or process, so the logging module is told not to collect them (the logging
 HOWTO's "Optimization" switches: a stack walk with a path normalisation per frame, a
 ``threading.current_thread()`` and an ``os.getpid()`` syscall per record), and the text
-timestamp is formatted once per second, not per line. Measured on the connection close line
-(valgrind callgrind, 1,000 lines, 2026-11-24): 111,000 instructions a line before, 83,000 after.
-That line is written once per connection (up to the rate limit), and it was the largest single
-item of a connection's cost: the raw relay spends 136,000 instructions on a whole connection
-(docs/performance.md).
+timestamp is formatted once per second, not per line. That matters for the connection close
+line: it is written once per connection (up to the rate limit), and it was the largest single
+item of a connection's cost, most of what the raw relay spends on a whole connection
+(docs/performance.md, "where a passthrough request's CPU goes beyond the relay's").
 """
 
 from __future__ import annotations
@@ -105,10 +104,9 @@ class LeanRecords:
     about 60 % of a line's cost. Once ``setup_logging`` has switched off what no kgate format shows,
     every field of a record but its message, arguments, time and extras is the same for every line
     of a logger, so this copies them from a template record and hands the record to
-    ``logger.handle``: the same handlers, filters and formatters see the same record. 9.0 -> 4.8 µs
-    a line (timeit, text format, stderr to /dev/null); callgrind, a connection's close line: see
-    docs/performance.md, 2026-11-25. Anything else (a custom record factory, the switches left on,
-    before ``setup_logging``) takes ``logger.info`` itself.
+    ``logger.handle``: the same handlers, filters and formatters see the same record
+    (docs/performance.md, "constants, counters, repeated answers"). Anything else (a custom record
+    factory, the switches left on, before ``setup_logging``) takes ``logger.info`` itself.
     """
 
     __slots__ = ("_base", "_logger")

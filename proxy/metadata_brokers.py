@@ -3,9 +3,10 @@
 Every client asks for Metadata on every connection and on every refresh, and a response for a
 large cluster carries thousands of topics and partitions. kgate only has to change the brokers,
 which come first in the body (after ``throttle_time_ms`` from v3). Decoding and re-encoding the
-whole response with the codec costs about 2 µs per topic; this module reads the few fields before
-and inside the broker list by hand and leaves the rest untouched, which also keeps the topics'
-bytes (and any tagged fields kgate does not know) exactly as the broker sent them.
+whole response with the codec costs time for every topic (docs/performance.md, "Proxy overhead");
+this module reads the few fields before and inside the broker list by hand and leaves the rest
+untouched, which also keeps the topics' bytes (and any tagged fields kgate does not know) exactly
+as the broker sent them.
 
 Used when nothing else needs the decoded response (no filter hooks Metadata responses and no
 filter uses topic names); otherwise the full decode in ``proxy.rewrite`` runs.

@@ -140,8 +140,8 @@ class ClusterMetrics:
         self.self_address_refused = SELF_ADDRESS_REFUSED.labels(cluster)
         #: kgate_requests: (api key, version) label -> its count, in a one-item list: the data path holds
         #: the list (``Plans.route``) and bumps ``cell[0]``, a list store where ``counts[label] += 1``
-        #: hashed a tuple twice (~900 user-space instructions per request compiled, 110 -> 27 ns pure;
-        #: docs/performance.md, 2026-11-25)
+        #: hashed a tuple twice on every request (docs/performance.md, "constants, counters, repeated
+        #: answers")
         self.requests: dict[tuple[int, int], list[int]] = {}
         #: kgate_address_rewrites: api key -> its count, in a one-item list (as ``requests``: the core
         #: holds Metadata's and bumps ``cell[0]``)

@@ -70,7 +70,7 @@ class OwnListeners:
         """Whether a broker address from a response names one of kgate's own listeners.
 
         Asked for every broker of every Metadata answer, so answers are memoised until the set of
-        listeners changes (a fleet has few broker addresses; parsing them each time cost µs).
+        listeners changes (a fleet has few broker addresses; parsing them each time costs more than a lookup).
         """
         key = (host, port)
         hit = self._learned.get(key)

@@ -17,13 +17,10 @@ the cluster (kgate/topic_ids), so the next exchange of that topic has its name.
 Cost, on the event loop: the frame is walked over its topic and partition headers only, never
 its records (a frame held whole by the inline walkers of filters/builtin/audit/wire.py,
 ``produce_topic_bytes`` / ``fetch_topic_bytes``; one that streamed through in pieces by the audit
-log's own walkers, over the pieces, never joined), then one dict read and two adds per topic.
-Measured with bench/exchange_metrics_cost.py (core-only round trips, CPU time, min of 7 runs of
-20,000, 2-core machine shared with other helpers at load ~7.4): a one-topic, one-partition
-Produce v9 with a 1 KiB batch costs 2.6 us more with per-topic metrics than with the per-exchange
-metrics alone (8.15 against 5.54 us), a Fetch v12 answer of the same shape 2.6 us more (6.97
-against 4.42 us); a whole round trip through kgate costs ~60 us of CPU, so about 4%. The audit
-log's generic walker took 3.9 us for that Produce alone, the inline one 1.6 us. Worth it on by
+log's own walkers, over the pieces, never joined), then one dict read and two adds per topic:
+a small share of a whole round trip through kgate, and the inline walkers cost less than the audit
+log's generic one (bench/exchange_metrics_cost.py; docs/performance.md, "The upstream latency
+histogram and the per-topic metrics", and "Figures moved out of code comments"). Worth it on by
 default (``admin.topic_metrics.enabled``, cap 200): per-topic traffic is the first question about
 a Kafka cluster, and batching clients send one Produce per broker per linger, not per record.
 Like every per-exchange metric, nothing at all while the admin listener is off.

@@ -15,13 +15,12 @@ the broker answers what it does not support), the records inside a batch (the br
 their CRC), and bytes after the end of a body (librdkafka sends three extra bytes after some
 Metadata v12 bodies, and Kafka accepts them).
 
-Cost (docs/performance.md, one yardstick run, validating against not): a decode is 1.5-3 µs in a
-tight loop for the common requests, but a validating kgate also holds each request whole before
-forwarding it instead of passing its bytes on as they arrive, and a Produce is no longer streamed
-under a peeking filter: produce 10 KB under topic-policy fell from 0.90x to 0.66x of direct,
-proxy CPU per MB on produce rose 1.27-1.35x (passthrough) and 1.86x (policy, 100 B), a produce-one
-round trip +8 µs of proxy CPU; Metadata and consume rows were unchanged. Hence off by default:
-turn it on in front of brokers that must not see malformed input (or during an incident).
+Cost (docs/performance.md, "Request validation"): the decode itself is cheap, but a validating
+kgate also holds each request whole before forwarding it instead of passing its bytes on as they
+arrive, and a Produce is no longer streamed under a peeking filter, so large produce under a
+policy loses much of its throughput and produce costs more proxy CPU per MB and per request;
+Metadata and consume are unchanged. Hence off by default: turn it on in front of brokers that
+must not see malformed input (or during an incident).
 """
 
 from __future__ import annotations

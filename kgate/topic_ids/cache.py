@@ -1,7 +1,8 @@
 """The topic id -> name cache: pure data, no asyncio, the clock injected.
 
-Ids are keyed by ``UUID.int``: ``uuid.UUID.__hash__`` is Python code (~120 ns), ``int``
-hashing is C, and ``cached()`` runs per partition of every Fetch a name-needing filter sees.
+Ids are keyed by ``UUID.int``: ``uuid.UUID.__hash__`` is Python code, ``int`` hashing is C, and
+``cached()`` runs per partition of every Fetch a name-needing filter sees (docs/performance.md,
+"Figures moved out of code comments").
 
 Ids never change meaning (a deleted-and-recreated topic gets a new id, topics cannot be
 renamed), so an entry can only become *dead*, never wrong. Hence no TTL on names: a bounded LRU

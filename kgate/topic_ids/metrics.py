@@ -1,10 +1,11 @@
 """Prometheus metrics of the topic-id -> name resolver.
 
 Hits, misses and cache size are *not* ordinary prometheus Counters/Gauges: ``cached()`` runs once
-per partition of every Fetch, and a prometheus ``inc()`` takes a lock (~400 ns measured here),
-about four times the cost of the lookup itself. The resolver counts them in plain integers and a
-collector reads those at scrape time. Lookups, their latency and evictions happen off the hot
-path and use ordinary module-level metrics whose labelled children are resolved once.
+per partition of every Fetch, and a prometheus ``inc()`` takes a lock, several times the cost of
+the lookup itself (docs/performance.md, "Figures moved out of code comments"). The resolver
+counts them in plain integers and a collector reads those at scrape time. Lookups, their latency
+and evictions happen off the hot path and use ordinary module-level metrics whose labelled
+children are resolved once.
 
 Names: a Counter ``x`` is exposed as ``x_total`` (and ``x_created``), so no Gauge here is called
 like a Counter's stem (``kgate_topic_names_size`` is a Gauge; there is no ``..._size`` Counter).

@@ -15,10 +15,9 @@ Two readers give the same facts (tests/filters/test_audit_walk.py): the straight
 walk.py for whole Produce v3-13, Fetch v4-18 and Metadata v1-13 frames and for a Produce
 v9+ request that streamed through in pieces (``_walked``), and otherwise kgate's generated
 decoders plus wire.py's walkers over pieces (the decoder path below ``_walked``). The
-walkers made a writer-thread event cheaper by 15-40 % in process (bench/audit_events.py, same
-loaded machine, µs/event old -> new: Produce 14.9 -> 12.9, a 1 MB Produce streamed in 256 KiB
-reads 20.3 -> 13.6, Fetch 19.4 -> 12.0, Metadata naming a topic 17.4 -> 11.4); the JSON line
-costs ~2 µs of that (cached pieces: client, api, topic heads).
+walkers made every writer-thread event cheaper, and the JSON line is a small part of what
+remains thanks to cached pieces (client, api, topic heads) (bench/audit_events.py;
+docs/performance.md, "where the cost was, what was cut").
 
 A name for a topic id is asked of ``names`` (the writer's memo, then kgate's resolver on the
 event loop) so the exchange itself never waited for it.
@@ -173,8 +172,8 @@ def _request(c: Captured) -> Any:
 
     The generated decoder slices ``records`` as a memoryview (no copy); it reads what the
     walkers (walk.py) do not: other api keys and versions, frames a walker refused. A
-    general Python walk (audit_wire._Reader) costs more than the decoder (~3.8 against ~2.5 us
-    for a one-topic Produce); the straight-line walkers, one index per field, cost less.
+    general Python walk (audit_wire._Reader) costs more than the decoder (docs/performance.md,
+    "Figures moved out of code comments"); the straight-line walkers, one index per field, cost less.
     """
     ex = c.ex
     if ex.request is not None:
@@ -585,7 +584,8 @@ def event_line(
     """The audit event of one exchange as one JSON line, ``\\n`` included (schema v1).
 
     Written straight from the exchange with f-strings and the C string escaper: building a dict
-    and ``json.dumps`` it cost ~2.5x as much (9 us against 3.5 us per event measured here), and
+    and ``json.dumps`` it cost more than twice as much (docs/performance.md, "Before (the
+    `audit-log` branch as first merged)"), and
     this is the writer thread's largest cost per event after reading the frames. ``wall_offset_ns``
     turns the core's monotonic stamps into wall-clock time (one clock read per exchange instead of
     two); ``names`` holds what was resolved for the event's topic ids.
@@ -641,7 +641,8 @@ def event_line(
 
 
 #: JSON pieces that repeat from event to event, built once (the writer's per-event cost is Python
-#: work: each cached piece saves a few escaper calls and f-string parts, ~1 µs per event in all):
+#: work: each cached piece saves a few escaper calls and f-string parts; docs/performance.md,
+#: "where the cost was, what was cut"):
 #: (instance, cluster, address, client id, principal) -> '"instance":..,"cluster":..,"client":{..},'
 _CLIENTS: dict[tuple[str, str, str, str | None, str | None], str] = {}
 #: (api key, version) -> '"api":{..},'

@@ -8,8 +8,9 @@ appearing whole, by rename, exactly once. The writer holds an ``flock`` on its o
 start a writer finalizes hidden files nobody holds (left by a kgate that died), so no event is
 stranded in a hidden file across restarts.
 
-Compression runs on its own thread (a 128 MiB file takes ~1.5 s of gzip level 6 CPU; the
-writer thread must keep draining its queue meanwhile). Used only from the audit writer thread.
+Compression runs on its own thread (gzip of a full file takes a noticeable share of a core,
+docs/performance.md, "Figures moved out of code comments"; the writer thread must keep draining
+its queue meanwhile). Used only from the audit writer thread.
 """
 
 from __future__ import annotations

@@ -5,12 +5,11 @@ request and answer buffers (up to 256 KiB reads) alive until the writer has read
 ``POLL_S`` later. The buffers pile up for those milliseconds and are freed in bursts; glibc then
 gives the top of the heap back to the OS (its dynamic trim threshold is twice the largest
 buffer it recently served with mmap), and the next reads fault it back in, page by page, on the
-event loop. Measured (bench/audit_cost.py, 2026-11-24, 2 shared cores at ~200 % load, 5 reps):
-audit on took 130-214 minor faults per MB of produce-100 B traffic in every rep against none with
-audit off, all on the event-loop thread, whose CPU went from 0.64 to 0.94-1.13 ms/MB; the writer
-thread itself used 0.10-0.14 ms/MB. With the heap kept (this module) the faults stop once the
-heap has grown to its working size (the first seconds of traffic), and the loop's CPU is within
-0.04-0.06 ms/MB of audit off.
+event loop. With audit on, every rep took minor faults on the event-loop thread (none with audit
+off), and those faults cost the loop more CPU than the writer thread spent in all. With the heap
+kept (this module) the faults stop once the heap has grown to its working size (the first seconds
+of traffic), and the loop's CPU is close to audit off (bench/audit_cost.py; docs/performance.md,
+"where the cost was, what was cut").
 
 What it does: ``keep_freed_memory(limit)`` sets glibc's ``M_TRIM_THRESHOLD`` to ``limit`` (up to
 that many free bytes at the heap top stay mapped; default: ``max_queue_bytes``, the most the

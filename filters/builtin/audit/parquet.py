@@ -57,7 +57,7 @@ def convert_file(hidden: Path) -> Path:
         content = f.read()
     try:
         # no dictionary encoding: cheaper to write and, for these columns (addresses with ports, times,
-        # sizes), smaller too (docs/performance.md, 2026-11-26)
+        # sizes), smaller too (docs/performance.md, "the audit log's Parquet format")
         with pq.ParquetWriter(tmp, schema, compression="zstd", use_dictionary=False) as writer:
             for block in blocks(content, gzipped=False, block_bytes=BLOCK):
                 tables, bad_lines = parse_block(block, trusted=True)

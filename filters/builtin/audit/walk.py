@@ -2,9 +2,10 @@
 
 The audit log needs a few facts per topic (its name or id, how many partitions, record bytes and
 records, error codes), not the messages. Decoding them whole with kgate's generated decoders built
-an object per topic and partition and cost the writer thread 12-16 µs per event (bench/
-audit_events.py, quiet machine); these functions step over the same bytes with local variables,
-one ``unpack_from`` or index per field, and build nothing but the facts.
+an object per topic and partition, most of the writer thread's cost per event (bench/
+audit_events.py; docs/performance.md, "Figures moved out of code comments"); these functions step
+over the same bytes with local variables, one ``unpack_from`` or index per field, and build nothing
+but the facts.
 
 Exactness: each walks the *whole* message (every field of the version, to the end), so a frame
 the generated decoder would reject as truncated is rejected here too (``WireError``, or
@@ -31,7 +32,7 @@ from kgate.filters.builtin.audit.wire import WireError, count_records
 _I16 = struct.Struct(">h").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _ZERO16 = bytes(16)
-_UUIDS: dict[bytes, UUID] = {}  # raw id -> UUID (a UUID() costs ~1 µs; a topic's id never changes)
+_UUIDS: dict[bytes, UUID] = {}  # raw id -> UUID (a UUID() is slow Python; a topic's id never changes)
 
 
 def _uvarint(buf: bytes | memoryview, p: int) -> tuple[int, int]:

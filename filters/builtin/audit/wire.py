@@ -29,7 +29,8 @@ class WireError(ValueError):
 class Chunks:
     """A frame that arrived as several pieces (an answer that streamed through kgate), read in
     place: the pieces are the very buffers kgate forwarded, and joining them would copy every
-    record byte (~0.1 ms per MiB) to read a few hundred bytes of headers."""
+    record byte to read a few hundred bytes of headers (docs/performance.md, "Figures moved out of
+    code comments")."""
 
     __slots__ = ("_last", "_len", "_pieces", "_starts")
 
@@ -381,10 +382,9 @@ def fetch_response_topics(
 #
 # The same walk as ``produce_request_topics`` / ``fetch_response_topics`` (tests/unit/
 # test_audit_wire_fast.py checks they agree over every version), written out with the field reads
-# inline instead of one method call each: the generic walk of a one-topic, one-partition Produce
-# v9 cost 3.9 us of CPU, this one 1.6 us (the Fetch answer of the same shape: 4.5 against 1.7 us;
-# measured on the loaded 2-core test machine). Only for a frame held whole; one that streamed
-# through in pieces takes the generic walk over ``Chunks``.
+# inline instead of one method call each, well under half the generic walk's CPU for a Produce
+# or a Fetch answer (docs/performance.md, "Figures moved out of code comments"). Only for a frame
+# held whole; one that streamed through in pieces takes the generic walk over ``Chunks``.
 
 _i16 = _I16.unpack_from
 _i32 = _I32.unpack_from

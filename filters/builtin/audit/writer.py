@@ -1,9 +1,9 @@
 """The audit log's writer thread: a bounded queue in, JSON lines out, never blocking the event loop.
 
 The event loop's whole share of an audit event is ``offer_exchange``: a length test and a deque
-append of a tuple (references to the exchange and the frames kgate already had). With the core's
-stamps that is 1.6 us per exchange on the loaded test machine (a core-only round trip: 2.5 us;
-a whole one through kgate: ~50-60 us of CPU); everything else costs the writer thread. When
+append of a tuple (references to the exchange and the frames kgate already had), small against
+a whole round trip through kgate (docs/performance.md, the core-only A/B at the end of "The audit
+log"); everything else costs the writer thread. When
 the queue holds ``queue_size`` events or ``max_queue_bytes`` of frames, the event is dropped and
 counted (``kgate_audit_events_dropped_total{reason="queue_full"}``): a slow or full disk costs
 audit events, never client latency. The thread takes what is queued in chunks, asks the event
@@ -14,9 +14,9 @@ carries on. The loop never signals the thread (a ``call_soon_threadsafe`` or ``E
 event would cost more than the event): the thread polls every ``POLL_S`` when it finds nothing.
 
 The frames stay referenced until the thread has read them (up to ``POLL_S``); freed in bursts,
-their memory was handed back to the OS and faulted in again by the event loop's next reads (130-214
-minor faults per MB of produce-100 B traffic, the event-loop thread's CPU +0.3-0.5 ms/MB, three
-times the writer's own cost; docs/performance.md): the filter therefore keeps freed heap for reuse (memory.py).
+their memory was handed back to the OS and faulted in again by the event loop's next reads, which
+cost the event-loop thread several times the writer's own CPU (docs/performance.md, "where the
+cost was, what was cut"): the filter therefore keeps freed heap for reuse (memory.py).
 
 Counters are plain ints, each written by one thread only (the loop: queue drops; the writer:
 the rest), exported at scrape time (filter.py).
@@ -45,7 +45,7 @@ POLL_S = 0.05  # the writer looks for events this often when it finds none
 CHUNK = 2000  # events built and written per write() at most
 MEMO_MAX = 100_000  # topic id -> name memo entries (a name of an id never changes; ids can only die)
 NEGATIVE_S = 30.0  # an id that did not resolve is asked again after this
-YIELD_EVERY = 32  # events built between voluntary GIL releases (~0.3 ms of work)
+YIELD_EVERY = 32  # events built between voluntary GIL releases (well under a switch interval of work)
 
 
 class LineSink(Protocol):
@@ -127,7 +127,8 @@ class AuditWriter:
     # -- writer thread -------------------------------------------------------------------------
     def _run(self) -> None:
         # no decoder warm-up: whole Produce/Fetch/Metadata frames are walked (walk.py), and
-        # compiling the 64 decoders the walkers replaced took ~130 ms of this thread's CPU at start
+        # compiling the 64 decoders the walkers replaced cost this thread's CPU at start, on a loaded
+        # machine inside the first traffic (docs/performance.md, "where the cost was, what was cut")
         q = self._q
         while True:
             if not q:
@@ -161,7 +162,7 @@ class AuditWriter:
         lines: list[bytes] = []
         for i, c in enumerate(chunk):
             if i % YIELD_EVERY == YIELD_EVERY - 1:
-                time.sleep(0)  # hand the GIL back to the event loop (else it may wait a 5 ms switch interval)
+                time.sleep(0)  # hand the GIL back to the event loop (else it may wait a whole switch interval)
             try:
                 lines.append(
                     event_line(

@@ -575,8 +575,9 @@ class Authorizer(Filter):
         """``allowed(topic name)`` for describe, for this client: asked once per topic in every answer
         that lists topics (a Metadata listing: each of them), so it is a closure over this identity's own
         verdict dict, one ``dict.get`` per topic, rather than the rule set's cache, which builds a 6-tuple
-        key per call: 0.40 -> 0.10 µs per topic of a Metadata listing (in-process CPU time, 100 topics;
-        ``bench/authz_rules.py`` prints the hook beside the response decode, ~3.5 µs per topic)."""
+        key per call: a large listing pays it per topic (docs/performance.md, "Where a Metadata answer's
+        time goes under the authorizer"; ``bench/authz_rules.py`` prints the hook beside the response
+        decode)."""
         who = self._who(ctx.connection)
         verdicts = self._describe_verdicts.get(who)
         if verdicts is None:
