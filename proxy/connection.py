@@ -414,10 +414,13 @@ class ClientConnection(asyncio.Protocol):
         self.core.write_client = self.send_client
         if self.core.closed:
             self._teardown()
-        elif self.upstream is None:
+        elif self.upstream is None and not self.core.suspended:
+            # bytes already held for the broker still go: the connect under way delivers them
             self.core.close(CloseReason.CLIENT_LEFT, "client left before the upstream was connected")
         else:
-            self.core.client_closed()  # requests read from it and not sent yet still go
+            # Requests read from it and not sent yet still go; a suspended one may be the first
+            # for the broker, and its write then opens the broker connection (``_first_write``).
+            self.core.client_closed()
 
     # -- broker side -------------------------------------------------------------------------
     def upstream_lost(self, exc: Exception | None) -> None:

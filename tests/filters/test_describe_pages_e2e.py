@@ -46,10 +46,15 @@ def topics(kafka_broker: Any) -> dict[str, int]:
 
 
 async def pages(port: int, names: list[str], prefix: str, asked: list[str] | None = None) -> list[Any]:
-    """Every page of a listing with limit 1, until the cursor leaves the ``prefix`` range."""
+    """Every page of a listing with limit 1, from the ``prefix`` range's start until the cursor leaves it.
+
+    A listing of every topic starts at ``prefix`` (a cursor naming no topic starts at the next name):
+    the session's broker holds other tests' topics, and paging through them one partition a page
+    would not reach this test's within any bound.
+    """
     client = UpstreamClient(lambda: [("127.0.0.1", port)])
     out: list[Any] = []
-    cursor = None
+    cursor = None if asked else Cursor(topic_name=prefix, partition_index=0)
     try:
         for _ in range(200):
             req = DescribeTopicPartitionsRequest(

@@ -334,6 +334,15 @@ def test_marks_reach_a_second_instance_and_survive_a_restart(broker: Any, kgate_
             return False
 
     wait_until(recreate, 30, interval=0.5, what="the topic recreated")
+
+    def describable() -> bool:  # Kafka's broker applies a created topic a moment after the controller
+        try:
+            _config(broker.bootstrap, name)
+            return True
+        except Exception:  # UNKNOWN_TOPIC_OR_PART, straight from the broker too
+            return False
+
+    wait_until(describable, 20, interval=0.2, what="the recreated topic's configs describable at the broker")
     for inst in (a, c):
         assert not _metadata_by_name(inst.listen_port, name).is_internal
         assert _config(inst.bootstrap, name) == "false"

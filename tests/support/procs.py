@@ -233,7 +233,13 @@ class Kgate(ManagedProcess):
         """Poll ``/readyz`` until it says ``ready`` (or not); its last body."""
         deadline = time.monotonic() + timeout
         while True:
-            status, body = self.http("/readyz")
+            try:
+                status, body = self.http("/readyz")
+            except OSError as exc:  # the admin listener not up yet (--workers: the parent opens it)
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"/readyz unreachable after {timeout}s: {exc}") from exc
+                time.sleep(0.05)
+                continue
             if (status == 200) == ready:
                 return body
             if time.monotonic() > deadline:
