@@ -486,9 +486,11 @@ def _tagged_size(entries: list[tuple[int, bytes]]) -> int:
     )
 
 
-def _pad_entry(room: int) -> tuple[int, bytes] | None:
-    """One (tag, value) whose encoding takes exactly ``room`` bytes; None if none does (room < 2)."""
+def _pad_entry(room: int, above: int) -> tuple[int, bytes] | None:
+    """One (tag above ``above``, value) whose encoding takes exactly ``room`` bytes; None if none does."""
     for tag in (0x7F, PAD_TAG):  # a 1-byte and a 5-byte tag number: every room >= 2 has a fit
+        if tag <= above:
+            continue  # tagged fields go in tag order: the pad must come last
         tag_len = len(P.uvarint_bytes(tag))
         for size_len in (1, 2, 3, 4, 5):
             value = room - tag_len - size_len
@@ -513,8 +515,8 @@ def fit_tagged(entries: list[tuple[int, bytes]], length: int) -> bytes | None:
     top = entries[-1][0] if entries else -1
     # adding the pad entry may lengthen the count's varint (127 -> 128 entries): account for it
     room = length - used - (len(P.uvarint_bytes(len(entries) + 1)) - len(P.uvarint_bytes(len(entries))))
-    pad = _pad_entry(room)
-    if pad is None or pad[0] <= top:
+    pad = _pad_entry(room, top)
+    if pad is None:
         return None
     out = bytearray()
     P.write_tagged(out, [*entries, pad])

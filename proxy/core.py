@@ -1296,7 +1296,7 @@ class ConnectionCore:
             self.sasl.authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
             self.info.principal = self.sasl.principal
         if not hooks:
-            ex.response = self._rewritten(ex, frame, offset, msg) if changed else frame
+            ex.response = self._rewritten(ex, frame, offset, msg) if changed else self._as_sent(ex, frame)
             return
         ctx = MessageContext(self.cluster, self.info, api_key, version, ex.cid, ex.request, ex.state)
         decision = run_hooks(hooks, ctx, msg)
@@ -1343,9 +1343,16 @@ class ConnectionCore:
             elif s.changed:
                 ex.response = self._rewritten(ex, s.frame, s.offset, decision.message)
             else:
-                ex.response = s.frame
+                ex.response = self._as_sent(ex, s.frame)
         except Exception as exc:  # a hook's message that does not encode: this connection only
             self._filter_failed(ex.api_key, ex.api_version, exc, " response")
+
+    def _as_sent(self, ex: Exchange, frame: memoryview) -> bytes | memoryview | None:
+        """A decoded answer nothing changed, as the broker sent it; but an empty node-endpoint list
+        is left out, as on the streamed path (proxy/response_tail.py), which decoding cannot see."""
+        if response_tail.has_tail(ex.api_key, ex.api_version):
+            return self._tail_whole(ex, frame)
+        return frame
 
     def _rewritten(self, ex: Exchange, frame: memoryview, offset: int, msg: Any) -> bytes | memoryview:
         """The answer with only its addresses rewritten (``msg`` is the decoded, rewritten message).

@@ -9,9 +9,14 @@ whose addresses it maps to kgate listeners like every other address (docs/archit
 The frame's size prefix has gone to the client before the tail is seen, so the rewritten tail
 keeps the original tail's exact length: the difference is padded with an unknown tagged field
 that clients skip. When the mapped addresses need more room than the broker's did, the hints are
-dropped (an empty list); the client then learns the new leader from a Metadata refresh, as it
-did before KIP-951, which is always safe. A tail that cannot be read closes the connection (the
-client sees a cut frame, never an address).
+dropped (the tagged field left out); the client then learns the new leader from a Metadata
+refresh, as it did before KIP-951, which is always safe. A tail that cannot be read closes the
+connection (the client sees a cut frame, never an address).
+
+An empty hint list is left out too, as Kafka does (it never writes a tagged field that holds its
+default). Tansu writes one in every Fetch v16+ answer, and in its answer to a deleted topic's id
+(zero topic id, a ``current_leader`` tag) librdkafka takes the present-but-empty list as leader
+hints for a topic it cannot name and crashes (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -49,8 +54,11 @@ TAIL_KEYS: Final = {
 _NODE_ENDPOINTS_TAG: Final = 0  # Produce v10+ and Fetch v16+: NodeEndpoints is tag 0 of the body
 _EMPTY_TAGS: Final = b"\x00"
 #: one tagged field, tag 0, 1 byte: an empty node-endpoint list. Tansu sends it in every Fetch v16+
-#: answer (it writes tagged fields that hold their default); it names no address, so it goes as it is
+#: answer (it writes tagged fields that hold their default); Kafka never does
 _EMPTY_HINTS: Final = b"\x01\x00\x01\x01"
+#: what kgate sends in its place: the list left out, one unknown tag (127, one zero byte) of the
+#: same length instead (``fit_tagged([], 4)``)
+_NO_HINTS: Final = b"\x01\x7f\x01\x00"
 _EMPTY_ARRAY: Final = b"\x01"  # a compact array of no node endpoints
 
 #: logged at start and by ``kgate check-config`` when a configuration still sets ``proxy.leader_hints``
@@ -82,7 +90,9 @@ class TailSpec:
         return FrameWalker(self.program, total)
 
     def rewrite_tail(self, tail: bytes | memoryview, mapper: Any) -> bytes | None:
-        """The tail with every node endpoint mapped, exactly as long; None: it has none (keep it).
+        """The tail with every node endpoint mapped, exactly as long; None: keep it as it is.
+
+        A tagged node-endpoint list that names no node is left out (padded over), never forwarded.
 
         ``mapper(node_id, host, port)`` gives the client-facing address or None (the node is left
         out). Raises ``WalkError`` for a tail that does not read as its api says.
@@ -103,8 +113,10 @@ class TailSpec:
         return encode_node_endpoints(self.endpoint_class, nodes, self.version)
 
     def _rewrite_tags(self, tail: bytes | memoryview, mapper: Any) -> bytes | None:
-        if tail == _EMPTY_TAGS or tail == _EMPTY_HINTS:
-            return None  # the common answers: no tagged field, or an empty list of hints
+        if tail == _EMPTY_TAGS:
+            return None  # the common answer: no tagged field
+        if tail == _EMPTY_HINTS:
+            return _NO_HINTS  # Tansu's empty list of hints, left out
         entries, end = read_tagged(tail, 0)
         if end != len(tail):
             raise WalkError(f"{len(tail) - end} bytes after the tagged fields")
@@ -114,15 +126,14 @@ class TailSpec:
         nodes, used = self._nodes(hinted[0], 0)
         if used != len(hinted[0]):
             raise WalkError("node endpoints do not fill their tagged field")
-        if not nodes:
-            return None  # an empty (or null) list names no address: the bytes go as they came
         others = [(tag, v) for tag, v in entries if tag != _NODE_ENDPOINTS_TAG]
         mapped = map_nodes(nodes, mapper)
         if mapped:
             fitted = fit_tagged(sorted([(_NODE_ENDPOINTS_TAG, self._encode(mapped)), *others]), len(tail))
             if fitted is not None:
                 return fitted
-        # no room for the mapped hints (or none servable): leave them out, the client asks Metadata
+        # an empty (or null) list, no room for the mapped hints, or none servable: leave the field
+        # out (as Kafka does when it has no hints); the client asks Metadata
         fitted = fit_tagged(others, len(tail))
         if fitted is None:  # cannot happen: the hints took 3 bytes at least
             raise WalkError("cannot fit the tail without its hints")
@@ -153,7 +164,7 @@ class TailSpec:
         if at == end - 1 and frame[at] == 0 and not self.in_field:
             return frame  # the common answer: an empty tagged section, no hints
         if at == end - 4 and frame[at:] == _EMPTY_HINTS and not self.in_field:
-            return frame  # an empty list of hints (Tansu's Fetch answers)
+            return b"".join((frame[:at], _NO_HINTS))  # an empty list of hints (Tansu's Fetch answers)
         if at == end:
             raise WalkError("the frame ends before its node endpoints")
         new = self.rewrite_tail(frame[at:], mapper)

@@ -155,3 +155,55 @@ def test_a_response_hook_still_gets_the_decoded_answer_rewritten() -> None:
     core.receive_broker(_fetch_answer(1, records=10))
     (frame,) = _frames(out.client.data)
     assert _endpoints(frame) == [(0, "127.0.0.1", 19100), (1, "127.0.0.1", 19101)]
+
+
+def _tansu_deleted_id_answer(cid: int, version: int = 16) -> bytes:
+    """Tansu's Fetch answer for a deleted topic's id, byte for byte as it sends it (probed with Tansu
+    0.6.0): a zero topic id, error 3, a ``current_leader`` tag, and tag 0 (node endpoints) present
+    with an empty list. librdkafka 2.16 crashed on it (docs/compatibility.md)."""
+    part = F.PartitionData(partition_index=0, error_code=3, high_watermark=0, last_stable_offset=0,
+                           current_leader=F.LeaderIdAndEpoch(leader_id=0, leader_epoch=0), records=b"")
+    msg = F.FetchResponse(responses=[F.FetchableTopicResponse(topic_id=uuid.UUID(int=0), partitions=[part])])
+    answer = _answer(FETCH, version, msg, cid)
+    assert answer.endswith(b"\x00")
+    answer = answer[:-1] + b"\x01\x00\x01\x01"
+    return (len(answer) - 4).to_bytes(4, "big") + answer[4:]
+
+
+class _NamesFetch(Filter):
+    """Asks for topic names (so small Fetch answers that may report a dead id are decoded: WATCH_TAIL)."""
+
+    name = "test-names-fetch"
+
+    @on_response(ApiKey.PRODUCE)
+    def seen(self, ctx: FilterContext, response: Any) -> None:
+        return None
+
+
+def _top_tags(frame: memoryview, version: int = 16) -> list[int]:
+    msg = api.decode_response(FETCH, version, frame[9:])
+    return [tag for tag, _ in msg._unknown_tagged or []] + ([0] if msg.node_endpoints else [])
+
+
+@pytest.mark.parametrize(
+    ("filters", "plan"),
+    [((), ResponsePlan.TAIL), ((_NamesFetch({}),), ResponsePlan.WATCH_TAIL), ((_ReadsFetch({}),), ResponsePlan.DECODE)],
+    ids=["tail", "watch-tail", "hooked"],
+)
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_an_empty_hint_list_never_reaches_the_client(filters: Any, plan: ResponsePlan, split: bool) -> None:
+    """Whatever the plan (streamed, decoded to learn names, decoded for a hook), an empty node-endpoint
+    list is left out of the answer, which keeps its length: the client sees no tag 0, like Kafka's."""
+    core, out = make_core(list(filters))
+    core.receive_client(_fetch_request(1, 16))
+    assert core.upstream_waiting[0].plan is plan
+    answer = _tansu_deleted_id_answer(1)
+    if split:
+        core.receive_broker(answer[:20])
+        core.receive_broker(answer[20:])
+    else:
+        core.receive_broker(answer)
+    (frame,) = _frames(out.client.data)
+    assert out.close_reason is None
+    assert len(frame) == len(answer) and bytes(frame[:-4]) == answer[:-4]
+    assert _top_tags(frame) == [0x7F]

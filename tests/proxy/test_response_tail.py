@@ -273,18 +273,64 @@ def test_any_chunking_of_any_fetch_gives_one_answer(
     assert got == bytes(response_tail.spec(1, version).rewrite_frame(memoryview(frame), _mapper(mapped)))
 
 
-def test_tansus_empty_hint_list_goes_as_it_came() -> None:
-    """Tansu writes tag 0 with an empty list in every Fetch v16+ answer: no address, no rewrite."""
-    frame = _fetch(16, [])
-    tansu = frame[:-1] + b"\x01\x00\x01\x01"  # the tagged section as Tansu sends it
-    tansu = (len(tansu) - 4).to_bytes(4, "big") + tansu[4:]
-    spec = response_tail.spec(1, 16)
-    assert spec.rewrite_frame(memoryview(tansu), _mapper()) is not None
-    assert bytes(spec.rewrite_frame(memoryview(tansu), _mapper())) == tansu
+def _tansu_fetch(version: int = 16) -> bytes:
+    """Tansu's Fetch answer for a deleted topic's id, as it sends it: a zero topic id, error 3, a
+    ``current_leader`` tag, and tag 0 (node endpoints) present with an empty list."""
+    part = F.PartitionData(partition_index=0, error_code=3, high_watermark=0, last_stable_offset=0,
+                           current_leader=F.LeaderIdAndEpoch(leader_id=0, leader_epoch=0), records=b"")
+    msg = F.FetchResponse(responses=[F.FetchableTopicResponse(topic_id=uuid.UUID(int=0), partitions=[part])])
+    frame = _frame(1, version, msg)
+    assert frame.endswith(b"\x00") and b"\x01\x09\x00\x00\x00\x00\x00\x00\x00\x00\x00" in frame
+    frame = frame[:-1] + b"\x01\x00\x01\x01"  # the tagged section as Tansu writes it
+    return (len(frame) - 4).to_bytes(4, "big") + frame[4:]
+
+
+def _top_tags(frame: bytes, version: int) -> list[int]:
+    """The tags of the body's top-level tagged section (the tail)."""
+    spec = response_tail.spec(1, version)
+    entries, end = read_tagged(frame, spec.find_tail(memoryview(frame), len(frame)))
+    assert end == len(frame)
+    return [tag for tag, _ in entries]
+
+
+@pytest.mark.parametrize("version", [16, 17, 18])
+def test_an_empty_hint_list_is_left_out_as_kafka_does(version: int) -> None:
+    """Tansu writes tag 0 with an empty list in every Fetch v16+ answer; Kafka never writes a tagged
+    field that holds its default. In Tansu's answer to a deleted id, librdkafka 2.16 takes the
+    empty list as leader hints for a topic it cannot name (zero id) and dies on a NULL name
+    (docs/compatibility.md): kgate sends the list left out, padded to the same length."""
+    tansu = _tansu_fetch(version)
+    assert _top_tags(tansu, version) == [0]
+    spec = response_tail.spec(1, version)
+    whole = bytes(spec.rewrite_frame(memoryview(tansu), _mapper()))
+    assert len(whole) == len(tansu) and whole[:-4] == tansu[:-4]
+    assert _top_tags(whole, version) == [0x7F]  # no node endpoints: one tag clients skip
+    assert whole[-4:] == fit_tagged([], 4)
     for cut in range(1, len(tansu)):
         ts = TailStream(spec, len(tansu))
         got = bytes(ts.piece(memoryview(tansu)[:cut])) + bytes(ts.piece(memoryview(tansu)[cut:])) + ts.finish(_mapper())
-        assert got == tansu and not ts.rewritten
+        assert got == whole and ts.rewritten
+
+
+def test_an_empty_hint_list_beside_other_tags_is_left_out() -> None:
+    frame = _fetch(16, [])
+    tail = fit_tagged([(0, b"\x01"), (5, b"xyz")], 9)
+    assert tail is not None
+    frame = frame[:-1] + tail
+    frame = (len(frame) - 4).to_bytes(4, "big") + frame[4:]
+    got = bytes(response_tail.spec(1, 16).rewrite_frame(memoryview(frame), _mapper()))
+    assert len(got) == len(frame)
+    assert _top_tags(got, 16) == [5, 0x7F]
+    assert _decode(got, 1, 16)._unknown_tagged[0] == (5, b"xyz")  # the broker's own tags stay
+
+
+def test_a_frame_with_no_tagged_field_goes_as_it_came() -> None:
+    frame = _fetch(16, [])
+    assert frame.endswith(b"\x00")
+    spec = response_tail.spec(1, 16)
+    assert spec.rewrite_frame(memoryview(frame), _mapper()) == memoryview(frame)
+    ts = TailStream(spec, len(frame))
+    assert bytes(ts.piece(frame)) + ts.finish(_mapper()) == frame and not ts.rewritten
 
 
 def test_a_frame_of_the_same_length_but_another_shape_is_walked_again() -> None:
