@@ -1206,7 +1206,7 @@ class ConnectionCore:
         except WalkError as exc:
             self._unwalkable(ex.api_key, ex.api_version, exc)
             return None
-        if new is not frame:
+        if new is not frame and not response_tail.dropped_empty_hints(frame):
             self.cluster.metrics.count_rewrite(ex.api_key)
         return new
 

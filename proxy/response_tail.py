@@ -173,6 +173,12 @@ class TailSpec:
         return b"".join((frame[:at], new))
 
 
+def dropped_empty_hints(frame: bytes | memoryview) -> bool:
+    """Whether ``rewrite_frame`` changed ``frame`` only to leave out an empty hint list (Tansu's),
+    which rewrites no address (not counted in kgate_address_rewrites_total)."""
+    return frame[-4:] == _EMPTY_HINTS
+
+
 def map_nodes(nodes: list[Any], mapper: Any) -> list[Any]:
     """Each node's host/port mapped in place; nodes kgate cannot serve are left out."""
     kept = []
@@ -212,7 +218,7 @@ class TailStream:
         self.walker = tail_spec.walker(total)
         self.seen = 0  # bytes of the frame fed so far
         self.held: list[bytes] = []  # the tail's bytes so far (copies: the read buffers are reused)
-        self.rewritten = False  # whether ``finish`` changed the tail
+        self.rewritten = False  # whether ``finish`` rewrote addresses (kgate_address_rewrites_total)
 
     def piece(self, data: bytes | memoryview) -> bytes | memoryview:
         """Walk the next piece; the part of it before the tail (to forward now). Raises WalkError."""
@@ -244,5 +250,5 @@ class TailStream:
         new = self.spec.rewrite_tail(tail, mapper)
         if new is None:
             return tail
-        self.rewritten = True
+        self.rewritten = tail != _EMPTY_HINTS  # leaving out an empty list rewrites no address
         return new

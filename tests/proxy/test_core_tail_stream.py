@@ -207,3 +207,4 @@ def test_an_empty_hint_list_never_reaches_the_client(filters: Any, plan: Respons
     assert out.close_reason is None
     assert len(frame) == len(answer) and bytes(frame[:-4]) == answer[:-4]
     assert _top_tags(frame) == [0x7F]
+    assert core.cluster.metrics.rewrite_count(FETCH) == [0]  # no address was rewritten

@@ -306,10 +306,12 @@ def test_an_empty_hint_list_is_left_out_as_kafka_does(version: int) -> None:
     assert len(whole) == len(tansu) and whole[:-4] == tansu[:-4]
     assert _top_tags(whole, version) == [0x7F]  # no node endpoints: one tag clients skip
     assert whole[-4:] == fit_tagged([], 4)
+    assert response_tail.dropped_empty_hints(tansu)
+    assert not response_tail.dropped_empty_hints(_fetch(version, ENDPOINTS))
     for cut in range(1, len(tansu)):
         ts = TailStream(spec, len(tansu))
         got = bytes(ts.piece(memoryview(tansu)[:cut])) + bytes(ts.piece(memoryview(tansu)[cut:])) + ts.finish(_mapper())
-        assert got == whole and ts.rewritten
+        assert got == whole and not ts.rewritten  # no address: not an address rewrite
 
 
 def test_an_empty_hint_list_beside_other_tags_is_left_out() -> None:
