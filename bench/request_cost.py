@@ -148,11 +148,33 @@ API_VERSIONS_FRAME = struct.pack(">i", len(API_VERSIONS)) + API_VERSIONS
 METADATA_FRAME = metadata_request(2, None, version=8)
 
 
+#: --produce-version: v7 by default; 9-12 are flexible (v10+ answers end with KIP-951 node endpoints,
+#: which kgate walks to since issue 25, where it used to cap clients at v9)
+PRODUCE_VERSION = 7
+
+
 def produce_frame() -> bytes:
-    return produce_request(3, TOPIC, 0, [b"x" * 100], acks=1, version=7)
+    if PRODUCE_VERSION <= 8:
+        return produce_request(3, TOPIC, 0, [b"x" * 100], acks=1, version=PRODUCE_VERSION)
+    from kgate.codec.generated import produce as pm
+    from kgate.testing.frames import request_bytes
+    from tests.support.wire import record_batch
+
+    part = pm.PartitionProduceData(index=0, records=record_batch([b"x" * 100]))
+    req = pm.ProduceRequest(acks=1, timeout_ms=10000, transactional_id=None,
+                            topic_data=[pm.TopicProduceData(name=TOPIC, partition_data=[part])])
+    return request_bytes(0, PRODUCE_VERSION, req, correlation_id=3, client_id="bench")
 
 
 def check_produce(resp: bytes) -> None:
+    if PRODUCE_VERSION > 8:
+        from kgate.codec import api
+
+        msg = api.decode_response(0, PRODUCE_VERSION, memoryview(resp)[5:])  # correlation id, header tags
+        err = msg.responses[0].partition_responses[0].error_code
+        if err:
+            raise RuntimeError(f"produce failed with error code {err}")
+        return
     # v7 response: corr, [topic: name, [partition: index, error_code, ...]]
     name_len = struct.unpack(">h", resp[8:10])[0]
     err = struct.unpack(">h", resp[10 + name_len + 4 + 4 : 10 + name_len + 4 + 6])[0]
@@ -245,6 +267,8 @@ def main() -> int:
     ap.add_argument("--conns", type=int, default=200, help="connections per block (connection, burst)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kinds", default="metadata,produce,connection")
+    ap.add_argument("--produce-version", type=int, default=7, choices=range(3, 13),
+                    help="Produce request version (9-12: flexible; 10+: answers end with node endpoints)")
     ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
     ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead of CPU")
     ap.add_argument(
@@ -256,6 +280,8 @@ def main() -> int:
         "--split", action="store_true", help="also show user and kernel time per request (ticks: use --n 10000 or more)"
     )
     args = ap.parse_args()
+    global PRODUCE_VERSION
+    PRODUCE_VERSION = args.produce_version
     srcs = [s.split() for s in (args.src or [str(ROOT)])]
     kinds = args.kinds.split(",")
     procs: list[subprocess.Popen[bytes]] = []

@@ -257,6 +257,7 @@ def _parse_proxy(ctx: _Ctx, value: Any, path: str) -> ProxySettings:
     for key in ("leader_hints", "validate_requests"):
         if key in m:
             kw[key] = ctx.boolean(m[key], _join(path, key))
+    kw["leader_hints_written"] = "leader_hints" in m  # deprecated, no effect: warned about at start
     settings = ProxySettings(**kw)
     if settings.low_water_bytes >= settings.high_water_bytes:
         # Point at whichever key the user actually wrote.

@@ -216,13 +216,16 @@ class ProxySettings:
     so a broker that never answers cannot hold a client forever. Longer than any wait a client
     asks the broker for with default settings (JoinGroup's rebalance timeout is 300 s)."""
     leader_hints: bool = False
-    """Let clients use Produce v10+ / Fetch v16+ (KIP-951 leader hints, rewritten by kgate).
+    """Deprecated, no effect (kept so configurations that set it still load; a warning says so).
 
-    Off by default: hints can sit at the very end of any Fetch response, so rewriting them means
-    holding every Fetch response whole before forwarding it. With hints off, kgate advertises
-    Produce <= 9 and Fetch <= 15 (topic ids included) and streams responses through; clients
-    learn a new leader from a Metadata refresh instead, as before KIP-951.
+    It used to cap clients at Produce v9 / Fetch v15 unless true, because rewriting KIP-951 node
+    endpoints meant holding Fetch responses whole. kgate now walks those responses as they stream
+    and rewrites only their tail (proxy/response_tail.py), so every version is offered whatever
+    this says: a cap changes what clients do (transactions v2 need Produce v12+), and an opt-out
+    would keep that defect for every configuration that copied ``leader_hints: false``.
     """
+    leader_hints_written: bool = False
+    """Whether the configuration wrote ``leader_hints`` (kgate warns that it has no effect)."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from kgate.config.loader import DEFAULT_CONFIG_SOURCE, LOG_FORMATS, LOG_LEVELS
 from kgate.config.port_warnings import ephemeral_range, port_warnings
 from kgate.proxy.logs import TEXT_FORMAT
 from kgate.proxy.logs import setup_logging as _setup_logging
+from kgate.proxy.response_tail import LEADER_HINTS_DEPRECATED
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -301,7 +302,8 @@ def summarize(config: KgateConfig, source: str) -> str:
     lines.append(
         f"       filter_timeout_s={p.filter_timeout_s:g} max_queued_requests={p.max_queued_requests} "
         f"max_inflight_requests={p.max_inflight_requests} max_held_bytes={p.max_held_bytes} "
-        f"leader_hints={str(p.leader_hints).lower()} validate_requests={str(p.validate_requests).lower()}"
+        f"leader_hints={str(p.leader_hints).lower()} (deprecated: no effect) "
+        f"validate_requests={str(p.validate_requests).lower()}"
     )
     lines.append(
         f"       idle_timeout_s={p.idle_timeout_s:g} frame_timeout_s={p.frame_timeout_s:g} "
@@ -366,6 +368,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(summarize(config, args.file))
     for warning in port_warnings(config, ephemeral_range()):
         print(f"kgate: warning: {args.file}: {warning}", file=sys.stderr)
+    if config.proxy.leader_hints_written:
+        print(f"kgate: warning: {args.file}: {LEADER_HINTS_DEPRECATED}", file=sys.stderr)
     return EXIT_OK
 
 

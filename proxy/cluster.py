@@ -177,7 +177,7 @@ class VirtualCluster:
         """Make ``chain`` the one new connections (and connections handed over) use, with what derives from it."""
         self.chain = chain
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
-        self.version_limits = rewrite.version_limits(chain.version_limits(), self.settings.leader_hints)
+        self.version_limits = rewrite.version_limits(chain.version_limits())
         #: ApiVersions and Metadata broker-list rewrites, remembered (proxy/answer_memo.py)
         self.answers = AnswerMemo(self.version_limits, chain.refuses_unknown_api_keys)
         #: api keys filters must see -> the versions they (and the codec) handle; others are refused

@@ -58,8 +58,9 @@ from kgate.codec.headers import (
     frame as make_frame,
 )
 from kgate.codec.peek import produce_prefix
+from kgate.codec.tail_walk import WalkError
 from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
-from kgate.proxy import rewrite
+from kgate.proxy import response_tail, rewrite
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.context import MessageContext
 from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
@@ -105,6 +106,8 @@ _WATCH_FETCH: Final = ResponsePlan.WATCH_FETCH
 _BROKERS_ONLY: Final = ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS: Final = ResponsePlan.CAP_VERSIONS
 _DECODE: Final = ResponsePlan.DECODE
+_TAIL: Final = ResponsePlan.TAIL
+_WATCH_TAIL: Final = ResponsePlan.WATCH_TAIL
 _RAW_SASL_PLAN: Final = ResponsePlan.RAW_SASL
 _TRACK: Final = RequestPlan.TRACK
 _OBSERVE: Final = RequestPlan.OBSERVE
@@ -244,6 +247,7 @@ class ConnectionCore:
         "_routes",
         "_stream_left",
         "_streamed",
+        "_tail",
         "backlog",
         "chain",
         "client_gone",
@@ -307,6 +311,8 @@ class ConnectionCore:
         # connection is filtered: _leave_raw); validation must see each request whole first
         self.raw_requests = not settings.validate_requests
         self._stream_left = 0  # bytes of a cut-through response still to forward
+        #: a cut-through response walked to its node-endpoint tail (proxy/response_tail.py), or None
+        self._tail: response_tail.TailStream | None = None
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
         self._acks0: deque[int] | None = None  # correlation ids of recent acks=0 Produce (at most 256)
@@ -1041,7 +1047,7 @@ class ConnectionCore:
                     plan = ex.plan
                     pending = self.pending
                     if (
-                        (plan is _PASS or plan is _BROKERS_ONLY or plan is _CAP_VERSIONS)
+                        (plan is _PASS or plan is _BROKERS_ONLY or plan is _CAP_VERSIONS or plan is _TAIL)
                         and pending[0] is ex
                         and cid == ex.cid
                     ):
@@ -1059,6 +1065,11 @@ class ConnectionCore:
                             if capped is None:
                                 return  # unreadable: the connection is closed
                             answer = capped
+                        elif plan is _TAIL:
+                            hinted = self._tail_whole(ex, memoryview(data))
+                            if hinted is None:
+                                return  # unreadable: the connection is closed
+                            answer = hinted
                         pending.popleft()
                         self.write_client(answer)
                         if (
@@ -1110,30 +1121,41 @@ class ConnectionCore:
             return False
         self.upstream_waiting.popleft()
         self.pending.popleft()
-        self.write_client(head)
         self._stream_left = size + 4 - len(head)
+        if plan is _TAIL or plan is _WATCH_TAIL:
+            # walked as it streams: what precedes the node endpoints goes now, the tail is held
+            self._tail = response_tail.TailStream(response_tail.spec(ex.api_key, ex.api_version), size + 4)
+            sent = self._tail_piece(head)
+            if self.closed:
+                return True
+        else:
+            self.write_client(head)
+            sent = head
         if self._observer is not None and ex.api_key != RAW_SASL:
             # reported once its last byte went: observers get every piece (not copied)
             ex.up_ns = now = time.monotonic_ns()  # its first bytes arrived and went on at once
-            self._streamed = (ex, [head], size + 4, now)
+            self._streamed = (ex, [sent], size + 4, now)
         return True
 
     def _continue_stream(self, data: bytes | memoryview) -> bytes | memoryview:
         """Forward the next bytes of a streamed response; return what follows it in ``data``."""
         n = self._stream_left
+        piece: bytes | memoryview
+        rest: bytes | memoryview
         if len(data) <= n:
             self._stream_left = n - len(data)
-            if not self.client_gone:
-                self.write_client(data)
-            piece: bytes | memoryview = data
-            rest: bytes | memoryview = b""
+            piece, rest = data, b""
         else:
             view = memoryview(data)
-            piece = view[:n]
+            piece, rest = view[:n], view[n:]
+            self._stream_left = 0
+        if self._tail is None:
             if not self.client_gone:
                 self.write_client(piece)
-            self._stream_left = 0
-            rest = view[n:]
+        else:
+            piece = self._tail_piece(piece)
+            if self.closed:
+                return b""
         if self._streamed is not None:
             self._streamed[1].append(piece)
         if self._stream_left == 0:
@@ -1175,8 +1197,60 @@ class ConnectionCore:
             self._metadata_brokers_only(ex, frame)
         elif plan is _CAP_VERSIONS:
             ex.response = self._api_versions(frame, ex.api_version)
+        elif plan is _TAIL:
+            ex.response = self._tail_whole(ex, frame)
+        elif plan is _WATCH_TAIL:
+            if len(frame) <= OBSERVE_FETCH_MAX and may_carry_unknown_topic(frame):
+                self._decoded_response(ex, frame)  # decoded whole: its endpoints are rewritten there
+            else:
+                ex.response = self._tail_whole(ex, frame)
         else:
             self._decoded_response(ex, frame)
+
+    def _tail_whole(self, ex: Exchange, frame: memoryview) -> bytes | memoryview | None:
+        """A whole answer with node endpoints in its tail, rewritten; None: unreadable, connection closed."""
+        try:
+            new = response_tail.spec(ex.api_key, ex.api_version).rewrite_frame(frame, self._map_node)
+        except WalkError as exc:
+            self._unwalkable(ex.api_key, ex.api_version, exc)
+            return None
+        if new is not frame and not response_tail.dropped_empty_hints(frame):
+            self.cluster.metrics.count_rewrite(ex.api_key)
+        return new
+
+    def _tail_piece(self, piece: bytes | memoryview) -> bytes | memoryview:
+        """Forward the part of a walked response's piece before its tail; at its end, the rewritten tail.
+
+        Returns what went to the client (for observers). A piece that does not walk closes the
+        connection: the client has a cut frame, and no address reached it.
+        """
+        ts = self._tail
+        assert ts is not None
+        try:
+            sent = ts.piece(piece)
+            end = ts.finish(self._map_node) if self._stream_left == 0 else b""
+        except WalkError as exc:
+            self._tail = None
+            self._stream_left = 0
+            api_key, version = ts.spec.api_key, ts.spec.version
+            self._unwalkable(api_key, version, exc)
+            return b""
+        if not self.client_gone:
+            if sent:
+                self.write_client(sent)
+            if end:
+                self.write_client(end)
+        if self._stream_left == 0:
+            self._tail = None
+            if ts.rewritten:
+                self.cluster.metrics.count_rewrite(ts.spec.api_key)
+            return b"".join((sent, end)) if self._streamed is not None else sent
+        return sent
+
+    def _unwalkable(self, api_key: int, version: int, exc: Exception) -> None:
+        name = api.API_INFO[api_key].name
+        detail = f"cannot walk {name} v{version} response to its node endpoints: {exc}"
+        self.close(CloseReason.UNDECODABLE_RESPONSE, detail)
 
     def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
         """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
@@ -1230,7 +1304,7 @@ class ConnectionCore:
             self.sasl.authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
             self.info.principal = self.sasl.principal
         if not hooks:
-            ex.response = self._rewritten(ex, frame, offset, msg) if changed else frame
+            ex.response = self._rewritten(ex, frame, offset, msg) if changed else self._as_sent(ex, frame)
             return
         ctx = MessageContext(self.cluster, self.info, api_key, version, ex.cid, ex.request, ex.state)
         decision = run_hooks(hooks, ctx, msg)
@@ -1277,9 +1351,16 @@ class ConnectionCore:
             elif s.changed:
                 ex.response = self._rewritten(ex, s.frame, s.offset, decision.message)
             else:
-                ex.response = s.frame
+                ex.response = self._as_sent(ex, s.frame)
         except Exception as exc:  # a hook's message that does not encode: this connection only
             self._filter_failed(ex.api_key, ex.api_version, exc, " response")
+
+    def _as_sent(self, ex: Exchange, frame: memoryview) -> bytes | memoryview | None:
+        """A decoded answer nothing changed, as the broker sent it; but an empty node-endpoint list
+        is left out, as on the streamed path (proxy/response_tail.py), which decoding cannot see."""
+        if response_tail.has_tail(ex.api_key, ex.api_version):
+            return self._tail_whole(ex, frame)
+        return frame
 
     def _rewritten(self, ex: Exchange, frame: memoryview, offset: int, msg: Any) -> bytes | memoryview:
         """The answer with only its addresses rewritten (``msg`` is the decoded, rewritten message).

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from kgate.api import ApiKey
 from kgate.codec import api
-from kgate.proxy import rewrite
+from kgate.proxy import response_tail, rewrite
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,6 +47,8 @@ class RequestPlan(enum.Enum):
 class ResponsePlan(enum.Enum):
     PASS = "pass"  # forwarded as it arrives; may stream through before it is whole
     WATCH_FETCH = "watch-fetch"  # PASS, but a small whole one that may report a dead id is decoded
+    TAIL = "tail"  # PASS, walked as it streams: only its node-endpoint tail is held and rewritten
+    WATCH_TAIL = "watch-tail"  # TAIL, and a small whole Fetch that may report a dead id is decoded
     BROKERS_ONLY = "brokers-only"  # Metadata: only the broker list is rewritten, topics copied as bytes
     CAP_VERSIONS = "cap-versions"  # ApiVersions: version ranges capped to what kgate and filters handle
     DECODE = "decode"  # decoded: addresses rewritten, topic names learnt, response hooks run
@@ -55,7 +57,12 @@ class ResponsePlan(enum.Enum):
     @property
     def streams(self) -> bool:
         """Whether its bytes may go on before the whole response has arrived."""
-        return self is ResponsePlan.PASS or self is ResponsePlan.WATCH_FETCH
+        return self in _STREAMING
+
+
+_STREAMING: Final = frozenset(
+    {ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.TAIL, ResponsePlan.WATCH_TAIL}
+)
 
 
 class Plans:
@@ -134,6 +141,11 @@ class Plans:
             return ResponsePlan.BROKERS_ONLY
         if api_key == rewrite.API_VERSIONS:
             return ResponsePlan.CAP_VERSIONS
+        if not hooks and response_tail.has_tail(api_key, version):
+            # node endpoints come last: walked to as it streams, records never held (proxy/response_tail.py)
+            if api_key == FETCH and self._names_in_use:
+                return ResponsePlan.WATCH_TAIL
+            return ResponsePlan.TAIL
         if hooks or api_key in rewrite.OBSERVED_KEYS or rewrite.needs_rewrite(api_key, version):
             return ResponsePlan.DECODE
         if api_key == FETCH and version >= 13 and self._names_in_use:

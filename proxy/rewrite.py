@@ -159,25 +159,22 @@ def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: Nod
     return reframe(frame, offset, msg.encode(version))
 
 
-def version_limits(
-    filter_limits: dict[int, tuple[int, int]] | None = None, leader_hints: bool = True
-) -> dict[int, tuple[int, int]]:
-    """Per api key, the versions kgate lets clients use: what its codec reads of what it decodes.
+def version_limits(filter_limits: dict[int, tuple[int, int]] | None = None) -> dict[int, tuple[int, int]]:
+    """Per api key, the versions kgate lets clients use: what its codec reads of what it must read.
 
-    For address rewriting only the versions kgate decodes matter (Produce below v10 carries no
-    address and stays open to old clients). Without ``leader_hints`` Produce and Fetch stop
-    below the versions that carry KIP-951 node endpoints, so their responses need no decode.
-    Filter hooks add their declared ranges.
+    Only the api keys whose responses kgate decodes or walks for addresses are limited, and only
+    from the first version that carries one (Produce below v10 carries no address and stays open
+    to old clients); above, to the versions the codec knows, since an answer kgate cannot read is
+    not forwarded. Everything else the broker offers is offered as it is (no cap changes what a
+    client does: transactions v2 need Produce v12+, share consumers ShareFetch v1+). Filter hooks
+    add their declared ranges.
     """
     limits: dict[int, tuple[int, int]] = {}
     for key in DECODED_RESPONSE_KEYS:
         info = api.API_INFO[key]
         decode_from = _REWRITERS[key][0] if key in _REWRITERS else 0
         lo = info.min_version if decode_from < info.min_version else 0
-        hi = info.max_version
-        if not leader_hints and key in (PRODUCE, FETCH):
-            hi = decode_from - 1
-        limits[key] = (lo, hi)
+        limits[key] = (lo, info.max_version)
     for key, (flo, fhi) in (filter_limits or {}).items():
         info = api.API_INFO[key]
         lo, hi = max(flo, info.min_version), min(fhi, info.max_version)

@@ -30,6 +30,7 @@ from kgate.proxy.config_view import config_json
 from kgate.proxy.fd_limit import raise_open_files_limit
 from kgate.proxy.readiness import Readiness
 from kgate.proxy.reload import ConfigSource, Reloader, ReloadResult
+from kgate.proxy.response_tail import LEADER_HINTS_DEPRECATED
 from kgate.proxy.worker_env import worker_index
 from kgate.proxy.workers import report_admin_port, watch_parent
 
@@ -81,6 +82,8 @@ class Proxy:
         raise_open_files_limit()
         if self.config.admin.from_metrics_listen:
             log.warning("metrics.listen is deprecated: it now serves the admin listener; rename it to admin.listen")
+        if self.config.proxy.leader_hints_written:
+            log.warning(LEADER_HINTS_DEPRECATED)
         if self.admin is not None:
             await self.admin.start()
         for cluster in self.clusters:

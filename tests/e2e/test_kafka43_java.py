@@ -4,21 +4,18 @@ Java 4.3 producers name topics by id only (Produce v13), commit transactions the
 way (``transaction.version`` 2: no AddPartitionsToTxn, the broker adds a partition on a
 transactional Produce v12+), consume in KIP-848 groups and in share groups (KIP-932, ShareFetch
 whose answers carry broker endpoints). Each test runs the tools of the distribution in
-../shared (tests/support/java_clients.py) against kgate (with ``leader_hints``: below), counts
+../shared (tests/support/java_clients.py) against kgate with its default configuration, counts
 records exactly, checks from kgate's ``kgate_requests_total`` that the versions in question went
 through kgate, and samples every JVM's sockets: none may reach the broker's own port.
 
-kgate's default still caps Produce at v9 and Fetch at v15 (the uncapped build was reverted: it
-made librdkafka 2.16 crash, see issue 25's note), and Java 4.x producers need Produce v12+ for
-transactions v2 and send v13 when offered. These tests therefore run kgate with
-``proxy.leader_hints: true`` (Produce v10+ and Fetch v16+ offered, answers decoded whole), the
-setting that gives Java 4.x clients every version today. ``KGATE_TEST_LEADER_HINTS=0`` runs them
-on the default instead: the Produce v13 and transaction tests then fail, which is the defect.
+kgate offers every Produce and Fetch version the broker offers (no cap since issue 25; the
+KIP-951 leader hints are rewritten as the answers stream through), which Java 4.x producers need:
+Produce v12+ for transactions v2, v13 when offered. Before, these tests ran kgate with
+``proxy.leader_hints: true``; that setting is a deprecated no-op now, so they run on the default.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -30,7 +27,6 @@ from support.procs import Kgate
 from kgate.api import ApiKey
 from kgate.codec import api
 
-LEADER_HINTS = os.environ.get("KGATE_TEST_LEADER_HINTS", "1") == "1"
 DENIED = "secret-*"
 POLICY = [{"name": "topic-policy", "config": {"deny": [DENIED]}}]
 
@@ -39,10 +35,7 @@ pytestmark = pytest.mark.skipif(_why is not None, reason=_why or "")
 
 
 def _kgate(broker, kgate_factory, filters: list | None = None) -> Kgate:
-    proxy: dict = {"drain_timeout_s": 2}
-    if LEADER_HINTS:
-        proxy["leader_hints"] = True
-    extra: dict = {"proxy": proxy}
+    extra: dict = {"proxy": {"drain_timeout_s": 2}}
     if filters:
         extra["filters"] = filters
     return kgate_factory(broker.bootstrap, bootstrap_serves_node=True, extra=extra)

@@ -60,9 +60,8 @@ CHAIN = [
 
 
 def start(kafka: Any) -> InprocKgate:
-    # leader_hints: until the Produce v9 cap for clients is lifted (another change removes it), kgate
-    # caps clients at Produce v9 without it (proxy/rewrite.py version_limits); Produce v13 needs it
-    return InprocKgate(kgate_config(kafka.bootstrap, CHAIN, leader_hints=True)).start()
+    # the default configuration: kgate offers Produce v13 (no version cap since issue 25)
+    return InprocKgate(kgate_config(kafka.bootstrap, CHAIN)).start()
 
 
 async def topic_at_broker(kafka: Any, prefix: str, partitions: int = 1) -> tuple[str, uuid.UUID]:

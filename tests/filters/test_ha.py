@@ -17,9 +17,9 @@ sees it), the consumer is bootstrapped at A only, and B's Metadata request count
 is 0, no Metadata passed through B before the first Fetch was served, so the lookups counter
 (>= 1) shows that B resolved the ids itself. A librdkafka that did send Metadata through B
 first would make this test fail on that precondition (not on kgate), which the message says.
-(librdkafka observed: one Metadata through A, none through B, Fetch only through B: v15 with
-kgate's default ``leader_hints: false``, v16 with ``leader_hints: true``; both are run, and the
-version is read from ``kgate_requests_total{api_version}``.)
+(librdkafka observed: one Metadata through A, none through B, Fetch only through B: v16, whatever
+the deprecated ``leader_hints`` says; both values are run, and the version is read from
+``kgate_requests_total{api_version}``.)
 A ``ConnectionWatcher`` on this process checks that the consumer never connected to the broker.
 """
 
@@ -101,9 +101,9 @@ def _config(
     }
 
 
-@pytest.fixture(params=[False, True], ids=["fetch-v15", "fetch-v16-leader-hints"])
+@pytest.fixture(params=[False, True], ids=["leader-hints-false", "leader-hints-true"])
 def fleet(request, broker, tmp_path):
-    """A and B; ``leader_hints`` off (kgate caps Fetch at v15, topic ids) or on (v16+, KIP-951)."""
+    """A and B; ``leader_hints`` false or true (deprecated, no effect: Fetch v16+ either way)."""
     hints = request.param
     base = free_port_range(256)
     pa, pb = free_port(), free_port()
@@ -181,7 +181,7 @@ def _no_sockets_to(port: int) -> bool:
 
 @pytest.mark.timeout(90)
 def test_fetch_through_an_instance_that_never_saw_the_metadata(broker, fleet) -> None:
-    a, b, node_port, hints = fleet
+    a, b, node_port, _hints = fleet
     topic = unique("ha-t")
     vals = {p: [f"{topic}-{p}-{i}".encode() for i in range(40)] for p in (0, 1)}
     create_topic(broker.bootstrap, topic, partitions=2)
@@ -215,9 +215,8 @@ def test_fetch_through_an_instance_that_never_saw_the_metadata(broker, fleet) ->
     assert b.metric("kgate_topic_names_lookups_total") >= 1, "B never looked a topic id up itself"
     assert b.metric("kgate_requests_total", api="Fetch") >= 1  # Fetch went through B
     by_id = {v: b.metric("kgate_requests_total", api="Fetch", api_version=str(v)) for v in range(13, 18)}
-    if hints:  # KIP-951 versions: v16+ (librdkafka's newest), topic ids
-        assert by_id[16] + by_id[17] >= 1 and sum(by_id.values()) == by_id[16] + by_id[17], by_id
-    else:  # kgate caps Fetch at v15: still topic ids
-        assert by_id[15] >= 1 and by_id[16] == by_id[17] == 0, by_id
+    # KIP-951 versions whatever leader_hints says (deprecated, no effect: kgate caps no version since
+    # issue 25): v16+ (librdkafka's newest), topic ids
+    assert by_id[16] + by_id[17] >= 1 and sum(by_id.values()) == by_id[16] + by_id[17], by_id
     assert a.metric("kgate_requests_total", api="Fetch") == 0  # and not through A
     assert a.metric("kgate_topic_names_lookups_total") == 0  # A had no filter needing names

@@ -14,6 +14,7 @@ with the error code Kafka used. Fields that legitimately differ are listed with 
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from typing import Any
 
@@ -105,6 +106,57 @@ async def test_fetch_by_unknown_topic_id(kc, version: int) -> None:
     assert codes == {100}, codes  # UNKNOWN_TOPIC_ID
     assert all(p.records is not None for t in resp.responses for p in t.partitions)
     assert same_shape(FETCH, version, req, resp, 100) == []
+
+
+def _raw_answer(port: int, api_key: int, version: int, request: Any) -> bytes:
+    """Kafka's answer body as it came on the wire (its header cut off), not decoded."""
+    from kgate.codec import api
+    from kgate.testing.frames import request_bytes
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(request_bytes(api_key, version, request, correlation_id=3))
+        size = int.from_bytes(_recv(s, 4), "big")
+        frame = _recv(s, size)
+    return frame[4 + (1 if api.response_header_version(api_key, version) else 0) :]
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        assert chunk, "Kafka closed the connection"
+        buf += chunk
+    return buf
+
+
+@pytest.mark.parametrize("version", [12, 13, 16, 17, 18])
+async def test_fetch_refusal_bytes_are_kafkas(kafka, version: int) -> None:
+    """Byte for byte, not only decoded: a decoded answer cannot tell a tagged field that is absent
+    from one present with its default, and clients can. librdkafka 2.16 takes a present
+    ``node_endpoints`` (tag 0) and a partition's ``current_leader`` (tag 1) as leader hints
+    even when they hold defaults, and crashed on such an answer for a topic it could not name
+    (docs/compatibility.md). Kafka's answer has neither, and neither has kgate's."""
+    by_id = version >= 13
+    req = fetch_request(uuid.uuid4() if by_id else ZERO, [0, 1], "" if by_id else unique("no-such"))
+    theirs = await asyncio.to_thread(_raw_answer, kafka.port, FETCH, version, req)
+    code = 100 if by_id else 3
+    ours = error_response(FETCH, version, req, code)
+    assert ours is not None
+    assert bytes(ours.encode(version)) == theirs
+
+
+@pytest.mark.parametrize("version", [10, 12, 13])
+async def test_produce_refusal_bytes_are_kafkas(kafka, version: int) -> None:
+    """Produce v10+ carries leader hints too (a partition's tag 0, the body's tag 0): Kafka's refusal
+    has none, byte for byte, and neither has kgate's."""
+    by_id = version >= 13
+    topic = pr.TopicProduceData(name="" if by_id else unique("no-such"), topic_id=uuid.uuid4() if by_id else ZERO,
+                                partition_data=[pr.PartitionProduceData(index=0, records=b"")])
+    req = pr.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=None, topic_data=[topic])
+    theirs = await asyncio.to_thread(_raw_answer, kafka.port, PRODUCE, version, req)
+    ours = error_response(PRODUCE, version, req, 100 if by_id else 3)
+    assert ours is not None
+    assert bytes(ours.encode(version)) == theirs
 
 
 @pytest.mark.parametrize("version", [4, 11, 12])

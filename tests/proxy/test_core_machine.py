@@ -40,7 +40,9 @@ from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore
 from kgate.proxy.states import State
 
-METADATA_V, PRODUCE_V = 12, 9
+# Produce v12: its answers end with KIP-951 node endpoints, which stream through the tail walker
+METADATA_V, PRODUCE_V = 12, 12
+BROKER_HOST = "broker-7.internal.example"  # in every Produce answer; must never reach the client
 MAX_QUEUED, MAX_INFLIGHT = 3, 6
 
 
@@ -88,7 +90,10 @@ def produce_request(cid: int, acks: int) -> bytes:
 
 def broker_answer(s: Sent) -> bytes:
     key, version = (int(ApiKey.METADATA), METADATA_V) if s.kind == "metadata" else (int(ApiKey.PRODUCE), PRODUCE_V)
-    body = api.API_INFO[key].response_class().encode(version)
+    msg = api.API_INFO[key].response_class()
+    if key == int(ApiKey.PRODUCE):
+        msg.node_endpoints = [pm.NodeEndpoint(node_id=7, host=BROKER_HOST, port=9092)]
+    body = msg.encode(version)
     return response_frame(s.cid, api.response_header_version(key, version), body)
 
 
@@ -108,6 +113,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.core, self.out = make_core(
             self.filters, max_queued_requests=MAX_QUEUED, max_inflight_requests=MAX_INFLIGHT
         )
+        self.core.cluster._node_ports[7] = 20007  # node 7's listener is bound (no socket in this test)
         self.sent: list[Sent] = []
         self.client_bytes = b""  # sent by the model client, not yet fed to the core
         self.broker_bytes = b""  # answered by the model broker, not yet fed to the core
@@ -268,6 +274,7 @@ class CoreMachine(RuleBasedStateMachine):
             assert got == expected
         acks0 = {s.cid for s in self.sent if s.kind == "produce-acks0"}
         assert not acks0 & set(got), "answered an acks=0 Produce"
+        assert BROKER_HOST.encode() not in self.out.client.data, "a broker address reached the client"
 
     @invariant()
     def limits_hold(self) -> None:

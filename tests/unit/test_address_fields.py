@@ -106,3 +106,26 @@ def test_describe_quorum_hides_controller_listeners() -> None:
     out = api.decode_response(55, 2, memoryview(new)[9:])
     assert [n.listeners for n in out.nodes] == [[]]
     assert b"10.1.2.3" not in new
+
+
+def test_node_endpoints_are_walked_from_the_version_that_has_them() -> None:
+    """The responses whose node endpoints stream (no decode) are exactly those that carry them.
+
+    Every broker-answered response with a ``NodeEndpoints`` field is in ``response_tail.TAIL_KEYS``
+    from the first version that has the field, and every version the codec knows from there on has
+    a walk program (the field is the top-level tag or the last regular field, as the walker needs).
+    """
+    from kgate.codec import api
+    from kgate.proxy import response_tail
+
+    for api_key, (name, paths) in sorted(_address_bearing().items()):
+        if "NodeEndpoints" not in paths or not _broker_answers(api_key):
+            continue
+        assert api_key in response_tail.TAIL_KEYS, f"{name} carries node endpoints kgate does not walk to"
+        spec = next(_load(p) for p in SPECS.glob("*Response.json") if _load(p)["apiKey"] == api_key)
+        field = next(f for f in spec["fields"] if f["name"] == "NodeEndpoints")
+        assert response_tail.TAIL_KEYS[api_key][0] == max(int(field["versions"].rstrip("+")), 1), name
+        info = api.API_INFO[api_key]
+        for version in range(response_tail.TAIL_KEYS[api_key][0], info.max_version + 1):
+            assert response_tail.has_tail(api_key, version)
+            assert response_tail.spec(api_key, version).program  # builds: the layout is walkable
