@@ -50,7 +50,7 @@ from kgate.codec.headers import (
     parse_request_header,
     peek_correlation_id,
     peek_request,
-    produce_request_acks,
+    produce_acks_offset,
     response_body_offset,
     response_frame,
 )
@@ -62,6 +62,7 @@ from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
 from kgate.proxy import rewrite
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.context import MessageContext
+from kgate.proxy.deadlines import FRAME_KEPT
 from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
 from kgate.proxy.metadata_brokers import rewrite_brokers
 from kgate.proxy.plans import (
@@ -109,6 +110,7 @@ _CAP_VERSIONS: Final = ResponsePlan.CAP_VERSIONS
 _DECODE: Final = ResponsePlan.DECODE
 _RAW_SASL_PLAN: Final = ResponsePlan.RAW_SASL
 _TRACK: Final = RequestPlan.TRACK
+_FRAME_KEPT: Final = FRAME_KEPT
 _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
@@ -715,6 +717,7 @@ class ConnectionCore:
             if state:  # a hook kept state for the answer's hooks: the plan may differ
                 answer_plan = self.plans.response(PRODUCE, version, True)
             ex = Exchange(cid, PRODUCE, version, None, state, answer_plan)
+            ex.wait = prefix.timeout_ms  # the broker may hold it this long (proxy/deadlines.py)
             if self._observer is not None:
                 self._observe_start(ex, head, size + 4)
             self._forward(out, ex)
@@ -880,12 +883,19 @@ class ConnectionCore:
                 f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
             )
         count[0] += 1  # kgate_requests
+        wait: int | bytes | None = None  # what the sweep reads the request's own wait from (proxy/deadlines.py)
         if api_key == PRODUCE:
-            if produce_request_acks(frame, version) == 0:
+            at = produce_acks_offset(frame, version)
+            if frame[at] == 0 and frame[at + 1] == 0:
                 self._acks0.append(cid)
                 if self._observer is not None:
                     self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
                 return  # acks=0: the broker sends no response, so nothing waits for one
+            if len(frame) < at + 6:
+                raise HeaderError("truncated Produce timeout_ms")
+            wait = frame[at + 2] << 24 | frame[at + 3] << 16 | frame[at + 4] << 8 | frame[at + 5]  # timeout_ms
+        elif api_key in _FRAME_KEPT:  # a request the broker may hold: its wait is read if it overstays
+            wait = frame if type(frame) is bytes else bytes(frame)
         request = None
         if plan is _OBSERVE:
             if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
@@ -906,6 +916,8 @@ class ConnectionCore:
             ex.state = None
             ex.plan = answer_plan
             ex.response = None
+        if wait is not None:
+            ex.wait = wait
         if self._observer is not None:
             self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)
