@@ -427,7 +427,7 @@ class ConnectionCore:
             mine = [ex for ex in self.pending if ex.api_key != RAW_SASL and ex not in old]
             if self._streamed is not None and self._streamed[0] not in old:
                 mine.append(self._streamed[0])  # its answer is streaming through, reported at its end
-            if self._req_observed is not None and self._req_observed[2]:
+            if self._req_observed is not None and self._req_observed[2] and self._req_observed[0] not in old:
                 mine.append(self._req_observed[0])  # an acks=0 Produce streaming in, reported once whole
             for ex in mine:
                 old[ex] = retired
@@ -484,6 +484,8 @@ class ConnectionCore:
         """The connection ends: exchanges of replaced chains still open let go of them."""
         old, behind = self._old, self._behind
         self._old = self._behind = None
+        if self._observer is not self._new_observer and old is not None:
+            self._observer = self._new_observer  # nothing more to route: the connection has ended
         if old is not None:
             for retired in old.values():
                 retired.release()

@@ -54,7 +54,9 @@ TABLE: list[tuple[ApiKey, int, Any, float]] = [
 ]
 
 
-@pytest.mark.parametrize(("key", "version", "request_", "expected"), TABLE, ids=[f"{k.name}-v{v}" for k, v, _r, _e in TABLE])
+@pytest.mark.parametrize(
+    ("key", "version", "request_", "expected"), TABLE, ids=[f"{k.name}-v{v}" for k, v, _r, _e in TABLE]
+)
 def test_deadline_for(key: ApiKey, version: int, request_: Any, expected: float) -> None:
     assert deadline_for(int(key), version, request_, 3.0) == pytest.approx(expected)
 
@@ -65,7 +67,8 @@ def test_every_wait_field_exists_on_its_request() -> None:
 
 
 def frame_of(key: ApiKey, version: int, msg: Any, cid: int = 7) -> bytes:
-    return request_frame(int(key), version, cid, "client", api.request_header_version(int(key), version), msg.encode(version))
+    header_version = api.request_header_version(int(key), version)
+    return request_frame(int(key), version, cid, "client", header_version, msg.encode(version))
 
 
 def test_the_header_only_path_keeps_what_the_sweep_reads_the_wait_from() -> None:
@@ -78,9 +81,10 @@ def test_the_header_only_path_keeps_what_the_sweep_reads_the_wait_from() -> None
     produce = req(K.PRODUCE, acks=-1, timeout_ms=25000, transactional_id=None, topic_data=[])
     core.receive_client(frame_of(K.PRODUCE, 9, produce, cid=3))
     core.receive_client(frame_of(K.METADATA, 12, req(K.METADATA, topics=[]), cid=4))
-    join_ex, fetch_ex, produce_ex, metadata_ex = core.upstream_waiting
+    _join, fetch_ex, produce_ex, metadata_ex = core.upstream_waiting
     assert [ex.request for ex in core.upstream_waiting] == [None] * 4, "nothing was decoded on the data path"
     assert isinstance(produce_ex.wait, int), "a Produce keeps its timeout, never its frame"
+    assert isinstance(fetch_ex.wait, bytes), "a Fetch keeps its small frame, read only if the broker is slow"
     assert not hasattr(metadata_ex, "wait"), "a request without a wait costs no store"
     assert [exchange_deadline(ex, 2.0) for ex in core.upstream_waiting] == pytest.approx([14.0, 11.0, 27.0, 2.0])
 
