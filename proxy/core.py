@@ -103,6 +103,7 @@ _bare_exchange: Final[Any] = _exchange_maker()
 _I32: Final = Struct(">i")  # a request frame's size
 _SIZE_CID: Final = Struct(">ii")  # a response frame's size and correlation id, in one call
 _REQ_HEAD: Final = Struct(">hhi")  # a request's api key, version and correlation id, right after its size
+_ACKS_TIMEOUT: Final = Struct(">hi")  # a Produce's acks and timeout_ms, read in one call
 _PASS: Final = ResponsePlan.PASS
 _WATCH_FETCH: Final = ResponsePlan.WATCH_FETCH
 _BROKERS_ONLY: Final = ResponsePlan.BROKERS_ONLY
@@ -885,19 +886,16 @@ class ConnectionCore:
                 f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
             )
         count[0] += 1  # kgate_requests
-        wait: int | bytes | None = None  # what the sweep reads the request's own wait from (proxy/deadlines.py)
         if api_key == PRODUCE:
             at = produce_acks_offset(frame, version)
-            if frame[at] == 0 and frame[at + 1] == 0:
+            if len(frame) < at + 6:
+                raise HeaderError("truncated Produce acks and timeout_ms")
+            acks, timeout = _ACKS_TIMEOUT.unpack_from(frame, at)  # one call for both (see below)
+            if acks == 0:
                 self._acks0.append(cid)
                 if self._observer is not None:
                     self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
                 return  # acks=0: the broker sends no response, so nothing waits for one
-            if len(frame) < at + 6:
-                raise HeaderError("truncated Produce timeout_ms")
-            wait = frame[at + 2] << 24 | frame[at + 3] << 16 | frame[at + 4] << 8 | frame[at + 5]  # timeout_ms
-        elif api_key in _FRAME_KEPT:  # a request the broker may hold: its wait is read if it overstays
-            wait = frame if type(frame) is bytes else bytes(frame)
         request = None
         if plan is _OBSERVE:
             if api_key == SASL_HANDSHAKE or api_key == SASL_AUTHENTICATE:
@@ -918,8 +916,11 @@ class ConnectionCore:
             ex.state = None
             ex.plan = answer_plan
             ex.response = None
-        if wait is not None:
-            ex.wait = wait
+        # what the sweep reads the request's own wait from, should the broker be slow (proxy/deadlines.py)
+        if api_key == PRODUCE:
+            ex.wait = timeout
+        elif api_key in _FRAME_KEPT:
+            ex.wait = frame if type(frame) is bytes else bytes(frame)
         if self._observer is not None:
             self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)

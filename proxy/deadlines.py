@@ -72,8 +72,8 @@ def exchange_deadline(ex: Any, margin_s: float) -> float:
     request = getattr(ex, "request", None)
     if request is None:
         kept = getattr(ex, "wait", None)  # set only for requests whose wait kgate may need
-        if isinstance(kept, int):  # a Produce's timeout_ms as read unsigned (negative: no wait)
-            return (kept if 0 <= kept < 0x80000000 else 0) / 1000 + margin_s
+        if isinstance(kept, int):  # a Produce's timeout_ms (negative: no wait)
+            return max(kept, 0) / 1000 + margin_s
         if kept is not None:
             request = decode_kept(api_key, version, kept)
     return deadline_for(api_key, version, request, margin_s)

@@ -97,9 +97,9 @@ def test_a_kept_frame_that_cannot_be_read_gets_the_margin() -> None:
     assert exchange_deadline(object(), 5.0) == 5.0
 
 
-def test_negative_produce_timeout_read_unsigned_is_no_wait() -> None:
+def test_negative_produce_timeout_is_no_wait() -> None:
     class Head:
-        api_key, api_version, request, wait = int(K.PRODUCE), 9, None, 0xFFFFFFFF
+        api_key, api_version, request, wait = int(K.PRODUCE), 9, None, -1
 
     assert exchange_deadline(Head(), 5.0) == 5.0
     assert own_wait_ms(int(K.PRODUCE), 9, None) == 0
