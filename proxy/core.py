@@ -78,6 +78,7 @@ from kgate.proxy.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, Stat
 from kgate.proxy.validate import check_request
 
 if TYPE_CHECKING:
+    from kgate.filters.chain import FilterChain
     from kgate.filters.exchanges import ExchangeObserver
     from kgate.proxy.chain_handover import RetiredChain
     from kgate.proxy.cluster import VirtualCluster
@@ -445,12 +446,13 @@ class ConnectionCore:
         self._observation_changed(was_observed)
         if (
             not self.raw_requests
+            and not self.chain.has_request_hooks
             and not self.settings.validate_requests
             and not self.reader.buffered
             and not self._req_stream_left
             and not self.backlog
         ):
-            self.raw_requests = True  # at a frame boundary: raw until a request the new chain hooks
+            self.raw_requests = True  # a chain that hooks no request, at a frame boundary: header-only
 
     def _report(self, ex: Any, info: ConnectionInfo, answer: Any, size: int | None, end_ns: int) -> None:
         """The observer while exchanges of a replaced chain are open: each to its own chain's observer."""
@@ -493,7 +495,7 @@ class ConnectionCore:
         if behind is not None:
             behind.release()
 
-    def _chain_of(self, ex: Exchange) -> Any:
+    def _chain_of(self, ex: Exchange) -> FilterChain:
         """The chain that saw ``ex``'s request (only asked while exchanges of a replaced chain are open)."""
         retired = self._old.get(ex) if self._old is not None else None
         return self.chain if retired is None else retired.chain
@@ -600,10 +602,10 @@ class ConnectionCore:
                     self._refuse(exc)
                     return
                 except _HookedRequest:
-                    self._leave_raw(data)
-                    return
-                self.frames_in += 1
-                self.write_up(data)
+                    self._leave_raw(data)  # then the in-flight limit below, as for any read
+                else:
+                    self.frames_in += 1
+                    self.write_up(data)
             else:
                 self._raw_data(data)
         else:
