@@ -194,11 +194,22 @@ def produce_request_acks(frame: memoryview | bytes, api_version: int) -> int:
 
     The same answer (and the same ``HeaderError`` for a truncated header) as
     ``produce_acks(frame, parse_request_header(frame, 2 if api_version >= 9 else 1).body_offset,
-    api_version)``, without building a ``RequestHeader`` or decoding the client id: the
-    header-only path asks this of every Produce. The int16s are read byte by byte (a negative
-    length, i.e. null, skips nothing), not with ``Struct.unpack_from`` and a call to
-    ``produce_acks``: fewer instructions per Produce, as Python and compiled (docs/performance.md,
-    "the hot path compiled with mypyc").
+    api_version)``, without building a ``RequestHeader`` or decoding the client id.
+    """
+    pos = produce_acks_offset(frame, api_version)
+    acks = frame[pos] << 8 | frame[pos + 1]
+    return acks - 0x10000 if acks & 0x8000 else acks
+
+
+def produce_acks_offset(frame: memoryview | bytes, api_version: int) -> int:
+    """Where a Produce request frame's ``acks`` (int16, then ``timeout_ms``, int32) starts.
+
+    The header-only path asks this of every Produce: it reads ``acks`` there, and the timeout
+    right after it when the request expects an answer (proxy/deadlines.py). The header is skipped
+    rather than decoded; the int16s are read byte by byte (a negative length, i.e. null, skips
+    nothing), not with ``Struct.unpack_from``: fewer instructions per Produce, as Python and
+    compiled (docs/performance.md, "the hot path compiled with mypyc"). Raises ``HeaderError`` for
+    a header cut short, as the decoder would.
     """
     n = len(frame)
     if n < 14:
@@ -220,5 +231,4 @@ def produce_request_acks(frame: memoryview | bytes, api_version: int) -> int:
         pos += 2 if frame[pos] & 0x80 else 2 + (frame[pos] << 8 | frame[pos + 1])
     if n < pos + 2:
         raise HeaderError("truncated Produce acks")
-    acks = frame[pos] << 8 | frame[pos + 1]
-    return acks - 0x10000 if acks & 0x8000 else acks
+    return pos

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -36,6 +37,7 @@ from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver, fan_out
 from kgate.proxy import frozen_heap, rewrite
 from kgate.proxy.answer_memo import AnswerMemo
+from kgate.proxy.chain_handover import RetiredChain
 from kgate.proxy.client_metrics import ClientMetrics
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_services import ClusterServicesImpl
@@ -116,9 +118,9 @@ class VirtualCluster:
         self.name = cfg.name
         self.metrics = ClusterMetrics(cfg.name)  # before the chain: its plans count requests in it
         self._use_chain(chain if chain is not None else FilterChain([]))
-        #: chains a reload replaced that connections still use (closed once none does: proxy/chain_handover.py)
-        self.retired_chains: list[FilterChain] = []
-        self._handovers: set[asyncio.Task[None]] = set()
+        #: chains a reload replaced that exchanges still use (closed once none does: proxy/chain_handover.py)
+        self.retired_chains: list[RetiredChain] = []
+        self._handovers: dict[RetiredChain, asyncio.TimerHandle] = {}  # the warning if one retires slowly
         self._closing: set[asyncio.Task[None]] = set()  # replaced chains being closed
         HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
         self.gentle = GentleCloser()  # broker connections whose client left: FIN, then a full close
@@ -189,32 +191,48 @@ class VirtualCluster:
         self.plans = Plans(chain, self.filter_limits, self.names_in_use, self.metrics.request_count)
 
     def replace_chain(self, chain: FilterChain) -> None:
-        """Configuration reload: ``chain`` for requests that start from now on (proxy/chain_handover.py).
+        """Configuration reload: ``chain`` for every request read from now on (proxy/chain_handover.py).
 
         The new filters start (``Filter.start``, exchange observers) before any request can reach
-        them; every open connection moves over at its next point with nothing owed, and the old
-        chain's filters close once no connection uses them, so an exchange always finishes with
-        the chain it started with and no audit event of the old chain is lost.
+        them; every open connection reads its next request with them at once, while each exchange
+        already started finishes on the old chain (its response hooks, state and observers). The
+        old chain's filters close once its last exchange has ended, so no audit event of the old
+        chain is lost and no connection is closed or paused.
         """
-        from kgate.proxy.chain_handover import hand_over
-
-        old = self.chain
+        old = RetiredChain(self.chain, self.exchange_observer, self._retired_idle)
         self._use_chain(chain)
         self._install_exchange_observers()
         for f in chain.filters:
             f.start(self.services)
         self.retired_chains.append(old)
-        task = asyncio.get_running_loop().create_task(hand_over(self, old, self.settings.drain_timeout_s))
-        self._handovers.add(task)
-        task.add_done_callback(lambda t: self._handed_over(t, old))
+        for conn in list(self.connections):
+            conn.core.switch_chain(old)
+        old.release()  # the reload's own hold: the chain closes now if no exchange had started on it
+        if not old.done:
+            loop = asyncio.get_running_loop()
+            self._handovers[old] = loop.call_later(self.settings.drain_timeout_s, self._still_retiring, old)
 
-    def _handed_over(self, task: asyncio.Task[None], old: FilterChain) -> None:
-        """No connection uses ``old`` any more: close its filters (unless shutdown already took it)."""
-        self._handovers.discard(task)
-        if task.cancelled() or old not in self.retired_chains:
-            return  # wait_closed closes it
-        self.retired_chains.remove(old)
-        closing = asyncio.get_running_loop().create_task(old.close())
+    def _still_retiring(self, old: RetiredChain) -> None:
+        self._handovers.pop(old, None)
+        if not old.done:
+            log.warning(
+                "cluster %s: %d exchange(s) still on the replaced filter chain after %gs; "
+                "its filters close when the last one ends",
+                self.name, old.users, self.settings.drain_timeout_s,
+            )
+
+    def _retired_idle(self, old: RetiredChain) -> None:
+        """No exchange uses a replaced chain any more: close its filters (unless shutdown took it)."""
+        if old in self.retired_chains:
+            self.retired_chains.remove(old)
+        handle = self._handovers.pop(old, None)
+        if handle is not None:
+            handle.cancel()
+        log.info(
+            "cluster %s: the replaced filter chain's last exchange ended after %.0f ms; closing its filters",
+            self.name, (time.monotonic() - old.retired_at) * 1000,
+        )
+        closing = asyncio.get_running_loop().create_task(old.chain.close())
         self._closing.add(closing)
         closing.add_done_callback(self._closed_retired)
 
@@ -614,11 +632,13 @@ class VirtualCluster:
         # filters first: one may still need names while it finishes (the audit log resolves the ids
         # of its last events) and their background tasks may still use the clients; then the
         # resolver, then the filters' own connections and kgate's own connection
-        for task in list(self._handovers):
-            task.cancel()
+        for handle in self._handovers.values():
+            handle.cancel()
+        self._handovers.clear()
         retired, self.retired_chains = self.retired_chains, []
-        for chain in retired:
-            await chain.close()
+        for old in retired:
+            if old.take():  # exactly once: never again when its last connection closes below
+                await old.chain.close()
         if self._closing:
             await asyncio.wait(set(self._closing))
         await self.chain.close()

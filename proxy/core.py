@@ -50,7 +50,7 @@ from kgate.codec.headers import (
     parse_request_header,
     peek_correlation_id,
     peek_request,
-    produce_request_acks,
+    produce_acks_offset,
     response_body_offset,
     response_frame,
 )
@@ -63,6 +63,7 @@ from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
 from kgate.proxy import response_tail, rewrite
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.context import MessageContext
+from kgate.proxy.deadlines import FRAME_KEPT
 from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
 from kgate.proxy.metadata_brokers import rewrite_brokers
 from kgate.proxy.plans import (
@@ -78,6 +79,9 @@ from kgate.proxy.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, Stat
 from kgate.proxy.validate import check_request
 
 if TYPE_CHECKING:
+    from kgate.filters.chain import FilterChain
+    from kgate.filters.exchanges import ExchangeObserver
+    from kgate.proxy.chain_handover import RetiredChain
     from kgate.proxy.cluster import VirtualCluster
 
 # Module constants are ``Final``: compiled (tools/compile_hot.py), mypyc keeps a Final name in a C
@@ -101,6 +105,7 @@ _bare_exchange: Final[Any] = _exchange_maker()
 _I32: Final = Struct(">i")  # a request frame's size
 _SIZE_CID: Final = Struct(">ii")  # a response frame's size and correlation id, in one call
 _REQ_HEAD: Final = Struct(">hhi")  # a request's api key, version and correlation id, right after its size
+_ACKS_TIMEOUT: Final = Struct(">hi")  # a Produce's acks and timeout_ms, read in one call
 _PASS: Final = ResponsePlan.PASS
 _WATCH_FETCH: Final = ResponsePlan.WATCH_FETCH
 _BROKERS_ONLY: Final = ResponsePlan.BROKERS_ONLY
@@ -110,6 +115,7 @@ _TAIL: Final = ResponsePlan.TAIL
 _WATCH_TAIL: Final = ResponsePlan.WATCH_TAIL
 _RAW_SASL_PLAN: Final = ResponsePlan.RAW_SASL
 _TRACK: Final = RequestPlan.TRACK
+_FRAME_KEPT: Final = FRAME_KEPT
 _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
@@ -230,6 +236,7 @@ class ConnectionCore:
         "_arrived_ns",
         "_backlog_arrived",
         "_backlog_bytes",
+        "_behind",
         "_held",
         "_held_len",
         "_held_need",
@@ -240,7 +247,9 @@ class ConnectionCore:
         "_max_inflight",
         "_max_queued",
         "_metadata_rewrites",
+        "_new_observer",
         "_observer",
+        "_old",
         "_req_observed",
         "_req_skip",
         "_req_stream_left",
@@ -344,6 +353,13 @@ class ConnectionCore:
         #: a request being observed that streams through (larger than a read): its exchange, the
         #: pieces so far (``ex.req``), and whether it is an acks=0 Produce reported once it is whole
         self._req_observed: tuple[Exchange, list[bytes | memoryview], bool] | None = None
+        #: after a reload (proxy/chain_handover.py): the exchanges started on a replaced chain, and
+        #: that chain; None (the common case) costs the response path nothing (see switch_chain)
+        self._old: dict[Exchange, RetiredChain] | None = None
+        #: the observer of the chain requests are read with, while ``_observer`` is ``_report``
+        self._new_observer: ExchangeObserver | None = None
+        #: a replaced chain whose request hook this connection is still awaiting (switches in hook_done)
+        self._behind: RetiredChain | None = None
         self.close_detail = ""
 
     def detach(self) -> None:
@@ -359,6 +375,8 @@ class ConnectionCore:
         """
         self.out = _DETACHED
         self.write_up = self.write_client = _DETACHED.send_upstream
+        if self._old is not None or self._behind is not None:
+            self._release_old()  # torn down before it closed (it always closes first; defensive)
 
     # -- lifecycle (proxy/states.py) ----------------------------------------------------------
     def _to(self, event: Event) -> None:
@@ -383,29 +401,111 @@ class ConnectionCore:
         return len(self.pending) + (len(self.backlog) if self.backlog else 0) + (1 if self._stream_left else 0)
 
     # -- configuration reload (proxy/chain_handover.py) -------------------------------------------
-    @property
-    def mid_request(self) -> bool:
-        """Part of a request already went upstream: reading must go on until it has all gone."""
-        return bool(self._held or self._req_skip or self._req_stream_left)
+    def switch_chain(self, retired: RetiredChain | None) -> None:
+        """Read the next request with the cluster's current chain; exchanges already started keep theirs.
+
+        ``retired`` is the chain being replaced (None: a connection that has read nothing yet).
+        Each exchange in flight is recorded with it, so its response hooks, its per-exchange state
+        and its exchange observer stay that chain's, and holds it until the exchange ends (then
+        ``RetiredChain`` closes the chain once nothing holds it). A request whose bytes sit unread
+        in the frame reader, or in the backlog, is the new chain's: no chain has looked at it yet.
+        A request hook still running (SUSPENDED) finishes on its chain: the switch happens in
+        ``hook_done`` once its exchange exists. Nothing pauses and nothing closes.
+
+        While exchanges of an old chain are open, ``_observer`` is ``_report``, which routes each
+        finished exchange to its chain's observer and releases it: the raw answer fast path (taken
+        only without an observer) is off for that short while, so no exchange ends unaccounted.
+        """
+        if self.closed or self.chain is self.cluster.chain:
+            return
+        if self.suspended:
+            if self._behind is None and retired is not None and retired.chain is self.chain:
+                retired.hold()
+                self._behind = retired
+            return
+        self._adopt(retired if retired is not None and retired.chain is self.chain else None)
 
     def adopt_chain(self) -> bool:
-        """Take the cluster's current chain if nothing is owed and no request is half through; whether it did.
+        """A connection that has read nothing yet (a reload during its TLS handshake) takes the current chain."""
+        self.switch_chain(None)
+        return self.chain is self.cluster.chain
 
-        Only then: every exchange read so far has had its answer under the chain it started with
-        (response hooks, per-exchange state, observers), and the next request is the first one the
-        new chain sees. A request whose bytes sit unread in the frame reader is fine: no chain
-        has looked at it yet. Raw mode (no request hooks) only resumes with nothing buffered.
-        """
-        if self.closed or self.mid_request or not self.drained:
-            return False
+    def _adopt(self, retired: RetiredChain | None) -> None:
+        if retired is not None:
+            old = self._old if self._old is not None else {}
+            mine = [ex for ex in self.pending if ex.api_key != RAW_SASL and ex not in old]
+            if self._streamed is not None and self._streamed[0] not in old:
+                mine.append(self._streamed[0])  # its answer is streaming through, reported at its end
+            if self._req_observed is not None and self._req_observed[2] and self._req_observed[0] not in old:
+                mine.append(self._req_observed[0])  # an acks=0 Produce streaming in, reported once whole
+            for ex in mine:
+                old[ex] = retired
+                retired.hold()
+            self._old = old or None
+        was_observed = self._observer is not None
         cluster = self.cluster
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
         self._answers = cluster.answers  # the new chain's version limits cap ApiVersions from now on
-        self._observer = cluster.exchange_observer
-        self.raw_requests = not self.settings.validate_requests and not self.reader.buffered
-        return True
+        self._new_observer = cluster.exchange_observer
+        self._observer = self._report if self._old is not None else self._new_observer
+        self._observation_changed(was_observed)
+        if (
+            not self.raw_requests
+            and not self.chain.has_request_hooks
+            and not self.settings.validate_requests
+            and not self.reader.buffered
+            and not self._req_stream_left
+            and not self.backlog
+        ):
+            self.raw_requests = True  # a chain that hooks no request, at a frame boundary: header-only
+
+    def _report(self, ex: Any, info: ConnectionInfo, answer: Any, size: int | None, end_ns: int) -> None:
+        """The observer while exchanges of a replaced chain are open: each to its own chain's observer."""
+        old = self._old
+        retired = old.pop(ex, None) if old is not None else None
+        if retired is None:
+            observe = self._new_observer
+            if observe is not None:
+                observe(ex, info, answer, size, end_ns)
+            return
+        try:
+            if retired.observer is not None:
+                retired.observer(ex, info, answer, size, end_ns)
+        finally:
+            retired.release()
+            if not old:
+                self._old = None
+                self._observer = self._new_observer
+                self._observation_changed(True)
+
+    def _observation_changed(self, was_observed: bool) -> None:
+        """Keep the observation bookkeeping true to ``_observer`` after it changed."""
+        if self._observer is None:
+            self._streamed = None  # a streaming answer of the new chain, which observes nothing
+            self._req_observed = None
+            self._backlog_arrived = None
+        elif not was_observed and self.backlog and len(self._backlog_arrived or ()) != len(self.backlog):
+            now = time.monotonic_ns()  # frames queued while nothing observed: read no later than now
+            self._backlog_arrived = deque([now] * len(self.backlog))
+
+    def _release_old(self) -> None:
+        """The connection ends: exchanges of replaced chains still open let go of them."""
+        old, behind = self._old, self._behind
+        self._old = self._behind = None
+        if self._observer is not self._new_observer and old is not None:
+            self._observer = self._new_observer  # nothing more to route: the connection has ended
+        if old is not None:
+            for retired in old.values():
+                retired.release()
+        if behind is not None:
+            behind.release()
+
+    def _chain_of(self, ex: Exchange) -> FilterChain:
+        """The chain that saw ``ex``'s request (only asked while exchanges of a replaced chain are open)."""
+        retired = self._old.get(ex) if self._old is not None else None
+        return self.chain if retired is None else retired.chain
 
     @property
     def mid_frame(self) -> bool:
@@ -471,6 +571,8 @@ class ConnectionCore:
         if self._observer is not None:
             self._unanswered()
         self._to(Event.CLOSE)
+        if self._old is not None or self._behind is not None:
+            self._release_old()
         self.backlog = self._backlog_arrived = None
         self._backlog_bytes = 0
         self.out.close_sockets(reason)
@@ -479,6 +581,8 @@ class ConnectionCore:
         """Once a departed client's last read request has gone upstream, the connection ends."""
         if self.state is State.CLIENT_GONE and not self.backlog:
             self._to(Event.FINISHED)
+            if self._old is not None or self._behind is not None:
+                self._release_old()
             self.out.close_sockets(CloseReason.CLIENT_LEFT)
 
     # -- client to broker ---------------------------------------------------------------------
@@ -505,10 +609,10 @@ class ConnectionCore:
                     self._refuse(exc)
                     return
                 except _HookedRequest:
-                    self._leave_raw(data)
-                    return
-                self.frames_in += 1
-                self.write_up(data)
+                    self._leave_raw(data)  # then the in-flight limit below, as for any read
+                else:
+                    self.frames_in += 1
+                    self.write_up(data)
             else:
                 self._raw_data(data)
         else:
@@ -625,6 +729,7 @@ class ConnectionCore:
             if state:  # a hook kept state for the answer's hooks: the plan may differ
                 answer_plan = self.plans.response(PRODUCE, version, True)
             ex = Exchange(cid, PRODUCE, version, None, state, answer_plan)
+            ex.wait = prefix.timeout_ms  # the broker may hold it this long (proxy/deadlines.py)
             if self._observer is not None:
                 self._observe_start(ex, head, size + 4)
             self._forward(out, ex)
@@ -791,7 +896,11 @@ class ConnectionCore:
             )
         count[0] += 1  # kgate_requests
         if api_key == PRODUCE:
-            if produce_request_acks(frame, version) == 0:
+            at = produce_acks_offset(frame, version)
+            if len(frame) < at + 6:
+                raise HeaderError("truncated Produce acks and timeout_ms")
+            acks, timeout = _ACKS_TIMEOUT.unpack_from(frame, at)  # one call for both (see below)
+            if acks == 0:
                 self._note_acks0(cid)
                 if self._observer is not None:
                     self._observe_acks0(cid, version, frame, int.from_bytes(frame[:4], "big") + 4)
@@ -816,6 +925,11 @@ class ConnectionCore:
             ex.state = None
             ex.plan = answer_plan
             ex.response = None
+        # what the sweep reads the request's own wait from, should the broker be slow (proxy/deadlines.py)
+        if api_key == PRODUCE:
+            ex.wait = timeout
+        elif api_key in _FRAME_KEPT:
+            ex.wait = frame if type(frame) is bytes else bytes(frame)
         if self._observer is not None:
             self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)
@@ -922,6 +1036,11 @@ class ConnectionCore:
         self._arrived_ns = suspension.arrived_ns
         try:
             self._apply_request(decision, suspension.frame, header, suspension.ctx)
+            if self._behind is not None:  # a reload came while the hook ran: its exchange stays on that chain
+                behind, self._behind = self._behind, None
+                if not self.closed:
+                    self._adopt(behind)
+                behind.release()
             arrived = self._backlog_arrived
             while self.backlog and not self.suspended and not self.closed:
                 frame = self.backlog.popleft()
@@ -1279,7 +1398,7 @@ class ConnectionCore:
 
     def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:
         api_key, version = ex.api_key, ex.api_version
-        chain = self.chain
+        chain = self.chain if self._old is None else self._chain_of(ex)  # the chain that saw its request
         hooks = chain.hooks("response", api_key, version, bool(ex.state)) if chain.has_response_hooks else ()
         must_rewrite = rewrite.needs_rewrite(api_key, version)
         try:

@@ -37,12 +37,17 @@ class Exchange:
         "state",
         "t0_ns",
         "up_ns",
+        "wait",
     )
     t0_ns: int  # time.monotonic_ns() when kgate read the request's header
     sent_ns: int  # when its last byte went to the broker (later than t0_ns if it waited on a hook or came in pieces)
     up_ns: int  # when the broker's answer was in kgate's hands; 0: none came (kgate answered, acks=0)
     req: bytes | memoryview | list[bytes | memoryview]  # the request frame, or the pieces it streamed in
     req_bytes: int  # the request frame's size, size prefix included
+    # ``wait`` is set only by the header-only path, for requests that ask the broker to hold them
+    # (proxy/deadlines.py): a Produce's timeout_ms, or the small request frame itself, read by the
+    # timeout sweep only if the broker is slower than the margin. Others never assign it.
+    wait: int | bytes
 
     def __init__(
         self,

@@ -12,10 +12,13 @@ compares them with what it saw last time:
   connection has sent nothing yet, for ``frame_timeout_s`` -> close. Catches slowloris clients
   (one byte per 100 ms) and connections that never speak. Not counted while kgate itself has
   paused reading from the client (backpressure is kgate's doing, not the client's).
-- **upstream**: the request at the head of the broker queue has been unanswered for
-  ``upstream_timeout_s`` -> close both sides (the client's own request timeout then retries
-  elsewhere). Not counted while kgate has paused reading from the broker (the answer may be
-  sitting unread because the client does not read).
+- **upstream**: the request at the head of the broker queue has been unanswered for longer than
+  its deadline -> close both sides (the client's own request timeout then retries elsewhere).
+  The deadline is the request's own wait (a JoinGroup's rebalance timeout, a Fetch's max wait, a
+  Produce's timeout: proxy/deadlines.py) plus ``upstream_timeout_s`` as the margin; the wait is
+  read only once a request has been at the head for the margin, so most requests never cost it.
+  Not counted while kgate has paused reading from the broker (the answer may be sitting unread
+  because the client does not read).
 
 Each limit is enforced within one sweep interval of its value. ``verdict`` is a pure function of
 the previous observation, the current one and the clock: tested with a fake clock.
@@ -25,10 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.deadlines import exchange_deadline
 
 if TYPE_CHECKING:
     from kgate.config import ProxySettings
@@ -59,14 +64,24 @@ class Watch:
     quiet_since: float
     frame_since: float | None
     head_since: float
+    head_deadline: float | None = None  # the head's deadline in seconds, once it has waited the margin
 
 
 def first_watch(snap: Snapshot, now: float) -> Watch:
     return Watch(snap, now, now if snap.mid_frame and not snap.reading_paused else None, now)
 
 
-def verdict(watch: Watch, snap: Snapshot, now: float, settings: ProxySettings) -> str | None:
-    """Update ``watch`` with ``snap``; the reason to close the connection, or None."""
+def verdict(
+    watch: Watch,
+    snap: Snapshot,
+    now: float,
+    settings: ProxySettings,
+    deadline_of: Callable[[Any, float], float] = exchange_deadline,
+) -> str | None:
+    """Update ``watch`` with ``snap``; the reason to close the connection, or None.
+
+    ``deadline_of(head, margin)``: seconds the broker may take to answer the head exchange.
+    """
     last = watch.last
     if snap.rx != last.rx or snap.up_rx != last.up_rx or snap.owes:
         watch.quiet_since = now
@@ -77,14 +92,25 @@ def verdict(watch: Watch, snap: Snapshot, now: float, settings: ProxySettings) -
         watch.frame_since = now
     if snap.head is None or snap.head is not last.head or snap.upstream_paused:
         watch.head_since = now
+        if snap.head is not last.head:
+            watch.head_deadline = None
     watch.last = snap
     if now - watch.quiet_since >= settings.idle_timeout_s:
         return f"idle for {settings.idle_timeout_s:g}s"
     if watch.frame_since is not None and now - watch.frame_since >= settings.frame_timeout_s:
         what = "first request" if snap.frames == 0 else "request"
         return f"{what} not received whole within {settings.frame_timeout_s:g}s"
-    if snap.head is not None and now - watch.head_since >= settings.upstream_timeout_s:
-        return f"broker did not answer a request within {settings.upstream_timeout_s:g}s"
+    margin = settings.upstream_timeout_s
+    if snap.head is not None and now - watch.head_since >= margin:
+        if watch.head_deadline is None:
+            watch.head_deadline = deadline_of(snap.head, margin)
+        if now - watch.head_since >= watch.head_deadline:
+            if watch.head_deadline == margin:
+                return f"broker did not answer a request within {margin:g}s"
+            return (
+                f"broker did not answer a request within {watch.head_deadline:g}s "
+                f"(its own wait {watch.head_deadline - margin:g}s + upstream_timeout_s {margin:g}s)"
+            )
     return None
 
 

@@ -170,9 +170,9 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
         steady.wait_acked(200)
         # on the connections they had: none was closed to get there
         assert k.metric_values("kgate_accepted_connections_total") == accepted
-        # the consumer's connection moves once its long-poll Fetch is answered (up to its max wait):
-        # that can come after the producer's 200 acks on a busy machine
-        wait_for(lambda: "every connection moved to the new filter chain" in k.log_text(), message=k.log_text())
+        # the old chain is let go once its last exchange (the consumer's long-poll Fetch: up to its
+        # max wait) has ended: that can come after the producer's 200 acks on a busy machine
+        wait_for(lambda: "the replaced filter chain's last exchange ended" in k.log_text(), message=k.log_text())
 
         # (b) SIGHUP, invalid: logged with its key path, counted, and the deny stays in force
         bad = copy.deepcopy(config)
@@ -317,7 +317,7 @@ def test_replacing_the_audit_log_loses_no_event(tansu, kgate_factory, tmp_path) 
         write_config(k, config)
         status, body = k.http("/reload", method="POST")
         assert status == 200, body
-        wait_for(lambda: "every connection moved to the new filter chain" in k.log_text(), message=k.log_text())
+        wait_for(lambda: "the replaced filter chain's last exchange ended" in k.log_text(), message=k.log_text())
         steady.wait_acked(300)
     finally:
         steady.stop()

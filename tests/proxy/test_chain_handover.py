@@ -1,15 +1,17 @@
-"""proxy/chain_handover.py and ``ConnectionCore.adopt_chain``: when a connection takes a reloaded chain.
+"""A reload's chain switch in the connection core (``ConnectionCore.switch_chain``, proxy/chain_handover.py).
 
-Driven sans-IO (tests/support/core_driver.py): the point is *when* the switch happens relative
-to the exchanges in flight, which only the core's own bookkeeping shows exactly. The same path
-runs on sockets in tests/e2e/test_reload.py.
+Driven sans-IO (tests/support/core_driver.py): the point is which chain each exchange runs on
+relative to the switch, and when the old chain is let go, which only the core's own bookkeeping
+shows exactly. The same path runs on sockets with real clients in tests/e2e/test_reload.py and
+tests/e2e/test_reload_join.py.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from support.core_driver import RecordingActions, make_core
+from support.core_driver import make_core
 
 from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request, on_response
 from kgate.codec import api
@@ -18,8 +20,9 @@ from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
-from kgate.filters.chain import FilterChain
-from kgate.proxy.chain_handover import PAUSE_REASON, step
+from kgate.filters.chain import Decision, FilterChain, Verdict
+from kgate.proxy.chain_handover import RetiredChain
+from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore
 
 MD, PR = int(ApiKey.METADATA), int(ApiKey.PRODUCE)
@@ -36,33 +39,55 @@ class Refuser(Filter):
         return Respond(error_response(ctx.api_key, ctx.api_version, request, ErrorCode.TOPIC_AUTHORIZATION_FAILED))
 
 
+class Tagger(Filter):
+    """Keeps per-exchange state in its request hook; its response hook records (its tag, the state's tag)."""
+
+    name = "test-tagger"
+
+    def __init__(self, tag: str) -> None:
+        super().__init__({})
+        self.tag = tag
+        self.answered: list[tuple[str, str, int]] = []
+        self.closes = 0
+
+    @on_request(ApiKey.METADATA)
+    def mark(self, ctx: FilterContext, request: Any) -> Any:
+        ctx.state["test.tag"] = self.tag
+        return None
+
+    @on_response(ApiKey.METADATA, needs_state=True)
+    def seen(self, ctx: FilterContext, response: Any) -> Any:
+        self.answered.append((self.tag, ctx.state["test.tag"], ctx.correlation_id))
+        return None
+
+    async def close(self) -> None:
+        self.closes += 1
+
+
 class ResponseCounter(Filter):
-    """Counts the Metadata responses it sees (a response hook of the old chain)."""
+    """Counts the Metadata responses it sees (a response hook without request hooks: raw requests)."""
 
     name = "test-response-counter"
 
     def __init__(self, config: Any = None) -> None:
         super().__init__(config or {})
-        self.seen = 0
+        self.seen: list[int] = []
 
     @on_response(ApiKey.METADATA)
     def metadata(self, ctx: FilterContext, response: Any) -> Any:
-        self.seen += 1
+        self.seen.append(ctx.correlation_id)
         return None
 
 
-class Conn:
-    """What ``step`` needs of a ClientConnection: its core and its read pausing."""
+class SlowGate(Filter):
+    """A Metadata request hook that awaits (the test settles it with ``hook_done``)."""
 
-    def __init__(self, core: ConnectionCore, actions: RecordingActions) -> None:
-        self.core = core
-        self.actions = actions
+    name = "test-slow-gate"
 
-    def pause_client(self, reason: str) -> None:
-        self.actions.pause_client(reason)
-
-    def resume_client(self, reason: str) -> None:
-        self.actions.resume_client(reason)
+    @on_request(ApiKey.METADATA)
+    async def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        await asyncio.sleep(0)
+        return None
 
 
 def metadata_request(cid: int) -> bytes:
@@ -91,77 +116,194 @@ def cids(data: bytes | bytearray, first: int) -> list[int]:
     return [int.from_bytes(f[first : first + 4], "big", signed=True) for f in frames]
 
 
-def reload_chain(core: ConnectionCore, *filters: Filter) -> FilterChain:
-    """What ``VirtualCluster.replace_chain`` does to the cluster, minus starting filters (no loop here)."""
-    old = core.cluster.chain
-    core.cluster._use_chain(FilterChain(list(filters)))
-    return old
+class Reload:
+    """What ``VirtualCluster.replace_chain`` does to one core, minus the event loop (no filter starts)."""
+
+    def __init__(self, core: ConnectionCore, *filters: Filter, observer: Any = None) -> None:
+        cluster = core.cluster
+        self.idle: list[RetiredChain] = []
+        self.old = RetiredChain(cluster.chain, cluster.exchange_observer, self.idle.append)
+        cluster._use_chain(FilterChain(list(filters)))
+        cluster.exchange_observer = observer
+        core.switch_chain(self.old)
+        self.old.release()
+
+    @property
+    def released(self) -> bool:
+        return self.idle == [self.old]
 
 
-def test_a_connection_takes_the_new_chain_only_once_its_answers_are_in() -> None:
-    core, actions = make_core()  # no filter: raw mode
-    conn = Conn(core, actions)
-    assert core.raw_requests
+def test_an_exchange_started_on_a_gets_its_response_hooks_and_state_from_a_after_the_switch() -> None:
+    a, b = Tagger("A"), Tagger("B")
+    core, actions = make_core([a])
     core.receive_client(metadata_request(1))
-    old = reload_chain(core, Refuser({}))
-
-    assert not step(conn, old), "an answer is owed under the old chain: no switch yet"
-    assert PAUSE_REASON in actions.client_paused, "no new request until the owed answer is in"
-    assert core.chain is old and core.raw_requests
+    reload = Reload(core, b)
+    assert core.chain.filters == [b] and not reload.released
+    core.receive_client(metadata_request(2))  # read after the switch: chain B, while 1 is still owed
+    assert cids(actions.upstream.data, 8) == [1, 2] and not actions.client_paused
 
     core.receive_broker(metadata_answer(1))
-    assert cids(actions.client.data, 4) == [1]
-    assert step(conn, old)
-    assert PAUSE_REASON not in actions.client_paused
-    assert core.chain is core.cluster.chain and core.raw_requests  # raw until a request a hook wants
-
-    core.receive_client(metadata_request(2))  # answered by the new chain, never forwarded
-    assert not core.raw_requests  # the new chain hooks Metadata: filtered from this request on
-    assert cids(actions.upstream.data, 8) == [1]
+    assert a.answered == [("A", "A", 1)] and b.answered == []
+    assert reload.released, "A's last exchange ended: A is let go"
+    core.receive_broker(metadata_answer(2))
+    assert b.answered == [("B", "B", 2)] and a.answered == [("A", "A", 1)]
     assert cids(actions.client.data, 4) == [1, 2]
+    assert reload.idle == [reload.old], "released exactly once"
+    assert actions.close_reason is None
 
 
-def test_a_request_half_forwarded_is_never_cut_by_a_pause() -> None:
+def test_the_next_request_meets_the_new_chain_at_once_and_answers_keep_their_order() -> None:
+    core, actions = make_core()  # no filter: raw mode
+    core.receive_client(metadata_request(1))
+    reload = Reload(core, Refuser({}))
+    core.receive_client(metadata_request(2))  # answered by the new chain, never forwarded
+    assert cids(actions.upstream.data, 8) == [1]
+    assert cids(actions.client.data, 4) == [], "2's answer waits behind 1's"
+    assert not actions.client_paused, "a reload pauses nobody"
+    core.receive_broker(metadata_answer(1))
+    assert cids(actions.client.data, 4) == [1, 2]
+    assert reload.released
+
+
+def test_a_request_half_forwarded_finishes_on_its_chain() -> None:
     core, actions = make_core()
-    conn = Conn(core, actions)
     frame = produce_request(1)
     core.receive_client(frame[:20])  # raw mode: tracked and forwarded, the rest still to come
-    old = reload_chain(core, Refuser({}))
-    assert core.mid_request
-    assert not step(conn, old)
-    assert PAUSE_REASON not in actions.client_paused, "paused mid-request, the broker would wait forever"
+    reload = Reload(core, Refuser({}))
     core.receive_client(frame[20:])
-    assert not step(conn, old)  # whole now, its answer still owed: pause until it comes
-    assert PAUSE_REASON in actions.client_paused
-    core.receive_broker(produce_answer(1))
-    assert step(conn, old) and core.chain is core.cluster.chain
     assert bytes(actions.upstream.data) == frame
+    core.receive_broker(produce_answer(1))
+    assert cids(actions.client.data, 4) == [1] and reload.released
 
 
-def test_an_exchange_in_flight_finishes_with_the_response_hooks_it_started_with() -> None:
-    counter = ResponseCounter({})
-    core, actions = make_core([counter])
-    conn = Conn(core, actions)
-    core.receive_client(metadata_request(1))
-    old = reload_chain(core)  # the new chain has no filter at all
+def test_old_chain_released_after_the_last_of_several_exchanges() -> None:
+    a = Tagger("A")
+    core, _actions = make_core([a])
+    for cid in (1, 2, 3):
+        core.receive_client(metadata_request(cid))
+    reload = Reload(core)
+    assert reload.old.users == 3
     core.receive_broker(metadata_answer(1))
-    assert counter.seen == 1, "the old chain's response hook must see the answer to its request"
-    assert step(conn, old)
-    core.receive_client(metadata_request(2))
     core.receive_broker(metadata_answer(2))
-    assert counter.seen == 1, "a request after the switch is the new chain's alone"
-    assert cids(actions.client.data, 4) == [1, 2]
+    assert not reload.released
+    core.receive_broker(metadata_answer(3))
+    assert reload.released and [c for _t, _s, c in a.answered] == [1, 2, 3]
 
 
-def test_a_closed_connection_is_done_with_the_old_chain() -> None:
-    core, actions = make_core()
-    conn = Conn(core, actions)
+def test_a_closing_connection_lets_go_of_the_old_chain_once() -> None:
+    a = Tagger("A")
+    core, _actions = make_core([a])
     core.receive_client(metadata_request(1))
-    old = reload_chain(core, Refuser({}))
-    assert not step(conn, old)
+    core.receive_client(metadata_request(2))
+    reload = Reload(core)
+    core.receive_broker(metadata_answer(1))
     core.client_closed()
-    assert step(conn, old)
-    assert PAUSE_REASON not in actions.client_paused
+    assert reload.idle == [reload.old]
+    core.receive_broker(metadata_answer(2))  # late: the core is closed
+    core.detach()
+    assert reload.idle == [reload.old]
+
+
+def test_nothing_in_flight_releases_the_old_chain_at_once() -> None:
+    core, _actions = make_core([Tagger("A")])
+    reload = Reload(core, Tagger("B"))
+    assert reload.released
+
+
+def test_a_suspended_request_hook_finishes_on_its_chain_and_the_backlog_takes_the_new_one() -> None:
+    counter = ResponseCounter({})
+    core, actions = make_core([SlowGate({}), counter])
+    core.receive_client(metadata_request(1))  # suspended in SlowGate
+    assert core.suspended and len(actions.spawned) == 1
+    core.receive_client(metadata_request(2))  # behind it, in the backlog
+    reload = Reload(core, Refuser({}))
+    assert core.chain is not core.cluster.chain, "a hook of the old chain is still running"
+    assert reload.old.users == 1
+    first = actions.spawned[0]
+    core.hook_done(first, Decision(Verdict.FORWARD, first.message))
+    assert core.chain is core.cluster.chain
+    assert cids(actions.upstream.data, 8) == [1], "2 met the new chain's Refuser, never the broker"
+    core.receive_broker(metadata_answer(1))
+    assert counter.seen == [1], "the old chain's response hook saw the answer to its request"
+    assert cids(actions.client.data, 4) == [1, 2]
+    assert reload.released
+
+
+def test_two_reloads_in_a_row_each_chain_keeps_its_exchanges() -> None:
+    a, b, c = Tagger("A"), Tagger("B"), Tagger("C")
+    core, _actions = make_core([a])
+    core.receive_client(metadata_request(1))
+    first = Reload(core, b)
+    core.receive_client(metadata_request(2))
+    second = Reload(core, c)
+    core.receive_client(metadata_request(3))
+    for cid in (1, 2, 3):
+        core.receive_broker(metadata_answer(cid))
+    assert (a.answered, b.answered, c.answered) == ([("A", "A", 1)], [("B", "B", 2)], [("C", "C", 3)])
+    assert first.released and second.released
+
+
+def test_observers_report_each_exchange_to_its_own_chain() -> None:
+    seen_a: list[int] = []
+    seen_b: list[int] = []
+    core, _actions = make_core([Tagger("A")])
+    core.cluster.exchange_observer = lambda ex, info, answer, size, end: seen_a.append(ex.cid)
+    core._observer = core.cluster.exchange_observer  # as if installed before the connection opened
+    core.receive_client(metadata_request(1))
+    reload = Reload(core, Tagger("B"), observer=lambda ex, info, answer, size, end: seen_b.append(ex.cid))
+    core.receive_client(metadata_request(2))
+    core.receive_broker(metadata_answer(1))
+    core.receive_broker(metadata_answer(2))
+    assert (seen_a, seen_b) == ([1], [2])
+    assert reload.released
+    assert core._observer is core.cluster.exchange_observer, "the routing observer is gone once A is"
+
+
+def test_an_observer_only_on_the_old_chain_goes_once_its_exchanges_end() -> None:
+    """Back to the unobserved fast path (the common case costs nothing) once A's last exchange reported."""
+    seen_a: list[int] = []
+    core, actions = make_core()
+    core.cluster.exchange_observer = lambda ex, info, answer, size, end: seen_a.append(ex.cid)
+    core._observer = core.cluster.exchange_observer
+    core.receive_client(metadata_request(1))
+    reload = Reload(core)
+    core.receive_client(metadata_request(2))
+    core.receive_broker(metadata_answer(1))
+    assert seen_a == [1] and reload.released and core._observer is None
+    core.receive_broker(metadata_answer(2))
+    assert seen_a == [1] and cids(actions.client.data, 4) == [1, 2]
+
+
+async def test_replace_chain_closes_the_old_filters_exactly_once_after_their_last_exchange() -> None:
+    a, b = Tagger("A"), Tagger("B")
+    core, _actions = make_core([a])
+    cluster = core.cluster
+    cluster.connections.add(core_conn(core))
+    core.receive_client(metadata_request(1))
+    cluster.replace_chain(FilterChain([b]))
+    await asyncio.sleep(0.01)
+    assert a.closes == 0, "an exchange of A is still open"
+    core.receive_client(metadata_request(2))
+    core.receive_broker(metadata_answer(1))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert a.closes == 1 and cluster.retired_chains == []
+    core.receive_broker(metadata_answer(2))
+    core.close(CloseReason.SHUTDOWN)
+    await cluster.wait_closed()
+    assert a.closes == 1, "closed once, not again at shutdown"
+    assert b.closes == 1
+
+
+def core_conn(core: ConnectionCore) -> Any:
+    """What ``replace_chain`` reads of a ClientConnection: its core."""
+
+    class Conn:
+        pass
+
+    conn = Conn()
+    conn.core = core  # type: ignore[attr-defined]
+    return conn
 
 
 class ProduceV3To7(Filter):
@@ -199,13 +341,12 @@ def advertised_produce(data: bytes | bytearray) -> list[tuple[int, int]]:
 
 
 def test_api_versions_after_the_switch_are_capped_by_the_new_chain() -> None:
-    """A connection that took the reloaded chain advertises what that chain's filters can read:
+    """A connection on the reloaded chain advertises what that chain's filters can read:
     a client told the old ranges would send versions the new chain refuses (and be closed)."""
     core, actions = make_core()
     core.receive_client(api_versions_request(1))
     core.receive_broker(api_versions_answer(1))
-    reload_chain(core, ProduceV3To7({}))
-    assert core.adopt_chain()
+    Reload(core, ProduceV3To7({}))
     core.receive_client(api_versions_request(2))
     core.receive_broker(api_versions_answer(2))
     first, second = advertised_produce(actions.client.data)

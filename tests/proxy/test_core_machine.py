@@ -21,6 +21,7 @@ any filter (raw mode: bytes forwarded as they arrive, bookkeeping from headers o
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,13 +30,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from support.core_driver import RecordingActions, make_core
 
-from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request
+from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request, on_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
 from kgate.codec.headers import request_frame, response_frame
-from kgate.filters.chain import Decision, Verdict
+from kgate.filters.chain import Decision, FilterChain, Verdict
+from kgate.proxy.chain_handover import RetiredChain
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.core import ConnectionCore
 from kgate.proxy.states import State
@@ -303,8 +305,93 @@ class RawCoreMachine(CoreMachine):
     filters = ()
 
 
+class TracingSuspender(Suspender):
+    """The Suspender, remembering the requests its hook saw and the answers its response hook saw."""
+
+    name = "test-tracing-suspender"
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        self.requests: set[int] = set()
+        self.answers: list[int] = []
+
+    @on_request(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        self.requests.add(ctx.correlation_id)
+        return Suspender.metadata(self, ctx, request)
+
+    @on_response(ApiKey.METADATA)
+    def answer(self, ctx: FilterContext, response: Any) -> Any:
+        self.answers.append(ctx.correlation_id)
+        return None
+
+
+class ReloadingCoreMachine(CoreMachine):
+    """The same peers, and reloads at any point (proxy/chain_handover.py): each installs a new chain
+    of the same behaviour, so every invariant above still holds, and these too: an answer runs the
+    response hooks of the chain that saw its request, each replaced chain is held exactly by its
+    exchanges still open (and a connection mid-hook on it), and is released once, at the latest
+    when the connection closes."""
+
+    def __init__(self) -> None:
+        self.filters = tuple(self.new_filters())  # fresh per run: they remember what they saw
+        super().__init__()
+        self.chains: list[Any] = list(self.core.chain.filters)
+        self.retired: list[RetiredChain] = []
+        self.released: list[RetiredChain] = []
+
+    def new_filters(self) -> list[Filter]:
+        return [TracingSuspender({})]
+
+    @precondition(lambda self: not self.core.closed and len(self.retired) < 8)
+    @rule()
+    def reload(self) -> None:
+        cluster = self.core.cluster
+        old = RetiredChain(cluster.chain, cluster.exchange_observer, self.released.append)
+        filters = self.new_filters()
+        cluster._use_chain(FilterChain(filters))
+        self.core.switch_chain(old)
+        old.release()
+        event(f"reload: suspended={self.core.suspended}, in flight={len(self.core.pending)}")
+        self.retired.append(old)
+        self.chains += filters
+        assert not self.out.client_paused - {"inflight-limit", "backlog-full"}, "a reload paused reading"
+
+    @invariant()
+    def answers_run_on_the_chain_that_saw_the_request(self) -> None:
+        answered = [cid for f in self.chains for cid in f.answers]
+        assert len(answered) == len(set(answered)), "an answer ran response hooks twice"
+        for f in self.chains:
+            assert set(f.answers) <= f.requests, "a response hook ran for a request its chain never saw"
+
+    @invariant()
+    def replaced_chains_are_held_by_their_open_exchanges(self) -> None:
+        core = self.core
+        assert len({id(r) for r in self.released}) == len(self.released), "a chain released twice"
+        held = Counter(core._old.values()) if core._old is not None else Counter()
+        for r in self.retired:
+            users = held[r] + (1 if core._behind is r else 0)
+            assert r.users == users
+            assert r.done == (users == 0) == (r in self.released)
+        if core.closed:
+            assert all(r.done for r in self.retired), "a closed connection still holds a replaced chain"
+        if core._old is None:
+            assert core._observer is None, "the routing observer outlived the old exchanges"
+
+
+class RawReloadingCoreMachine(ReloadingCoreMachine):
+    """Reloads between chains that hook nothing: raw mode throughout."""
+
+    def new_filters(self) -> list[Filter]:
+        return []
+
+
 SETTINGS = settings(max_examples=400, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck))
 TestCoreWithFilter = CoreMachine.TestCase
 TestCoreWithFilter.settings = SETTINGS
 TestCoreRaw = RawCoreMachine.TestCase
 TestCoreRaw.settings = SETTINGS
+TestCoreReloading = ReloadingCoreMachine.TestCase
+TestCoreReloading.settings = SETTINGS
+TestCoreRawReloading = RawReloadingCoreMachine.TestCase
+TestCoreRawReloading.settings = SETTINGS
