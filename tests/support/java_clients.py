@@ -115,7 +115,9 @@ class JavaTools:
             assert run.returncode == 0, f"{tool} failed:\n{run.describe()}"
         if self.must_use is not None:
             assert self.must_use in run.peers, (
-                f"{tool} was never seen connected to {self.must_use}; saw {sorted(run.peers)}\n{run.describe()}")
+                f"{tool} was never seen connected to {self.must_use}; saw {sorted(run.peers)} in "
+                f"{watch.samples} samples over {run.seconds:.1f}s (2 samples: the watcher thread never ran)\n"
+                f"{run.describe()}")
         return run
 
     # ------------------------------------------------------------------ producers
