@@ -115,7 +115,20 @@ def _size_shuffle(spark: SparkSession, given: dict[str, str]) -> None:
         return
     if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
         return  # spark-submit --conf or the cluster's spark-defaults.conf decided
+    _await_executors(spark)
     spark.conf.set("spark.sql.shuffle.partitions", str(cluster_shuffle_partitions(cores(spark))))
+
+
+def _await_executors(spark: SparkSession, wait_s: float = 30.0) -> None:
+    """Wait (up to ``wait_s``) until an executor has registered: executors join after the session
+    starts, and until then Spark's default parallelism is 2 whatever the cluster's cores (sized then,
+    a 3-core cluster got 4 partitions, one of 100 cores too)."""
+    import time
+
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus
+    deadline = time.monotonic() + wait_s
+    while status().size() <= 1 and time.monotonic() < deadline:  # the driver's own block manager is one
+        time.sleep(0.2)
 
 
 def cores(spark: SparkSession) -> int:

@@ -70,3 +70,45 @@ def test_a_checkpoint_refuses_to_resume_with_another_window(tmp_path: Path) -> N
     _pin_window(ckpt, Window(since_us=T0))  # the same window resumes
     with pytest.raises(InputError, match="--since/--until"):
         _pin_window(ckpt, Window())
+
+
+def test_ctrl_c_stops_follow_quietly(tmp_path: Path) -> None:
+    """Ctrl-C on ``kgate report --follow``: the terminal sends SIGINT to the whole process group (the
+    JVM included); the run says it stopped and exits 0, without a traceback of any thread."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import pytest
+
+    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[pipeline]')")
+    from support.spark import _java_major
+
+    if (_java_major() or 0) < 17:
+        pytest.skip("PySpark 4 needs Java 17+")
+    src, out = tmp_path / "audit", tmp_path / "report"
+    _file(src, "a-0.jsonl.gz", 3, 0)
+    env = {**os.environ, "KGATE_REPORT_DRIVER_MEMORY": "512m"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kgate", "report", "--follow", "--input", str(src), "--output", str(out),
+         "--refresh-s", "0.5", "--no-html"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        # the first refresh has written its tables: the stream is running, the JVM busy with it
+        while not (out / "csv" / "instances.csv").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no report within 240 s"
+            time.sleep(0.2)
+        _file(src, "a-1.jsonl.gz", 2, 100)  # a batch may be running when the interrupt lands
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert "kgate report: stopped" in err, err
