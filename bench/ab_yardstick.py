@@ -24,10 +24,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 YARDSTICK = ROOT.parent / "shared" / "bench" / "run.py"
-ACL = {"default": "deny", "rules": [
-    {"allow": "all", "topic": "*"}, {"allow": "all", "group": "*"}, {"allow": "all", "transactional_id": "*"},
-    {"allow": "all", "cluster": True}, {"deny": "all", "topic": {"glob": "secret-*"}},
-]}
+ACL = {
+    "default": "deny",
+    "rules": [
+        {"allow": "all", "topic": "*"},
+        {"allow": "all", "group": "*"},
+        {"allow": "all", "transactional_id": "*"},
+        {"allow": "all", "cluster": True},
+        {"deny": "all", "topic": {"glob": "secret-*"}},
+    ],
+}
 
 
 def _template(obj: object) -> str:
@@ -61,8 +67,19 @@ def main() -> int:
         compiled = run.format(tree=Path(args.compiled_tree).resolve())
         extras["kgate-compiled"] = compiled
         extras["kgate-acl-compiled"] = compiled + acl
-    argv = [sys.executable, str(YARDSTICK), "--reps", args.reps, "--nice", "-10", "--out", args.out,
-            "--targets", args.targets, *rest]
+    argv = [
+        sys.executable,
+        str(YARDSTICK),
+        "--reps",
+        args.reps,
+        "--nice",
+        "-10",
+        "--out",
+        args.out,
+        "--targets",
+        args.targets,
+        *rest,
+    ]
     for name, cmd in extras.items():
         if name in args.targets.split(","):
             argv += ["--extra-name", name, "--extra", cmd]

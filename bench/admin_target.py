@@ -21,12 +21,14 @@ def main() -> None:
     listen, upstream, admin_port, clients = sys.argv[1:5]
     host, port = listen.rsplit(":", 1)
     config = {
-        "virtual_clusters": [{
-            "name": "default",
-            "listen": listen,
-            "upstream": upstream.split(","),
-            "node_ports": {"base": int(port) + 1, "count": 256},
-        }],
+        "virtual_clusters": [
+            {
+                "name": "default",
+                "listen": listen,
+                "upstream": upstream.split(","),
+                "node_ports": {"base": int(port) + 1, "count": 256},
+            }
+        ],
         "admin": {"listen": f"{host}:{admin_port}", "client_metrics": {"enabled": clients == "on"}},
     }
     fd, path = tempfile.mkstemp(prefix="kgate-admin-target-", suffix=".yaml")

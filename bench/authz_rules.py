@@ -39,8 +39,10 @@ def make_rules(n: int, seed: int = 1) -> list[dict]:
     for i in range(n):
         team = teams[(i // 10) % len(teams)]
         kind = i % 10
-        rule: dict = {"allow": rnd.choice([["read"], ["write"], ["read", "write"], ["describe"]]),
-                      "principal": f"User:{team}"}
+        rule: dict = {
+            "allow": rnd.choice([["read"], ["write"], ["read", "write"], ["describe"]]),
+            "principal": f"User:{team}",
+        }
         if kind < 4:
             rule["topic"] = f"{team}.topic-{i}"
         elif kind < 7:
@@ -97,10 +99,18 @@ def main() -> None:
     compiled = parse_rules(raw)
     rs = RuleSet(compiled, False)
     print(f"{a.rules} rules: parse + compile {1000 * (time.perf_counter() - t0):.1f} ms")
+
     def first(kind: str) -> dict:
-        return next(r for r in raw if isinstance(r.get("topic"), dict if kind != "literal" else str)
-                    and (kind == "literal" or kind in r["topic"]) and "allow" in r and "read" in r["allow"]
-                    and "client_id" not in r and "host" not in r)
+        return next(
+            r
+            for r in raw
+            if isinstance(r.get("topic"), dict if kind != "literal" else str)
+            and (kind == "literal" or kind in r["topic"])
+            and "allow" in r
+            and "read" in r["allow"]
+            and "client_id" not in r
+            and "host" not in r
+        )
 
     lit, pre, glob = first("literal"), first("prefix"), first("glob")
     cases = {
@@ -119,8 +129,9 @@ def main() -> None:
         who = Identity(principal[5:], "x", "10.1.2.3")
         d = per_call_ns(lambda name=name, who=who: rs.decide(who, Res.TOPIC, name, Op.READ), n)
         c = per_call_ns(lambda name=name, who=who: rs.allowed(who, Res.TOPIC, name, Op.READ), n)
-        nv = per_call_ns(lambda name=name, who=who: naive(compiled, False, who, Res.TOPIC, name, Op.READ),
-                         max(1, n // 50))
+        nv = per_call_ns(
+            lambda name=name, who=who: naive(compiled, False, who, Res.TOPIC, name, Op.READ), max(1, n // 50)
+        )
         print(f"{label:<20} {d:>15.0f} ns {c:>14.0f} ns {nv / 1000:>7.1f} us")
 
     team3 = {"allow": "all", "topic": {"prefix": "team3."}, "principal": "team3"}
@@ -128,13 +139,16 @@ def main() -> None:
     produce_cls = api.API_INFO[ApiKey.PRODUCE].request_class
     tcls = next(x.struct for x in produce_cls._FIELDS if x.name == "topic_data")
     pcls = next(x.struct for x in tcls._FIELDS if x.name == "partition_data")
-    produce = produce_cls(acks=-1, timeout_ms=1000, topic_data=[
-        tcls(name="team3.svc253.orders", partition_data=[pcls(index=0)])])
+    produce = produce_cls(
+        acks=-1, timeout_ms=1000, topic_data=[tcls(name="team3.svc253.orders", partition_data=[pcls(index=0)])]
+    )
     fetch_cls = api.API_INFO[ApiKey.FETCH].request_class
     ftcls = next(x.struct for x in fetch_cls._FIELDS if x.name == "topics")
     fpcls = next(x.struct for x in ftcls._FIELDS if x.name == "partitions")
-    fetch = fetch_cls(replica_id=-1, topics=[
-        ftcls(topic=f"team3.svc{10 * i + 3}.t", partitions=[fpcls(partition=0)]) for i in range(5)])
+    fetch = fetch_cls(
+        replica_id=-1,
+        topics=[ftcls(topic=f"team3.svc{10 * i + 3}.t", partitions=[fpcls(partition=0)]) for i in range(5)],
+    )
     pctx = testing.FakeContext(ApiKey.PRODUCE, 9, principal="team3", client_id="team3-app")
     fctx = testing.FakeContext(ApiKey.FETCH, 12, principal="team3", client_id="team3-app")
     assert f.check(pctx, produce) is not None and f.check(fctx, fetch) is not None
@@ -158,10 +172,19 @@ def metadata(f: Authorizer, topics: int, n: int) -> None:
     tcls = next(x.struct for x in rc._FIELDS if x.name == "topics")
     pcls = next(x.struct for x in tcls._FIELDS if x.name == "partitions")
     bcls = next(x.struct for x in rc._FIELDS if x.name == "brokers")
-    answer = rc(brokers=[bcls(node_id=1, host="127.0.0.1", port=9092)], cluster_id="c", controller_id=1, topics=[
-        tcls(name=f"team3.svc{i}.t", topic_id=uuid.uuid4(), partitions=[
-            pcls(partition_index=p, leader_id=1, replica_nodes=[1], isr_nodes=[1]) for p in range(3)])
-        for i in range(topics)])
+    answer = rc(
+        brokers=[bcls(node_id=1, host="127.0.0.1", port=9092)],
+        cluster_id="c",
+        controller_id=1,
+        topics=[
+            tcls(
+                name=f"team3.svc{i}.t",
+                topic_id=uuid.uuid4(),
+                partitions=[pcls(partition_index=p, leader_id=1, replica_nodes=[1], isr_nodes=[1]) for p in range(3)],
+            )
+            for i in range(topics)
+        ],
+    )
     body = memoryview(answer.encode(version))
     request = api.API_INFO[key].request_class(topics=None, allow_auto_topic_creation=True)
     ctx = testing.FakeContext(key, version, request=request, principal="team3", client_id="team3-app")
@@ -170,8 +193,10 @@ def metadata(f: Authorizer, topics: int, n: int) -> None:
     decode = per_call_ns(lambda: api.decode_response(key, version, body), n) / 1000
     req_hook = per_call_ns(lambda: f.check(ctx, request), n) / 1000
     resp_hook = per_call_ns(lambda: f.described_topics(ctx, decoded), n) / 1000
-    print(f"Metadata listing, {topics:>3} topics: response decode {decode:6.1f} us, request hook {req_hook:.2f} us, "
-          f"response hook {resp_hook:5.1f} us")
+    print(
+        f"Metadata listing, {topics:>3} topics: response decode {decode:6.1f} us, request hook {req_hook:.2f} us, "
+        f"response hook {resp_hook:5.1f} us"
+    )
 
 
 if __name__ == "__main__":

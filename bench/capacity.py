@@ -34,9 +34,18 @@ def run(src: str, upstream: str, clients: int, soft: int, work: Path) -> dict:
     import yaml
 
     listen, base = free_port(), free_port_range(16)
-    cfg = {"log_level": "warning", "proxy": {"drain_timeout_s": 1},
-           "virtual_clusters": [{"name": "cap", "listen": f"127.0.0.1:{listen}", "upstream": [upstream],
-                                 "node_ports": {"base": base, "count": 16}}]}
+    cfg = {
+        "log_level": "warning",
+        "proxy": {"drain_timeout_s": 1},
+        "virtual_clusters": [
+            {
+                "name": "cap",
+                "listen": f"127.0.0.1:{listen}",
+                "upstream": [upstream],
+                "node_ports": {"base": base, "count": 16},
+            }
+        ],
+    }
     path = work / f"cap-{listen}.yaml"
     path.write_text(yaml.safe_dump(cfg))
 
@@ -45,8 +54,14 @@ def run(src: str, upstream: str, clients: int, soft: int, work: Path) -> dict:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, hard), hard))
 
     log = open(work / f"cap-{listen}.log", "wb")  # lives as long as the process
-    proc = subprocess.Popen([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], cwd=src, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=lower_soft_limit)
+    proc = subprocess.Popen(
+        [procs.PYTHON, "-m", "kgate", "run", "-c", str(path)],
+        cwd=src,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lower_soft_limit,
+    )
     try:
         procs.wait_port(listen, 20, proc, "kgate")
         socks, served = [], 0
@@ -91,8 +106,10 @@ def main() -> int:
         tansu.start()
         try:
             for src in args.src or [str(ROOT)]:
-                print(f"{src}\tsoft={args.soft}\t{run(src, tansu.bootstrap, args.clients, args.soft, Path(tmp))}",
-                      flush=True)
+                print(
+                    f"{src}\tsoft={args.soft}\t{run(src, tansu.bootstrap, args.clients, args.soft, Path(tmp))}",
+                    flush=True,
+                )
         finally:
             tansu.kill()
     return 0

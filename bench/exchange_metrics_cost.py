@@ -78,8 +78,13 @@ def _child(n: int, reps: int) -> dict[str, float]:
     from kgate.testing.frames import request_bytes, response_bytes
 
     b = DefaultRecordBatchBuilder(
-        magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
-        base_sequence=-1, batch_size=1 << 30,
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
     )
     b.append(0, timestamp=0, key=None, value=b"v" * 1024, headers=[])
     batch = bytes(b.build())
@@ -89,15 +94,43 @@ def _child(n: int, reps: int) -> dict[str, float]:
             response_bytes(3, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=1),
         ),
         "produce": (
-            request_bytes(0, 9, ProduceRequest(acks=1, timeout_ms=1000, topic_data=[TopicProduceData(
-                name="orders", partition_data=[PartitionProduceData(index=0, records=batch)])]), correlation_id=1),
-            response_bytes(0, 9, ProduceResponse(responses=[TopicProduceResponse(
-                name="orders", partition_responses=[PartitionProduceResponse(index=0)])]), correlation_id=1),
+            request_bytes(
+                0,
+                9,
+                ProduceRequest(
+                    acks=1,
+                    timeout_ms=1000,
+                    topic_data=[
+                        TopicProduceData(name="orders", partition_data=[PartitionProduceData(index=0, records=batch)])
+                    ],
+                ),
+                correlation_id=1,
+            ),
+            response_bytes(
+                0,
+                9,
+                ProduceResponse(
+                    responses=[
+                        TopicProduceResponse(name="orders", partition_responses=[PartitionProduceResponse(index=0)])
+                    ]
+                ),
+                correlation_id=1,
+            ),
         ),
         "fetch": (
             request_bytes(1, 12, FetchRequest(max_wait_ms=1, min_bytes=1, topics=[]), correlation_id=1),
-            response_bytes(1, 12, FetchResponse(responses=[FetchableTopicResponse(
-                topic="orders", partitions=[PartitionData(partition_index=0, records=batch)])]), correlation_id=1),
+            response_bytes(
+                1,
+                12,
+                FetchResponse(
+                    responses=[
+                        FetchableTopicResponse(
+                            topic="orders", partitions=[PartitionData(partition_index=0, records=batch)]
+                        )
+                    ]
+                ),
+                correlation_id=1,
+            ),
         ),
     }
     modes: list[tuple[str, dict[str, Any]]] = [("off", {}), ("metrics", {"exchange_metrics": True})]
@@ -116,12 +149,21 @@ def _child(n: int, reps: int) -> dict[str, float]:
 
         off = ClientMetricsConfig(enabled=False)
         modes = [(name, dict(kw, client_metrics=off) if kw else kw) for name, kw in modes]
-        modes.append(("clients", {"exchange_metrics": True, "topic_metrics": TopicMetricsConfig(enabled=False),
-                                  "client_metrics": ClientMetricsConfig()}))
+        modes.append(
+            (
+                "clients",
+                {
+                    "exchange_metrics": True,
+                    "topic_metrics": TopicMetricsConfig(enabled=False),
+                    "client_metrics": ClientMetricsConfig(),
+                },
+            )
+        )
     except ImportError:
         pass  # a tree without per-client metrics
-    cfg = parse_config({"virtual_clusters": [{"name": "bench", "listen": "127.0.0.1:19999",
-                                               "upstream": "127.0.0.1:9"}]}, "bench")
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "bench", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "bench"
+    )
     out: dict[str, float] = {}
     for mode, kw in modes:
         cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names, **kw)
@@ -157,10 +199,16 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, tree in trees.items():
             env = dict(os.environ, PYTHONPATH=f"{tree}:{here / 'tests'}")
-            got = json.loads(subprocess.run(
-                [sys.executable, __file__, "--child", "--n", str(args.n), "--reps", str(args.reps)],
-                env=env, cwd=tree, check=True, capture_output=True, text=True,
-            ).stdout)
+            got = json.loads(
+                subprocess.run(
+                    [sys.executable, __file__, "--child", "--n", str(args.n), "--reps", str(args.reps)],
+                    env=env,
+                    cwd=tree,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+            )
             for key, us in got.items():
                 best[name][key] = min(best[name].get(key, float("inf")), us)
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; us per core-only round trip (min)")

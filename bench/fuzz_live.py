@@ -74,8 +74,12 @@ def start_kgate(src: str, upstream: str, workdir: Path, validate: bool) -> tuple
         "metrics": {"listen": f"127.0.0.1:{metrics}"},
         "proxy": {"drain_timeout_s": 1, **({"validate_requests": True} if validate else {})},
         "virtual_clusters": [
-            {"name": "fuzz", "listen": f"127.0.0.1:{listen}", "upstream": [upstream],
-             "node_ports": {"base": base, "count": 64}},
+            {
+                "name": "fuzz",
+                "listen": f"127.0.0.1:{listen}",
+                "upstream": [upstream],
+                "node_ports": {"base": base, "count": 64},
+            },
         ],
     }
     path = workdir / f"kgate-{listen}.yaml"
@@ -104,8 +108,11 @@ def healthy(port: int, stop: threading.Event, out: dict) -> None:
             fails += 1
             time.sleep(0.05)
     lat.sort()
-    out.update(healthy_failures=fails, healthy_p50_us=round(statistics.median(lat)) if lat else None,
-               healthy_p99_us=round(lat[int(len(lat) * 0.99) - 1]) if len(lat) > 1 else None)
+    out.update(
+        healthy_failures=fails,
+        healthy_p50_us=round(statistics.median(lat)) if lat else None,
+        healthy_p99_us=round(lat[int(len(lat) * 0.99) - 1]) if len(lat) > 1 else None,
+    )
 
 
 def run_target(src: str, validate: bool, frames: list[bytes], n: int, seed: int, work: Path) -> dict:
@@ -134,9 +141,14 @@ def run_target(src: str, validate: bool, frames: list[bytes], n: int, seed: int,
     finally:
         stop.set()
         t.join()
-        out.update(mutated=n, answered=answered, closed_or_silent=closed,
-                   kgate_alive=kgate.alive(), broker_alive=tansu.alive(),
-                   broker_answers_after=_broker_answers(tansu.port))
+        out.update(
+            mutated=n,
+            answered=answered,
+            closed_or_silent=closed,
+            kgate_alive=kgate.alive(),
+            broker_alive=tansu.alive(),
+            broker_answers_after=_broker_answers(tansu.port),
+        )
         kgate.stop()
         tansu.kill()
         out["refused_as_malformed"] = kgate.log_text().count("request refused:")

@@ -53,15 +53,24 @@ def start_kgate(
         "log_level": "warning",
         "proxy": {"drain_timeout_s": 1, **(extra_proxy or {})},
         "virtual_clusters": [
-            {"name": "bench", "listen": f"127.0.0.1:{listen}", "upstream": [upstream],
-             "node_ports": {"base": base, "count": 256}},
+            {
+                "name": "bench",
+                "listen": f"127.0.0.1:{listen}",
+                "upstream": [upstream],
+                "node_ports": {"base": base, "count": 256},
+            },
         ],
     }
     path = workdir / f"kgate-{listen}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     log = open(workdir / f"kgate-{listen}.log", "wb")  # lives as long as the process
-    proc = subprocess.Popen([procs.PYTHON, "-m", "kgate", "run", "-c", str(path)], cwd=src, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [procs.PYTHON, "-m", "kgate", "run", "-c", str(path)],
+        cwd=src,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     procs.wait_port(listen, 20, proc, "kgate")
     return proc, listen
 
@@ -90,8 +99,9 @@ def noread(port: int, pid: int, seconds: float, topic: str) -> dict:
     s.setblocking(False)
     stop_at = time.monotonic() + seconds
     result: dict = {}
-    t = threading.Thread(target=lambda: result.update(zip(("p50", "p99"), healthy_metadata_p(port, stop_at),
-                                                          strict=True)))
+    t = threading.Thread(
+        target=lambda: result.update(zip(("p50", "p99"), healthy_metadata_p(port, stop_at), strict=True))
+    )
     t.start()
     total = 0
     stream = frame * 1000  # pipelined requests; a partial send goes on where it stopped

@@ -35,8 +35,9 @@ def rss_kib(pid: int) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=2000)
-    ap.add_argument("--half-open", action="store_true",
-                    help="clients connect and send nothing (a slow or hostile client's cost)")
+    ap.add_argument(
+        "--half-open", action="store_true", help="clients connect and send nothing (a slow or hostile client's cost)"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kgate-idle-"))
     tansu = procs.Tansu(work / "tansu.log").start()

@@ -34,8 +34,15 @@ def _client(addr: str) -> UpstreamClient:
 async def _sample(a: UpstreamClient, b: UpstreamClient, interval_s: float, timeout_s: float) -> float:
     name = f"mark-propagation-{uuid.uuid4().hex[:10]}"
     create = CreateTopicsRequest(
-        topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=-1, assignments=[],
-                               configs=[CreatableTopicConfig(name="internal", value="true")])],
+        topics=[
+            CreatableTopic(
+                name=name,
+                num_partitions=1,
+                replication_factor=-1,
+                assignments=[],
+                configs=[CreatableTopicConfig(name="internal", value="true")],
+            )
+        ],
         timeout_ms=10_000,
     )
     _v, resp = await a.request(19, create)

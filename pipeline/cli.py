@@ -52,26 +52,49 @@ def build_parser() -> argparse.ArgumentParser:
         description="Fleet report from kgate audit-log files (plain and .gz JSONL) on Spark: tables as "
         "Parquet (by day) and CSV, and DIR/index.html with charts. See docs/pipeline.md.",
     )
-    p.add_argument("--input", nargs="+", action="extend", required=True, metavar="PATH_OR_GLOB",
-                   help="audit files, directories or globs (local, hdfs://, s3a://...); repeatable")
+    p.add_argument(
+        "--input",
+        nargs="+",
+        action="extend",
+        required=True,
+        metavar="PATH_OR_GLOB",
+        help="audit files, directories or globs (local, hdfs://, s3a://...); repeatable",
+    )
     p.add_argument("--output", required=True, metavar="DIR", help="where index.html, csv/ and parquet/ go")
-    p.add_argument("--master", metavar="URL",
-                   help="Spark master (spark://host:7077, yarn, k8s://...); default local[2]")
+    p.add_argument(
+        "--master", metavar="URL", help="Spark master (spark://host:7077, yarn, k8s://...); default local[2]"
+    )
     p.add_argument("--since", metavar="T", help="only events at or after T (ISO 8601 or epoch seconds)")
     p.add_argument("--until", metavar="T", help="only events before T")
-    p.add_argument("--follow", action="store_true",
-                   help="keep running: ingest new (rotated, *.gz) files as they appear, exactly once")
-    p.add_argument("--refresh-s", type=float, default=60.0, metavar="N",
-                   help="--follow: look for new files and refresh the report every N seconds (default 60)")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="--follow: checkpoint directory (default DIR/_checkpoint); keep it to resume")
-    p.add_argument("--tables", metavar="URI",
-                   help="write the Parquet tables here (any Hadoop path) instead of DIR/parquet")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep running: ingest new (rotated, *.gz) files as they appear, exactly once",
+    )
+    p.add_argument(
+        "--refresh-s",
+        type=float,
+        default=60.0,
+        metavar="N",
+        help="--follow: look for new files and refresh the report every N seconds (default 60)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        metavar="DIR",
+        help="--follow: checkpoint directory (default DIR/_checkpoint); keep it to resume",
+    )
+    p.add_argument(
+        "--tables", metavar="URI", help="write the Parquet tables here (any Hadoop path) instead of DIR/parquet"
+    )
     p.add_argument("--driver-memory", metavar="SIZE", help="local mode: driver heap (default 2g)")
     p.add_argument("--no-html", action="store_true", help="tables only, no index.html and charts")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="a Spark setting (repeatable), applied over kgate's defaults, e.g. "
-                   "--conf spark.sql.shuffle.partitions=64")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (repeatable), applied over kgate's defaults, e.g. --conf spark.sql.shuffle.partitions=64",
+    )
     return p
 
 
@@ -171,10 +194,14 @@ def run(args: argparse.Namespace) -> int:
             from kgate.pipeline.follow import start
 
             checkpoint = args.checkpoint or os.path.join(args.output, "_checkpoint")
-            query = start(spark, args.input, args.output, checkpoint, args.refresh_s, window, args.tables,
-                          html=not args.no_html)
-            print(f"kgate report: following {', '.join(args.input)}; report in {args.output} "
-                  f"every {args.refresh_s:g}s (Ctrl-C stops; checkpoint {checkpoint})", file=sys.stderr)
+            query = start(
+                spark, args.input, args.output, checkpoint, args.refresh_s, window, args.tables, html=not args.no_html
+            )
+            print(
+                f"kgate report: following {', '.join(args.input)}; report in {args.output} "
+                f"every {args.refresh_s:g}s (Ctrl-C stops; checkpoint {checkpoint})",
+                file=sys.stderr,
+            )
             # PySpark's SIGINT handler calls into the JVM (cancelAllJobs) while the main thread waits in
             # a JVM call, and both fail with tracebacks: Python's own handler raises KeyboardInterrupt,
             # and the wait is a sleep between short status calls, where the interrupt lands cleanly
@@ -201,9 +228,12 @@ def run(args: argparse.Namespace) -> int:
         # the events the report counts: those inside --since/--until (every good line without a window)
         counted = sum(r["requests"] for r in result.tables["instances"].to_pylist())
         outside = f" ({good - counted:,} good lines outside --since/--until)" if good != counted else ""
-        print(f"kgate report: {counted:,} events{outside} from {len(prob)} file(s) in "
-              f"{time.perf_counter() - t0:.1f}s; {bad:,} bad lines skipped; "
-              f"{page or os.path.join(args.output, 'csv')}", file=sys.stderr)
+        print(
+            f"kgate report: {counted:,} events{outside} from {len(prob)} file(s) in "
+            f"{time.perf_counter() - t0:.1f}s; {bad:,} bad lines skipped; "
+            f"{page or os.path.join(args.output, 'csv')}",
+            file=sys.stderr,
+        )
         return EXIT_OK
     finally:
         if owned:

@@ -78,7 +78,7 @@ def classify(line: bytes) -> BadLine:
 
 def _sample(line: bytes) -> str:
     """The first :data:`SAMPLE_CHARS` characters of a bad line (invalid UTF-8 replaced)."""
-    return line[:SAMPLE_CHARS * 4].decode("utf-8", "replace")[:SAMPLE_CHARS]
+    return line[: SAMPLE_CHARS * 4].decode("utf-8", "replace")[:SAMPLE_CHARS]
 
 
 def _read(block: bytes) -> pa.Table:

@@ -57,8 +57,11 @@ def stream_sources(specs: Sequence[str]) -> list[tuple[str, dict[str, str]]]:
                 raise InputError(f"{spec}: no such directory")
             out.append((os.path.abspath(local), {}))
         else:
-            raise InputError(f"{spec}: --follow needs a directory or a glob, not a file that does not grow"
-                             if os.path.isfile(local) else f"{spec}: no such directory")
+            raise InputError(
+                f"{spec}: --follow needs a directory or a glob, not a file that does not grow"
+                if os.path.isfile(local)
+                else f"{spec}: no such directory"
+            )
     return out
 
 
@@ -71,8 +74,10 @@ def _pin_window(checkpoint: str, window: Window) -> None:
         with open(path) as f:
             theirs = json.load(f)
         if theirs != mine:
-            raise InputError(f"{checkpoint}: this checkpoint was made with --since/--until {theirs} (µs), not {mine}; "
-                             "resume with the same window or start a new checkpoint")
+            raise InputError(
+                f"{checkpoint}: this checkpoint was made with --since/--until {theirs} (µs), not {mine}; "
+                "resume with the same window or start a new checkpoint"
+            )
         return
     with open(path + ".tmp", "w") as f:
         json.dump(mine, f)

@@ -64,9 +64,7 @@ def _table(rows: Sequence[Row], limit: int = TABLE_ROWS) -> str:
         return "<p class=none>none</p>"
     cols = list(rows[0].keys())
     head = "".join(f"<th>{escape(c)}</th>" for c in cols)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape(_fmt(r[c]))}</td>" for c in cols) + "</tr>" for r in rows[:limit]
-    )
+    body = "".join("<tr>" + "".join(f"<td>{escape(_fmt(r[c]))}</td>" for c in cols) + "</tr>" for r in rows[:limit])
     more = f"<p class=more>{len(rows) - limit:,} more rows in the CSV</p>" if len(rows) > limit else ""
     return f"<table><tr>{head}</tr>{body}</table>{more}"
 
@@ -99,18 +97,26 @@ def summary(result: Result) -> list[str]:
         if len(per_inst) > 1:
             busiest = max(per_inst, key=lambda k: per_inst[k])
             ratio = per_inst[busiest] / (requests / len(per_inst))
-            lines.append(f"Busiest instance: {escape(busiest)} at {ratio:.2f}x the fleet mean"
-                         f"{' (unbalanced)' if ratio > 1.5 else ''}.")
+            lines.append(
+                f"Busiest instance: {escape(busiest)} at {ratio:.2f}x the fleet mean"
+                f"{' (unbalanced)' if ratio > 1.5 else ''}."
+            )
         errors = sum(r["errors"] for r in inst)
         normal = sum(r["normal_errors"] for r in inst)
-        lines.append(f"Failures: {errors:,} exchanges ({100.0 * errors / requests:.2f}%) answered with an error code"
-                     f"; {normal:,} more with a code of the protocol's normal course (rebalances, leader and "
-                     "coordinator moves), not counted as failures.")
+        lines.append(
+            f"Failures: {errors:,} exchanges ({100.0 * errors / requests:.2f}%) answered with an error code"
+            f"; {normal:,} more with a code of the protocol's normal course (rebalances, leader and "
+            "coordinator moves), not counted as failures."
+        )
         lat = sorted(result.latency_api.to_pylist(), key=lambda r: -r["answered"])[:3]
         if lat:
-            lines.append("Latency p50 / p99: " + "; ".join(
-                f"{escape(_fmt(r['api_name']))} {r['p50_us'] / 1000:.1f} / {r['p99_us'] / 1000:.1f} ms" for r in lat
-            ) + ".")
+            lines.append(
+                "Latency p50 / p99: "
+                + "; ".join(
+                    f"{escape(_fmt(r['api_name']))} {r['p50_us'] / 1000:.1f} / {r['p99_us'] / 1000:.1f} ms" for r in lat
+                )
+                + "."
+            )
         fp = sum(r["fetch_produce"] for r in t.get("id_adoption", []))
         if fp:
             share = sum(r["with_ids"] for r in t.get("id_adoption", [])) / fp
@@ -135,16 +141,20 @@ def summary(result: Result) -> list[str]:
         lines.append(f"<b class=bad>Attention:</b> {len(unresolved)} topic id(s) never resolved to a name.")
     denials = t.get("policy_denials", [])
     if denials:
-        lines.append(f"Policy denials: {sum(r['denials'] for r in denials):,} for "
-                     f"{len({r['principal'] for r in denials})} principal(s).")
+        lines.append(
+            f"Policy denials: {sum(r['denials'] for r in denials):,} for "
+            f"{len({r['principal'] for r in denials})} principal(s)."
+        )
     prob = result.problems.to_pylist()
     bad = sum(r["malformed"] for r in prob)
     unknown = sum(r["unknown_schema"] for r in prob)
     total = sum(r["lines"] for r in prob)
     msg = f"Input: {len(prob)} file(s), {total:,} lines"
     if bad or unknown:
-        msg += (f"; <b class=bad>{bad:,} malformed and {unknown:,} of an unknown schema version skipped</b> "
-                "(see Input problems below)")
+        msg += (
+            f"; <b class=bad>{bad:,} malformed and {unknown:,} of an unknown schema version skipped</b> "
+            "(see Input problems below)"
+        )
     lines.append(msg + ".")
     return lines
 
@@ -165,14 +175,18 @@ def render(result: Result, out_dir: str, title: str = "kgate fleet report") -> s
     os.makedirs(out_dir, exist_ok=True)
     t = {k: v.to_pylist() for k, v in result.tables.items()}
     drawn = [
-        ("Traffic per topic over time",
-         charts.traffic([] if result.traffic is None else result.traffic.to_pylist(), out_dir)),
+        (
+            "Traffic per topic over time",
+            charts.traffic([] if result.traffic is None else result.traffic.to_pylist(), out_dir),
+        ),
         ("Top principals and clients", charts.principals(t.get("chargeback", []), t.get("clients", []), out_dir)),
         ("Error rates", charts.errors(t.get("api_errors", []), out_dir)),
         ("Instance balance", charts.instances(t.get("instances", []), out_dir)),
         ("Latency", charts.latency(result.latency_api.to_pylist(), out_dir)),
-        ("Topic-id health", charts.topic_ids(t.get("id_adoption", []), t.get("stale_ids", []),
-                                            t.get("unresolved_ids", []), out_dir)),
+        (
+            "Topic-id health",
+            charts.topic_ids(t.get("id_adoption", []), t.get("stale_ids", []), t.get("unresolved_ids", []), out_dir),
+        ),
     ]
     parts = [
         f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title><style>{CSS}</style></head>",

@@ -48,8 +48,7 @@ def _audit_files(directory: str) -> list[str]:
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith((".", "_")))
         found.extend(
-            os.path.join(root, f) for f in sorted(files)
-            if f.endswith(AUDIT_SUFFIXES) and not f.startswith((".", "_"))
+            os.path.join(root, f) for f in sorted(files) if f.endswith(AUDIT_SUFFIXES) and not f.startswith((".", "_"))
         )
     return found
 
@@ -136,7 +135,9 @@ def partials_of(files: DataFrame, window: Window = ALL_TIME) -> DataFrame:
 
 
 def exact_uses(
-    spark: SparkSession, paths: Iterable[str], window: Window = ALL_TIME,
+    spark: SparkSession,
+    paths: Iterable[str],
+    window: Window = ALL_TIME,
 ) -> Callable[[DataFrame], DataFrame]:
     """The stale-id report's exact second pass over ``paths``: candidates -> their late single uses.
 

@@ -21,11 +21,18 @@ if TYPE_CHECKING:
     from pyspark.sql import Column
 
 #: Codes that are normal for any api key: retriable answers about where a leader or coordinator is.
-ANY_API: frozenset[int] = frozenset(int(c) for c in (
-    ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.FENCED_LEADER_EPOCH,
-    ErrorCode.UNKNOWN_LEADER_EPOCH,
-))
+ANY_API: frozenset[int] = frozenset(
+    int(c)
+    for c in (
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    )
+)
 _REBALANCE = int(ErrorCode.REBALANCE_IN_PROGRESS)
 _TXN = int(ErrorCode.CONCURRENT_TRANSACTIONS)
 #: Codes normal for one api key: the steps of a group's rebalance, a transaction still completing.

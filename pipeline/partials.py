@@ -63,9 +63,12 @@ def output_schema() -> pa.Schema:
 _OUT = output_schema()
 #: A single use of a topic id (the exact pass): the id-use grain's keys without ``id_gone``, and its time.
 USES_SCHEMA = pa.schema(
-    [pa.field(k, pa.int64() if k == "day" else pa.string()) for k in
-     ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance")]
-    + [pa.field("time_us", pa.int64())])
+    [
+        pa.field(k, pa.int64() if k == "day" else pa.string())
+        for k in ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance")
+    ]
+    + [pa.field("time_us", pa.int64())]
+)
 _AGG = {"sum": "sum", "max": "max", "min": "min"}
 
 
@@ -177,11 +180,19 @@ class Partials:
         else:
             self._add_lines(path, content)
         if self._file_rows == before and self.uses_of is None:
-            self._group("files", pa.table({
-                "file": pa.array([path], pa.string()), "status": pa.array([OK], pa.string()),
-                "schema": pa.nulls(1, pa.int64()), "sample": pa.nulls(1, pa.string()),
-                "lines": pa.array([0], pa.int64()), "entries": pa.array([1], pa.int64()),
-            }))
+            self._group(
+                "files",
+                pa.table(
+                    {
+                        "file": pa.array([path], pa.string()),
+                        "status": pa.array([OK], pa.string()),
+                        "schema": pa.nulls(1, pa.int64()),
+                        "sample": pa.nulls(1, pa.string()),
+                        "lines": pa.array([0], pa.int64()),
+                        "entries": pa.array([1], pa.int64()),
+                    }
+                ),
+            )
 
     def _add_parquet(self, path: str, content: bytes) -> None:
         """An audit file written as Parquet (``format: parquet``): its row groups, already typed. A file
@@ -212,14 +223,16 @@ class Partials:
             self._add_files_rows(path, bad)
 
     def _add_files_rows(self, path: str, bad: list[BadLine]) -> None:
-        t = pa.table({
-            "file": pa.array([path] * len(bad), pa.string()),
-            "status": pa.array([b.status for b in bad], pa.string()),
-            "schema": pa.array([b.schema for b in bad], pa.int64()),
-            "sample": pa.array([b.sample for b in bad], pa.string()),
-            "lines": pa.array(np.ones(len(bad), dtype=np.int64)),
-            "entries": pa.array(np.ones(len(bad), dtype=np.int64)),
-        })
+        t = pa.table(
+            {
+                "file": pa.array([path] * len(bad), pa.string()),
+                "status": pa.array([b.status for b in bad], pa.string()),
+                "schema": pa.array([b.schema for b in bad], pa.int64()),
+                "sample": pa.array([b.sample for b in bad], pa.string()),
+                "lines": pa.array(np.ones(len(bad), dtype=np.int64)),
+                "entries": pa.array(np.ones(len(bad), dtype=np.int64)),
+            }
+        )
         self._group("files", t)
 
     def add_events(self, path: str, t: pa.Table) -> None:
@@ -242,14 +255,19 @@ class Partials:
         unknown = has_v & (v != SCHEMA_VERSION)
         status = np.where(is_ok, OK, np.where(unknown, UNKNOWN_SCHEMA, MALFORMED))
         if self.uses_of is None:
-            self._group("files", pa.table({
-                "file": pa.array(np.full(n, path, dtype=object), pa.string()),
-                "status": pa.array(status, pa.string()),
-                "schema": pa.array(v, pa.int64(), mask=~has_v),
-                "sample": pa.nulls(n, pa.string()),
-                "lines": pa.array(np.ones(n, dtype=np.int64)),
-                "entries": pa.array(np.ones(n, dtype=np.int64)),
-            }))
+            self._group(
+                "files",
+                pa.table(
+                    {
+                        "file": pa.array(np.full(n, path, dtype=object), pa.string()),
+                        "status": pa.array(status, pa.string()),
+                        "schema": pa.array(v, pa.int64(), mask=~has_v),
+                        "sample": pa.nulls(n, pa.string()),
+                        "lines": pa.array(np.ones(n, dtype=np.int64)),
+                        "entries": pa.array(np.ones(n, dtype=np.int64)),
+                    }
+                ),
+            )
 
         us = _nz(col["time_us"]).astype(np.int64)
         in_report = is_ok.copy()
@@ -284,22 +302,37 @@ class Partials:
         latency = col["latency_us"]
         one = np.ones(n, dtype=np.int64)
         with_ids = (is_fetch & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
-            is_produce & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE]))
+            is_produce & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
+        )
         policy = _policy_json(col["policy"]) if self.uses_of is None else pa.nulls(n, pa.string())
         ev: dict[str, Any] = {
-            "day": day, "hour": hour, "cluster": col["cluster"], "instance": col["instance"],
-            "principal": _child(client, "principal"), "client_id": _child(client, "id"),
-            "api_key": key, "api_name": _child(api, "name"), "error_code": error.cast(pa.int64()),
-            "policy": policy, "hll_bucket": (h & np.uint64((1 << HLL_P) - 1)).astype(np.int64),
+            "day": day,
+            "hour": hour,
+            "cluster": col["cluster"],
+            "instance": col["instance"],
+            "principal": _child(client, "principal"),
+            "client_id": _child(client, "id"),
+            "api_key": key,
+            "api_name": _child(api, "name"),
+            "error_code": error.cast(pa.int64()),
+            "policy": policy,
+            "hll_bucket": (h & np.uint64((1 << HLL_P) - 1)).astype(np.int64),
             "lat_bucket": lat_bucket(latency),
         }
         values: dict[str, Any] = {
-            "one": one, "request_bytes": col["request_bytes"], "response_bytes": col["response_bytes"],
-            "errors": errors, "normal_errors": normal.astype(np.int64), "time_us": us,
+            "one": one,
+            "request_bytes": col["request_bytes"],
+            "response_bytes": col["response_bytes"],
+            "errors": errors,
+            "normal_errors": normal.astype(np.int64),
+            "time_us": us,
             "fetch_produce": (is_fetch | is_produce).astype(np.int64),
             "with_ids": with_ids.astype(np.int64),
-            "fetch_version": pa.array(version, mask=~is_fetch), "produce_version": pa.array(version, mask=~is_produce),
-            "rho": _rho(h), "answered": latency.is_valid().cast(pa.int64()), "latency": latency,
+            "fetch_version": pa.array(version, mask=~is_fetch),
+            "produce_version": pa.array(version, mask=~is_produce),
+            "rho": _rho(h),
+            "answered": latency.is_valid().cast(pa.int64()),
+            "latency": latency,
             "policy_events": policy.is_valid().cast(pa.int64()),
         }
         if self.uses_of is None:
@@ -314,11 +347,20 @@ class Partials:
         tb = _child(flat, "bytes")
         codes = _child(flat, "error_codes")
         failed, gone = _code_flags(codes, key[parent])
-        tev = {k: (v[parent] if isinstance(v, np.ndarray) else v.take(pa.array(parent)))
-               for k, v in ev.items() if k in ("day", "hour", "cluster", "principal", "client_id", "instance")}
-        tev.update({"minute": us[parent] // MINUTE_US * MINUTE_US,
-                    "topic_name": _child(flat, "name"), "topic_id": _child(flat, "id"),
-                    "name_status": _child(flat, "name_status"), "id_gone": gone})
+        tev = {
+            k: (v[parent] if isinstance(v, np.ndarray) else v.take(pa.array(parent)))
+            for k, v in ev.items()
+            if k in ("day", "hour", "cluster", "principal", "client_id", "instance")
+        }
+        tev.update(
+            {
+                "minute": us[parent] // MINUTE_US * MINUTE_US,
+                "topic_name": _child(flat, "name"),
+                "topic_id": _child(flat, "id"),
+                "name_status": _child(flat, "name_status"),
+                "id_gone": gone,
+            }
+        )
         pk = key[parent]
         tp, tf = pk == produce, pk == fetch
         records = _child(flat, "records")
@@ -327,13 +369,17 @@ class Partials:
         nothing = pa.nulls(len(tb), pa.int64())
         tvalues: dict[str, Any] = {
             "one": np.ones(len(parent), dtype=np.int64),
-            "is_produce": tp.astype(np.int64), "is_fetch": tf.astype(np.int64),
+            "is_produce": tp.astype(np.int64),
+            "is_fetch": tf.astype(np.int64),
             "produced_bytes": pc.if_else(pa.array(tp), tb, nothing),
             "consumed_bytes": pc.if_else(pa.array(tf), tb, nothing),
             "produced_records": pc.if_else(pa.array(tp), records, nothing),
             "consumed_records": pc.if_else(pa.array(tf), records, nothing),
-            "produced_unknown": (tp & no_count).astype(np.int64), "consumed_unknown": (tf & no_count).astype(np.int64),
-            "topic_errors": failed.astype(np.int64), "time_us": us[parent], "record_bytes": tb,
+            "produced_unknown": (tp & no_count).astype(np.int64),
+            "consumed_unknown": (tf & no_count).astype(np.int64),
+            "topic_errors": failed.astype(np.int64),
+            "time_us": us[parent],
+            "record_bytes": tb,
         }
         if self.uses_of is not None:
             # the exact pass: single uses of the candidate ids, without a gone-id error (docs/pipeline.md)
@@ -398,8 +444,9 @@ class Partials:
             for field in _OUT:
                 if field.name == "gid":
                     continue
-                cols.append(t.column(field.name).cast(field.type) if field.name in t.column_names
-                            else pa.nulls(n, field.type))
+                cols.append(
+                    t.column(field.name).cast(field.type) if field.name in t.column_names else pa.nulls(n, field.type)
+                )
             yield from pa.Table.from_arrays(cols, schema=_OUT).to_batches(max_chunksize=100_000)
 
 
@@ -441,7 +488,9 @@ def _aggregate(grain: str, t: pa.Table) -> pa.Table:
 
 
 def run_task(
-    batches: Iterable[pa.RecordBatch], window: Window = ALL_TIME, uses_of: Iterable[str] | None = None,
+    batches: Iterable[pa.RecordBatch],
+    window: Window = ALL_TIME,
+    uses_of: Iterable[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` function: ``path``/``content`` rows of whole files in, partial roll-up out
     (or single uses of the ids ``uses_of``)."""
@@ -452,5 +501,3 @@ def run_task(
         for i, path in enumerate(paths):
             partials.add_file(path, contents[i].as_py() or b"")
     yield from partials.batches()
-
-

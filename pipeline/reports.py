@@ -65,32 +65,65 @@ SETS: dict[str, tuple[str, ...]] = {
     # topic-id uses per client and instance, with first/last use time (min_us/max_us) but not the time
     # itself: the stale-id rule's single-use comparisons are settled from these bounds, and the few
     # groups they cannot settle are counted exactly by a second, narrow pass (:func:`stale_ids`)
-    "id_use": ("day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-               "id_gone"),
+    "id_use": (
+        "day",
+        "cluster",
+        "topic_name",
+        "topic_id",
+        "name_status",
+        "principal",
+        "client_id",
+        "instance",
+        "id_gone",
+    ),
     # record bytes per topic name and minute: the traffic chart's buckets follow the data's span (an
     # hourly grain drew nothing for data within one hour)
     "traffic": ("minute", "topic_name"),
 }
 #: Spark types of the key columns (string keys go to string slots, the others to long slots and back).
 KEY_TYPES: dict[str, str] = {
-    "file": "string", "status": "string", "schema": "int", "sample": "string", "day": "date", "hour": "timestamp",
-    "cluster": "string", "topic_name": "string", "topic_id": "string", "principal": "string",
-    "client_id": "string", "instance": "string", "policy": "string", "hll_bucket": "long", "api_key": "int",
-    "api_name": "string", "error_code": "int", "lat_bucket": "long", "name_status": "string",
-    "id_gone": "int", "minute": "long",
+    "file": "string",
+    "status": "string",
+    "schema": "int",
+    "sample": "string",
+    "day": "date",
+    "hour": "timestamp",
+    "cluster": "string",
+    "topic_name": "string",
+    "topic_id": "string",
+    "principal": "string",
+    "client_id": "string",
+    "instance": "string",
+    "policy": "string",
+    "hll_bucket": "long",
+    "api_key": "int",
+    "api_name": "string",
+    "error_code": "int",
+    "lat_bucket": "long",
+    "name_status": "string",
+    "id_gone": "int",
+    "minute": "long",
 }
-_TOPIC = (("topic_rows", "sum", "one", "long"), ("produce_requests", "sum", "is_produce", "long"),
-          ("fetch_requests", "sum", "is_fetch", "long"),
-          ("produced_bytes", "sum", "produced_bytes", "long"), ("consumed_bytes", "sum", "consumed_bytes", "long"),
-          ("produced_records", "sum", "produced_records", "long"),
-          ("consumed_records", "sum", "consumed_records", "long"),
-          # Produce/Fetch topic entries whose record count the audit log could not know (null): the
-          # record sums of a group holding any are reported as null, never as a silent undercount
-          ("produced_records_unknown", "sum", "produced_unknown", "long"),
-          ("consumed_records_unknown", "sum", "consumed_unknown", "long"))
-_EVENT = (("events", "sum", "one", "long"), ("request_bytes", "sum", "request_bytes", "long"),
-          ("response_bytes", "sum", "response_bytes", "long"), ("errors", "sum", "errors", "long"),
-          ("normal_errors", "sum", "normal_errors", "long"))
+_TOPIC = (
+    ("topic_rows", "sum", "one", "long"),
+    ("produce_requests", "sum", "is_produce", "long"),
+    ("fetch_requests", "sum", "is_fetch", "long"),
+    ("produced_bytes", "sum", "produced_bytes", "long"),
+    ("consumed_bytes", "sum", "consumed_bytes", "long"),
+    ("produced_records", "sum", "produced_records", "long"),
+    ("consumed_records", "sum", "consumed_records", "long"),
+    # Produce/Fetch topic entries whose record count the audit log could not know (null): the
+    # record sums of a group holding any are reported as null, never as a silent undercount
+    ("produced_records_unknown", "sum", "produced_unknown", "long"),
+    ("consumed_records_unknown", "sum", "consumed_unknown", "long"),
+)
+_EVENT = (
+    ("events", "sum", "one", "long"),
+    ("request_bytes", "sum", "request_bytes", "long"),
+    ("response_bytes", "sum", "response_bytes", "long"),
+    ("errors", "sum", "errors", "long"),
+    ("normal_errors", "sum", "normal_errors", "long"),
+)
 _SPAN = (("min_us", "min", "time_us", "long"), ("max_us", "max", "time_us", "long"))
 #: Per grain: its measures, as (column, aggregate, value of :mod:`kgate.pipeline.partials`, Spark type of the column).
 MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
@@ -98,13 +131,22 @@ MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
     "files": (("lines", "sum", "one", "long"), ("entries", "sum", "one", "long")),
     "topic_hour": (*_TOPIC, ("topic_errors", "sum", "topic_errors", "long")),
     "charge": _TOPIC,
-    "client": (*_EVENT, ("fetch_produce", "sum", "fetch_produce", "long"), ("with_ids", "sum", "with_ids", "long"),
-               ("policy_events", "sum", "policy_events", "long"),
-               ("max_fetch_version", "max", "fetch_version", "int"),
-               ("max_produce_version", "max", "produce_version", "int"), *_SPAN),
+    "client": (
+        *_EVENT,
+        ("fetch_produce", "sum", "fetch_produce", "long"),
+        ("with_ids", "sum", "with_ids", "long"),
+        ("policy_events", "sum", "policy_events", "long"),
+        ("max_fetch_version", "max", "fetch_version", "int"),
+        ("max_produce_version", "max", "produce_version", "int"),
+        *_SPAN,
+    ),
     "instance": (*_EVENT, ("rho", "max", "rho", "int"), *_SPAN),
-    "latency": (("events", "sum", "one", "long"), ("answered", "sum", "answered", "long"),
-                ("latency_sum", "sum", "latency", "long"), ("latency_max", "max", "latency", "long")),
+    "latency": (
+        ("events", "sum", "one", "long"),
+        ("answered", "sum", "answered", "long"),
+        ("latency_sum", "sum", "latency", "long"),
+        ("latency_max", "max", "latency", "long"),
+    ),
     "id_use": (("id_uses", "sum", "one", "long"), *_SPAN),
     "traffic": (("traffic_rows", "sum", "one", "long"), ("traffic_bytes", "sum", "record_bytes", "long")),
 }
@@ -130,8 +172,12 @@ def _slots(name: str) -> dict[str, str]:
 
 SLOTS: dict[str, dict[str, str]] = {name: _slots(name) for name in GRAINS}
 #: Every slot, in a fixed order (the roll-up's columns after ``gid``).
-ALL_SLOTS: tuple[str, ...] = tuple(sorted({s for m in SLOTS.values() for s in m.values()},
-                                          key=lambda s: (s.rstrip("0123456789"), int(s.lstrip("ksnumaxi")))))
+ALL_SLOTS: tuple[str, ...] = tuple(
+    sorted(
+        {s for m in SLOTS.values() for s in m.values()},
+        key=lambda s: (s.rstrip("0123456789"), int(s.lstrip("ksnumaxi"))),
+    )
+)
 
 
 def _f() -> Any:
@@ -188,14 +234,16 @@ def problems(roll: DataFrame) -> DataFrame:
         return F.coalesce(F.sum(F.when(status == s, lines)), F.lit(0)).cast("long")
 
     return (
-        part(roll, "files", "entries").groupBy("file")
+        part(roll, "files", "entries")
+        .groupBy("file")
         .agg(
             F.sum(lines).alias("lines"),
             count(OK).alias("ok"),
             count(MALFORMED).alias("malformed"),
             count(UNKNOWN_SCHEMA).alias("unknown_schema"),
-            F.array_join(F.array_sort(F.collect_set(F.when(status == UNKNOWN_SCHEMA, F.col("schema")))), ",")
-            .alias("unknown_versions"),
+            F.array_join(F.array_sort(F.collect_set(F.when(status == UNKNOWN_SCHEMA, F.col("schema")))), ",").alias(
+                "unknown_versions"
+            ),
             F.min(F.when(bad, F.col("sample"))).alias("sample"),
         )
         .withColumn("file", F.regexp_replace("file", "^file:(//)?", ""))
@@ -208,8 +256,17 @@ def _ts(c: str) -> Column:
 
 
 #: The per-topic measures of :data:`MEASURES` ``topic_hour`` and ``charge`` that tables add up.
-_TOPIC_SUMS = ("topic_rows", "produce_requests", "fetch_requests", "produced_bytes", "consumed_bytes",
-               "produced_records", "consumed_records", "produced_records_unknown", "consumed_records_unknown")
+_TOPIC_SUMS = (
+    "topic_rows",
+    "produce_requests",
+    "fetch_requests",
+    "produced_bytes",
+    "consumed_bytes",
+    "produced_records",
+    "consumed_records",
+    "produced_records_unknown",
+    "consumed_records_unknown",
+)
 
 
 def _traffic(rows: DataFrame) -> list[Column]:
@@ -223,11 +280,15 @@ def _traffic(rows: DataFrame) -> list[Column]:
         return F.when(unknown > 0, F.lit(None).cast("long")).otherwise(F.coalesce(kind + "_records", F.lit(0)))
 
     return [
-        F.col("topic_rows").alias("requests"), "produce_requests", "fetch_requests",
+        F.col("topic_rows").alias("requests"),
+        "produce_requests",
+        "fetch_requests",
         F.coalesce("produced_bytes", F.lit(0)).alias("produced_bytes"),
         F.coalesce("consumed_bytes", F.lit(0)).alias("consumed_bytes"),
-        records("produced").alias("produced_records"), records("consumed").alias("consumed_records"),
-        "produced_records_unknown", "consumed_records_unknown",
+        records("produced").alias("produced_records"),
+        records("consumed").alias("consumed_records"),
+        "produced_records_unknown",
+        "consumed_records_unknown",
     ]
 
 
@@ -238,27 +299,29 @@ def _with_ids(rows: DataFrame) -> DataFrame:
     F = _f()
     e = F.col
     names = ["cluster", "topic_name"]
-    ids = (rows.where(e("topic_id").isNotNull() & e("topic_name").isNotNull())
-           .groupBy(*names, "topic_id").agg(F.min(F.unix_micros("hour")).alias("first_us")))
+    ids = (
+        rows.where(e("topic_id").isNotNull() & e("topic_name").isNotNull())
+        .groupBy(*names, "topic_id")
+        .agg(F.min(F.unix_micros("hour")).alias("first_us"))
+    )
     bare = rows.where(e("topic_id").isNull() & e("topic_name").isNotNull())
     hours = bare.select(*names, "hour").distinct().join(ids, names)
     before = e("first_us") <= F.unix_micros("hour")
     rank = F.struct(before, F.when(before, e("first_us")).otherwise(-e("first_us")))
     picked = hours.groupBy(*names, "hour").agg(F.max_by("topic_id", rank).alias("picked_id"))
-    filled = (bare.join(picked, [*names, "hour"], "left")
-              .withColumn("topic_id", e("picked_id")).drop("picked_id"))
+    filled = bare.join(picked, [*names, "hour"], "left").withColumn("topic_id", e("picked_id")).drop("picked_id")
     rest = rows.where(e("topic_id").isNotNull() | e("topic_name").isNull())
     keys = list(SETS["topic_hour"])
-    return rest.unionByName(filled).groupBy(*keys).agg(
-        *[F.sum(c).alias(c) for c in (*_TOPIC_SUMS, "topic_errors")])
+    return rest.unionByName(filled).groupBy(*keys).agg(*[F.sum(c).alias(c) for c in (*_TOPIC_SUMS, "topic_errors")])
 
 
 def topic_hourly(roll: DataFrame) -> DataFrame:
     """Per topic (name and id, one row) per hour: requests, record bytes and records produced and consumed, errors."""
     F = _f()
     rows = _with_ids(part(roll, "topic_hour", "topic_rows"))
-    return rows.select("day", "hour", "cluster", "topic_name", "topic_id", *_traffic(rows),
-                       F.col("topic_errors").alias("errors"))
+    return rows.select(
+        "day", "hour", "cluster", "topic_name", "topic_id", *_traffic(rows), F.col("topic_errors").alias("errors")
+    )
 
 
 def chargeback(roll: DataFrame) -> DataFrame:
@@ -272,14 +335,16 @@ def traffic(roll: DataFrame) -> DataFrame:
     """Record bytes (in + out) per minute (µs since the epoch) and topic name: what the traffic chart buckets."""
     F = _f()
     return part(roll, "traffic", "traffic_rows").select(
-        "minute", "topic_name", F.coalesce("traffic_bytes", F.lit(0)).alias("bytes"))
+        "minute", "topic_name", F.coalesce("traffic_bytes", F.lit(0)).alias("bytes")
+    )
 
 
 def clients(roll: DataFrame) -> DataFrame:
     """Per principal and client id: requests, frame bytes, errors (every api key, topics or not)."""
     F = _f()
     return (
-        part(roll, "client", "events").groupBy("day", "principal", "client_id")
+        part(roll, "client", "events")
+        .groupBy("day", "principal", "client_id")
         .agg(
             F.sum("events").alias("requests"),
             F.sum("request_bytes").alias("request_bytes"),
@@ -297,11 +362,14 @@ def instances(roll: DataFrame) -> DataFrame:
     m = 1 << HLL_P
     alpha = 0.7213 / (1 + 1.079 / m)
     client_ids = (
-        part(roll, "client", "events").where(F.col("client_id").isNotNull())
-        .groupBy("day", "instance").agg(F.countDistinct("client_id").alias("client_ids"))
+        part(roll, "client", "events")
+        .where(F.col("client_id").isNotNull())
+        .groupBy("day", "instance")
+        .agg(F.countDistinct("client_id").alias("client_ids"))
     )
     per = (
-        part(roll, "instance", "events").groupBy("day", "instance")
+        part(roll, "instance", "events")
+        .groupBy("day", "instance")
         .agg(
             F.sum("events").alias("requests"),
             F.sum("request_bytes").alias("request_bytes"),
@@ -319,10 +387,17 @@ def instances(roll: DataFrame) -> DataFrame:
     small = (raw <= 2.5 * m) & (F.col("zeros") > 0)
     estimate = F.when(small, F.lit(float(m)) * F.log(F.lit(float(m)) / F.col("zeros"))).otherwise(raw)
     return per.join(client_ids, ["day", "instance"], "left").select(
-        "day", "instance", "requests", "request_bytes", "response_bytes", "errors", "normal_errors",
+        "day",
+        "instance",
+        "requests",
+        "request_bytes",
+        "response_bytes",
+        "errors",
+        "normal_errors",
         F.round(estimate).cast("long").alias("client_addresses"),
         F.coalesce("client_ids", F.lit(0)).cast("long").alias("client_ids"),
-        _ts("min_us").alias("first_seen"), _ts("max_us").alias("last_seen"),
+        _ts("min_us").alias("first_seen"),
+        _ts("max_us").alias("last_seen"),
     )
 
 
@@ -334,10 +409,14 @@ def _latency(roll: DataFrame, keys: Sequence[str]) -> DataFrame:
     from pyspark.sql import Window as W
 
     F = _f()
-    hist = part(roll, "latency", "answered").groupBy(*keys, "lat_bucket").agg(
-        F.sum("answered").alias("n"), F.sum("latency_sum").alias("s"), F.max("latency_max").alias("mx"))
-    running = F.sum("n").over(W.partitionBy(*keys).orderBy("lat_bucket")
-                              .rowsBetween(W.unboundedPreceding, W.currentRow))
+    hist = (
+        part(roll, "latency", "answered")
+        .groupBy(*keys, "lat_bucket")
+        .agg(F.sum("answered").alias("n"), F.sum("latency_sum").alias("s"), F.max("latency_max").alias("mx"))
+    )
+    running = F.sum("n").over(
+        W.partitionBy(*keys).orderBy("lat_bucket").rowsBetween(W.unboundedPreceding, W.currentRow)
+    )
     ranked = hist.select("*", running.alias("cum"), F.sum("n").over(W.partitionBy(*keys)).alias("total"))
 
     def pct(p: float) -> Column:
@@ -346,7 +425,9 @@ def _latency(roll: DataFrame, keys: Sequence[str]) -> DataFrame:
 
     return ranked.groupBy(*keys).agg(
         F.sum("n").alias("answered"),
-        pct(PERCENTILES[0]).alias("p50_us"), pct(PERCENTILES[1]).alias("p95_us"), pct(PERCENTILES[2]).alias("p99_us"),
+        pct(PERCENTILES[0]).alias("p50_us"),
+        pct(PERCENTILES[1]).alias("p95_us"),
+        pct(PERCENTILES[2]).alias("p99_us"),
         F.max("mx").alias("max_us"),
         (F.sum("s") / F.sum("n")).alias("mean_us"),
     )
@@ -370,7 +451,8 @@ def api_errors(roll: DataFrame) -> DataFrame:
 
     F = _f()
     return (
-        part(roll, "latency", "events").groupBy("day", "api_key", "api_name", "error_code")
+        part(roll, "latency", "events")
+        .groupBy("day", "api_key", "api_name", "error_code")
         .agg(F.sum("events").alias("requests"))
         .withColumn("outcome", outcome(F.col("api_key"), F.col("error_code")))
     )
@@ -389,8 +471,19 @@ def _id_uses(roll: DataFrame) -> DataFrame:
     F = _f()
     e = F.col
     raw = part(roll, "id_use", "id_uses").select(
-        "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-        e("id_gone").alias("gone_kind"), "min_us", "max_us", e("id_uses").alias("n"))
+        "day",
+        "cluster",
+        "topic_name",
+        "topic_id",
+        "name_status",
+        "principal",
+        "client_id",
+        "instance",
+        e("id_gone").alias("gone_kind"),
+        "min_us",
+        "max_us",
+        e("id_uses").alias("n"),
+    )
     by_id = W.partitionBy("cluster", "topic_id")
     with_id = raw.select(
         "*",
@@ -399,11 +492,25 @@ def _id_uses(roll: DataFrame) -> DataFrame:
         F.min("min_us").over(by_id).alias("id_first_us"),
     )
     newest = F.max("id_first_us").over(W.partitionBy("cluster", "topic_name"))
-    weak = (e("gone_kind") == 2) & (e("ok_last_us").isNull() | (e("ok_last_us") < e("min_us"))) & (
-        (e("weak_n") >= 2) | (e("topic_name").isNotNull() & (newest > e("id_first_us"))))
+    weak = (
+        (e("gone_kind") == 2)
+        & (e("ok_last_us").isNull() | (e("ok_last_us") < e("min_us")))
+        & ((e("weak_n") >= 2) | (e("topic_name").isNotNull() & (newest > e("id_first_us"))))
+    )
     return with_id.select(
-        "day", "cluster", "topic_name", "topic_id", "name_status", "principal", "client_id", "instance",
-        ((e("gone_kind") == 1) | weak).alias("id_gone"), "min_us", "max_us", "n")
+        "day",
+        "cluster",
+        "topic_name",
+        "topic_id",
+        "name_status",
+        "principal",
+        "client_id",
+        "instance",
+        ((e("gone_kind") == 1) | weak).alias("id_gone"),
+        "min_us",
+        "max_us",
+        "n",
+    )
 
 
 def unresolved_ids(roll: DataFrame) -> DataFrame:
@@ -412,15 +519,12 @@ def unresolved_ids(roll: DataFrame) -> DataFrame:
     uses = _id_uses(roll)
     resolved = uses.where(F.col("topic_name").isNotNull() & F.col("name_status").isin(*RESOLVED_STATUSES))
     never = uses.join(resolved.select("cluster", "topic_id").distinct(), ["cluster", "topic_id"], "left_anti")
-    return (
-        never.groupBy("day", "cluster", "topic_id")
-        .agg(
-            F.sum("n").alias("requests"),
-            F.array_join(F.array_sort(F.collect_set("name_status")), ",").alias("statuses"),
-            F.array_join(F.array_sort(F.collect_set(F.coalesce("client_id", F.lit("")))), ",").alias("client_ids"),
-            F.timestamp_micros(F.min("min_us")).alias("first_seen"),
-            F.timestamp_micros(F.max("max_us")).alias("last_seen"),
-        )
+    return never.groupBy("day", "cluster", "topic_id").agg(
+        F.sum("n").alias("requests"),
+        F.array_join(F.array_sort(F.collect_set("name_status")), ",").alias("statuses"),
+        F.array_join(F.array_sort(F.collect_set(F.coalesce("client_id", F.lit("")))), ",").alias("client_ids"),
+        F.timestamp_micros(F.min("min_us")).alias("first_seen"),
+        F.timestamp_micros(F.max("max_us")).alias("last_seen"),
     )
 
 
@@ -452,7 +556,10 @@ def topic_id_history(roll: DataFrame) -> DataFrame:
     h = _id_history(_id_uses(roll))
     return h.select(
         F.to_date(F.timestamp_micros("first_us")).alias("day"),
-        "cluster", "topic_name", "topic_id", "requests",
+        "cluster",
+        "topic_name",
+        "topic_id",
+        "requests",
         F.timestamp_micros("first_us").alias("first_seen"),
         F.timestamp_micros("last_us").alias("last_seen"),
         F.timestamp_micros("first_gone_us").alias("first_unknown_id_error"),
@@ -511,26 +618,25 @@ def stale_ids(roll: DataFrame, exact: ExactUses) -> DataFrame:
     parts = [gone]
     if found:
         spark = roll.sparkSession
-        cands = spark.createDataFrame(
-            found, "cluster string, topic_name string, topic_id string, newer_first_us long")
+        cands = spark.createDataFrame(found, "cluster string, topic_name string, topic_id string, newer_first_us long")
         late = late.join(F.broadcast(cands.select(*id_keys)), id_keys, "left_anti")  # counted exactly below
         newer = h.select(*id_keys, "newer_id")
-        parts.append(exact(cands).join(newer, id_keys).select(*USE_KEYS, "newer_id", "n", F.lit(0).cast("long").alias(
-            "gone_n"), "min_us", "max_us"))
+        parts.append(
+            exact(cands)
+            .join(newer, id_keys)
+            .select(*USE_KEYS, "newer_id", "n", F.lit(0).cast("long").alias("gone_n"), "min_us", "max_us")
+        )
     parts.append(late.select(*USE_KEYS, "newer_id", "n", F.lit(0).cast("long").alias("gone_n"), "min_us", "max_us"))
     stale = parts[0].select(*cols)
     for p in parts[1:]:
         stale = stale.unionByName(p.select(*cols))
-    return (
-        stale.groupBy("day", "cluster", "topic_name", "topic_id", "principal", "client_id")
-        .agg(
-            F.first("newer_id", ignorenulls=True).alias("current_id"),
-            F.sum("n").alias("requests"),
-            F.coalesce(F.sum("gone_n"), F.lit(0)).alias("unknown_id_errors"),
-            F.array_join(F.array_sort(F.collect_set("instance")), ",").alias("instances"),
-            F.timestamp_micros(F.min("min_us")).alias("first_seen"),
-            F.timestamp_micros(F.max("max_us")).alias("last_seen"),
-        )
+    return stale.groupBy("day", "cluster", "topic_name", "topic_id", "principal", "client_id").agg(
+        F.first("newer_id", ignorenulls=True).alias("current_id"),
+        F.sum("n").alias("requests"),
+        F.coalesce(F.sum("gone_n"), F.lit(0)).alias("unknown_id_errors"),
+        F.array_join(F.array_sort(F.collect_set("instance")), ",").alias("instances"),
+        F.timestamp_micros(F.min("min_us")).alias("first_seen"),
+        F.timestamp_micros(F.max("max_us")).alias("last_seen"),
     )
 
 
@@ -538,7 +644,8 @@ def id_adoption(roll: DataFrame) -> DataFrame:
     """Per client: the share of its Fetch/Produce requests at versions that carry topic ids."""
     F = _f()
     return (
-        part(roll, "client", "fetch_produce").groupBy("day", "principal", "client_id")
+        part(roll, "client", "fetch_produce")
+        .groupBy("day", "principal", "client_id")
         .agg(
             F.sum("fetch_produce").alias("fetch_produce"),
             F.sum("with_ids").alias("with_ids"),
@@ -561,8 +668,13 @@ def policy_denials(roll: DataFrame) -> DataFrame:
         part(roll, "client", "policy_events")
         .select("day", "principal", "client_id", "policy_events", "min_us", "max_us", F.explode(refused).alias("p"))
         .groupBy(
-            "day", "principal", p["resource_type"].alias("resource_type"), p["resource"].alias("resource"),
-            p["operation"].alias("operation"), p["filter"].alias("filter"), p["decision"].alias("decision"),
+            "day",
+            "principal",
+            p["resource_type"].alias("resource_type"),
+            p["resource"].alias("resource"),
+            p["operation"].alias("operation"),
+            p["filter"].alias("filter"),
+            p["decision"].alias("decision"),
             p["error_code"].alias("error_code"),
         )
         .agg(

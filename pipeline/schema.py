@@ -25,11 +25,17 @@ def policy_type() -> pa.DataType:
     when called, so ``kgate report`` can say what is missing)."""
     import pyarrow as pa
 
-    return pa.struct([
-        ("filter", pa.string()), ("decision", pa.string()), ("operation", pa.string()),
-        ("resource_type", pa.string()), ("resource", pa.string()), ("error_code", pa.int32()),
-        ("reason", pa.string()),
-    ])
+    return pa.struct(
+        [
+            ("filter", pa.string()),
+            ("decision", pa.string()),
+            ("operation", pa.string()),
+            ("resource_type", pa.string()),
+            ("resource", pa.string()),
+            ("error_code", pa.int32()),
+            ("reason", pa.string()),
+        ]
+    )
 
 
 def event_schema() -> pa.Schema:
@@ -37,16 +43,31 @@ def event_schema() -> pa.Schema:
     (:mod:`kgate.pipeline.decode`); Spark sees its types through ``from_arrow_type`` where it needs one."""
     import pyarrow as pa
 
-    topic = pa.struct([
-        ("id", pa.string()), ("name", pa.string()), ("name_status", pa.string()),
-        ("partitions", pa.int32()), ("bytes", pa.int64()), ("records", pa.int64()),
-        ("error_codes", pa.list_(pa.int32())),
-    ])
-    return pa.schema([
-        ("schema", pa.int32()), ("time_us", pa.int64()), ("instance", pa.string()), ("cluster", pa.string()),
-        ("client", pa.struct([("address", pa.string()), ("id", pa.string()), ("principal", pa.string())])),
-        ("api", pa.struct([("key", pa.int32()), ("name", pa.string()), ("version", pa.int32())])),
-        ("correlation_id", pa.int32()), ("error_code", pa.int32()), ("latency_us", pa.int64()),
-        ("request_bytes", pa.int64()), ("response_bytes", pa.int64()),
-        ("topics", pa.list_(topic)), ("policy", pa.list_(policy_type())),
-    ])
+    topic = pa.struct(
+        [
+            ("id", pa.string()),
+            ("name", pa.string()),
+            ("name_status", pa.string()),
+            ("partitions", pa.int32()),
+            ("bytes", pa.int64()),
+            ("records", pa.int64()),
+            ("error_codes", pa.list_(pa.int32())),
+        ]
+    )
+    return pa.schema(
+        [
+            ("schema", pa.int32()),
+            ("time_us", pa.int64()),
+            ("instance", pa.string()),
+            ("cluster", pa.string()),
+            ("client", pa.struct([("address", pa.string()), ("id", pa.string()), ("principal", pa.string())])),
+            ("api", pa.struct([("key", pa.int32()), ("name", pa.string()), ("version", pa.int32())])),
+            ("correlation_id", pa.int32()),
+            ("error_code", pa.int32()),
+            ("latency_us", pa.int64()),
+            ("request_bytes", pa.int64()),
+            ("response_bytes", pa.int64()),
+            ("topics", pa.list_(topic)),
+            ("policy", pa.list_(policy_type())),
+        ]
+    )

@@ -138,12 +138,15 @@ def with_empty_files(problems: pa.Table, paths: Sequence[str]) -> pa.Table:
     import pyarrow as pa
 
     listed = set(problems.column("file").to_pylist())
-    empty = [p for p in paths if not ingest._is_uri(p) and os.path.isfile(p) and os.path.getsize(p) == 0
-             and p not in listed]
+    empty = [
+        p for p in paths if not ingest._is_uri(p) and os.path.isfile(p) and os.path.getsize(p) == 0 and p not in listed
+    ]
     if not empty:
         return problems
-    rows = [{"file": p, "lines": 0, "ok": 0, "malformed": 0, "unknown_schema": 0, "unknown_versions": "",
-             "sample": None} for p in empty]
+    rows = [
+        {"file": p, "lines": 0, "ok": 0, "malformed": 0, "unknown_schema": 0, "unknown_versions": "", "sample": None}
+        for p in empty
+    ]
     return pa.concat_tables([problems, pa.Table.from_pylist(rows, schema=problems.schema)])
 
 

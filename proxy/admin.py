@@ -178,7 +178,6 @@ class AdminServer:
         content_type, data = await self.metrics(accept)
         return 200, content_type, data
 
-
     async def _reload(self, method: str, peer: object) -> Answer:
         if method != "POST":
             return 405, TEXT, b"method not allowed: use POST /reload\n"

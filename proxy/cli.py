@@ -147,8 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     health.set_defaults(subparser=health)
     health.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
-    health.add_argument("--url", help="the admin listener's base URL (http://host:9190) or the full /readyz URL "
-                        "(instead of -c)")
+    health.add_argument(
+        "--url", help="the admin listener's base URL (http://host:9190) or the full /readyz URL (instead of -c)"
+    )
     health.add_argument("--timeout", type=float, default=3.0, metavar="SECONDS", help="default 3")
     reload = sub.add_parser(
         "reload",
@@ -163,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reload.set_defaults(subparser=reload)
     reload.add_argument("-c", "--config", metavar="FILE", help="the config file kgate runs with")
-    reload.add_argument("--url", help="the admin listener's base URL (http://host:9190) or the full /reload URL "
-                        "(instead of -c)")
+    reload.add_argument(
+        "--url", help="the admin listener's base URL (http://host:9190) or the full /reload URL (instead of -c)"
+    )
     reload.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS", help="default 30")
     # Listed for --help only: main() hands `report` to kgate.pipeline.cli before this parser runs.
     sub.add_parser("report", help="fleet report from audit-log files on Spark (kgate report --help)", add_help=False)
@@ -338,9 +340,7 @@ def summarize(config: KgateConfig, source: str) -> str:
         lines.append(f"      bootstrap_serves_node: {str(vc.bootstrap_serves_node).lower()}")
         lines.append(f"      max_connections: {vc.max_connections} per listener")
         if vc.tls is not None:  # shown only when set: plaintext summaries stay as they were
-            lines.append(
-                f"      tls: {vc.tls.cert_file} (client_auth {vc.tls.client_auth}, min {vc.tls.min_version})"
-            )
+            lines.append(f"      tls: {vc.tls.cert_file} (client_auth {vc.tls.client_auth}, min {vc.tls.min_version})")
         if vc.upstream_tls is not None:
             ut = vc.upstream_tls
             lines.append(

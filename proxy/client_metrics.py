@@ -156,7 +156,7 @@ class _ClientCollector(Collector):
         )
         evicted = CounterMetricFamily(
             "kgate_client_metrics_evictions",
-            "Clients whose series went to a heavier client (their counts moved to client_id=\"other\")",
+            'Clients whose series went to a heavier client (their counts moved to client_id="other")',
             labels=["cluster"],
         )
         connections = GaugeMetricFamily(

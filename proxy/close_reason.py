@@ -48,6 +48,12 @@ class CloseReason(enum.Enum):
 
 
 _ORDINARY = frozenset(
-    {CloseReason.CLIENT_LEFT, CloseReason.BROKER_CLOSED, CloseReason.DRAINED, CloseReason.SHUTDOWN, CloseReason.REFUSED,
-     CloseReason.RELOAD}
+    {
+        CloseReason.CLIENT_LEFT,
+        CloseReason.BROKER_CLOSED,
+        CloseReason.DRAINED,
+        CloseReason.SHUTDOWN,
+        CloseReason.REFUSED,
+        CloseReason.RELOAD,
+    }
 )

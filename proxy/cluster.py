@@ -218,7 +218,9 @@ class VirtualCluster:
             log.warning(
                 "cluster %s: %d exchange(s) still on the replaced filter chain after %gs; "
                 "its filters close when the last one ends",
-                self.name, old.users, self.settings.drain_timeout_s,
+                self.name,
+                old.users,
+                self.settings.drain_timeout_s,
             )
 
     def _retired_idle(self, old: RetiredChain) -> None:
@@ -230,7 +232,8 @@ class VirtualCluster:
             handle.cancel()
         log.info(
             "cluster %s: the replaced filter chain's last exchange ended after %.0f ms; closing its filters",
-            self.name, (time.monotonic() - old.retired_at) * 1000,
+            self.name,
+            (time.monotonic() - old.retired_at) * 1000,
         )
         closing = asyncio.get_running_loop().create_task(old.chain.close())
         self._closing.add(closing)

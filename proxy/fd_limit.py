@@ -28,8 +28,13 @@ def raise_open_files_limit() -> tuple[int, int] | None:
         except (ValueError, OSError) as exc:
             log.warning("open files limit: soft %d, hard %d; could not raise the soft limit: %s", soft, hard, exc)
             return soft, hard
-        log.info("open files limit: soft %d raised to %d (hard %d): about %d concurrent clients",
-                 soft, target, hard, target // 2)
+        log.info(
+            "open files limit: soft %d raised to %d (hard %d): about %d concurrent clients",
+            soft,
+            target,
+            hard,
+            target // 2,
+        )
         return target, hard
     log.info("open files limit: soft %d, hard %d: about %d concurrent clients", soft, hard, soft // 2)
     return soft, hard

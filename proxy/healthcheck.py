@@ -55,8 +55,9 @@ def readable(text: str) -> str:
         return text
     if not isinstance(data, dict):
         return text
-    return "".join(f"{key}: {value if not isinstance(value, (dict, list)) else json.dumps(value)}\n"
-                   for key, value in data.items())
+    return "".join(
+        f"{key}: {value if not isinstance(value, (dict, list)) else json.dumps(value)}\n" for key, value in data.items()
+    )
 
 
 def check(url: str, timeout_s: float, method: str = "GET") -> tuple[bool, str]:

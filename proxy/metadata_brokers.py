@@ -81,9 +81,7 @@ def assemble(frame: memoryview, offset: int, start: int, new_list: bytes, end: i
     return b"".join((_I32.pack(size), frame[4:start], new_list, frame[end:]))
 
 
-def rewrite_broker_list(
-    frame: memoryview, pos: int, version: int, mapper: NodeMapper
-) -> tuple[int, bytes, bool]:
+def rewrite_broker_list(frame: memoryview, pos: int, version: int, mapper: NodeMapper) -> tuple[int, bytes, bool]:
     """Read the broker list at ``pos``: where it ends, its mapped encoding, and whether every
     broker was mapped (none left out)."""
     flexible = version >= FLEXIBLE_FROM

@@ -60,9 +60,7 @@ class ResponsePlan(enum.Enum):
         return self in _STREAMING
 
 
-_STREAMING: Final = frozenset(
-    {ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.TAIL, ResponsePlan.WATCH_TAIL}
-)
+_STREAMING: Final = frozenset({ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, ResponsePlan.TAIL, ResponsePlan.WATCH_TAIL})
 
 
 class Plans:

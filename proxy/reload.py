@@ -117,9 +117,7 @@ class Reloader:
                     chains[vc.name] = FilterChain(build_filters(new.chain_for(vc)))
                 except Exception as exc:  # a filter's constructor: its config passed validation
                     raise ConfigError("", where, f"cluster {vc.name}: a filter failed to build: {exc}") from exc
-        freed = {
-            (c.cfg.listen.host, c.cfg.listen.port) for c in self.proxy.clusters if c.name in plan.removed
-        }
+        freed = {(c.cfg.listen.host, c.cfg.listen.port) for c in self.proxy.clusters if c.name in plan.removed}
         added: list[VirtualCluster] = []
         for i, vc in enumerate(new.virtual_clusters):
             if vc.name not in plan.added:
@@ -129,13 +127,17 @@ class Reloader:
                     _bind(vc.listen.host, vc.listen.port).close()
                 except OSError as exc:
                     raise ConfigError(
-                        "", f"virtual_clusters[{i}].listen", f"cluster {vc.name}: cannot listen on {vc.listen}: "
-                        f"{exc.strerror or exc}"
+                        "",
+                        f"virtual_clusters[{i}].listen",
+                        f"cluster {vc.name}: cannot listen on {vc.listen}: {exc.strerror or exc}",
                     ) from None
             try:
                 added.append(
                     VirtualCluster(
-                        vc, new.proxy, chains[vc.name], new.topic_names,
+                        vc,
+                        new.proxy,
+                        chains[vc.name],
+                        new.topic_names,
                         exchange_metrics=new.admin.listen is not None,
                         topic_metrics=new.admin.topic_metrics,
                         client_metrics=new.admin.client_metrics,
@@ -194,7 +196,8 @@ class Reloader:
         else:
             log.warning(
                 "cluster %s (removed): drain timeout: closing with %d request(s) still in flight",
-                cluster.name, cluster.inflight(),
+                cluster.name,
+                cluster.inflight(),
             )
         cluster.close_connections()
         await cluster.wait_closed()

@@ -126,8 +126,10 @@ class Proxy:
             await asyncio.sleep(0.02)
         else:
             if self.forced.is_set():
-                log.warning("second stop signal: closing with %d request(s) still in flight",
-                            sum(c.inflight() for c in self.clusters))
+                log.warning(
+                    "second stop signal: closing with %d request(s) still in flight",
+                    sum(c.inflight() for c in self.clusters),
+                )
             else:
                 log.warning(
                     "drain timeout: closing with %d request(s) still in flight",

@@ -202,7 +202,7 @@ class _TopicCollector(Collector):
         )
         overflow = CounterMetricFamily(
             "kgate_topic_metrics_overflow",
-            "Per-topic observations counted under topic=\"<other>\" because admin.topic_metrics.max_topics was reached",
+            'Per-topic observations counted under topic="<other>" because admin.topic_metrics.max_topics was reached',
             labels=["cluster"],
         )
         req_totals: dict[tuple[str, str, str], int] = defaultdict(int)

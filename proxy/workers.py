@@ -239,7 +239,9 @@ class Supervisor:
                 w.ever_started = True  # it did start, and died before the poller read its port
             if not w.ever_started:
                 log.error(
-                    "worker %d could not start (exit %s): stopping every worker", w.index, rc,
+                    "worker %d could not start (exit %s): stopping every worker",
+                    w.index,
+                    rc,
                     extra={"worker": w.index, "exit": rc},
                 )
                 self.failed_start = rc if rc and rc > 0 else 1
@@ -251,7 +253,11 @@ class Supervisor:
             what = f"killed by signal {-rc}" if rc < 0 else f"exit {rc}"
             log.error(
                 "worker %d (pid %d) died (%s) after %.1fs: restarting in %gs",
-                w.index, w.proc.pid, what, ran, delay,
+                w.index,
+                w.proc.pid,
+                what,
+                ran,
+                delay,
                 extra={"worker": w.index, "exit": rc, "restart_in_s": delay},
             )
             with contextlib.suppress(TimeoutError):

@@ -40,18 +40,42 @@ def pytest_sessionstart(session):
 
 #: fixtures that start a broker, kgate, a relay or Spark: a test using one (directly or through
 #: another fixture) is ``e2e``
-_E2E_FIXTURES = frozenset({
-    "tansu", "fresh_tansu", "tansu_factory", "kafka", "kafka40", "broker", "kgate", "kgate_factory",
-    "kgate_mode", "relay_factory", "spark",
-})
+_E2E_FIXTURES = frozenset(
+    {
+        "tansu",
+        "fresh_tansu",
+        "tansu_factory",
+        "kafka",
+        "kafka40",
+        "broker",
+        "kgate",
+        "kgate_factory",
+        "kgate_mode",
+        "relay_factory",
+        "spark",
+    }
+)
 #: modules whose use means processes or TCP sockets: a test module importing one (or a name defined
 #: in one) is ``e2e``. ``socket`` counts: the suite's in-process tests do not import it
-_E2E_SUPPORT = frozenset({
-    "support.procs", "support.kafka_broker", "support.java_clients", "support.inproc_kgate",
-    "support.relay", "support.recording_relay", "support.tls_relay", "support.sasl_gate",
-    "support.black_hole", "support.resetting_server", "support.netconn", "support.workloads",
-    "support.spark", "subprocess", "socket",
-})
+_E2E_SUPPORT = frozenset(
+    {
+        "support.procs",
+        "support.kafka_broker",
+        "support.java_clients",
+        "support.inproc_kgate",
+        "support.relay",
+        "support.recording_relay",
+        "support.tls_relay",
+        "support.sasl_gate",
+        "support.black_hole",
+        "support.resetting_server",
+        "support.netconn",
+        "support.workloads",
+        "support.spark",
+        "subprocess",
+        "socket",
+    }
+)
 #: support modules that need Apache Kafka (a broker, or the tools in its tarball's bin/)
 _KAFKA_SUPPORT = frozenset({"support.kafka_broker", "support.java_clients"})
 _E2E_DIRS = ("e2e", "integration", "pipeline")

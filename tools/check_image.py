@@ -178,8 +178,7 @@ def check_dockerfile(c: Checker, dockerfile: Path) -> tuple[list[Instruction], P
         "the build stage installs requirements.lock and docker/build-requirements.txt with --no-deps",
     )
     c.check(
-        bool(re.search(r"apt-get install [^&]*\bgcc\b", build_runs))
-        and BUILD_COMMAND in build_runs,
+        bool(re.search(r"apt-get install [^&]*\bgcc\b", build_runs)) and BUILD_COMMAND in build_runs,
         "the build stage compiles the hot modules (gcc, KGATE_WHEEL_COMPILED=1 pip wheel --no-build-isolation)",
     )
     c.check(

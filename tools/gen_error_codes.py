@@ -51,8 +51,11 @@ def dump_errors(tgz: Path) -> list[tuple[int, str, bool]]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         with tarfile.open(tgz) as tar:
-            members = [m for m in tar.getmembers()
-                       if "/libs/" in m.name and Path(m.name).name.startswith(_JARS) and m.name.endswith(".jar")]
+            members = [
+                m
+                for m in tar.getmembers()
+                if "/libs/" in m.name and Path(m.name).name.startswith(_JARS) and m.name.endswith(".jar")
+            ]
             if len(members) != len(_JARS):
                 raise SystemExit(f"{tgz}: expected {len(_JARS)} jars ({', '.join(_JARS)}), found {len(members)}")
             for m in members:
@@ -61,8 +64,9 @@ def dump_errors(tgz: Path) -> list[tuple[int, str, bool]]:
                 (work / Path(m.name).name).write_bytes(src.read())
         source = work / "DumpErrors.java"
         source.write_text(_DUMP_JAVA, encoding="utf-8")
-        proc = subprocess.run(["java", "-cp", str(work / "*"), str(source)], capture_output=True, text=True,
-                              timeout=120, check=False)
+        proc = subprocess.run(
+            ["java", "-cp", str(work / "*"), str(source)], capture_output=True, text=True, timeout=120, check=False
+        )
         if proc.returncode != 0:
             raise SystemExit(f"java failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}")
     rows = []
@@ -73,19 +77,21 @@ def dump_errors(tgz: Path) -> list[tuple[int, str, bool]]:
 
 
 def render(rows: list[tuple[int, str, bool]], source: str) -> str:
-    out = [HEADER,
-           f'"""Kafka error codes as a typed enum, from ``Errors`` in {source}.\n\n',
-           "``ErrorCode.UNKNOWN_TOPIC_ID == 100``; ``ErrorCode.X.retriable`` is true where Kafka's exception\n",
-           "for the code is a ``RetriableException`` (a client may retry without anything changing).\n",
-           'kgate writes no error code number by hand anywhere else (tests/unit/test_layering.py checks)."""\n\n',
-           "from __future__ import annotations\n\nfrom enum import IntEnum\n\n\n",
-           "class ErrorCode(IntEnum):\n",
-           "    retriable: bool\n\n",
-           "    def __new__(cls, code: int, retriable: bool) -> ErrorCode:\n",
-           "        member = int.__new__(cls, code)\n",
-           "        member._value_ = code\n",
-           "        member.retriable = retriable\n",
-           "        return member\n\n"]
+    out = [
+        HEADER,
+        f'"""Kafka error codes as a typed enum, from ``Errors`` in {source}.\n\n',
+        "``ErrorCode.UNKNOWN_TOPIC_ID == 100``; ``ErrorCode.X.retriable`` is true where Kafka's exception\n",
+        "for the code is a ``RetriableException`` (a client may retry without anything changing).\n",
+        'kgate writes no error code number by hand anywhere else (tests/unit/test_layering.py checks)."""\n\n',
+        "from __future__ import annotations\n\nfrom enum import IntEnum\n\n\n",
+        "class ErrorCode(IntEnum):\n",
+        "    retriable: bool\n\n",
+        "    def __new__(cls, code: int, retriable: bool) -> ErrorCode:\n",
+        "        member = int.__new__(cls, code)\n",
+        "        member._value_ = code\n",
+        "        member.retriable = retriable\n",
+        "        return member\n\n",
+    ]
     for code, name, retriable in rows:
         out.append(f"    {name} = ({code}, {retriable})\n")
     out.append("\n\n#: every retriable code, for membership tests on raw ints\n")

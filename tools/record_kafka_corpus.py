@@ -54,8 +54,15 @@ MAX_FRAME = {"4.0.2": 256 * 1024, "4.3.1": 32 * 1024}
 
 
 def java_tool(kafka: kafka_broker.Kafka, bootstrap: str, tool: str, *args: str, stdin: str | None = None) -> str:
-    res = subprocess.run([str(kafka.home / "bin" / tool), "--bootstrap-server", bootstrap, *args], input=stdin,
-                         capture_output=True, text=True, timeout=120, env=kafka.env, check=False)
+    res = subprocess.run(
+        [str(kafka.home / "bin" / tool), "--bootstrap-server", bootstrap, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=kafka.env,
+        check=False,
+    )
     print(f"  {tool} {' '.join(args)} -> {res.returncode}", flush=True)
     return res.stdout
 
@@ -79,14 +86,20 @@ def confluent(bootstrap: str) -> None:
     admin.describe_cluster().result(timeout=10)
     res = ConfigResource(ResourceType.TOPIC, "rec-a")
     admin.describe_configs([res])[res].result(timeout=10)
-    inc = ConfigResource(ResourceType.TOPIC, "rec-a",
-                         incremental_configs=[ConfigEntry("retention.ms", "600000",
-                                                          incremental_operation=AlterConfigOpType.SET)])
+    inc = ConfigResource(
+        ResourceType.TOPIC,
+        "rec-a",
+        incremental_configs=[ConfigEntry("retention.ms", "600000", incremental_operation=AlterConfigOpType.SET)],
+    )
     admin.incremental_alter_configs([inc])[inc].result(timeout=10)
     admin.create_partitions([NewPartitions("rec-b", 3)])["rec-b"].result(timeout=10)
 
-    workloads.confluent_produce(bootstrap, "rec-a", workloads.payloads(20, 100, "idem"), **{
-        "enable.idempotence": True, "compression.type": "zstd", "client.id": "rec-idem"})
+    workloads.confluent_produce(
+        bootstrap,
+        "rec-a",
+        workloads.payloads(20, 100, "idem"),
+        **{"enable.idempotence": True, "compression.type": "zstd", "client.id": "rec-idem"},
+    )
     p = Producer({"bootstrap.servers": bootstrap, "transactional.id": "rec-tx", "client.id": "rec-tx"})
     p.init_transactions(30)
     p.begin_transaction()
@@ -97,11 +110,19 @@ def confluent(bootstrap: str) -> None:
     p.commit_transaction(30)
     c.close()
 
-    got, _offsets = workloads.confluent_consume(bootstrap, "rec-a", 20, group="rec-classic",
-                                                **{"client.id": "rec-classic"})
+    got, _offsets = workloads.confluent_consume(
+        bootstrap, "rec-a", 20, group="rec-classic", **{"client.id": "rec-classic"}
+    )
     assert len(got) >= 20, len(got)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "rec-848", "group.protocol": "consumer",
-                  "auto.offset.reset": "earliest", "client.id": "rec-848"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "rec-848",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "client.id": "rec-848",
+        }
+    )
     n, deadline = 0, time.monotonic() + 60
     c.subscribe(["rec-a"])
     while n < 20 and time.monotonic() < deadline:
@@ -131,19 +152,41 @@ async def python_clients(bootstrap: str) -> None:
 
 def java(kafka: kafka_broker.Kafka, bootstrap: str) -> None:
     java_tool(kafka, bootstrap, "kafka-console-producer.sh", "--topic", "rec-a", stdin="j1\nj2\nj3\n")
-    java_tool(kafka, bootstrap, "kafka-console-consumer.sh", "--topic", "rec-a", "--from-beginning",
-              "--max-messages", "3", "--timeout-ms", "20000", "--group", "rec-java")
+    java_tool(
+        kafka,
+        bootstrap,
+        "kafka-console-consumer.sh",
+        "--topic",
+        "rec-a",
+        "--from-beginning",
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "20000",
+        "--group",
+        "rec-java",
+    )
     java_tool(kafka, bootstrap, "kafka-topics.sh", "--describe", "--topic", "rec-a")
     java_tool(kafka, bootstrap, "kafka-consumer-groups.sh", "--describe", "--all-groups")
     java_tool(kafka, bootstrap, "kafka-log-dirs.sh", "--describe", "--topic-list", "rec-a")
     java_tool(kafka, bootstrap, "kafka-transactions.sh", "list")
     java_tool(kafka, bootstrap, "kafka-transactions.sh", "describe", "--transactional-id", "rec-tx")
     java_tool(kafka, bootstrap, "kafka-transactions.sh", "describe-producers", "--topic", "rec-a", "--partition", "0")
-    java_tool(kafka, bootstrap, "kafka-leader-election.sh", "--election-type", "preferred", "--topic", "rec-a",
-              "--partition", "0")
+    java_tool(
+        kafka,
+        bootstrap,
+        "kafka-leader-election.sh",
+        "--election-type",
+        "preferred",
+        "--topic",
+        "rec-a",
+        "--partition",
+        "0",
+    )
     java_tool(kafka, bootstrap, "kafka-metadata-quorum.sh", "describe", "--status")
-    java_tool(kafka, bootstrap, "kafka-consumer-groups.sh", "--delete-offsets", "--group", "rec-java",
-              "--topic", "rec-a")
+    java_tool(
+        kafka, bootstrap, "kafka-consumer-groups.sh", "--delete-offsets", "--group", "rec-java", "--topic", "rec-a"
+    )
 
 
 def java43(kafka: kafka_broker.Kafka, bootstrap: str, tmp: Path) -> None:
@@ -158,24 +201,55 @@ def java43(kafka: kafka_broker.Kafka, bootstrap: str, tmp: Path) -> None:
         print(f"  {what}", flush=True)
         return fn(*args, **kw)
 
-    step("console producer (Produce v13)", tools.console_produce, "rec43-a", [f"p{i}" for i in range(20)],
-         "client.id=rec43-producer", "linger.ms=5", "batch.size=256")
-    got = step("KIP-848 console consumer (Fetch v18)", tools.console_consume, "rec43-a", 20, group="rec43-848",
-               props=["group.protocol=consumer", "client.id=rec43-848"])
+    step(
+        "console producer (Produce v13)",
+        tools.console_produce,
+        "rec43-a",
+        [f"p{i}" for i in range(20)],
+        "client.id=rec43-producer",
+        "linger.ms=5",
+        "batch.size=256",
+    )
+    got = step(
+        "KIP-848 console consumer (Fetch v18)",
+        tools.console_consume,
+        "rec43-a",
+        20,
+        group="rec43-848",
+        props=["group.protocol=consumer", "client.id=rec43-848"],
+    )
     assert len(got) == 20, got
-    workloads.confluent_produce(bootstrap, "rec43-share", workloads.payloads(20, 40, "share"),
-                                **{"client.id": "rec43-confluent"})
+    workloads.confluent_produce(
+        bootstrap, "rec43-share", workloads.payloads(20, 40, "share"), **{"client.id": "rec43-confluent"}
+    )
     step("group config", tools.set_group_config, "rec43-share-group", share_auto_offset_reset="earliest")
     run = step("share consumer", tools.share_consume, "rec43-share", "rec43-share-group", 20, idle_timeout_ms=20000)
     assert len(run.lines()) == 20, run.describe()
     step("share group describe", tools.describe_share_group, "rec43-share-group")
-    step("transactional producer (transactions v2)", tools.transactional_perf, "rec43-txn", 30, "rec43-tx",
-         duration_ms=200)
-    got = step("read_committed consumer", tools.console_consume, "rec43-txn", 30, isolation="read_committed",
-               props=["client.id=rec43-rc"])
+    step(
+        "transactional producer (transactions v2)",
+        tools.transactional_perf,
+        "rec43-txn",
+        30,
+        "rec43-tx",
+        duration_ms=200,
+    )
+    got = step(
+        "read_committed consumer",
+        tools.console_consume,
+        "rec43-txn",
+        30,
+        isolation="read_committed",
+        props=["client.id=rec43-rc"],
+    )
     assert len(got) == 30, got
-    step("streams groups", tools.run, "kafka-streams-groups.sh",
-         ["--bootstrap-server", bootstrap, "--describe", "--group", "rec43-streams"], check=False)
+    step(
+        "streams groups",
+        tools.run,
+        "kafka-streams-groups.sh",
+        ["--bootstrap-server", bootstrap, "--describe", "--group", "rec43-streams"],
+        check=False,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,19 +290,24 @@ def main(argv: list[str] | None = None) -> int:
     rows = relay.rows
     combos = Counter((r["api_key"], r["api_name"], r["api_version"], r["direction"]) for r in rows)
     with open(out / "README.md", "w", encoding="utf-8") as fh:
-        fh.write(f"# Kafka protocol frame corpus (captured against Apache Kafka {dist.version})\n\n"
-                 "Recorded by `tools/record_kafka_corpus.py` through `tests/support/recording_relay.py` "
-                 "(the broker advertised the relay, so every client connection went through it). Frames are "
-                 "stored verbatim with their size prefix; `index.jsonl` has one row per frame (the layout of "
-                 f"`../shared/corpus-tansu`). Frames over {MAX_FRAME[args.kafka] // 1024} KiB were forwarded but "
-                 f"not kept ({relay.skipped}).\n\n"
-                 f"{len(rows)} frames, {len({r['api_key'] for r in rows})} api keys, {len(combos)} "
-                 "(key, version, direction) combinations.\n\n| key | api | version | direction | frames |\n"
-                 "|---|---|---|---|---|\n")
+        fh.write(
+            f"# Kafka protocol frame corpus (captured against Apache Kafka {dist.version})\n\n"
+            "Recorded by `tools/record_kafka_corpus.py` through `tests/support/recording_relay.py` "
+            "(the broker advertised the relay, so every client connection went through it). Frames are "
+            "stored verbatim with their size prefix; `index.jsonl` has one row per frame (the layout of "
+            f"`../shared/corpus-tansu`). Frames over {MAX_FRAME[args.kafka] // 1024} KiB were forwarded but "
+            f"not kept ({relay.skipped}).\n\n"
+            f"{len(rows)} frames, {len({r['api_key'] for r in rows})} api keys, {len(combos)} "
+            "(key, version, direction) combinations.\n\n| key | api | version | direction | frames |\n"
+            "|---|---|---|---|---|\n"
+        )
         for (key, name, version, direction), n in sorted(combos.items()):
             fh.write(f"| {key} | {name} | {version} | {direction} | {n} |\n")
-    print(json.dumps({"frames": len(rows), "api_keys": sorted({r["api_key"] for r in rows}),
-                      "skipped_large": relay.skipped}))
+    print(
+        json.dumps(
+            {"frames": len(rows), "api_keys": sorted({r["api_key"] for r in rows}), "skipped_large": relay.skipped}
+        )
+    )
     return 0
 
 

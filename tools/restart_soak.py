@@ -54,8 +54,15 @@ def main() -> int:
         else:
             acked[0] += 1
 
-    producer = Producer({"bootstrap.servers": gate.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "message.timeout.ms": 20000, "linger.ms": 5})
+    producer = Producer(
+        {
+            "bootstrap.servers": gate.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": 20000,
+            "linger.ms": 5,
+        }
+    )
     stop = threading.Event()
 
     def produce() -> None:
@@ -80,8 +87,11 @@ def main() -> int:
             while acked[0] <= base + 500 and time.monotonic() - started < 60:
                 time.sleep(0.2)
             resumed = acked[0] > base + 500
-            print(f"restart {attempt + 1}: {'resumed' if resumed else 'STALLED'} after "
-                  f"{time.monotonic() - started:.1f}s; acked {acked[0]}, errors {errors}", flush=True)
+            print(
+                f"restart {attempt + 1}: {'resumed' if resumed else 'STALLED'} after "
+                f"{time.monotonic() - started:.1f}s; acked {acked[0]}, errors {errors}",
+                flush=True,
+            )
             if not resumed:
                 print(gate.log_text()[-8000:])
                 status = 1

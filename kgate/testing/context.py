@@ -72,8 +72,11 @@ class FakeContext:
         ``request`` defaults to this context's ``request`` (what a request hook decoded).
         """
         other = FakeContext(
-            self.api_key, self.api_version, request=self.request if request is None else request,
-            correlation_id=self.correlation_id, connection=self.connection,
+            self.api_key,
+            self.api_version,
+            request=self.request if request is None else request,
+            correlation_id=self.correlation_id,
+            connection=self.connection,
         )
         other.state = self.state
         other.cache, other.cluster, other.upstream = self.cache, self.cluster, self.upstream

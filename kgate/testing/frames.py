@@ -27,8 +27,9 @@ def response_class(api_key: int) -> type:
     return api.API_INFO[int(api_key)].response_class
 
 
-def request_bytes(api_key: int, version: int, message: Any, *, correlation_id: int = 1,
-                  client_id: str | None = "test-client") -> bytes:
+def request_bytes(
+    api_key: int, version: int, message: Any, *, correlation_id: int = 1, client_id: str | None = "test-client"
+) -> bytes:
     """The whole request frame a client would send (4-byte size first)."""
     hv = api.request_header_version(int(api_key), version)
     return request_frame(int(api_key), version, correlation_id, client_id, hv, api.encode_request(message, version))
@@ -46,14 +47,14 @@ def round_trip_request(api_key: int, version: int, message: Any) -> Any:
     header = parse_request_header(frame, api.request_header_version(int(api_key), version))
     if (header.api_key, header.api_version, header.correlation_id) != (int(api_key), version, 42):
         raise AssertionError(f"header did not round-trip: {header}")
-    return api.decode_request(int(api_key), version, frame[header.body_offset:])
+    return api.decode_request(int(api_key), version, frame[header.body_offset :])
 
 
 def round_trip_response(api_key: int, version: int, message: Any) -> Any:
     """``message`` encoded as a broker sends it, then decoded as kgate decodes it."""
     frame = memoryview(response_bytes(api_key, version, message, correlation_id=42))
     hv = api.response_header_version(int(api_key), version)
-    return api.decode_response(int(api_key), version, frame[response_body_offset(frame, hv):])
+    return api.decode_response(int(api_key), version, frame[response_body_offset(frame, hv) :])
 
 
 async def run_hook(hook: Any, ctx: FilterContext, message: Any) -> Result:

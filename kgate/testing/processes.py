@@ -68,8 +68,15 @@ def stop(proc: subprocess.Popen[bytes], grace: float = 15) -> int:
 def process(argv: Sequence[str], log: Path, port: int, what: str, cwd: Path) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``argv`` (output to ``log``), wait for ``port``, stop it on exit."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cwd, start_new_session=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
     try:
         wait_port(port, proc, what, log)
         yield proc
@@ -93,8 +100,16 @@ def tansu_binary() -> Path:
 def tansu(workdir: Path) -> Iterator[str]:
     """An in-memory Tansu broker; yields its bootstrap address ``host:port``."""
     port = free_port()
-    argv = [str(tansu_binary()), "broker", "--listener-url", f"tcp://{HOST}:{port}",
-            "--advertised-listener-url", f"tcp://{HOST}:{port}", "--storage-engine", "memory://tansu/"]
+    argv = [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url",
+        f"tcp://{HOST}:{port}",
+        "--advertised-listener-url",
+        f"tcp://{HOST}:{port}",
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     with process(argv, workdir / "tansu.log", port, "tansu", workdir):
         yield f"{HOST}:{port}"
 
@@ -123,8 +138,9 @@ class RunningKgate:
 
 
 @contextlib.contextmanager
-def kgate(upstream: str, workdir: Path, filters: Sequence[Mapping[str, Any]] = (),
-          log_level: str = "debug", **cluster: Any) -> Iterator[RunningKgate]:
+def kgate(
+    upstream: str, workdir: Path, filters: Sequence[Mapping[str, Any]] = (), log_level: str = "debug", **cluster: Any
+) -> Iterator[RunningKgate]:
     """kgate in front of ``upstream`` with ``filters`` (YAML-shaped: ``{"name": ..., "config": ...}``).
 
     Extra keyword arguments go into the virtual cluster's YAML mapping (e.g. ``leader_hints``).
@@ -139,14 +155,16 @@ def kgate(upstream: str, workdir: Path, filters: Sequence[Mapping[str, Any]] = (
         "log_level": log_level,
         "proxy": {"drain_timeout_s": 2},
         "metrics": {"listen": f"{HOST}:{metrics}"},
-        "virtual_clusters": [{
-            "name": "test",
-            "listen": f"{HOST}:{listen}",
-            "advertised_host": HOST,
-            "upstream": [upstream],
-            "node_ports": {"base": base, "count": 256},
-            **cluster,
-        }],
+        "virtual_clusters": [
+            {
+                "name": "test",
+                "listen": f"{HOST}:{listen}",
+                "advertised_host": HOST,
+                "upstream": [upstream],
+                "node_ports": {"base": base, "count": 256},
+                **cluster,
+            }
+        ],
         "filters": [dict(f) for f in filters],
     }
     path = workdir / "kgate.yaml"

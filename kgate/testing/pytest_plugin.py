@@ -53,8 +53,9 @@ def kgate_proxy(
     def start(
         filters: Sequence[Mapping[str, Any]] = (), *, upstream: str | None = None, **cluster: Any
     ) -> RunningKgate:
-        k = stack.enter_context(kgate(upstream or tansu_bootstrap, tmp_path_factory.mktemp("kgate"), filters,
-                                      **cluster))
+        k = stack.enter_context(
+            kgate(upstream or tansu_bootstrap, tmp_path_factory.mktemp("kgate"), filters, **cluster)
+        )
         running.append(k)
         return k
 

@@ -39,9 +39,12 @@ def by_id_requests(keys: list[int]) -> Iterator[tuple[list[int], MetadataRequest
     """One Metadata request (v12+) per ``MAX_IDS_PER_REQUEST`` keys, with the keys it asks for."""
     for i in range(0, len(keys), MAX_IDS_PER_REQUEST):
         chunk = keys[i : i + MAX_IDS_PER_REQUEST]
-        yield chunk, MetadataRequest(
-            topics=[MetadataRequestTopic(topic_id=UUID(int=k), name=None) for k in chunk],
-            allow_auto_topic_creation=False,
+        yield (
+            chunk,
+            MetadataRequest(
+                topics=[MetadataRequestTopic(topic_id=UUID(int=k), name=None) for k in chunk],
+                allow_auto_topic_creation=False,
+            ),
         )
 
 

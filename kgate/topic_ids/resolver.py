@@ -57,7 +57,13 @@ class Upstream(Protocol):
     def pick_version(self, api_key: int, lo: int = 0, hi: int | None = None) -> int | None: ...
 
     async def request(
-        self, api_key: int, message: Any, version: int | None = None, *, lo: int = 0, hi: int | None = None,
+        self,
+        api_key: int,
+        message: Any,
+        version: int | None = None,
+        *,
+        lo: int = 0,
+        hi: int | None = None,
         timeout_s: float = ...,
     ) -> tuple[int, Any]: ...
 
@@ -91,8 +97,12 @@ class TopicNameResolver:
         self.sweep_interval_s = sweep_interval_s
         self.lookup_timeout_s = lookup_timeout_s
         self._metrics = _m.ResolverMetrics(cluster)
-        self.cache = TopicIdCache(max_entries=max_entries, negative_ttl_s=negative_ttl_s,
-                                  idle_revalidate_s=idle_revalidate_s, on_evict=self._metrics.evicted)
+        self.cache = TopicIdCache(
+            max_entries=max_entries,
+            negative_ttl_s=negative_ttl_s,
+            idle_revalidate_s=idle_revalidate_s,
+            on_evict=self._metrics.evicted,
+        )
         self.stats = self.cache.stats
         self.cached = self.cache.cached
         self.get_cached = self.cache.get_cached

@@ -17,7 +17,12 @@ TGZ = REPO.parent / "shared" / "kafka" / "kafka_2.13-4.0.2.tgz"
 @pytest.mark.skipif(shutil.which("java") is None, reason="no java on PATH to run the error-table dump")
 def test_regeneration_matches_committed(tmp_path: Path) -> None:
     out = tmp_path / "error_codes.py"
-    res = subprocess.run([sys.executable, str(REPO / "tools" / "gen_error_codes.py"), str(TGZ), "--out", str(out)],
-                         capture_output=True, text=True, timeout=180, check=False)
+    res = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "gen_error_codes.py"), str(TGZ), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert res.returncode == 0, res.stderr
     assert out.read_text() == (REPO / "codec" / "error_codes.py").read_text(), "run tools/gen_error_codes.py"

@@ -21,8 +21,10 @@ from kgate.codec import api as codec_api
 
 def test_importing_the_api_loads_no_proxy_config_or_filter_runtime() -> None:
     """A fresh interpreter: ``import kgate.api`` must not pull kgate's internals in (lazily or not)."""
-    code = ("import sys, kgate.api; bad = sorted(m for m in sys.modules if m.split('.')[:2] in "
-            "(['kgate', 'proxy'], ['kgate', 'config'], ['kgate', 'filters'])); print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, kgate.api; bad = sorted(m for m in sys.modules if m.split('.')[:2] in "
+        "(['kgate', 'proxy'], ['kgate', 'config'], ['kgate', 'filters'])); print(bad); sys.exit(1 if bad else 0)"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
 

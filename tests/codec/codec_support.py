@@ -59,12 +59,11 @@ def parse_request_header(frame: bytes, header_version: int) -> tuple[dict, int]:
         (n,) = struct.unpack_from(">h", frame, pos)
         pos += 2
         if n >= 0:
-            client_id = frame[pos:pos + n].decode()
+            client_id = frame[pos : pos + n].decode()
             pos += n
     if header_version >= 2:
         pos = skip_tagged(frame, pos)
-    hdr = {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id,
-           "client_id": client_id}
+    hdr = {"api_key": api_key, "api_version": api_version, "correlation_id": correlation_id, "client_id": client_id}
     return hdr, pos
 
 

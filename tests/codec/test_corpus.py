@@ -15,8 +15,7 @@ from codec_support import (
 from kgate.codec import api
 
 if not (CORPUS_DIR / "index.jsonl").is_file():
-    pytest.skip(f"corpus not available at {CORPUS_DIR} (needs ../shared next to the repo)",
-                allow_module_level=True)
+    pytest.skip(f"corpus not available at {CORPUS_DIR} (needs ../shared next to the repo)", allow_module_level=True)
 
 ROWS = corpus_rows()
 
@@ -54,8 +53,9 @@ def test_frame_round_trip(row):
 
     body = memoryview(frame)[off:]
     msg, consumed = _decode(row, body)
-    assert type(msg) is (api.API_INFO[key].request_class if row["direction"] == "req"
-                         else api.API_INFO[key].response_class)
+    assert type(msg) is (
+        api.API_INFO[key].request_class if row["direction"] == "req" else api.API_INFO[key].response_class
+    )
     trailing = len(body) - consumed
     # Only librdkafka's Metadata v12 requests carry 3 stray bytes after the body.
     if trailing:
@@ -80,7 +80,7 @@ def test_fetch_records_are_zero_copy_slices():
     big = max(_fetch_rows(), key=lambda r: r["frame_len"])
     frame = load_frame(big)
     assert len(frame) > 1_000_000
-    body = frame[big["body_offset"]:]
+    body = frame[big["body_offset"] :]
     msg = api.decode_response(1, big["api_version"], body)
     recs = [p.records for t in msg.responses for p in t.partitions if p.records is not None]
     assert recs and sum(r.nbytes for r in recs) > 1_000_000
@@ -90,10 +90,13 @@ def test_fetch_records_are_zero_copy_slices():
 
 
 def test_known_values_metadata_response():
-    row = next(r for r in ROWS if r["direction"] == "resp" and r["api_key"] == 3
-               and r["api_version"] == 12 and r["frame_len"] > 1000)
+    row = next(
+        r
+        for r in ROWS
+        if r["direction"] == "resp" and r["api_key"] == 3 and r["api_version"] == 12 and r["frame_len"] > 1000
+    )
     frame = load_frame(row)
-    msg = api.decode_response(3, 12, frame[row["body_offset"]:])
+    msg = api.decode_response(3, 12, frame[row["body_offset"] :])
     assert msg.brokers[0].host == "127.0.0.1"
     assert msg.brokers[0].rack is None
     assert msg.cluster_id == "tansu_cluster"
@@ -105,7 +108,7 @@ def test_known_values_metadata_response():
 def test_metadata_request_trailing_bytes_tolerated():
     row = next(r for r in ROWS if r["direction"] == "req" and r["api_key"] == 3 and r["api_version"] == 12)
     frame = load_frame(row)
-    body = frame[row["body_offset"]:]
+    body = frame[row["body_offset"] :]
     msg, consumed = api.decode_request_ex(3, 12, body + b"\x00\x00\x00")
     assert consumed <= len(body)
     assert api.decode_request(3, 12, body + b"xyz") == msg

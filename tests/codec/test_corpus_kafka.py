@@ -39,15 +39,43 @@ KNOWN_GAPS: set[tuple[int, int]] = set()
 #: what the suite exercises against Kafka (clients, groups old and new, transactions, admin and
 #: Kafka's own tools); the corpus must hold requests and responses of each
 EXERCISED = {
-    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH,
-    ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP,
-    ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS, ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS,
-    ApiKey.DELETE_RECORDS, ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN,
-    ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_LOG_DIRS,
-    ApiKey.CREATE_PARTITIONS, ApiKey.DELETE_GROUPS, ApiKey.ELECT_LEADERS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
-    ApiKey.OFFSET_DELETE, ApiKey.DESCRIBE_QUORUM, ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_PRODUCERS,
-    ApiKey.DESCRIBE_TRANSACTIONS, ApiKey.LIST_TRANSACTIONS, ApiKey.CONSUMER_GROUP_HEARTBEAT,
-    ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+    ApiKey.PRODUCE,
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.METADATA,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH,
+    ApiKey.FIND_COORDINATOR,
+    ApiKey.JOIN_GROUP,
+    ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP,
+    ApiKey.SYNC_GROUP,
+    ApiKey.DESCRIBE_GROUPS,
+    ApiKey.LIST_GROUPS,
+    ApiKey.API_VERSIONS,
+    ApiKey.CREATE_TOPICS,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.DELETE_RECORDS,
+    ApiKey.INIT_PRODUCER_ID,
+    ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.ADD_OFFSETS_TO_TXN,
+    ApiKey.END_TXN,
+    ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.DESCRIBE_LOG_DIRS,
+    ApiKey.CREATE_PARTITIONS,
+    ApiKey.DELETE_GROUPS,
+    ApiKey.ELECT_LEADERS,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS,
+    ApiKey.OFFSET_DELETE,
+    ApiKey.DESCRIBE_QUORUM,
+    ApiKey.DESCRIBE_CLUSTER,
+    ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.DESCRIBE_TRANSACTIONS,
+    ApiKey.LIST_TRANSACTIONS,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT,
+    ApiKey.CONSUMER_GROUP_DESCRIBE,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS,
 }
 
 
@@ -55,11 +83,22 @@ EXERCISED = {
 #: v13 (topics by id only), Fetch v18, KIP-848 and share groups, transactions v2 (EndTxn v5 and no
 #: AddPartitionsToTxn from the client), group configs, share-group offsets, the Streams group tool
 EXERCISED_43 = {
-    (ApiKey.PRODUCE, 13), (ApiKey.FETCH, 18), (ApiKey.METADATA, 13), (ApiKey.API_VERSIONS, 4),
-    (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1), (ApiKey.OFFSET_COMMIT, 10), (ApiKey.OFFSET_FETCH, 10),
-    (ApiKey.SHARE_GROUP_HEARTBEAT, 1), (ApiKey.SHARE_FETCH, 2), (ApiKey.SHARE_ACKNOWLEDGE, 2),
-    (ApiKey.SHARE_GROUP_DESCRIBE, 1), (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1), (ApiKey.INIT_PRODUCER_ID, 5),
-    (ApiKey.END_TXN, 5), (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1), (ApiKey.STREAMS_GROUP_DESCRIBE, 0),
+    (ApiKey.PRODUCE, 13),
+    (ApiKey.FETCH, 18),
+    (ApiKey.METADATA, 13),
+    (ApiKey.API_VERSIONS, 4),
+    (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+    (ApiKey.OFFSET_COMMIT, 10),
+    (ApiKey.OFFSET_FETCH, 10),
+    (ApiKey.SHARE_GROUP_HEARTBEAT, 1),
+    (ApiKey.SHARE_FETCH, 2),
+    (ApiKey.SHARE_ACKNOWLEDGE, 2),
+    (ApiKey.SHARE_GROUP_DESCRIBE, 1),
+    (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1),
+    (ApiKey.INIT_PRODUCER_ID, 5),
+    (ApiKey.END_TXN, 5),
+    (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1),
+    (ApiKey.STREAMS_GROUP_DESCRIBE, 0),
 }
 
 
@@ -82,8 +121,11 @@ def test_kafka43_corpus_covers_what_43_adds() -> None:
 
 def test_every_request_has_its_response() -> None:
     """The relay pairs by correlation id; a request left unanswered would mean a lost frame."""
-    asked = {(r["conn"], r["correlation_id"]) for r in ROWS if r["direction"] == "req"
-             and not (r["api_key"] == ApiKey.PRODUCE and r["api_version"] >= 0 and _acks0(r))}
+    asked = {
+        (r["conn"], r["correlation_id"])
+        for r in ROWS
+        if r["direction"] == "req" and not (r["api_key"] == ApiKey.PRODUCE and r["api_version"] >= 0 and _acks0(r))
+    }
     answered = {(r["conn"], r["correlation_id"]) for r in ROWS if r["direction"] == "resp"}
     # a request in flight when its client closed (a Fetch long poll, a heartbeat) gets no answer
     unanswered = asked - answered
@@ -107,7 +149,7 @@ def test_frame_round_trips_byte_exact(row: dict) -> None:
         assert (key, ver) in KNOWN_GAPS, f"Kafka uses {info.name} v{ver}; the codec knows {known}"
         decode = api.decode_request_ex if row["direction"] == "req" else api.decode_response_ex
         with pytest.raises(CodecError, match="unsupported"):
-            decode(key, ver, frame[row["body_offset"]:])
+            decode(key, ver, frame[row["body_offset"] :])
         return
     if row["direction"] == "req":
         hdr, off = parse_request_header(frame, row["header_version"])
@@ -123,4 +165,4 @@ def test_frame_round_trips_byte_exact(row: dict) -> None:
     # librdkafka's Metadata requests carry 3 stray bytes after the body (so do its v12 ones to Tansu)
     if trailing:
         assert (row["direction"], key, trailing, row["client_id"].startswith("rec-")) == ("req", 3, 3, True)
-    assert bytes(msg.encode(ver)) == frame[off:off + consumed]
+    assert bytes(msg.encode(ver)) == frame[off : off + consumed]

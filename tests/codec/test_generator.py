@@ -26,8 +26,12 @@ needs_specs = pytest.mark.skipif(not SPEC_DIR.is_dir(), reason=f"spec files not 
 @needs_specs
 def test_regeneration_matches_committed(tmp_path):
     out = tmp_path / "generated"
-    proc = subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "gen_codec.py"), str(SPEC_DIR),
-                           "--out", str(out)], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools" / "gen_codec.py"), str(SPEC_DIR), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     fresh = {p.name: p.read_text() for p in out.glob("*.py")}
     committed = {p.name: p.read_text() for p in GEN_DIR.glob("*.py")}

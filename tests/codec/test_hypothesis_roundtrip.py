@@ -62,7 +62,8 @@ def struct_strategy(cls, version: int, flexible: bool):
     if flexible:
         unknown = st.lists(
             st.tuples(st.integers(0, 20000).filter(lambda t: t not in known_tags), st.binary(max_size=8)),
-            max_size=2, unique_by=lambda x: x[0],
+            max_size=2,
+            unique_by=lambda x: x[0],
         ).map(lambda xs: sorted(xs) or None)
         fields["_unknown_tagged"] = unknown
     return st.builds(cls, **fields)
@@ -87,8 +88,12 @@ def test_every_api_and_version_is_covered():
 
 
 @pytest.mark.parametrize(("cls", "version"), PAIRS)
-@settings(max_examples=8, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=8,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(data=st.data())
 def test_round_trip(cls, version, data):
     msg = data.draw(struct_strategy(cls, version, cls.is_flexible(version)))

@@ -43,8 +43,7 @@ ZERO = uuid.UUID(int=0)
 
 def _norm_kio(v, field_type=None):
     if dataclasses.is_dataclass(v):
-        return {f.name: _norm_kio(getattr(v, f.name), f.metadata.get("kafka_type"))
-                for f in dataclasses.fields(v)}
+        return {f.name: _norm_kio(getattr(v, f.name), f.metadata.get("kafka_type")) for f in dataclasses.fields(v)}
     if isinstance(v, tuple):
         return [_norm_kio(x, field_type) for x in v]
     if isinstance(v, datetime.timedelta):
@@ -95,7 +94,7 @@ def _compare(kio_val, ours, path, problems):
 @pytest.mark.parametrize("row", ROWS, ids=row_id)
 def test_matches_kio(row):
     frame = load_frame(row)
-    body = frame[row["body_offset"]:]
+    body = frame[row["body_offset"] :]
     key, ver = row["api_key"], row["api_version"]
     if row["direction"] == "req":
         kio_cls = kio_index.load_request_schema(key, ver)
@@ -118,7 +117,7 @@ def test_kio_reads_our_encoding():
             continue
         frame = load_frame(row)
         key, ver = row["api_key"], row["api_version"]
-        ours = api.decode_response(key, ver, frame[row["body_offset"]:])
+        ours = api.decode_response(key, ver, frame[row["body_offset"] :])
         encoded = bytes(ours.encode(ver))
         kio_msg, size = kio_serial.entity_reader(kio_index.load_response_schema(key, ver))(encoded, 0)
         assert size == len(encoded)
@@ -184,8 +183,12 @@ def _fit_to_kio(ours, kio_cls) -> None:
 
 
 @pytest.mark.parametrize(("cls", "version", "kind"), _unrecorded_pairs())
-@settings(max_examples=6, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@settings(
+    max_examples=6,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 @given(data=st.data())
 def test_kio_reads_random_messages_of_unrecorded_versions(cls, version: int, kind: str, data) -> None:
     msg = data.draw(struct_strategy(cls, version, cls.is_flexible(version)))

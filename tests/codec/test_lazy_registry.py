@@ -26,8 +26,9 @@ print(json.dumps(mods))
 
 def _generated_after(imports: str) -> list[str]:
     """The generated modules a fresh interpreter holds after running ``imports``."""
-    out = subprocess.run([sys.executable, "-c", _COUNT.format(imports=imports)], capture_output=True,
-                         text=True, check=True, timeout=60).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _COUNT.format(imports=imports)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 

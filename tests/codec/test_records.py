@@ -60,8 +60,13 @@ def test_kafka_python_reads_what_kgate_writes() -> None:
 def test_kgate_reads_what_kafka_python_writes(compression: int) -> None:
     def build(base: int) -> bytes:
         b = default_records.DefaultRecordBatchBuilder(
-            magic=2, compression_type=compression, is_transactional=False,
-            producer_id=-1, producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+            magic=2,
+            compression_type=compression,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
         )
         b.append(0, timestamp=1_700_000_000_005, key=b"a", value=b"b" * 100, headers=[("h", b"x")])
         b.append(1, timestamp=1_700_000_000_009, key=None, value=b"c", headers=[])
@@ -123,10 +128,22 @@ def _fetch(port: int, topic: str) -> bytes:
         c = _client(port)
         try:
             req = FetchRequest(
-                replica_id=-1, max_wait_ms=100, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
-                session_id=0, session_epoch=-1, forgotten_topics_data=[], rack_id="",
-                topics=[FetchTopic(topic=topic, topic_id=UUID(int=0), partitions=[
-                    FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
+                replica_id=-1,
+                max_wait_ms=100,
+                min_bytes=1,
+                max_bytes=1 << 20,
+                isolation_level=0,
+                session_id=0,
+                session_epoch=-1,
+                forgotten_topics_data=[],
+                rack_id="",
+                topics=[
+                    FetchTopic(
+                        topic=topic,
+                        topic_id=UUID(int=0),
+                        partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+                    )
+                ],
             )
             _v, resp = await c.request(1, req, hi=12)
             (t,) = resp.responses
@@ -165,8 +182,14 @@ def test_a_broker_accepts_and_returns_what_kgate_writes(broker) -> None:
     async def produce() -> int:
         c = _client(broker.port)
         try:
-            req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-                TopicProduceData(name=topic, partition_data=[PartitionProduceData(index=0, records=batch)])])
+            req = ProduceRequest(
+                transactional_id=None,
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    TopicProduceData(name=topic, partition_data=[PartitionProduceData(index=0, records=batch)])
+                ],
+            )
             _v, resp = await c.request(0, req, hi=12)
             return int(resp.responses[0].partition_responses[0].error_code)
         finally:

@@ -37,7 +37,7 @@ def parse_tags(buf, pos):
     for _ in range(n):
         tag, pos = read_uvarint(buf, pos)
         size, pos = read_uvarint(buf, pos)
-        tags.append((tag, bytes(buf[pos:pos + size])))
+        tags.append((tag, bytes(buf[pos : pos + size])))
         pos += size
     return tags, pos
 
@@ -53,6 +53,7 @@ def sample_metadata_response() -> MetadataResponse:
 
 # ------------------------------------------------------------------ tagged fields
 
+
 def test_unknown_top_level_tag_survives_byte_for_byte():
     body = bytes(sample_metadata_response().encode(12))
     assert body[-1] == 0  # empty top-level tagged section
@@ -64,8 +65,9 @@ def test_unknown_top_level_tag_survives_byte_for_byte():
 
 
 def test_unknown_nested_tags_kept_and_ordered_with_known_ones():
-    part = PartitionData(partition_index=0, high_watermark=10, records=b"xyz",
-                         _unknown_tagged=[(99, b"\x01\x02"), (3, b"")])
+    part = PartitionData(
+        partition_index=0, high_watermark=10, records=b"xyz", _unknown_tagged=[(99, b"\x01\x02"), (3, b"")]
+    )
     part.current_leader.leader_id = 7  # known tag 1, non-default
     part.snapshot_id.epoch = 4  # known tag 2, non-default
     resp = FetchResponse(responses=[FetchableTopicResponse(topic_id=uuid.uuid4(), partitions=[part])])
@@ -82,7 +84,7 @@ def test_unknown_nested_tags_kept_and_ordered_with_known_ones():
     enc(plain, base)
     full = bytearray()
     enc(part, full)
-    assert full[:len(base) - 1] == base[:-1]
+    assert full[: len(base) - 1] == base[:-1]
     tags, end = parse_tags(full, len(base) - 1)
     assert end == len(full)
     assert [t for t, _ in tags] == [1, 2, 3, 99]
@@ -120,6 +122,7 @@ def test_unknown_tags_dropped_silently_only_in_non_flexible_versions():
 
 # ------------------------------------------------------------------ malformed input
 
+
 def _one_row_per_combo():
     seen, out = set(), []
     for row in corpus_rows():
@@ -135,7 +138,7 @@ def test_every_truncation_raises_codec_error():
     checked = 0
     for row in _one_row_per_combo():
         fn = api.decode_request_ex if row["direction"] == "req" else api.decode_response_ex
-        body = load_frame(row)[row["body_offset"]:]
+        body = load_frame(row)[row["body_offset"] :]
         _, consumed = fn(row["api_key"], row["api_version"], body)
         for cut in range(consumed):
             with pytest.raises(CodecError):
@@ -180,8 +183,9 @@ def test_non_nullable_null_rejected():
 
 
 @settings(max_examples=300, deadline=None, database=None)
-@given(key=st.sampled_from(sorted(api.API_INFO)), data=st.data(), garbage=st.binary(max_size=64),
-       response=st.booleans())
+@given(
+    key=st.sampled_from(sorted(api.API_INFO)), data=st.data(), garbage=st.binary(max_size=64), response=st.booleans()
+)
 def test_garbage_raises_only_codec_error(key, data, garbage, response):
     info = api.API_INFO[key]
     version = data.draw(st.integers(info.min_version, info.max_version))
@@ -222,6 +226,7 @@ def test_encode_errors_are_codec_errors():
 
 
 # ------------------------------------------------------------------ api helpers
+
 
 def test_header_versions():
     assert api.request_header_version(3, 8) == 1

@@ -15,8 +15,12 @@ AUTHZ = {"name": "authorizer", "config": {"rules": [{"allow": "all", "topic": "*
 def config(*cluster_filters: Any, top: Any = None) -> Any:
     clusters = []
     for i, filters in enumerate(cluster_filters):
-        c: dict[str, Any] = {"name": f"c{i}", "listen": f"127.0.0.1:{20000 + i * 1000}", "upstream": "127.0.0.1:9092",
-                             "node_ports": {"base": 20001 + i * 1000, "count": 16}}
+        c: dict[str, Any] = {
+            "name": f"c{i}",
+            "listen": f"127.0.0.1:{20000 + i * 1000}",
+            "upstream": "127.0.0.1:9092",
+            "node_ports": {"base": 20001 + i * 1000, "count": 16},
+        }
         if filters != "unset":
             c["filters"] = filters
         clusters.append(c)

@@ -104,10 +104,7 @@ def test_check_config_invalid(bad_file, capsys):
     assert cli.main(["check-config", str(bad_file)]) == 2
     out, err = capsys.readouterr()
     assert out == ""
-    assert (
-        err
-        == f'kgate: config error: {bad_file}: virtual_clusters[0].listen: expected "host:port", got "9192"\n'
-    )
+    assert err == f'kgate: config error: {bad_file}: virtual_clusters[0].listen: expected "host:port", got "9192"\n'
 
 
 def test_check_config_missing_file(tmp_path, capsys):
@@ -177,14 +174,9 @@ def test_run_bad_config_exits_2_before_binding(tmp_path):
             """
         )
     )
-    r = subprocess.run(
-        [PY, "-m", "kgate", "run", "-c", str(p)], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
+    r = subprocess.run([PY, "-m", "kgate", "run", "-c", str(p)], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 2
-    assert (
-        r.stderr
-        == f'kgate: config error: {p}: filters[0].bogus: unknown key "bogus" (allowed: name, config)\n'
-    )
+    assert r.stderr == f'kgate: config error: {p}: filters[0].bogus: unknown key "bogus" (allowed: name, config)\n'
     assert r.stdout == ""
     with socket.socket() as s:  # still free: nothing was (or is still) bound
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -196,9 +188,8 @@ def test_run_bad_config_subprocess_message(bad_file):
         [PY, "-m", "kgate", "run", "-c", str(bad_file)], capture_output=True, text=True, cwd=REPO, timeout=60
     )
     assert r.returncode == 2
-    assert (
-        f'kgate: config error: {bad_file}: virtual_clusters[0].listen: expected "host:port", got "9192"'
-        in (r.stderr)
+    assert f'kgate: config error: {bad_file}: virtual_clusters[0].listen: expected "host:port", got "9192"' in (
+        r.stderr
     )
 
 

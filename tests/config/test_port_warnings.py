@@ -12,8 +12,16 @@ from kgate.config.port_warnings import ephemeral_range, port_warnings
 
 
 def _cfg(listen: int, base: int, count: int = 16) -> dict:
-    return {"virtual_clusters": [{"name": "c", "listen": f"127.0.0.1:{listen}", "upstream": "127.0.0.1:9092",
-                                  "node_ports": {"base": base, "count": count}}]}
+    return {
+        "virtual_clusters": [
+            {
+                "name": "c",
+                "listen": f"127.0.0.1:{listen}",
+                "upstream": "127.0.0.1:9092",
+                "node_ports": {"base": base, "count": count},
+            }
+        ]
+    }
 
 
 def test_overlaps_are_named_by_key_path() -> None:
@@ -40,8 +48,9 @@ def test_check_config_prints_the_warning_and_still_succeeds(tmp_path: Path) -> N
     lo, _hi = ephemeral_range()
     path = tmp_path / "k.yaml"
     path.write_text(yaml.safe_dump(_cfg(9192, lo + 10)))
-    res = subprocess.run([PYTHON, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True,
-                         timeout=30, cwd=REPO)
+    res = subprocess.run(
+        [PYTHON, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True, timeout=30, cwd=REPO
+    )
     assert res.returncode == 0, res
     assert "kgate: warning:" in res.stderr and "ephemeral port range" in res.stderr
     assert "max_inflight_requests=1000" in res.stdout and "topic_names: batch_window_ms=2" in res.stdout

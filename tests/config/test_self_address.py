@@ -41,8 +41,14 @@ def test_loops_back_by_port_range_and_advertised_host() -> None:
 def _cfg(upstream: list[str], second: bool = False) -> dict:
     clusters = [{"name": "a", "listen": "127.0.0.1:9192", "upstream": upstream, "node_ports": {"base": 9193}}]
     if second:
-        clusters.append({"name": "b", "listen": "127.0.0.1:9500", "upstream": ["broker:9092"],
-                         "node_ports": {"base": 9501, "count": 4}})
+        clusters.append(
+            {
+                "name": "b",
+                "listen": "127.0.0.1:9500",
+                "upstream": ["broker:9092"],
+                "node_ports": {"base": 9501, "count": 4},
+            }
+        )
     return {"virtual_clusters": clusters}
 
 
@@ -51,7 +57,7 @@ def test_config_refuses_an_upstream_in_another_clusters_range() -> None:
         parse_config(_cfg(["broker:9092", "127.0.0.1:9502"], second=True), "k.yaml")
     msg = str(err.value)
     assert "virtual_clusters[0].upstream[1]:" in msg
-    assert "own node port range (ports 9501-9504 of cluster \"b\")" in msg
+    assert 'own node port range (ports 9501-9504 of cluster "b")' in msg
 
 
 def test_config_accepts_a_real_broker() -> None:

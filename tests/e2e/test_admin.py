@@ -73,8 +73,10 @@ def test_readyz_waits_for_every_node_listener(tmp_path, tansu, kgate_factory) ->
         deadline = time.monotonic() + 20
         # the broker is fine, only the port is missing; the first probe may still be out when the
         # node-listener line shows ("upstream not probed yet", seen once in a full run)
-        while (f"node listener(s) not bound for node id(s) [{procs.TANSU_NODE_ID}]" not in body
-               or "upstream reachable" not in body):
+        while (
+            f"node listener(s) not bound for node id(s) [{procs.TANSU_NODE_ID}]" not in body
+            or "upstream reachable" not in body
+        ):
             assert time.monotonic() < deadline, body
             time.sleep(0.05)
             body = k.http("/readyz")[1]
@@ -164,8 +166,9 @@ def test_config_shows_what_runs_after_a_reload(tansu, kgate_factory) -> None:
 
     import yaml
 
-    k = kgate_factory(tansu.bootstrap, admin=True,
-                      extra={"filters": [{"name": "topic-policy", "config": {"deny": ["cfg-secret-*"]}}]})
+    k = kgate_factory(
+        tansu.bootstrap, admin=True, extra={"filters": [{"name": "topic-policy", "config": {"deny": ["cfg-secret-*"]}}]}
+    )
     k.wait_ready(True)
     status, body = k.http("/config")
     assert status == 200, body

@@ -79,14 +79,19 @@ async def test_three_clients_audited(tansu: Any, kgate_factory: Any, tmp_path: P
     # a Produce to a denied topic, by name: refused by topic-policy, nothing reaches the broker
     c = UpstreamClient(lambda: [("127.0.0.1", k.listen_port)], client_id="denied-client")
     try:
-        msg = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
-            name=secret, partition_data=[PartitionProduceData(index=0, records=w_record(b"no"))])])
+        msg = ProduceRequest(
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                TopicProduceData(name=secret, partition_data=[PartitionProduceData(index=0, records=w_record(b"no"))])
+            ],
+        )
         _v, resp = await c.request(PRODUCE, msg, 9)
         assert resp.responses[0].partition_responses[0].error_code == TOPIC_AUTHORIZATION_FAILED
     finally:
         c.close()
     requests = _per_key(k, "kgate_requests_total")
-    dropped = sum(v for _l, v in k.metric_values("kgate_audit_events_dropped_total") if 'sampled_out' not in _l)
+    dropped = sum(v for _l, v in k.metric_values("kgate_audit_events_dropped_total") if "sampled_out" not in _l)
     assert dropped == 0
     assert k.stop_and_check() == 0  # SIGTERM: the writer drains and publishes its last file
     events = _events(audit)
@@ -106,8 +111,11 @@ async def test_three_clients_audited(tansu: Any, kgate_factory: Any, tmp_path: P
     assert all(t["error_codes"] == [0] and t["name_status"] == "given" for t in produced)
 
     # librdkafka fetches by topic id (Fetch v13+): resolved to the name, records counted
-    by_id = [e for e in events if e["api"]["key"] == FETCH and e["api"]["version"] >= 13
-             and (e["client"]["id"] or "").startswith("rdkafka")]
+    by_id = [
+        e
+        for e in events
+        if e["api"]["key"] == FETCH and e["api"]["version"] >= 13 and (e["client"]["id"] or "").startswith("rdkafka")
+    ]
     assert by_id, "librdkafka used no Fetch v13+"
     ours = [t for e in by_id for t in e["topics"] if t["id"] is not None and t["name"] == topic]
     assert ours and all(t["name_status"] == "resolved" for t in ours)
@@ -135,9 +143,16 @@ def w_record(value: bytes) -> bytes:
 async def test_kafka_sink_delivers_events_to_a_topic(tansu: Any, kgate_factory: Any, tmp_path: Path) -> None:
     sink_topic = w.unique("kgate-audit")
     await asyncio.to_thread(w.confluent_create_topic, tansu.bootstrap, sink_topic, 1)
-    filters = [{"name": "audit-log", "config": {
-        "directory": str(tmp_path / "audit"), "instance_id": "e2e-k",
-        "kafka": {"bootstrap": tansu.bootstrap, "topic": sink_topic, "linger_ms": 20}}}]
+    filters = [
+        {
+            "name": "audit-log",
+            "config": {
+                "directory": str(tmp_path / "audit"),
+                "instance_id": "e2e-k",
+                "kafka": {"bootstrap": tansu.bootstrap, "topic": sink_topic, "linger_ms": 20},
+            },
+        }
+    ]
     k = kgate_factory(tansu.bootstrap, extra={"filters": filters})
     topic = w.unique("audk")
     await asyncio.to_thread(w.confluent_create_topic, k.bootstrap, topic, 1)

@@ -55,8 +55,9 @@ async def test_records_one_per_batch_are_billed_exactly(
     topic = w.unique("one-per-batch")
     await asyncio.to_thread(w.confluent_create_topic, k.bootstrap, topic, 1)
     values = w.payloads(N, size=20)
-    await asyncio.to_thread(w.confluent_produce, k.bootstrap, topic, values, **{
-        "linger.ms": 0, "batch.num.messages": 1})
+    await asyncio.to_thread(
+        w.confluent_produce, k.bootstrap, topic, values, **{"linger.ms": 0, "batch.num.messages": 1}
+    )
     got, _ = await asyncio.to_thread(w.confluent_consume, k.bootstrap, topic, N, w.unique("g"))
     w.assert_exact(values, got)
     assert k.stop_and_check() == 0  # SIGTERM: the writer drains and publishes its last file

@@ -68,11 +68,26 @@ CREATE_TOPICS, DELETE_TOPICS = ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS
 SVC = "kgate-svc"
 USERS = {SVC: "svc-secret", "alice": "alice-secret", "bob": "bob-secret"}
 GONE = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID)  # Tansu, Kafka
-TABLES = ("topic_hourly", "chargeback", "clients", "instances", "latency_api", "latency_instance", "api_errors",
-          "unresolved_ids", "topic_id_history", "stale_ids", "id_adoption", "policy_denials")
+TABLES = (
+    "topic_hourly",
+    "chargeback",
+    "clients",
+    "instances",
+    "latency_api",
+    "latency_instance",
+    "api_errors",
+    "unresolved_ids",
+    "topic_id_history",
+    "stale_ids",
+    "id_adoption",
+    "policy_denials",
+)
 AUTHZ_RULES = [
-    {"allow": "all", "topic": "*"}, {"allow": "all", "group": "*"}, {"allow": "all", "transactional_id": "*"},
-    {"allow": "all", "cluster": True}, {"deny": "all", "topic": {"glob": "secret-*"}},
+    {"allow": "all", "topic": "*"},
+    {"allow": "all", "group": "*"},
+    {"allow": "all", "transactional_id": "*"},
+    {"allow": "all", "cluster": True},
+    {"deny": "all", "topic": {"glob": "secret-*"}},
 ]
 
 
@@ -94,14 +109,24 @@ def raw(k: Any, client_id: str, user: str) -> UpstreamClient:
 
 def rdk(user: str, client_id: str) -> dict[str, str]:
     """confluent-kafka settings of a client ``client_id`` signed in as ``user``."""
-    return {"client.id": client_id, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
-            "sasl.username": user, "sasl.password": USERS[user]}
+    return {
+        "client.id": client_id,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+    }
 
 
 def kp(user: str, client_id: str) -> dict[str, str]:
     """kafka-python and aiokafka settings (the same names) of a client signed in as ``user``."""
-    return {"client_id": client_id, "security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
-            "sasl_plain_username": user, "sasl_plain_password": USERS[user]}
+    return {
+        "client_id": client_id,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": user,
+        "sasl_plain_password": USERS[user],
+    }
 
 
 class Broker:
@@ -130,8 +155,9 @@ class Broker:
         return asyncio.run(go())
 
     def create(self, name: str, partitions: int) -> None:
-        req = CreateTopicsRequest(topics=[CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)],
-                                  timeout_ms=20000)
+        req = CreateTopicsRequest(
+            topics=[CreatableTopic(name=name, num_partitions=partitions, replication_factor=1)], timeout_ms=20000
+        )
         assert self._call(CREATE_TOPICS, req, lo=7).topics[0].error_code == 0
 
     def delete(self, name: str) -> None:
@@ -139,8 +165,15 @@ class Broker:
         assert resp.responses[0].error_code == 0, resp
 
     def produce(self, name: str, values: list[bytes]) -> None:
-        msg = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
-            name=name, partition_data=[PartitionProduceData(index=0, records=record_batch(values))])])
+        msg = ProduceRequest(
+            acks=-1,
+            timeout_ms=5000,
+            topic_data=[
+                TopicProduceData(
+                    name=name, partition_data=[PartitionProduceData(index=0, records=record_batch(values))]
+                )
+            ],
+        )
         resp = self._call(PRODUCE, msg, 9)
         assert resp.responses[0].partition_responses[0].error_code == 0
 
@@ -243,13 +276,20 @@ class StaleConsumer:
     def __init__(self, bootstrap: str, topic: str, conf: dict[str, str]) -> None:
         from confluent_kafka import Consumer
 
-        self.c = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": w.unique("g-stale"), **conf,
-            "auto.offset.reset": "earliest", "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-            # metadata is refreshed only when a fetch fails (the periodic refresh is minutes away): the
-            # fetch after the deletion carries the old id
-            "session.timeout.ms": 3000, "heartbeat.interval.ms": 500,
-        })
+        self.c = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": w.unique("g-stale"),
+                **conf,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 100,
+                # metadata is refreshed only when a fetch fails (the periodic refresh is minutes away): the
+                # fetch after the deletion carries the old id
+                "session.timeout.ms": 3000,
+                "heartbeat.interval.ms": 500,
+            }
+        )
         self.c.subscribe([topic])
         self.values: list[bytes] = []
         self.errors: list[Any] = []
@@ -280,8 +320,15 @@ async def produce_denied(k: Any, client_id: str, user: str, topic: str, times: i
     c = raw(k, client_id, user)
     try:
         for _ in range(times):
-            msg = ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
-                name=topic, partition_data=[PartitionProduceData(index=0, records=record_batch([b"no"]))])])
+            msg = ProduceRequest(
+                acks=-1,
+                timeout_ms=5000,
+                topic_data=[
+                    TopicProduceData(
+                        name=topic, partition_data=[PartitionProduceData(index=0, records=record_batch([b"no"]))]
+                    )
+                ],
+            )
             _v, resp = await c.request(PRODUCE, msg, 9)
             assert resp.responses[0].partition_responses[0].error_code == TOPIC_AUTHORIZATION_FAILED
     finally:
@@ -304,9 +351,15 @@ async def fetch_codes(c: UpstreamClient, tid: uuid.UUID) -> tuple[list[int], int
 
 #: Every client of the test: (instance it went through, the user it signed in as).
 CLIENTS = {
-    "rdk-stale": ("e2e-a", "alice"), "rdk-prod-a": ("e2e-a", "alice"), "rdk-cons-a": ("e2e-a", "alice"),
-    "kp-prod-a": ("e2e-a", "alice"), "denied-a": ("e2e-a", "alice"), "raw-stale-b": ("e2e-b", "bob"),
-    "aio-prod-b": ("e2e-b", "bob"), "aio-cons-b": ("e2e-b", "bob"), "kp-cons-b": ("e2e-b", "bob"),
+    "rdk-stale": ("e2e-a", "alice"),
+    "rdk-prod-a": ("e2e-a", "alice"),
+    "rdk-cons-a": ("e2e-a", "alice"),
+    "kp-prod-a": ("e2e-a", "alice"),
+    "denied-a": ("e2e-a", "alice"),
+    "raw-stale-b": ("e2e-b", "bob"),
+    "aio-prod-b": ("e2e-b", "bob"),
+    "aio-cons-b": ("e2e-b", "bob"),
+    "kp-cons-b": ("e2e-b", "bob"),
     "denied-b": ("e2e-b", "bob"),
 }
 PRINCIPALS: dict[str, str] = {}  # user -> the principal the audit log names (checked in check_clients)
@@ -333,8 +386,7 @@ def summed(found: list[dict[str, Any]], *cols: str) -> dict[str, int]:
 def start_kgate(broker: Broker, workdir: Path, filters: list[dict[str, Any]]) -> procs.Kgate:
     """kgate in front of the SASL gate; its own requests (node discovery, id lookups) as the service user."""
     k = procs.Kgate(workdir, [broker.gate.address], admin=True, extra={"filters": filters})
-    k.config["virtual_clusters"][0]["upstream_auth"] = {"mechanism": "PLAIN", "username": SVC,
-                                                        "password": USERS[SVC]}
+    k.config["virtual_clusters"][0]["upstream_auth"] = {"mechanism": "PLAIN", "username": SVC, "password": USERS[SVC]}
     k.config_path.write_text(yaml.safe_dump(k.config, sort_keys=False))
     return k.start()  # type: ignore[no-any-return]
 
@@ -359,16 +411,25 @@ def fleet(secured: Broker, tmp_path: Path) -> Any:
 # The test's own run only: the first test on a worker to ask for ``spark`` starts the session's
 # SparkSession in its setup (175 s of a 400 s budget on a loaded machine, for a JVM it merely shares)
 @pytest.mark.timeout(400, func_only=True)
-async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any,
-                                                    tmp_path: Path) -> None:
+async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any, tmp_path: Path) -> None:
     broker = secured
     began = time.time()
     audit_a, audit_b = tmp_path / "audit-a", tmp_path / "audit-b"
     secret_a, secret_b = w.unique("secret-a"), w.unique("secret-b")
-    a = fleet("a", [{"name": "topic-policy", "config": {"deny": ["secret-*"]}},
-                    {"name": "audit-log", "config": {"directory": str(audit_a), "instance_id": "e2e-a"}}])
-    b = fleet("b", [{"name": "authorizer", "config": {"default": "deny", "rules": AUTHZ_RULES}},
-                    {"name": "audit-log", "config": {"directory": str(audit_b), "instance_id": "e2e-b"}}])
+    a = fleet(
+        "a",
+        [
+            {"name": "topic-policy", "config": {"deny": ["secret-*"]}},
+            {"name": "audit-log", "config": {"directory": str(audit_a), "instance_id": "e2e-a"}},
+        ],
+    )
+    b = fleet(
+        "b",
+        [
+            {"name": "authorizer", "config": {"default": "deny", "rules": AUTHZ_RULES}},
+            {"name": "audit-log", "config": {"directory": str(audit_b), "instance_id": "e2e-b"}},
+        ],
+    )
     ma, mb = Metrics(a), Metrics(b)
     ta1, ta2, tb1, rname = w.unique("ta1"), w.unique("ta2"), w.unique("tb1"), w.unique("rec")
     parts = {ta1: 2, ta2: 1, tb1: 2, rname: 1}
@@ -403,6 +464,7 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
         never = uuid.uuid4()  # and asks for an id no topic ever had
         codes, _n = await fetch_codes(stale_raw, never)
         assert codes and codes[0] in GONE
+
         # rdk-stale goes on fetching R by the id it holds: wait for a fetch sent after the deletion
         # (two more than were read before it ended), or for the Metadata refresh a failed fetch starts
         def fetched_after_delete() -> bool:
@@ -442,8 +504,8 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
             "request_bytes": m.per("kgate_request_bytes_total", "api"),
             "response_bytes": m.per("kgate_response_bytes_total", "api"),
             "answers": m.per("kgate_responses_total", "api"),
-            "dropped": m.total("kgate_audit_events_dropped_total") - m.total("kgate_audit_events_dropped_total",
-                                                                             reason="sampled_out"),
+            "dropped": m.total("kgate_audit_events_dropped_total")
+            - m.total("kgate_audit_events_dropped_total", reason="sampled_out"),
         }
         assert expect[inst]["dropped"] == 0
     assert a.stop_and_check() == 0 and b.stop_and_check() == 0
@@ -465,8 +527,10 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     assert sum(f["lines"] for f in files) == sum(sum(e["requests"].values()) for e in expect.values())
     check_instances(tables, expect)
     check_clients(tables, expect)  # first: learns the principals' spelling
-    hours = {dt.datetime.fromtimestamp(h * 3600, dt.UTC).replace(tzinfo=None)
-             for h in range(int(began // 3600), int(time.time() // 3600) + 1)}
+    hours = {
+        dt.datetime.fromtimestamp(h * 3600, dt.UTC).replace(tzinfo=None)
+        for h in range(int(began // 3600), int(time.time() // 3600) + 1)
+    }
     check_topics_and_chargeback(tables, truth, ta1, ta2, tb1, hours)
     # one row per topic: the Produce rows (by name) carry the id the Fetch v13+ rows saw (issue 26)
     assert {r["topic_id"] for r in rows(tables, "topic_hourly", topic_name=ta1)} == {truth[ta1][2]}
@@ -478,9 +542,25 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     start = time.monotonic()
     proc = await asyncio.to_thread(
         subprocess.run,
-        [PYTHON, "-m", "kgate", "report", "--input", str(audit_a), str(audit_b), "--output", str(out),
-         "--driver-memory", "1g"],
-        cwd=str(REPO), capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        [
+            PYTHON,
+            "-m",
+            "kgate",
+            "report",
+            "--input",
+            str(audit_a),
+            str(audit_b),
+            "--output",
+            str(out),
+            "--driver-memory",
+            "1g",
+        ],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"),
+    )
     took_cli = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-4000:]
     check_cli_output(out, tables)
@@ -517,8 +597,14 @@ def check_instances(tables: dict[str, list[dict[str, Any]]], expect: dict[str, d
     assert one(tables, "api_errors", api_key=PRODUCE, error_code=TOPIC_AUTHORIZATION_FAILED)["requests"] == 3
 
 
-def check_topics_and_chargeback(tables: dict[str, list[dict[str, Any]]], truth: dict[str, tuple[int, int, str]],
-                                ta1: str, ta2: str, tb1: str, hours: set[Any]) -> None:
+def check_topics_and_chargeback(
+    tables: dict[str, list[dict[str, Any]]],
+    truth: dict[str, tuple[int, int, str]],
+    ta1: str,
+    ta2: str,
+    tb1: str,
+    hours: set[Any],
+) -> None:
     """Record bytes in (Produce) and out (Fetch) equal what the broker stores; records what was produced + read."""
     for topic, (stored, n, tid) in truth.items():
         found = rows(tables, "topic_hourly", topic_name=topic)
@@ -528,16 +614,30 @@ def check_topics_and_chargeback(tables: dict[str, list[dict[str, Any]]], truth: 
         assert {r["hour"].replace(tzinfo=None) for r in found} <= hours, (topic, found)
         assert all(r["cluster"] == "default" for r in found)
         s = summed(found, "produced_bytes", "consumed_bytes", "produced_records", "consumed_records", "errors")
-        assert s == {"produced_bytes": stored, "consumed_bytes": stored, "produced_records": n, "consumed_records": n,
-                     "errors": 0}, (topic, s, stored)
-    for client, topic, produced in (("rdk-prod-a", ta1, True), ("kp-prod-a", ta2, True), ("aio-prod-b", tb1, True),
-                                    ("rdk-cons-a", ta1, False), ("aio-cons-b", tb1, False),
-                                    ("kp-cons-b", ta2, False)):
+        assert s == {
+            "produced_bytes": stored,
+            "consumed_bytes": stored,
+            "produced_records": n,
+            "consumed_records": n,
+            "errors": 0,
+        }, (topic, s, stored)
+    for client, topic, produced in (
+        ("rdk-prod-a", ta1, True),
+        ("kp-prod-a", ta2, True),
+        ("aio-prod-b", tb1, True),
+        ("rdk-cons-a", ta1, False),
+        ("aio-cons-b", tb1, False),
+        ("kp-cons-b", ta2, False),
+    ):
         stored, n, _id = truth[topic]
         row = one(tables, "chargeback", client_id=client, topic_name=topic)
         assert row["principal"] == principal(client) and row["cluster"] == "default"
-        want = {"produced_bytes": stored if produced else 0, "consumed_bytes": 0 if produced else stored,
-                "produced_records": n if produced else 0, "consumed_records": 0 if produced else n}
+        want = {
+            "produced_bytes": stored if produced else 0,
+            "consumed_bytes": 0 if produced else stored,
+            "produced_records": n if produced else 0,
+            "consumed_records": 0 if produced else n,
+        }
         assert {c: row[c] for c in want} == want, (client, topic, row)
         assert row["requests"] >= 1
         # a client is billed for its own topic only
@@ -564,16 +664,26 @@ def check_clients(tables: dict[str, list[dict[str, Any]]], expect: dict[str, dic
         assert sum(r["response_bytes"] for r in mine) == sum(e["response_bytes"].values()), inst
     # the plain clients: exactly what they sent (ApiVersions first, then their requests)
     # (ApiVersions, SaslHandshake unauthenticated; SaslAuthenticate and the rest as the user)
-    for client, sent, errors in (("denied-a", 2, 2), ("denied-b", 1, 1),
-                                 ("raw-stale-b", 1 + 3 + 1 + 1, 3 + 1)):  # live id, 3 stale, new id, unknown id
+    for client, sent, errors in (
+        ("denied-a", 2, 2),
+        ("denied-b", 1, 1),
+        ("raw-stale-b", 1 + 3 + 1 + 1, 3 + 1),
+    ):  # live id, 3 stale, new id, unknown id
         before = one(tables, "clients", client_id=client, principal=None)
         after = one(tables, "clients", client_id=client, principal=principal(client))
         assert (before["requests"], before["errors"]) == (2, 0), before
         assert (after["requests"], after["errors"]) == (1 + sent, errors), after
 
 
-def check_topic_ids(tables: dict[str, list[dict[str, Any]]], expect: dict[str, dict[str, Any]], rname: str,
-                    old: str, new: str, never: str, stale_fetches: int) -> None:
+def check_topic_ids(
+    tables: dict[str, list[dict[str, Any]]],
+    expect: dict[str, dict[str, Any]],
+    rname: str,
+    old: str,
+    new: str,
+    never: str,
+    stale_fetches: int,
+) -> None:
     # the deleted-and-recreated topic: the old id replaced by the new one, with the unknown-id error
     hist_old = one(tables, "topic_id_history", topic_name=rname, topic_id=old)
     assert hist_old["replaced_by"] == new and hist_old["first_unknown_id_error"] is not None
@@ -629,9 +739,18 @@ def check_policy(tables: dict[str, list[dict[str, Any]]], secret_a: str, secret_
     by = {r["resource"]: r for r in got}
     pa, pb = by[secret_a], by[secret_b]
     assert (pa["filter"], pa["operation"], pa["error_code"], pa["denials"], pa["client_ids"]) == (
-        "topic-policy", "Produce", TOPIC_AUTHORIZATION_FAILED, 2, "denied-a"), pa
+        "topic-policy",
+        "Produce",
+        TOPIC_AUTHORIZATION_FAILED,
+        2,
+        "denied-a",
+    ), pa
     assert (pb["filter"], pb["error_code"], pb["denials"], pb["client_ids"]) == (
-        "authorizer", TOPIC_AUTHORIZATION_FAILED, 1, "denied-b"), pb
+        "authorizer",
+        TOPIC_AUTHORIZATION_FAILED,
+        1,
+        "denied-b",
+    ), pb
     assert pa["resource_type"] == pb["resource_type"] == "topic"
     assert (pa["principal"], pb["principal"]) == (principal("denied-a"), principal("denied-b"))
 
@@ -662,7 +781,9 @@ def check_cli_output(out: Path, tables: dict[str, list[dict[str, Any]]]) -> None
     # the chargeback CSV says the same as the in-process table
     with open(out / "csv" / "chargeback.csv", newline="") as f:
         csv_rows = {(r["client_id"], r["topic_name"]): tuple(int(r[c]) for c in BILLED) for r in csv.DictReader(f)}
-    mem = {(r["client_id"], r["topic_name"] or ""): tuple(r[c] for c in BILLED)  # CSV: null is ""
-           for r in tables["chargeback"]}
+    mem = {
+        (r["client_id"], r["topic_name"] or ""): tuple(r[c] for c in BILLED)  # CSV: null is ""
+        for r in tables["chargeback"]
+    }
     assert csv_rows == mem
     assert (out / "csv" / "input_files.csv").exists()

@@ -35,7 +35,8 @@ def test_metadata_advertises_kgate_port(tansu, kgate_mode):
         assert 3 in versions["api_keys"] and 0 in versions["api_keys"]
         md = c.metadata()
     assert [(b["node_id"], b["host"], b["port"]) for b in md["brokers"]] == [
-        (TANSU_NODE_ID, "127.0.0.1", k.tansu_node_port)]
+        (TANSU_NODE_ID, "127.0.0.1", k.tansu_node_port)
+    ]
     if not k.bootstrap_serves_node:
         # the node listener is open and serves Kafka too
         with RawClient(k.node_port(TANSU_NODE_ID)) as c:
@@ -51,9 +52,9 @@ def test_confluent_idempotent_producer_and_group_consumer(tansu, kgate_mode):
         admin = w.confluent_create_topic(k.bootstrap, topic, PARTS)
         md = admin.list_topics(topic=topic, timeout=10)
         assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {
-            TANSU_NODE_ID: ("127.0.0.1", k.tansu_node_port)}
-        reports = w.confluent_produce(k.bootstrap, topic, values,
-                                      **{"enable.idempotence": True, "acks": "all"})
+            TANSU_NODE_ID: ("127.0.0.1", k.tansu_node_port)
+        }
+        reports = w.confluent_produce(k.bootstrap, topic, values, **{"enable.idempotence": True, "acks": "all"})
         assert len({p for p, _ in reports}) == PARTS, "keys should spread over all partitions"
         got, committed = w.confluent_consume(k.bootstrap, topic, len(values), group=group)
         w.assert_exact(values, got)
@@ -73,8 +74,7 @@ def test_confluent_admin_create_describe_delete(tansu, kgate):
     topic = w.unique("cfadm")
     with ConnectionWatcher({tansu.port}) as watch:
         admin = AdminClient({"bootstrap.servers": kgate.bootstrap})
-        fs = admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)],
-                                 operation_timeout=20)
+        fs = admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)], operation_timeout=20)
         fs[topic].result(timeout=30)
         md = w.wait_topic_confluent(admin, topic, 4)
         assert sorted(md.topics[topic].partitions) == [0, 1, 2, 3]
@@ -82,8 +82,7 @@ def test_confluent_admin_create_describe_delete(tansu, kgate):
             assert p.leader == TANSU_NODE_ID
 
         cluster = admin.describe_cluster(request_timeout=20).result(timeout=30)
-        assert [(n.id, n.host, n.port) for n in cluster.nodes] == [
-            (TANSU_NODE_ID, "127.0.0.1", kgate.listen_port)]
+        assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(TANSU_NODE_ID, "127.0.0.1", kgate.listen_port)]
 
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
         try:
@@ -136,7 +135,8 @@ def test_kafka_python_admin_create_describe_delete(tansu, kgate):
             assert topic in admin.list_topics()
             cluster = admin.describe_cluster()
             assert [(b["broker_id"], b["host"], b["port"]) for b in cluster["brokers"]] == [
-                (TANSU_NODE_ID, "127.0.0.1", kgate.listen_port)]
+                (TANSU_NODE_ID, "127.0.0.1", kgate.listen_port)
+            ]
             admin.delete_topics([topic])
             deadline = time.monotonic() + 20
             while topic in admin.list_topics():

@@ -31,7 +31,9 @@ def create(bootstrap: str, topic: str, partitions: int, rf: int = 1, config: dic
     client = admin(bootstrap)  # kept: a destroyed client fails its futures
     futures = client.create_topics(
         [NewTopic(topic, num_partitions=partitions, replication_factor=rf, config=config or {})],
-        operation_timeout=20, request_timeout=20)
+        operation_timeout=20,
+        request_timeout=20,
+    )
     try:
         futures[topic].result(timeout=30)
         return None
@@ -45,8 +47,9 @@ def create_unchecked(bootstrap: str, topic: str, partitions: int) -> dict:
 
     client = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=20_000)
     try:
-        result = client.create_topics({topic: {"num_partitions": partitions, "replication_factor": 1}},
-                                      timeout_ms=20_000, raise_errors=False)
+        result = client.create_topics(
+            {topic: {"num_partitions": partitions, "replication_factor": 1}}, timeout_ms=20_000, raise_errors=False
+        )
     finally:
         client.close()
     [entry] = result["topics"]
@@ -81,10 +84,14 @@ def test_a_refused_topic_does_not_stop_the_others_of_its_request(broker, kgate_f
     k = kgate_factory(broker.bootstrap)
     good, tiny = w.unique("gr-good"), w.unique("gr-tiny-segments")
     client = admin(k.bootstrap)  # kept: a destroyed client fails its futures
-    futures = client.create_topics([
-        NewTopic(good, num_partitions=2, replication_factor=1),
-        NewTopic(tiny, num_partitions=1, replication_factor=1, config={"segment.bytes": "1024"}),
-    ], operation_timeout=20, request_timeout=20)
+    futures = client.create_topics(
+        [
+            NewTopic(good, num_partitions=2, replication_factor=1),
+            NewTopic(tiny, num_partitions=1, replication_factor=1, config={"segment.bytes": "1024"}),
+        ],
+        operation_timeout=20,
+        request_timeout=20,
+    )
     futures[good].result(timeout=30)
     with pytest.raises(Exception) as refused:
         futures[tiny].result(timeout=30)

@@ -86,8 +86,9 @@ def test_console_producer_newest_produce_then_kip848_consumer(request, kgate_fac
     assert produce_v in produce, f"Java {dist.version} sent no Produce v{produce_v} through kgate: {produce}"
 
     # n + 1 with a short idle timeout: exactly n arrive, nothing more
-    got = tools.console_consume(topic, len(lines) + 1, group=w.unique("g848"), props=["group.protocol=consumer"],
-                                idle_timeout_ms=6000)
+    got = tools.console_consume(
+        topic, len(lines) + 1, group=w.unique("g848"), props=["group.protocol=consumer"], idle_timeout_ms=6000
+    )
     assert got == lines, f"{len(got)} of {len(lines)} records; first {got[:3]}"
     assert _versions_used(k, ApiKey.CONSUMER_GROUP_HEARTBEAT), "no ConsumerGroupHeartbeat went through kgate"
     fetch = _versions_used(k, ApiKey.FETCH)
@@ -108,12 +109,20 @@ async def test_metadata_by_topic_id(request, kgate_factory, which: str) -> None:
     w.confluent_create_topic(k.bootstrap, topic, 2)
     c = UpstreamClient(lambda: [("127.0.0.1", k.listen_port)], client_id="byid-test")
     try:
-        _v, by_name = await c.request(ApiKey.METADATA, md.MetadataRequest(
-            topics=[md.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False), 12)
+        _v, by_name = await c.request(
+            ApiKey.METADATA,
+            md.MetadataRequest(topics=[md.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False),
+            12,
+        )
         topic_id = by_name.topics[0].topic_id
         assert topic_id.int, by_name
-        _v, by_id = await c.request(ApiKey.METADATA, md.MetadataRequest(
-            topics=[md.MetadataRequestTopic(name=None, topic_id=topic_id)], allow_auto_topic_creation=False), 12)
+        _v, by_id = await c.request(
+            ApiKey.METADATA,
+            md.MetadataRequest(
+                topics=[md.MetadataRequestTopic(name=None, topic_id=topic_id)], allow_auto_topic_creation=False
+            ),
+            12,
+        )
     finally:
         c.close()
     assert [(t.error_code, t.name, t.topic_id, len(t.partitions)) for t in by_id.topics] == [(0, topic, topic_id, 2)]
@@ -184,8 +193,15 @@ def test_librdkafka_transactions(request, kgate_factory, which: str) -> None:
             p.produce(topic, f"committed-{round_}-{i}".encode(), partition=i % 2)
         p.commit_transaction(30)
     expected = [f"committed-{r}-{i}".encode() for r in range(3) for i in range(50)]
-    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": w.unique("grdtx"), "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    c = Consumer(
+        {
+            "bootstrap.servers": k.bootstrap,
+            "group.id": w.unique("grdtx"),
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     got: list[bytes] = []
     try:
         c.subscribe([topic])

@@ -48,8 +48,9 @@ async def test_three_clients_produce_and_consume(kafka, kgate_factory, policy: b
     values = w.payloads(200, size=500)
     with ConnectionWatcher({kafka.port}) as watch:
         await asyncio.to_thread(w.confluent_create_topic, k.bootstrap, topic, 3)
-        reports = await asyncio.to_thread(w.confluent_produce, k.bootstrap, topic, values,
-                                          **{"enable.idempotence": True, "acks": "all"})
+        reports = await asyncio.to_thread(
+            w.confluent_produce, k.bootstrap, topic, values, **{"enable.idempotence": True, "acks": "all"}
+        )
         await asyncio.to_thread(w.kp_produce, k.bootstrap, topic, values[:20])
         await w.aio_produce(k.bootstrap, topic, values[:10], acks="all")
         total = len(values) + 30
@@ -58,8 +59,9 @@ async def test_three_clients_produce_and_consume(kafka, kgate_factory, policy: b
         assert len(reports) == len(values)
         # Kafka (unlike Tansu) evicts a member whose heartbeats lag its session timeout; on 2 busy
         # cores kafka-python's heartbeat thread can lag 3 s
-        got_kp, _ = await asyncio.to_thread(w.kp_consume, k.bootstrap, topic, total, w.unique("g"),
-                                            session_timeout_ms=15000, heartbeat_interval_ms=1000)
+        got_kp, _ = await asyncio.to_thread(
+            w.kp_consume, k.bootstrap, topic, total, w.unique("g"), session_timeout_ms=15000, heartbeat_interval_ms=1000
+        )
         got_aio, _ = await w.aio_consume(k.bootstrap, topic, total, w.unique("g"))
         assert len(got_kp) == len(got_aio) == total
     watch.assert_clean(must_use={k.listen_port})
@@ -76,8 +78,14 @@ def test_kip848_consumer_group(kafka, kgate_factory, policy: bool) -> None:
     values = w.payloads(100)
     w.confluent_create_topic(k.bootstrap, topic, 2)
     w.confluent_produce(k.bootstrap, topic, values)
-    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": w.unique("g848"), "group.protocol": "consumer",
-                  "auto.offset.reset": "earliest"})
+    c = Consumer(
+        {
+            "bootstrap.servers": k.bootstrap,
+            "group.id": w.unique("g848"),
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        }
+    )
     got: list[bytes] = []
     try:
         c.subscribe([topic])
@@ -109,8 +117,14 @@ def test_transactions_read_committed(kafka, kgate_factory) -> None:
     for i in range(10):
         p.produce(topic, f"committed-{i}".encode())
     p.commit_transaction(30)
-    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": w.unique("gtx"), "auto.offset.reset": "earliest",
-                  "isolation.level": "read_committed"})
+    c = Consumer(
+        {
+            "bootstrap.servers": k.bootstrap,
+            "group.id": w.unique("gtx"),
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
     got: list[bytes] = []
     try:
         c.subscribe([topic])
@@ -152,11 +166,27 @@ def test_java_console_clients(kafka, kgate_factory) -> None:
     lines = [f"java-{i}" for i in range(20)]
     w.confluent_create_topic(k.bootstrap, topic, 1)
     producer = [str(bin_dir / "kafka-console-producer.sh"), "--bootstrap-server", k.bootstrap, "--topic", topic]
-    subprocess.run(producer, input="\n".join(lines) + "\n", text=True, check=True, timeout=120, capture_output=True,
-                   env=kafka.env)
-    out = subprocess.run([str(bin_dir / "kafka-console-consumer.sh"), "--bootstrap-server", k.bootstrap, "--topic",
-                          topic, "--from-beginning", "--max-messages", str(len(lines)), "--timeout-ms", "60000"],
-                         text=True, timeout=120, capture_output=True, env=kafka.env)
+    subprocess.run(
+        producer, input="\n".join(lines) + "\n", text=True, check=True, timeout=120, capture_output=True, env=kafka.env
+    )
+    out = subprocess.run(
+        [
+            str(bin_dir / "kafka-console-consumer.sh"),
+            "--bootstrap-server",
+            k.bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            str(len(lines)),
+            "--timeout-ms",
+            "60000",
+        ],
+        text=True,
+        timeout=120,
+        capture_output=True,
+        env=kafka.env,
+    )
     assert out.stdout.split() == lines, out.stderr[-2000:]
 
 
@@ -186,8 +216,15 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing_acknowledged(tmp
                 else:
                     failed[0] += 1
 
-        p = Producer({"bootstrap.servers": k.bootstrap, "enable.idempotence": True, "acks": "all",
-                      "message.timeout.ms": 120000, "linger.ms": 5})
+        p = Producer(
+            {
+                "bootstrap.servers": k.bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "message.timeout.ms": 120000,
+                "linger.ms": 5,
+            }
+        )
         stop = threading.Event()
 
         def produce() -> None:
@@ -225,10 +262,20 @@ def test_metadata_quorum_tool_sees_no_controller_address(kafka, kgate_factory) -
     controller's ``CONTROLLER://host:port`` (DescribeQuorum v2 listeners are hidden)."""
     k = _kgate(kafka, kgate_factory)
     tool = str(kafka.home / "bin" / "kafka-metadata-quorum.sh")
-    direct = subprocess.run([tool, "--bootstrap-server", kafka.bootstrap, "describe", "--status"],
-                            text=True, capture_output=True, timeout=90, env=kafka.env)
-    via = subprocess.run([tool, "--bootstrap-server", k.bootstrap, "describe", "--status"],
-                         text=True, capture_output=True, timeout=90, env=kafka.env)
+    direct = subprocess.run(
+        [tool, "--bootstrap-server", kafka.bootstrap, "describe", "--status"],
+        text=True,
+        capture_output=True,
+        timeout=90,
+        env=kafka.env,
+    )
+    via = subprocess.run(
+        [tool, "--bootstrap-server", k.bootstrap, "describe", "--status"],
+        text=True,
+        capture_output=True,
+        timeout=90,
+        env=kafka.env,
+    )
     assert f":{kafka.controller_port}" in direct.stdout, direct  # control: the broker does show it
     assert via.returncode == 0, via.stderr[-2000:]
     assert "LeaderId:" in via.stdout

@@ -58,8 +58,14 @@ async def test_describe_log_dirs_hides_denied_topics(setup) -> None:
 
 async def test_elect_leaders_refuses_denied_topics(setup) -> None:
     _kafka, k, secret, shown = setup
-    req = el.ElectLeadersRequest(election_type=0, timeout_ms=10000, topic_partitions=[
-        el.TopicPartitions(topic=secret, partitions=[0]), el.TopicPartitions(topic=shown, partitions=[0])])
+    req = el.ElectLeadersRequest(
+        election_type=0,
+        timeout_ms=10000,
+        topic_partitions=[
+            el.TopicPartitions(topic=secret, partitions=[0]),
+            el.TopicPartitions(topic=shown, partitions=[0]),
+        ],
+    )
     resp = await _ask(k.listen_port, 43, req, 2)
     codes = {r.topic: [p.error_code for p in r.partition_result] for r in resp.replica_election_results}
     assert codes[secret] == [29]
@@ -73,8 +79,14 @@ async def test_elect_leaders_refuses_denied_topics(setup) -> None:
 async def test_classic_group_assigned_a_denied_topic_is_not_described(setup) -> None:
     kafka, k, secret, _shown = setup
     group = f"g-{uuid.uuid4().hex[:8]}"
-    c = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "group.protocol": "classic",
-                  "session.timeout.ms": 10000})
+    c = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": group,
+            "group.protocol": "classic",
+            "session.timeout.ms": 10000,
+        }
+    )
     try:
         c.subscribe([secret])
         deadline = time.monotonic() + 60

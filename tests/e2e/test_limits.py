@@ -112,8 +112,7 @@ def test_slowloris_and_silent_connections_are_closed(tansu, kgate_factory) -> No
 def test_broker_that_never_answers_closes_the_connection(kgate_factory) -> None:
     hole = BlackHole()
     try:
-        k = kgate_factory(f"127.0.0.1:{hole.port}",
-                          extra={"proxy": {"upstream_timeout_s": 1, "drain_timeout_s": 1}})
+        k = kgate_factory(f"127.0.0.1:{hole.port}", extra={"proxy": {"upstream_timeout_s": 1, "drain_timeout_s": 1}})
         with RawClient(k.listen_port) as c:
             c.send(api_versions_request(7))
             took = _closed_within(c, 5)
@@ -142,8 +141,10 @@ def test_inflight_requests_are_bounded_per_connection(kgate_factory) -> None:
     let a busy kgate read several at once and forward up to 17)."""
     hole = BlackHole()
     try:
-        k = kgate_factory(f"127.0.0.1:{hole.port}",
-                          extra={"proxy": {"max_inflight_requests": 10, "drain_timeout_s": 1}})
+        k = kgate_factory(
+            f"127.0.0.1:{hole.port}", extra={"proxy": {"max_inflight_requests": 10, "drain_timeout_s": 1}}
+        )
+
         def produced() -> int:  # the client's requests that reached the broker (not kgate's own)
             return sum(1 for f in list(hole.got) if struct.unpack_from(">h", f, 4)[0] == 0)
 

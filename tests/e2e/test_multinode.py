@@ -72,9 +72,9 @@ def test_clients_across_three_nodes(cluster):
         admin = w.confluent_create_topic(kgate.bootstrap, topic, PARTS)
         md = admin.list_topics(topic=topic, timeout=10)
         assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {
-            n: ("127.0.0.1", p) for n, p in node_ports.items()}
-        assert {p.id: p.leader for p in md.topics[topic].partitions.values()} == {
-            p: NODES[p % 3] for p in range(PARTS)}
+            n: ("127.0.0.1", p) for n, p in node_ports.items()
+        }
+        assert {p.id: p.leader for p in md.topics[topic].partitions.values()} == {p: NODES[p % 3] for p in range(PARTS)}
 
         reports = w.confluent_produce(kgate.bootstrap, topic, values, **{"enable.idempotence": True})
         assert {p for p, _ in reports} == set(range(PARTS))

@@ -56,8 +56,9 @@ async def test_clients_never_reach_broker_directly(gated, kgate_factory, serves)
     with ConnectionWatcher({tansu.port, g_port}) as watch:
         # confluent: idempotent producer, group consumer, admin
         await asyncio.to_thread(w.confluent_create_topic, kgate.bootstrap, topic, 2)
-        reports = await asyncio.to_thread(w.confluent_produce, kgate.bootstrap, topic, values,
-                                          **{"enable.idempotence": True})
+        reports = await asyncio.to_thread(
+            w.confluent_produce, kgate.bootstrap, topic, values, **{"enable.idempotence": True}
+        )
         got, committed = await asyncio.to_thread(w.confluent_consume, kgate.bootstrap, topic, len(values))
         w.assert_exact(values, got)
         w.assert_committed(committed, reports, 2)
@@ -88,4 +89,3 @@ def test_gatekeeper_catches_unproxied_clients(gated):
     with RawClient(relay.ports[0]) as c:
         assert c.closed_by_peer(timeout=5)
     assert [e["event"] for e in relay.events()] == ["accept", "forbidden"]
-

@@ -82,8 +82,15 @@ def make_kgate(upstream: str, proxy_protocol: Any, tls: dict | None = None) -> I
     }
     if tls:
         vc["tls"] = tls
-    cfg = parse_config({"log_level": "debug", "proxy": {"drain_timeout_s": 2, "frame_timeout_s": 3},
-                        "virtual_clusters": [vc], "filters": [{"name": "test-pp-address"}]}, "test")
+    cfg = parse_config(
+        {
+            "log_level": "debug",
+            "proxy": {"drain_timeout_s": 2, "frame_timeout_s": 3},
+            "virtual_clusters": [vc],
+            "filters": [{"name": "test-pp-address"}],
+        },
+        "test",
+    )
     return InprocKgate(cfg).start()
 
 
@@ -199,8 +206,16 @@ def test_proxy_protocol_then_mtls(tansu, tmp_path):
     server = ca.issue("kgate", "kgate.test", server=True)
     alice = ca.issue("alice", "alice")
     SEEN.clear()
-    k = make_kgate(tansu.bootstrap, "v2", tls={"cert_file": str(server.cert), "key_file": str(server.key),
-                                               "client_ca_file": str(ca.cert_path), "client_auth": "required"})
+    k = make_kgate(
+        tansu.bootstrap,
+        "v2",
+        tls={
+            "cert_file": str(server.cert),
+            "key_file": str(server.key),
+            "client_ca_file": str(ca.cert_path),
+            "client_auth": "required",
+        },
+    )
     try:
         ctx = ssl.create_default_context(cafile=str(ca.cert_path))
         ctx.load_cert_chain(str(alice.cert), str(alice.key))
@@ -229,11 +244,13 @@ def kgate_v2_module(tansu):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(garbage=st.one_of(
-    st.binary(min_size=1, max_size=120),
-    st.binary(max_size=40).map(lambda b: b"PROXY " + b),
-    st.binary(max_size=60).map(lambda b: V2_SIGNATURE + b),
-))
+@given(
+    garbage=st.one_of(
+        st.binary(min_size=1, max_size=120),
+        st.binary(max_size=40).map(lambda b: b"PROXY " + b),
+        st.binary(max_size=60).map(lambda b: V2_SIGNATURE + b),
+    )
+)
 def test_live_garbage_headers_close_only_their_connection(kgate_v2_module, garbage):
     """Whatever a peer sends instead of a header, kgate closes that connection (or serves it, if it
     happens to be a valid header) and keeps serving others."""

@@ -135,8 +135,11 @@ def test_heavy_producer_held_to_its_quota_unlimited_one_runs_free(topic_and_kgat
         (labels, v) for labels, v in k.metric_values("kgate_client_bytes_total") if 'client_id="heavy"' in labels
     )
     assert any('direction="in"' in labels and v > 6e6 for labels, v in heavy_bytes.items()), heavy_bytes
-    free_in = [v for labels, v in k.metric_values("kgate_client_bytes_total")
-               if 'client_id="free"' in labels and 'direction="in"' in labels]
+    free_in = [
+        v
+        for labels, v in k.metric_values("kgate_client_bytes_total")
+        if 'client_id="free"' in labels and 'direction="in"' in labels
+    ]
     assert free_in and free_in[0] > 3 * 6e6, free_in
     assert '"decision": "throttle"' not in k.log_text()  # text logs: the JSON form is tested in unit tests
     assert "over produce_bytes_per_s: throttled" in k.log_text()
@@ -157,8 +160,16 @@ def test_fetch_limited_consumer_reads_at_its_quota(topic_and_kgate: Any) -> None
         for broker in json.loads(text).get("brokers", {}).values():
             throttle_max[0] = max(throttle_max[0], broker.get("throttle", {}).get("max", 0))
 
-    c = Consumer({"bootstrap.servers": k.bootstrap, "client.id": "slow-reader", "group.id": w.unique("g"),
-                  "auto.offset.reset": "earliest", "statistics.interval.ms": 500, "stats_cb": stats})
+    c = Consumer(
+        {
+            "bootstrap.servers": k.bootstrap,
+            "client.id": "slow-reader",
+            "group.id": w.unique("g"),
+            "auto.offset.reset": "earliest",
+            "statistics.interval.ms": 500,
+            "stats_cb": stats,
+        }
+    )
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])  # no group join: reading starts at once
     got = 0
     start = time.monotonic()

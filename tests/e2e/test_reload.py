@@ -78,8 +78,14 @@ class SteadyConsumer:
     def __init__(self, bootstrap: str, topic: str) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": w.unique("steady"),
-                                  "enable.auto.commit": False, "fetch.wait.max.ms": 500})
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": w.unique("steady"),
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 500,
+            }
+        )
         self.consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         self.got: list[bytes] = []
         self.errors: list[Any] = []
@@ -185,8 +191,12 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
         assert "config reload (SIGHUP) failed; the running config stays in force" in log
         assert "filters[0]" in log.split("config reload (SIGHUP) failed", 1)[1].splitlines()[0]
         assert reloads(k, "success") == 1
-        assert produce_once(Producer({"bootstrap.servers": k.bootstrap, "message.timeout.ms": 10000}),
-                            secret, b"still-denied") is not None
+        assert (
+            produce_once(
+                Producer({"bootstrap.servers": k.bootstrap, "message.timeout.ms": 10000}), secret, b"still-denied"
+            )
+            is not None
+        )
         steady.wait_acked(200)
 
         # a restart-only change alone: refused naming the key
@@ -200,8 +210,12 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
         assert "virtual_clusters[0].max_connections: changes only at restart" in answer["message"]
         assert reloads(k, "failure") == 2
         # the same through `kgate reload -c FILE` (what an operator runs in an image without curl)
-        cli = subprocess.run([sys.executable, "-m", "kgate", "reload", "-c", str(k.config_path)],
-                             capture_output=True, text=True, timeout=60)
+        cli = subprocess.run(
+            [sys.executable, "-m", "kgate", "reload", "-c", str(k.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 1, cli
         assert "virtual_clusters[0].max_connections: changes only at restart" in cli.stderr
         assert reloads(k, "failure") == 3
@@ -210,8 +224,12 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
         assert k.http("/reload")[0] == 405
         config["filters"] = []
         write_config(k, config)
-        cli = subprocess.run([sys.executable, "-m", "kgate", "reload", "-c", str(k.config_path)],
-                             capture_output=True, text=True, timeout=60)
+        cli = subprocess.run(
+            [sys.executable, "-m", "kgate", "reload", "-c", str(k.config_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 0, cli
         # printed for a person: the JSON answer's fields as lines
         assert cli.stdout == "result: success\nmessage: filter chains replaced: default\n", cli.stdout

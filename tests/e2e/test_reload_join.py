@@ -63,8 +63,12 @@ class Member:
         """JoinGroup until it is in (a broker may first hand out a member id: MEMBER_ID_REQUIRED)."""
         for _ in range(3):
             req = api.API_INFO[JOIN].request_class(
-                group_id=self.group, session_timeout_ms=45000, rebalance_timeout_ms=60000, member_id=self.member_id,
-                group_instance_id=None, protocol_type="consumer",
+                group_id=self.group,
+                session_timeout_ms=45000,
+                rebalance_timeout_ms=60000,
+                member_id=self.member_id,
+                group_instance_id=None,
+                protocol_type="consumer",
             )
             req.protocols = [JoinGroupRequestProtocol(name="range", metadata=b"\x00" * 10)]
             resp = self.call(JOIN, JOIN_V, req)
@@ -78,7 +82,10 @@ class Member:
 
     def sync(self, members: list[str]) -> Any:
         req = api.API_INFO[SYNC].request_class(
-            group_id=self.group, generation_id=self.generation, member_id=self.member_id, group_instance_id=None,
+            group_id=self.group,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=None,
         )
         req.assignments = [SyncGroupRequestAssignment(member_id=m, assignment=b"") for m in members]
         return self.call(SYNC, SYNC_V, req)
@@ -150,10 +157,15 @@ def first_record_delay(bootstrap: str, topic: str, during: Any = None) -> tuple[
     runs meanwhile in a thread. Returns (seconds to the first record, the consumer, errors, the record)."""
     from confluent_kafka import Consumer
 
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": w.unique("joiner"), "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "fetch.wait.max.ms": 500,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": w.unique("joiner"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 500,
+        }
+    )
     errors: list[Any] = []
     t0 = time.monotonic()
     consumer.subscribe([topic])
@@ -237,5 +249,8 @@ def test_twenty_reloads_while_a_consumer_joins_close_nothing_and_lose_nothing(ta
     assert closes_by_kgate(k) == 0, log[-3000:]
     assert "closing client" not in log and "reload deadline" not in log  # the old hand-over's close
     # every replaced chain was let go once its last exchange ended: 21 of them (the first reload's too)
-    wait_for(lambda: k.log_text(tail=10_000_000).count("the replaced filter chain's last exchange ended") == 21,
-             30, "a replaced chain was never released")
+    wait_for(
+        lambda: k.log_text(tail=10_000_000).count("the replaced filter chain's last exchange ended") == 21,
+        30,
+        "a replaced chain was never released",
+    )

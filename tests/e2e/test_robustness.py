@@ -106,13 +106,12 @@ def test_acks0_producers_all_messages_arrive(compliant_kgate):
         p = KafkaProducer(bootstrap_servers=kgate.bootstrap, acks=0, linger_ms=0)
         try:
             for start in range(0, 300, 50):  # many Produce requests on one connection
-                for v in values[start:start + 50]:
+                for v in values[start : start + 50]:
                     p.send(topic, value=v)
                 p.flush(timeout=30)
         finally:
             p.close(timeout=10)
-        w.confluent_produce(kgate.bootstrap, topic, values[300:], acks=0,
-                            **{"linger.ms": 0, "batch.num.messages": 20})
+        w.confluent_produce(kgate.bootstrap, topic, values[300:], acks=0, **{"linger.ms": 0, "batch.num.messages": 20})
         got, _ = w.confluent_consume(kgate.bootstrap, topic, len(values))
     w.assert_exact(values, got)
     watch.assert_clean(must_use={kgate.listen_port})
@@ -190,7 +189,8 @@ def test_acks0_frames_sent_before_close_are_forwarded(compliant_kgate, how):
     assert counts["kgate"][0] == counts["kgate"][1], (
         f"kgate forwarded {counts['kgate'][0]} of {counts['kgate'][1]} acks=0 Produce frames that "
         f"clients sent before closing (direct to the broker: {counts['direct'][0]} of "
-        f"{counts['direct'][1]}); {len(lost)} upstream connection(s) were closed after 0 bytes")
+        f"{counts['direct'][1]}); {len(lost)} upstream connection(s) were closed after 0 bytes"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -213,12 +213,20 @@ def test_one_mib_messages_confluent_and_kafka_python(tansu, kgate, topic):
     with ConnectionWatcher({tansu.port}) as watch:
         w.confluent_produce(kgate.bootstrap, topic, values[:4], **big)
         w.kp_produce(kgate.bootstrap, topic, values[4:], max_request_size=4 << 20, batch_size=4 << 20)
-        got, _ = w.confluent_consume(kgate.bootstrap, topic, len(values), **{
-            "fetch.max.bytes": 16 << 20, "max.partition.fetch.bytes": 4 << 20,
-            "receive.message.max.bytes": 20 << 20})
+        got, _ = w.confluent_consume(
+            kgate.bootstrap,
+            topic,
+            len(values),
+            **{
+                "fetch.max.bytes": 16 << 20,
+                "max.partition.fetch.bytes": 4 << 20,
+                "receive.message.max.bytes": 20 << 20,
+            },
+        )
         w.assert_exact(values, got)
-        got, _ = w.kp_consume(kgate.bootstrap, topic, len(values), max_partition_fetch_bytes=4 << 20,
-                              fetch_max_bytes=16 << 20)
+        got, _ = w.kp_consume(
+            kgate.bootstrap, topic, len(values), max_partition_fetch_bytes=4 << 20, fetch_max_bytes=16 << 20
+        )
         w.assert_exact(values, got)
     watch.assert_clean(must_use={kgate.listen_port})
 
@@ -263,12 +271,16 @@ async def test_200_concurrent_connections(kgate, topic):
 
 # ------------------------------------------------------------------ broken frames
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("bad", [
-    struct.pack(">i", 0x7FFFFFFF) + b"\0" * 16,
-    struct.pack(">i", -5) + b"\0" * 16,
-    struct.pack(">i", 3) + b"\x00\x12\x00",  # a frame too short to hold a request header
-    struct.pack(">i", 10) + b"\x00\x12\x00\x00\x00\x00\x00\x01\x7f\xff",  # client_id longer than frame
-], ids=["size-0x7fffffff", "size-negative", "header-too-short", "header-truncated-client-id"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        struct.pack(">i", 0x7FFFFFFF) + b"\0" * 16,
+        struct.pack(">i", -5) + b"\0" * 16,
+        struct.pack(">i", 3) + b"\x00\x12\x00",  # a frame too short to hold a request header
+        struct.pack(">i", 10) + b"\x00\x12\x00\x00\x00\x00\x00\x01\x7f\xff",  # client_id longer than frame
+    ],
+    ids=["size-0x7fffffff", "size-negative", "header-too-short", "header-truncated-client-id"],
+)
 def test_broken_frame_closes_only_that_connection(kgate, topic, bad):
     survivor = Survivor(kgate.bootstrap, topic)
     with wire.RawClient(kgate.listen_port) as healthy, wire.RawClient(kgate.listen_port) as broken:
@@ -357,7 +369,8 @@ def test_client_disconnects_mid_request(tansu, kgate, topic):
     while _upstream_conns(kgate, tansu.port) > baseline:
         assert time.monotonic() < deadline, (
             f"kgate still holds {_upstream_conns(kgate, tansu.port)} upstream connections "
-            f"(baseline {baseline}) after its clients vanished")
+            f"(baseline {baseline}) after its clients vanished"
+        )
         time.sleep(0.2)
     with wire.RawClient(kgate.listen_port) as c:
         assert c.api_versions(5)["error_code"] == 0

@@ -108,12 +108,26 @@ def test_upstream_equal_to_own_listener_is_refused_at_load(tmp_path: Path, which
 def test_wildcard_listener_is_reached_through_any_loopback_address(tmp_path: Path) -> None:
     """A listener on 0.0.0.0 accepts on 127.0.0.3 too: the load-time check knows it."""
     listen, base = free_port(), free_port_range(16)
-    cfg = {"virtual_clusters": [{"name": "w", "listen": f"0.0.0.0:{listen}", "advertised_host": "127.0.0.1",
-                                 "upstream": [f"127.0.0.3:{listen}"], "node_ports": {"base": base, "count": 16}}]}
+    cfg = {
+        "virtual_clusters": [
+            {
+                "name": "w",
+                "listen": f"0.0.0.0:{listen}",
+                "advertised_host": "127.0.0.1",
+                "upstream": [f"127.0.0.3:{listen}"],
+                "node_ports": {"base": base, "count": 16},
+            }
+        ]
+    }
     path = tmp_path / "wild.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([procs.PYTHON, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True,
-                         timeout=30, cwd=procs.REPO)
+    res = subprocess.run(
+        [procs.PYTHON, "-m", "kgate", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=procs.REPO,
+    )
     assert res.returncode == 2 and "kgate would connect to itself" in res.stderr, res
 
 
@@ -143,6 +157,7 @@ def test_upstream_that_only_resolves_to_kgate_is_refused_on_the_socket(tmp_path:
     kgate.start()
     try:
         procs.wait_port(listen, 20, kgate.proc, "kgate")
+
         def refused_client() -> None:
             with RawClient(listen) as c:
                 c.send(b"\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff")  # ApiVersions v0

@@ -89,8 +89,15 @@ def tls_broker(tmp_path_factory, pki) -> Iterator[TlsBroker]:
         tansu.kill()
 
 
-def tls_config(pki: Pki, upstream: str, *, client_auth: str = "required", upstream_tls: dict | None = None,
-               tls: dict | None = None, **cluster: Any) -> Any:
+def tls_config(
+    pki: Pki,
+    upstream: str,
+    *,
+    client_auth: str = "required",
+    upstream_tls: dict | None = None,
+    tls: dict | None = None,
+    **cluster: Any,
+) -> Any:
     vc: dict[str, Any] = {
         "name": "default",
         "listen": f"{HOST}:{free_port()}",
@@ -189,11 +196,13 @@ def test_librdkafka_mtls_both_ways_principal_reaches_filter(pki, tls_broker, kga
     # ... and a lookup over it (what the topic-id resolver and ctx.send_request use) is answered
     req = api.API_INFO[int(ApiKey.METADATA)].request_class(topics=[], allow_auto_topic_creation=False)
     _v, resp = asyncio.run_coroutine_threadsafe(
-        k.cluster.own_client.request(int(ApiKey.METADATA), req, lo=1), k.loop).result(10)
+        k.cluster.own_client.request(int(ApiKey.METADATA), req, lo=1), k.loop
+    ).result(10)
     assert [b.port for b in resp.brokers] == [tls_broker.relay.port]
     # ... and so does a filter's request to one node (ClusterServices.send_request(node_id=...))
     node_resp = asyncio.run_coroutine_threadsafe(
-        k.cluster.services.send_request(int(ApiKey.METADATA), req, max_version=12, node_id=111), k.loop).result(10)
+        k.cluster.services.send_request(int(ApiKey.METADATA), req, max_version=12, node_id=111), k.loop
+    ).result(10)
     assert [b.node_id for b in node_resp.brokers] == [111]
     confluent_roundtrip(k.bootstrap, confluent_ssl(pki, pki.alice))
     assert principals_seen() == {"CN=alice,OU=payments,O=kgate tests"}
@@ -214,8 +223,13 @@ def test_kafka_python_and_aiokafka_mtls(pki, tls_broker, kgate_factory_inproc):
         p.send(topic, v, partition=0)
     p.flush(30)
     p.close(10)
-    c = KafkaConsumer(bootstrap_servers=k.bootstrap, security_protocol="SSL", ssl_context=ctx,
-                      enable_auto_commit=False, consumer_timeout_ms=10_000)
+    c = KafkaConsumer(
+        bootstrap_servers=k.bootstrap,
+        security_protocol="SSL",
+        ssl_context=ctx,
+        enable_auto_commit=False,
+        consumer_timeout_ms=10_000,
+    )
     c.assign([TopicPartition(topic, 0)])
     c.seek_to_beginning()
     got = []
@@ -237,8 +251,13 @@ def test_kafka_python_and_aiokafka_mtls(pki, tls_broker, kgate_factory_inproc):
                 await prod.send_and_wait(topic, b"aio-" + v, partition=0)
         finally:
             await prod.stop()
-        cons = AIOKafkaConsumer(bootstrap_servers=k.bootstrap, security_protocol="SSL", ssl_context=ctx,
-                                enable_auto_commit=False, auto_offset_reset="earliest")
+        cons = AIOKafkaConsumer(
+            bootstrap_servers=k.bootstrap,
+            security_protocol="SSL",
+            ssl_context=ctx,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         await cons.start()
         out: list[bytes] = []
         try:
@@ -294,11 +313,11 @@ def test_requested_client_auth_serves_clients_without_certificate(pki, tls_broke
     assert principals_seen() == {None}
 
 
-def test_untrusted_upstream_certificate_refused_with_clear_log(pki, tmp_path, tls_broker, kgate_factory_inproc,
-                                                               caplog):
+def test_untrusted_upstream_certificate_refused_with_clear_log(pki, tmp_path, tls_broker, kgate_factory_inproc, caplog):
     """A broker whose certificate kgate's CA did not sign: kgate does not talk to it, and says why."""
-    relay = procs.TlsRelay(tmp_path / "rogue.log", free_port(), tls_broker.tansu.bootstrap,
-                           pki.rogue_broker.cert, pki.rogue_broker.key).start()
+    relay = procs.TlsRelay(
+        tmp_path / "rogue.log", free_port(), tls_broker.tansu.bootstrap, pki.rogue_broker.cert, pki.rogue_broker.key
+    ).start()
     try:
         k = kgate_factory_inproc(tls_config(pki, relay.bootstrap))
         with caplog.at_level(logging.INFO):
@@ -320,14 +339,28 @@ def test_untrusted_upstream_certificate_refused_with_clear_log(pki, tmp_path, tl
 def test_upstream_client_certificate_required_by_broker(pki, tmp_path, tls_broker, kgate_factory_inproc):
     """A broker side that requires mTLS: kgate presents upstream_tls.cert_file."""
     kgate_client = pki.ca.issue("kgate-client", "kgate-proxy")
-    relay = procs.TlsRelay(tmp_path / "mtls.log", free_port(), tls_broker.tansu.bootstrap,
-                           pki.broker.cert, pki.broker.key, client_ca=pki.ca.cert_path).start()
+    relay = procs.TlsRelay(
+        tmp_path / "mtls.log",
+        free_port(),
+        tls_broker.tansu.bootstrap,
+        pki.broker.cert,
+        pki.broker.key,
+        client_ca=pki.ca.cert_path,
+    ).start()
     try:
         # Tansu advertises the module relay: bootstrap through the mTLS relay, nodes through the other;
         # both need kgate's TLS, only this one its certificate.
-        k = kgate_factory_inproc(tls_config(pki, relay.bootstrap, upstream_tls={
-            "ca_file": str(pki.ca.cert_path), "cert_file": str(kgate_client.cert), "key_file": str(kgate_client.key),
-        }))
+        k = kgate_factory_inproc(
+            tls_config(
+                pki,
+                relay.bootstrap,
+                upstream_tls={
+                    "ca_file": str(pki.ca.cert_path),
+                    "cert_file": str(kgate_client.cert),
+                    "key_file": str(kgate_client.key),
+                },
+            )
+        )
         confluent_roundtrip(k.bootstrap, confluent_ssl(pki, pki.alice), n=3)
         assert "CN=kgate-proxy" in relay.log_text() or "kgate-proxy" in relay.log_text()
     finally:
@@ -349,8 +382,13 @@ def test_certificate_reload_new_handshakes_get_new_cert(pki, tmp_path, tls_broke
     cert, key = tmp_path / "server.crt", tmp_path / "server.key"
     shutil.copy(pki.kgate.cert, cert)
     shutil.copy(pki.kgate.key, key)
-    tls = {"cert_file": str(cert), "key_file": str(key), "client_ca_file": str(pki.ca.cert_path),
-           "client_auth": "required", "reload_interval_s": 0.2}
+    tls = {
+        "cert_file": str(cert),
+        "key_file": str(key),
+        "client_ca_file": str(pki.ca.cert_path),
+        "client_auth": "required",
+        "reload_interval_s": 0.2,
+    }
     k = kgate_factory_inproc(tls_config(pki, tls_broker.relay.bootstrap, tls=tls))
     assert _served_serial(k.port, pki) == pki.kgate.serial
     held, why = _handshake(k.port, client_context(pki, pki.alice))

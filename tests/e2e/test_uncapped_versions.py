@@ -116,10 +116,27 @@ def test_java_clients_use_produce_v13_and_fetch_v18(kafka, kgate_factory) -> Non
     with ConnectionWatcher({kafka.port}) as watch:
         w.confluent_create_topic(k.bootstrap, topic, 1)
         producer = [str(bin_dir / "kafka-console-producer.sh"), "--bootstrap-server", k.bootstrap, "--topic", topic]
-        subprocess.run(producer, input="\n".join(lines) + "\n", text=True, check=True, timeout=120,
-                       capture_output=True, env=kafka.env)
-        consumer = [str(bin_dir / "kafka-console-consumer.sh"), "--bootstrap-server", k.bootstrap, "--topic", topic,
-                    "--from-beginning", "--max-messages", str(len(lines)), "--timeout-ms", "60000"]
+        subprocess.run(
+            producer,
+            input="\n".join(lines) + "\n",
+            text=True,
+            check=True,
+            timeout=120,
+            capture_output=True,
+            env=kafka.env,
+        )
+        consumer = [
+            str(bin_dir / "kafka-console-consumer.sh"),
+            "--bootstrap-server",
+            k.bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            str(len(lines)),
+            "--timeout-ms",
+            "60000",
+        ]
         out = subprocess.run(consumer, text=True, timeout=120, capture_output=True, env=kafka.env)
     assert out.stdout.split() == lines, out.stderr[-2000:]
     watch.assert_clean(must_use={k.listen_port})
@@ -150,14 +167,22 @@ def test_librdkafka_survives_a_topic_deleted_under_it(tansu, kgate_factory, filt
     a zero topic id, a ``current_leader`` tag and an empty node-endpoint list, on which librdkafka
     2.16 died (SIGSEGV in rd_kafka_metadata_cache_find, before the fix) direct or through kgate.
     With topic-policy the answer takes the decoded path (names to learn), without it the streamed one."""
-    k = kgate_factory(f"127.0.0.1:{tansu.port}", bootstrap_serves_node=True,
-                      extra={"filters": filters, "proxy": {"drain_timeout_s": 2}})
+    k = kgate_factory(
+        f"127.0.0.1:{tansu.port}",
+        bootstrap_serves_node=True,
+        extra={"filters": filters, "proxy": {"drain_timeout_s": 2}},
+    )
     topic = w.unique("deleted")
     values = [b"before-%d" % i for i in range(5)]
     w.confluent_create_topic(tansu.bootstrap, topic, 1)  # set-up straight at the broker
     w.confluent_produce(tansu.bootstrap, topic, values)
-    proc = subprocess.Popen([PYTHON, str(POLLER), k.bootstrap, topic, w.unique("g")], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [PYTHON, str(POLLER), k.bootstrap, topic, w.unique("g")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: queue.Queue[str] = queue.Queue()
     out: list[str] = []
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
@@ -198,9 +223,20 @@ def test_librdkafka_survives_a_topic_deleted_under_it(tansu, kgate_factory, filt
 
 def _fetch_v16(port: int, topic_id: uuid.UUID) -> bytes:
     """The raw answer (size prefix included) to a sessionless Fetch v16 of partition 0 of ``topic_id``."""
-    req = F.FetchRequest(replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, session_id=0, session_epoch=-1,
-                         topics=[F.FetchTopic(topic_id=topic_id, partitions=[
-                             F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])])
+    req = F.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=10,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        session_id=0,
+        session_epoch=-1,
+        topics=[
+            F.FetchTopic(
+                topic_id=topic_id,
+                partitions=[F.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+            )
+        ],
+    )
     with RawClient(port) as c:
         c.send(request_bytes(FETCH, 16, req, correlation_id=5))
         body = c.recv_frame()
@@ -224,8 +260,9 @@ def test_a_deleted_ids_answer_carries_no_hint_list_like_kafkas(tansu, kafka, kga
     topic = w.unique("gone")
     w.confluent_create_topic(tansu.bootstrap, topic, 1)
     with RawClient(tansu.port) as c:
-        req = MetadataRequest(topics=[MetadataRequestTopic(name=topic, topic_id=uuid.UUID(int=0))],
-                              allow_auto_topic_creation=False)
+        req = MetadataRequest(
+            topics=[MetadataRequestTopic(name=topic, topic_id=uuid.UUID(int=0))], allow_auto_topic_creation=False
+        )
         c.send(request_bytes(3, 12, req, correlation_id=1))
         (t,) = api.decode_response(3, 12, memoryview(c.recv_frame())[5:]).topics
     _delete_topic(tansu.bootstrap, topic)

@@ -56,15 +56,17 @@ def test_forged_request_is_refused_before_the_broker(kgate_factory, validate: bo
         rec.close()
 
 
-
 @pytest.mark.timeout(180)
 async def test_real_clients_pass_validation(tansu, kgate_factory) -> None:
     """confluent-kafka, kafka-python and aiokafka through a validating kgate with topic-policy:
     nothing real clients send is refused, nothing is lost."""
-    k = kgate_factory(tansu.bootstrap, extra={
-        "proxy": {"validate_requests": True, "drain_timeout_s": 1},
-        "filters": [{"name": "topic-policy", "config": {"deny": ["secret-*"]}}],
-    })
+    k = kgate_factory(
+        tansu.bootstrap,
+        extra={
+            "proxy": {"validate_requests": True, "drain_timeout_s": 1},
+            "filters": [{"name": "topic-policy", "config": {"deny": ["secret-*"]}}],
+        },
+    )
     topic = w.unique("val")
     values = w.payloads(300, size=2000)
     await asyncio.to_thread(w.confluent_create_topic, k.bootstrap, topic, 2)

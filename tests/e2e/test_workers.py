@@ -39,9 +39,13 @@ def _worker_pids(k: procs.Kgate) -> dict[int, int]:
 @pytest.mark.timeout(180)
 def test_two_workers_serve_clients_and_survive_kill_9(tmp_path, tansu) -> None:
     audit = tmp_path / "audit"  # one directory and one configured instance id for both workers
-    k = _start(tmp_path, tansu.bootstrap, filters=[
-        {"name": "audit-log", "config": {"directory": str(audit), "instance_id": "kgate-a", "gzip": False}},
-    ])
+    k = _start(
+        tmp_path,
+        tansu.bootstrap,
+        filters=[
+            {"name": "audit-log", "config": {"directory": str(audit), "instance_id": "kgate-a", "gzip": False}},
+        ],
+    )
     try:
         body = k.wait_ready(True, timeout=60)
         assert "worker 0: pid" in body and "worker 1: pid" in body, body
@@ -51,7 +55,10 @@ def test_two_workers_serve_clients_and_survive_kill_9(tmp_path, tansu) -> None:
         # a second --workers kgate on the same ports must not share them (SO_REUSEPORT would let it)
         twin = subprocess.run(
             [procs.PYTHON, "-m", "kgate", "run", "-c", str(k.config_path), "--workers", "2"],
-            capture_output=True, text=True, timeout=60, cwd=k.cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=k.cwd,
         )
         assert twin.returncode == 1 and "cannot listen on" in twin.stderr, twin.stderr[-2000:]
 
@@ -119,10 +126,15 @@ def test_sigterm_drains_without_losing_acknowledged_messages(tmp_path, tansu) ->
         w.confluent_create_topic(k.bootstrap, topic, 2)
 
         def produce(n: int) -> None:
-            p = Producer({
-                "bootstrap.servers": k.bootstrap, "enable.idempotence": True, "linger.ms": 2,
-                "message.timeout.ms": 8000, "reconnect.backoff.max.ms": 200,
-            })
+            p = Producer(
+                {
+                    "bootstrap.servers": k.bootstrap,
+                    "enable.idempotence": True,
+                    "linger.ms": 2,
+                    "message.timeout.ms": 8000,
+                    "reconnect.backoff.max.ms": 200,
+                }
+            )
 
             def on_delivery(err, msg) -> None:
                 if err is None:
@@ -166,8 +178,10 @@ def test_sigterm_drains_without_losing_acknowledged_messages(tmp_path, tansu) ->
     if missing:  # tell a broker-side read problem (found on a second read) from a loss, and whose
         again = w.confluent_read_all(tansu.bootstrap, topic, len(acked), partitions=2, timeout=60, settle=2)
         by_producer = collections.Counter(m.split(b"-")[0].decode() for m in missing)
-        why = (f"; by producer {dict(by_producer)}; a second read still misses {len(set(acked) - set(again))}; "
-               f"delivery errors {collections.Counter(failed).most_common(3)}\n{k.log_text()[-4000:]}")
+        why = (
+            f"; by producer {dict(by_producer)}; a second read still misses {len(set(acked) - set(again))}; "
+            f"delivery errors {collections.Counter(failed).most_common(3)}\n{k.log_text()[-4000:]}"
+        )
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}{why}"
     assert len(consumed) == len(set(consumed)), "the idempotent producer wrote duplicates"
 

@@ -38,7 +38,10 @@ def test_example_plugin_suite(tmp_path: Path) -> None:
     report = tmp_path / "junit.xml"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", "tests"],
-        cwd=EXAMPLE, capture_output=True, text=True, timeout=220,
+        cwd=EXAMPLE,
+        capture_output=True,
+        text=True,
+        timeout=220,
     )
     output = proc.stdout[-20_000:] + proc.stderr[-5_000:]
     assert proc.returncode == 0, f"example plugin tests failed (exit {proc.returncode}):\n{output}"

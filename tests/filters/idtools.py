@@ -45,9 +45,7 @@ async def topic_id(c: UpstreamClient, name: str) -> UUID:
     return t.topic_id  # type: ignore[no-any-return]
 
 
-def fetch_request(
-    topics: Iterable[tuple[UUID, Iterable[int]]], offset: int = 0, max_wait_ms: int = 10
-) -> FetchRequest:
+def fetch_request(topics: Iterable[tuple[UUID, Iterable[int]]], offset: int = 0, max_wait_ms: int = 10) -> FetchRequest:
     """A full (sessionless) Fetch naming topics by id only; encode it at v13+."""
     return FetchRequest(
         replica_id=-1,
@@ -91,9 +89,7 @@ def values(records: Any) -> list[bytes]:
 def fetch_results(resp: Any) -> list[tuple[UUID, int, int, list[bytes]]]:
     """(topic id as answered, partition, error code, values) per partition, in answer order."""
     return [
-        (t.topic_id, p.partition_index, p.error_code, values(p.records))
-        for t in resp.responses
-        for p in t.partitions
+        (t.topic_id, p.partition_index, p.error_code, values(p.records)) for t in resp.responses for p in t.partitions
     ]
 
 

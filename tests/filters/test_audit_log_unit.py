@@ -625,24 +625,50 @@ def test_share_fetch_and_acknowledge_carry_topic_names(version: int) -> None:
     from kgate.codec.generated import share_fetch as sf
 
     tid, other = uuid4(), uuid4()
-    topics = [sf.FetchTopic(topic_id=t, partitions=[sf.FetchPartition(partition_index=i)])
-              for i, t in enumerate((tid, other))]
-    req = sf.ShareFetchRequest(group_id="g", member_id="m", share_session_epoch=0, max_wait_ms=1, min_bytes=1,
-                               max_records=10, batch_size=10, topics=topics)
-    resp = sf.ShareFetchResponse(responses=[
-        sf.ShareFetchableTopicResponse(topic_id=tid, partitions=[sf.PartitionData(partition_index=0, error_code=0)]),
-        sf.ShareFetchableTopicResponse(topic_id=other, partitions=[sf.PartitionData(partition_index=1, error_code=6)]),
-    ])
+    topics = [
+        sf.FetchTopic(topic_id=t, partitions=[sf.FetchPartition(partition_index=i)]) for i, t in enumerate((tid, other))
+    ]
+    req = sf.ShareFetchRequest(
+        group_id="g",
+        member_id="m",
+        share_session_epoch=0,
+        max_wait_ms=1,
+        min_bytes=1,
+        max_records=10,
+        batch_size=10,
+        topics=topics,
+    )
+    resp = sf.ShareFetchResponse(
+        responses=[
+            sf.ShareFetchableTopicResponse(
+                topic_id=tid, partitions=[sf.PartitionData(partition_index=0, error_code=0)]
+            ),
+            sf.ShareFetchableTopicResponse(
+                topic_id=other, partitions=[sf.PartitionData(partition_index=1, error_code=6)]
+            ),
+        ]
+    )
     key = 78
     rq, rs = request_bytes(key, version, req), response_bytes(key, version, resp)
-    e = _event(Captured(_exchange(key, version, rq), INFO, memoryview(rs), len(rs), 2_000_000_000),
-               {tid: "orders", other: "payments"})
+    e = _event(
+        Captured(_exchange(key, version, rq), INFO, memoryview(rs), len(rs), 2_000_000_000),
+        {tid: "orders", other: "payments"},
+    )
     got = [(t["name"], t["name_status"], t["partitions"], t["error_codes"]) for t in e["topics"]]
     assert got == [("orders", "resolved", 1, [0]), ("payments", "resolved", 1, [6])]
-    ack = sa.ShareAcknowledgeRequest(group_id="g", member_id="m", share_session_epoch=1, topics=[
-        sa.AcknowledgeTopic(topic_id=tid, partitions=[sa.AcknowledgePartition(partition_index=0)])])
-    ack_resp = sa.ShareAcknowledgeResponse(responses=[sa.ShareAcknowledgeTopicResponse(
-        topic_id=tid, partitions=[sa.PartitionData(partition_index=0, error_code=0)])])
+    ack = sa.ShareAcknowledgeRequest(
+        group_id="g",
+        member_id="m",
+        share_session_epoch=1,
+        topics=[sa.AcknowledgeTopic(topic_id=tid, partitions=[sa.AcknowledgePartition(partition_index=0)])],
+    )
+    ack_resp = sa.ShareAcknowledgeResponse(
+        responses=[
+            sa.ShareAcknowledgeTopicResponse(
+                topic_id=tid, partitions=[sa.PartitionData(partition_index=0, error_code=0)]
+            )
+        ]
+    )
     rq, rs = request_bytes(79, version, ack), response_bytes(79, version, ack_resp)
     e = _event(Captured(_exchange(79, version, rq), INFO, memoryview(rs), len(rs), 2_000_000_000), {tid: "orders"})
     assert [(t["name"], t["id"] is not None, t["error_codes"]) for t in e["topics"]] == [("orders", True, [0])]
@@ -652,8 +678,12 @@ def test_produce_v13_by_id_carries_the_name() -> None:
     """Produce v13 names topics by id only: the event carries the name, records counted."""
     tid = uuid4()
     data = [PartitionProduceData(index=0, records=record_batch([b"a"] * 4))]
-    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000,
-                         topic_data=[TopicProduceData(topic_id=tid, partition_data=data)])
+    req = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[TopicProduceData(topic_id=tid, partition_data=data)],
+    )
     rq = request_bytes(PRODUCE, 13, req)
     e = _event(Captured(_exchange(PRODUCE, 13, rq), INFO, None, None, 2_000_000_000), {tid: "orders"})
     (t,) = e["topics"]

@@ -15,12 +15,32 @@ from kgate.filters.builtin.audit.filter import AuditLog
 
 
 def _line(i: int, **over: Any) -> bytes:
-    e = {"schema": 1, "time_us": 1_764_000_000_000_000 + i, "instance": "k", "cluster": "default",
-         "client": {"address": "10.0.0.1:5", "id": "c\udc80" if i == 1 else "c", "principal": None},
-         "api": {"key": 1, "name": "Fetch", "version": 13}, "correlation_id": i, "error_code": 0,
-         "latency_us": 10, "request_bytes": 100, "response_bytes": 200,
-         "topics": [{"id": "AAAAAAAAAAAAAAAAAAAAAA", "name": "t", "name_status": "resolved", "partitions": 1,
-                     "bytes": 70, "records": 3 if i else None, "error_codes": [0]}], "policy": None, **over}
+    e = {
+        "schema": 1,
+        "time_us": 1_764_000_000_000_000 + i,
+        "instance": "k",
+        "cluster": "default",
+        "client": {"address": "10.0.0.1:5", "id": "c\udc80" if i == 1 else "c", "principal": None},
+        "api": {"key": 1, "name": "Fetch", "version": 13},
+        "correlation_id": i,
+        "error_code": 0,
+        "latency_us": 10,
+        "request_bytes": 100,
+        "response_bytes": 200,
+        "topics": [
+            {
+                "id": "AAAAAAAAAAAAAAAAAAAAAA",
+                "name": "t",
+                "name_status": "resolved",
+                "partitions": 1,
+                "bytes": 70,
+                "records": 3 if i else None,
+                "error_codes": [0],
+            }
+        ],
+        "policy": None,
+        **over,
+    }
     return (json.dumps(e) + "\n").encode()
 
 

@@ -97,33 +97,60 @@ def topics_req(key: int, name: str) -> Any:
     """The request of a per-topic api naming topic ``name``, partition 0."""
     c = rq(key)
     if key == ApiKey.PRODUCE:
-        return req(key, acks=-1, timeout_ms=1000, topic_data=[
-            struct(c, "topic_data", name=name, partition_data=[struct(c, "topic_data.partition_data", index=0)])])
+        return req(
+            key,
+            acks=-1,
+            timeout_ms=1000,
+            topic_data=[
+                struct(c, "topic_data", name=name, partition_data=[struct(c, "topic_data.partition_data", index=0)])
+            ],
+        )
     if key == ApiKey.FETCH:
-        return req(key, replica_id=-1, topics=[
-            struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])])
+        return req(
+            key,
+            replica_id=-1,
+            topics=[struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])],
+        )
     if key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
-        return req(key, topics=[
-            struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])])
+        return req(
+            key, topics=[struct(c, "topics", topic=name, partitions=[struct(c, "topics.partitions", partition=0)])]
+        )
     if key == ApiKey.DESCRIBE_PRODUCERS:
         return req(key, topics=[struct(c, "topics", name=name, partition_indexes=[0])])
     if key == ApiKey.OFFSET_COMMIT:
-        return req(key, group_id="g", topics=[
-            struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+        return req(
+            key,
+            group_id="g",
+            topics=[struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])],
+        )
     if key == ApiKey.TXN_OFFSET_COMMIT:
-        return req(key, transactional_id="tx", group_id="g", topics=[
-            struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+        return req(
+            key,
+            transactional_id="tx",
+            group_id="g",
+            topics=[struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])],
+        )
     if key == ApiKey.OFFSET_DELETE:
-        return req(key, group_id="g", topics=[
-            struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])])
-    return req(key, topics=[
-        struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+        return req(
+            key,
+            group_id="g",
+            topics=[struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])],
+        )
+    return req(
+        key, topics=[struct(c, "topics", name=name, partitions=[struct(c, "topics.partitions", partition_index=0)])]
+    )
 
 
 PER_TOPIC = [
-    (ApiKey.PRODUCE, 9), (ApiKey.FETCH, 12), (ApiKey.LIST_OFFSETS, 7), (ApiKey.OFFSET_COMMIT, 8),
-    (ApiKey.DELETE_RECORDS, 2), (ApiKey.OFFSET_FOR_LEADER_EPOCH, 4), (ApiKey.TXN_OFFSET_COMMIT, 3),
-    (ApiKey.OFFSET_DELETE, 0), (ApiKey.DESCRIBE_PRODUCERS, 0),
+    (ApiKey.PRODUCE, 9),
+    (ApiKey.FETCH, 12),
+    (ApiKey.LIST_OFFSETS, 7),
+    (ApiKey.OFFSET_COMMIT, 8),
+    (ApiKey.DELETE_RECORDS, 2),
+    (ApiKey.OFFSET_FOR_LEADER_EPOCH, 4),
+    (ApiKey.TXN_OFFSET_COMMIT, 3),
+    (ApiKey.OFFSET_DELETE, 0),
+    (ApiKey.DESCRIBE_PRODUCERS, 0),
 ]
 
 
@@ -140,17 +167,33 @@ async def test_mixed_topics_refuse_only_the_denied_one() -> None:
     f = authorizer()
     c = rq(ApiKey.PRODUCE)
     parts = [struct(c, "topic_data.partition_data", index=0)]
-    request = req(ApiKey.PRODUCE, acks=-1, timeout_ms=1000, topic_data=[
-        struct(c, "topic_data", name="orders", partition_data=parts),
-        struct(c, "topic_data", name="secret-pay", partition_data=parts)])
+    request = req(
+        ApiKey.PRODUCE,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            struct(c, "topic_data", name="orders", partition_data=parts),
+            struct(c, "topic_data", name="secret-pay", partition_data=parts),
+        ],
+    )
     result, ctx = await run(f, ApiKey.PRODUCE, 9, request)
     assert isinstance(result, Forward) and [t.name for t in result.message.topic_data] == ["orders"]
     resp_cls = api.API_INFO[ApiKey.PRODUCE].response_class
-    broker = resp_cls(responses=[struct(resp_cls, "responses", name="orders", partition_responses=[
-        struct(resp_cls, "responses.partition_responses", index=0)])])
+    broker = resp_cls(
+        responses=[
+            struct(
+                resp_cls,
+                "responses",
+                name="orders",
+                partition_responses=[struct(resp_cls, "responses.partition_responses", index=0)],
+            )
+        ]
+    )
     merged = f.merge(ctx.for_response(), broker)
     assert {t.name: t.partition_responses[0].error_code for t in merged.message.responses} == {
-        "orders": 0, "secret-pay": TOPIC_DENIED}
+        "orders": 0,
+        "secret-pay": TOPIC_DENIED,
+    }
 
 
 async def test_refusals_are_noted_for_the_audit_log_and_allowed_requests_note_nothing() -> None:
@@ -160,13 +203,22 @@ async def test_refusals_are_noted_for_the_audit_log_and_allowed_requests_note_no
     assert ok is FORWARD and POLICY_STATE_KEY not in ok_ctx.state
     c = rq(ApiKey.JOIN_GROUP)
     _denied, ctx = await run(f, ApiKey.PRODUCE, 9, topics_req(ApiKey.PRODUCE, "secret-pay"))
-    assert [(d["filter"], d["resource_type"], d["resource"], d["error_code"], d["operation"])
-            for d in ctx.state[POLICY_STATE_KEY]] == [("authorizer", "topic", "secret-pay", TOPIC_DENIED, "Produce")]
-    join = req(ApiKey.JOIN_GROUP, group_id="secret-g", session_timeout_ms=10_000, member_id="",
-               protocol_type="consumer", protocols=[struct(c, "protocols", name="range", metadata=b"")])
+    assert [
+        (d["filter"], d["resource_type"], d["resource"], d["error_code"], d["operation"])
+        for d in ctx.state[POLICY_STATE_KEY]
+    ] == [("authorizer", "topic", "secret-pay", TOPIC_DENIED, "Produce")]
+    join = req(
+        ApiKey.JOIN_GROUP,
+        group_id="secret-g",
+        session_timeout_ms=10_000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[struct(c, "protocols", name="range", metadata=b"")],
+    )
     _denied, ctx = await run(f, ApiKey.JOIN_GROUP, 5, join)
     assert [(d["resource_type"], d["resource"], d["error_code"]) for d in ctx.state[POLICY_STATE_KEY]] == [
-        ("group", "secret-g", GROUP_DENIED)]
+        ("group", "secret-g", GROUP_DENIED)
+    ]
 
 
 async def test_ids_are_resolved_and_unknown_ids_fail_closed() -> None:
@@ -174,8 +226,11 @@ async def test_ids_are_resolved_and_unknown_ids_fail_closed() -> None:
     c = rq(ApiKey.FETCH)
 
     def fetch(topic_id: uuid.UUID) -> Any:
-        return req(ApiKey.FETCH, replica_id=-1, topics=[
-            struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition=0)])])
+        return req(
+            ApiKey.FETCH,
+            replica_id=-1,
+            topics=[struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition=0)])],
+        )
 
     assert (await run(f, ApiKey.FETCH, 13, fetch(OK_ID)))[0] is FORWARD
     denied, _ = await run(f, ApiKey.FETCH, 13, fetch(SECRET_ID))
@@ -200,8 +255,9 @@ async def test_produce_transactional_id() -> None:
     assert (await run(authorizer(), ApiKey.PRODUCE, 9, request))[0] is FORWARD
 
 
-@pytest.mark.parametrize("key, version", [(ApiKey.OFFSET_COMMIT, 8), (ApiKey.TXN_OFFSET_COMMIT, 3),
-                                          (ApiKey.OFFSET_DELETE, 0)])
+@pytest.mark.parametrize(
+    "key, version", [(ApiKey.OFFSET_COMMIT, 8), (ApiKey.TXN_OFFSET_COMMIT, 3), (ApiKey.OFFSET_DELETE, 0)]
+)
 async def test_group_of_an_offset_api(key: int, version: int) -> None:
     request = topics_req(key, "orders")
     request.group_id = "secret-g"
@@ -214,8 +270,14 @@ def group_req(key: int, group: str) -> Any:
     return req(key, group_id=group)
 
 
-GROUP_APIS = [(ApiKey.JOIN_GROUP, 5), (ApiKey.HEARTBEAT, 3), (ApiKey.LEAVE_GROUP, 3), (ApiKey.SYNC_GROUP, 3),
-              (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.SHARE_GROUP_HEARTBEAT, 1)]
+GROUP_APIS = [
+    (ApiKey.JOIN_GROUP, 5),
+    (ApiKey.HEARTBEAT, 3),
+    (ApiKey.LEAVE_GROUP, 3),
+    (ApiKey.SYNC_GROUP, 3),
+    (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0),
+    (ApiKey.SHARE_GROUP_HEARTBEAT, 1),
+]
 
 
 @pytest.mark.parametrize("key, version", GROUP_APIS, ids=[ApiKey(k).name for k, _v in GROUP_APIS])
@@ -263,8 +325,12 @@ async def test_add_partitions_to_txn_is_all_or_nothing() -> None:
     c = rq(ApiKey.ADD_PARTITIONS_TO_TXN)
 
     def add(txn: str, *names: str) -> Any:
-        return req(ApiKey.ADD_PARTITIONS_TO_TXN, v3_and_below_transactional_id=txn, v3_and_below_producer_id=1,
-                   v3_and_below_topics=[struct(c, "v3_and_below_topics", name=n, partitions=[0]) for n in names])
+        return req(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            v3_and_below_transactional_id=txn,
+            v3_and_below_producer_id=1,
+            v3_and_below_topics=[struct(c, "v3_and_below_topics", name=n, partitions=[0]) for n in names],
+        )
 
     f = authorizer()
     assert (await run(f, ApiKey.ADD_PARTITIONS_TO_TXN, 3, add("tx", "orders")))[0] is FORWARD
@@ -302,8 +368,9 @@ def configs_req(key: int, *names: str) -> Any:
     return req(key, resources=[struct(c, "resources", resource_type=2, resource_name=n) for n in names])
 
 
-@pytest.mark.parametrize("key, version", [(ApiKey.DESCRIBE_CONFIGS, 4), (ApiKey.ALTER_CONFIGS, 2),
-                                          (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)])
+@pytest.mark.parametrize(
+    "key, version", [(ApiKey.DESCRIBE_CONFIGS, 4), (ApiKey.ALTER_CONFIGS, 2), (ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)]
+)
 async def test_configs_of_a_denied_topic_are_refused_before_the_broker(key: int, version: int) -> None:
     f = authorizer()
     assert (await run(f, key, version, configs_req(key, "orders")))[0] is FORWARD
@@ -329,8 +396,11 @@ async def test_broker_configs_need_the_cluster() -> None:
 
 async def test_create_topics_of_a_denied_name_never_reaches_the_broker() -> None:
     c = rq(ApiKey.CREATE_TOPICS)
-    request = req(ApiKey.CREATE_TOPICS, timeout_ms=1000, topics=[
-        struct(c, "topics", name="secret-new", num_partitions=1, replication_factor=1)])
+    request = req(
+        ApiKey.CREATE_TOPICS,
+        timeout_ms=1000,
+        topics=[struct(c, "topics", name="secret-new", num_partitions=1, replication_factor=1)],
+    )
     result, _ = await run(authorizer(), ApiKey.CREATE_TOPICS, 7, request)
     resp = answer(ApiKey.CREATE_TOPICS, 7, result)
     assert [(t.name, t.error_code) for t in resp.topics] == [("secret-new", TOPIC_DENIED)]
@@ -340,13 +410,25 @@ async def test_create_topics_answer_reveals_no_existence_without_describe() -> N
     """A client allowed to create but not to describe never reads TOPIC_ALREADY_EXISTS nor the configs."""
     f = authorizer([{"allow": ["create"], "topic": "*"}])
     c = rq(ApiKey.CREATE_TOPICS)
-    request = req(ApiKey.CREATE_TOPICS, timeout_ms=1000, topics=[
-        struct(c, "topics", name="hidden", num_partitions=1, replication_factor=1)])
+    request = req(
+        ApiKey.CREATE_TOPICS,
+        timeout_ms=1000,
+        topics=[struct(c, "topics", name="hidden", num_partitions=1, replication_factor=1)],
+    )
     result, ctx = await run(f, ApiKey.CREATE_TOPICS, 7, request)
     assert result is FORWARD
     rc = api.API_INFO[ApiKey.CREATE_TOPICS].response_class
-    broker = rc(topics=[struct(rc, "topics", name="hidden", error_code=ErrorCode.TOPIC_ALREADY_EXISTS,
-                               configs=[struct(rc, "topics.configs", name="retention.ms", value="1")])])
+    broker = rc(
+        topics=[
+            struct(
+                rc,
+                "topics",
+                name="hidden",
+                error_code=ErrorCode.TOPIC_ALREADY_EXISTS,
+                configs=[struct(rc, "topics.configs", name="retention.ms", value="1")],
+            )
+        ]
+    )
     out = f.created_topics(ctx.for_response(), broker)
     topic = testing.round_trip_response(ApiKey.CREATE_TOPICS, 7, out.message).topics[0]
     assert topic.error_code == TOPIC_DENIED and not topic.configs and topic.topic_config_error_code == TOPIC_DENIED
@@ -355,19 +437,45 @@ async def test_create_topics_answer_reveals_no_existence_without_describe() -> N
 ENTRY_APIS = [
     (ApiKey.DELETE_GROUPS, 2, lambda n: req(ApiKey.DELETE_GROUPS, groups_names=[n]), "results", GROUP_DENIED),
     (ApiKey.DESCRIBE_GROUPS, 5, lambda n: req(ApiKey.DESCRIBE_GROUPS, groups=[n]), "groups", GROUP_DENIED),
-    (ApiKey.CONSUMER_GROUP_DESCRIBE, 0, lambda n: req(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[n]), "groups",
-     GROUP_DENIED),
-    (ApiKey.SHARE_GROUP_DESCRIBE, 1, lambda n: req(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[n]), "groups",
-     GROUP_DENIED),
-    (ApiKey.DESCRIBE_TRANSACTIONS, 0, lambda n: req(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=[n]),
-     "transaction_states", TXN_DENIED),
-    (ApiKey.FIND_COORDINATOR, 4, lambda n: req(ApiKey.FIND_COORDINATOR, key_type=0, coordinator_keys=[n]),
-     "coordinators", GROUP_DENIED),
-    (ApiKey.OFFSET_FETCH, 8, lambda n: req(ApiKey.OFFSET_FETCH, groups=[
-        struct(rq(ApiKey.OFFSET_FETCH), "groups", group_id=n, topics=None)]), "groups", GROUP_DENIED),
-    (ApiKey.CREATE_PARTITIONS, 3, lambda n: req(ApiKey.CREATE_PARTITIONS, topics=[
-        struct(rq(ApiKey.CREATE_PARTITIONS), "topics", name=n.replace("-g", "-topic"), count=2)]), "results",
-     TOPIC_DENIED),
+    (
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        0,
+        lambda n: req(ApiKey.CONSUMER_GROUP_DESCRIBE, group_ids=[n]),
+        "groups",
+        GROUP_DENIED,
+    ),
+    (ApiKey.SHARE_GROUP_DESCRIBE, 1, lambda n: req(ApiKey.SHARE_GROUP_DESCRIBE, group_ids=[n]), "groups", GROUP_DENIED),
+    (
+        ApiKey.DESCRIBE_TRANSACTIONS,
+        0,
+        lambda n: req(ApiKey.DESCRIBE_TRANSACTIONS, transactional_ids=[n]),
+        "transaction_states",
+        TXN_DENIED,
+    ),
+    (
+        ApiKey.FIND_COORDINATOR,
+        4,
+        lambda n: req(ApiKey.FIND_COORDINATOR, key_type=0, coordinator_keys=[n]),
+        "coordinators",
+        GROUP_DENIED,
+    ),
+    (
+        ApiKey.OFFSET_FETCH,
+        8,
+        lambda n: req(ApiKey.OFFSET_FETCH, groups=[struct(rq(ApiKey.OFFSET_FETCH), "groups", group_id=n, topics=None)]),
+        "groups",
+        GROUP_DENIED,
+    ),
+    (
+        ApiKey.CREATE_PARTITIONS,
+        3,
+        lambda n: req(
+            ApiKey.CREATE_PARTITIONS,
+            topics=[struct(rq(ApiKey.CREATE_PARTITIONS), "topics", name=n.replace("-g", "-topic"), count=2)],
+        ),
+        "results",
+        TOPIC_DENIED,
+    ),
 ]
 
 
@@ -379,11 +487,13 @@ async def test_per_entry_apis(key: int, version: int, build: Any, attr: str, cod
     assert [e.error_code for e in getattr(answer(key, version, result), attr)] == [code]
 
 
-@pytest.mark.parametrize("version, key_type, name, code", [(3, 0, "secret-g", GROUP_DENIED),
-                                                           (3, 1, "secret-tx", TXN_DENIED)])
+@pytest.mark.parametrize(
+    "version, key_type, name, code", [(3, 0, "secret-g", GROUP_DENIED), (3, 1, "secret-tx", TXN_DENIED)]
+)
 async def test_find_coordinator_before_v4(version: int, key_type: int, name: str, code: int) -> None:
-    result, _ = await run(authorizer(), ApiKey.FIND_COORDINATOR, version,
-                          req(ApiKey.FIND_COORDINATOR, key=name, key_type=key_type))
+    result, _ = await run(
+        authorizer(), ApiKey.FIND_COORDINATOR, version, req(ApiKey.FIND_COORDINATOR, key=name, key_type=key_type)
+    )
     resp = answer(ApiKey.FIND_COORDINATOR, version, result)
     assert resp.error_code == code and resp.node_id == -1
 
@@ -403,8 +513,12 @@ async def test_delete_topics_by_name_and_by_id() -> None:
 
 async def test_elect_leaders_needs_alter_on_the_cluster() -> None:
     c = rq(ApiKey.ELECT_LEADERS)
-    request = req(ApiKey.ELECT_LEADERS, election_type=0, timeout_ms=1000,
-                  topic_partitions=[struct(c, "topic_partitions", topic="orders", partitions=[0])])
+    request = req(
+        ApiKey.ELECT_LEADERS,
+        election_type=0,
+        timeout_ms=1000,
+        topic_partitions=[struct(c, "topic_partitions", topic="orders", partitions=[0])],
+    )
     result, _ = await run(authorizer(), ApiKey.ELECT_LEADERS, 2, request)
     assert codes(answer(ApiKey.ELECT_LEADERS, 2, result)) == {CLUSTER_DENIED}
     assert (await run(authorizer(), ApiKey.ELECT_LEADERS, 2, request, principal="admin"))[0] is FORWARD
@@ -414,8 +528,11 @@ async def test_elect_leaders_needs_alter_on_the_cluster() -> None:
 async def test_metadata_hides_and_refuses_denied_topics() -> None:
     f = authorizer()
     c = rq(ApiKey.METADATA)
-    request = req(ApiKey.METADATA, allow_auto_topic_creation=False,
-                  topics=[struct(c, "topics", name="orders"), struct(c, "topics", name="secret-pay")])
+    request = req(
+        ApiKey.METADATA,
+        allow_auto_topic_creation=False,
+        topics=[struct(c, "topics", name="orders"), struct(c, "topics", name="secret-pay")],
+    )
     result, ctx = await run(f, ApiKey.METADATA, 12, request)
     assert isinstance(result, Forward) and [t.name for t in result.message.topics] == ["orders"]
     rc = api.API_INFO[ApiKey.METADATA].response_class
@@ -464,8 +581,16 @@ async def test_describe_log_dirs_needs_describe_on_the_cluster_and_hides_topics(
     result, _ = await run(f, ApiKey.DESCRIBE_LOG_DIRS, 4, request, principal="admin")
     assert result is FORWARD
     rc = api.API_INFO[ApiKey.DESCRIBE_LOG_DIRS].response_class
-    broker = rc(results=[struct(rc, "results", log_dir="/d", topics=[
-        struct(rc, "results.topics", name=n) for n in ("orders", "secret-pay")])])
+    broker = rc(
+        results=[
+            struct(
+                rc,
+                "results",
+                log_dir="/d",
+                topics=[struct(rc, "results.topics", name=n) for n in ("orders", "secret-pay")],
+            )
+        ]
+    )
     out = f.log_dirs(testing.FakeContext(ApiKey.DESCRIBE_LOG_DIRS, 4, principal="admin"), broker)
     assert [t.name for t in out.message.results[0].topics] == ["orders"]
 
@@ -512,8 +637,10 @@ def test_denials_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monke
         f.check(ctx, topics_req(ApiKey.PRODUCE, "secret-pay"))
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == authz_report.LOG_BURST + 2  # a burst, the summary of the rest, the next window's first
-    assert lines[0] == ("authz authorizer: denied cluster=test principal=alice client_id='app-1' "
-                        "address=127.0.0.1:50000 api=Produce resource=topic:secret-pay operation=write")
+    assert lines[0] == (
+        "authz authorizer: denied cluster=test principal=alice client_id='app-1' "
+        "address=127.0.0.1:50000 api=Produce resource=topic:secret-pay operation=write"
+    )
     assert lines[-2] == "authz authorizer: 5 more denied checks in the last window not logged"
     assert f.report.counts == {("test", ApiKey.PRODUCE, False): authz_report.LOG_BURST + 6}
 
@@ -521,17 +648,40 @@ def test_denials_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monke
 def _by_id(key: int, topic_id: uuid.UUID) -> Any:
     c = rq(key)
     if key == ApiKey.PRODUCE:
-        return req(key, acks=-1, timeout_ms=1000, topic_data=[struct(
-            c, "topic_data", topic_id=topic_id, partition_data=[struct(c, "topic_data.partition_data", index=0)])])
+        return req(
+            key,
+            acks=-1,
+            timeout_ms=1000,
+            topic_data=[
+                struct(
+                    c, "topic_data", topic_id=topic_id, partition_data=[struct(c, "topic_data.partition_data", index=0)]
+                )
+            ],
+        )
     if key == ApiKey.OFFSET_COMMIT:
-        return req(key, group_id="g", topics=[struct(
-            c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
-    return req(key, group_id="g", member_id="m", topics=[struct(
-        c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+        return req(
+            key,
+            group_id="g",
+            topics=[
+                struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])
+            ],
+        )
+    return req(
+        key,
+        group_id="g",
+        member_id="m",
+        topics=[struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])],
+    )
 
 
-BY_ID = [(ApiKey.PRODUCE, 13), (ApiKey.OFFSET_COMMIT, 10), (ApiKey.SHARE_FETCH, 1), (ApiKey.SHARE_ACKNOWLEDGE, 1),
-         (ApiKey.SHARE_FETCH, 2), (ApiKey.SHARE_ACKNOWLEDGE, 2)]
+BY_ID = [
+    (ApiKey.PRODUCE, 13),
+    (ApiKey.OFFSET_COMMIT, 10),
+    (ApiKey.SHARE_FETCH, 1),
+    (ApiKey.SHARE_ACKNOWLEDGE, 1),
+    (ApiKey.SHARE_FETCH, 2),
+    (ApiKey.SHARE_ACKNOWLEDGE, 2),
+]
 
 
 @pytest.mark.parametrize("key, version", BY_ID, ids=[f"{ApiKey(k).name}-v{v}" for k, v in BY_ID])
@@ -556,22 +706,30 @@ async def test_a_topic_entry_without_name_or_id_names_nothing_and_goes_to_the_br
     f: Any = authorizer() if which == "authorizer" else TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
     c = rq(ApiKey.DELETE_TOPICS)
     zero = uuid.UUID(int=0)
-    request = req(ApiKey.DELETE_TOPICS, timeout_ms=1000, topics=[
-        struct(c, "topics", name=None, topic_id=zero), struct(c, "topics", name="secret-pay", topic_id=zero)])
+    request = req(
+        ApiKey.DELETE_TOPICS,
+        timeout_ms=1000,
+        topics=[struct(c, "topics", name=None, topic_id=zero), struct(c, "topics", name="secret-pay", topic_id=zero)],
+    )
     request = testing.round_trip_request(ApiKey.DELETE_TOPICS, 6, request)
     ctx = testing.FakeContext(ApiKey.DELETE_TOPICS, 6, request=request, principal="admin")
     result = await testing.run_hook(f.check, ctx, request)
     assert isinstance(result, Forward) and [t.name for t in result.message.topics] == [None]
-    merged = await testing.run_hook(f.merge, ctx.for_response(), api.API_INFO[ApiKey.DELETE_TOPICS].response_class(
-        responses=[]))
+    merged = await testing.run_hook(
+        f.merge, ctx.for_response(), api.API_INFO[ApiKey.DELETE_TOPICS].response_class(responses=[])
+    )
     assert [(r.name, r.error_code) for r in merged.message.responses] == [("secret-pay", TOPIC_DENIED)]
 
 
 async def test_listing_verdicts_are_remembered_per_client() -> None:
     """The describe verdicts a Metadata listing remembers (``Authorizer._describe``) belong to one identity:
     the same filter shows alice and admin their own topics, in either order, twice."""
-    f = authorizer([{"allow": "all", "topic": "*", "principal": "admin"},
-                    {"allow": ["describe"], "topic": "orders", "principal": "alice"}])
+    f = authorizer(
+        [
+            {"allow": "all", "topic": "*", "principal": "admin"},
+            {"allow": ["describe"], "topic": "orders", "principal": "alice"},
+        ]
+    )
     rc = api.API_INFO[ApiKey.METADATA].response_class
     for principal, expected in [("alice", ["orders"]), ("admin", ["orders", "payments"])] * 2:
         listing = rc(topics=[struct(rc, "topics", name=n) for n in ("orders", "payments")])

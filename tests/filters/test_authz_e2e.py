@@ -70,8 +70,14 @@ def _make(broker: Any, kgate_factory: Any, filters: list[dict[str, Any]]) -> Set
     for f in admin.create_topics([NewTopic(n, 1, 1) for n in (secret, shown)]).values():
         f.result(30)
     # a config set on both (Tansu describes only configs that were set)
-    resources = [ConfigResource(ResourceType.TOPIC, n, incremental_configs=[
-        ConfigEntry(RETENTION, "86400000", incremental_operation=AlterConfigOpType.SET)]) for n in (secret, shown)]
+    resources = [
+        ConfigResource(
+            ResourceType.TOPIC,
+            n,
+            incremental_configs=[ConfigEntry(RETENTION, "86400000", incremental_operation=AlterConfigOpType.SET)],
+        )
+        for n in (secret, shown)
+    ]
     for f in admin.incremental_alter_configs(resources).values():
         f.result(30)
     k = kgate_factory(broker.bootstrap, extra={"proxy": {"drain_timeout_s": 1}, "filters": filters})
@@ -119,15 +125,21 @@ def test_describe_configs_of_a_denied_topic_is_refused(setup) -> None:
 def test_alter_configs_of_a_denied_topic_is_refused_and_changes_nothing(setup) -> None:
     s = setup
     before = _retention(s.direct(), s.secret)
-    res = ConfigResource(ResourceType.TOPIC, s.secret, incremental_configs=[
-        ConfigEntry(RETENTION, "12345", incremental_operation=AlterConfigOpType.SET)])
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        s.secret,
+        incremental_configs=[ConfigEntry(RETENTION, "12345", incremental_operation=AlterConfigOpType.SET)],
+    )
     _fails_with(s.via().incremental_alter_configs([res])[res], TOPIC_DENIED)
     if s.broker.kind == "kafka":  # Tansu has no AlterConfigs (librdkafka refuses it before sending)
         legacy = ConfigResource(ResourceType.TOPIC, s.secret, set_config={RETENTION: "12345"})
         _fails_with(s.via().alter_configs([legacy])[legacy], TOPIC_DENIED)
     assert _retention(s.direct(), s.secret) == before
-    ok = ConfigResource(ResourceType.TOPIC, s.shown, incremental_configs=[
-        ConfigEntry(RETENTION, "12345", incremental_operation=AlterConfigOpType.SET)])
+    ok = ConfigResource(
+        ResourceType.TOPIC,
+        s.shown,
+        incremental_configs=[ConfigEntry(RETENTION, "12345", incremental_operation=AlterConfigOpType.SET)],
+    )
     s.via().incremental_alter_configs([ok])[ok].result(30)
     deadline = time.monotonic() + 10
     while _retention(s.direct(), s.shown) != "12345" and time.monotonic() < deadline:
@@ -165,17 +177,18 @@ def test_kafka_python_admin(authz) -> None:
             admin.create_topics([KNewTopic(s.secret, 1, 1)])
         try:
             described: Any = admin.describe_configs(
-                [KConfigResource(ConfigResourceType.TOPIC, s.secret)], config_filter="all")
+                [KConfigResource(ConfigResourceType.TOPIC, s.secret)], config_filter="all"
+            )
         except TopicAuthorizationFailedError as exc:
             described = exc
         # kafka-python 3 reports the refused resource as empty (or raises): nothing of it shows
         assert "86400000" not in repr(described), described
-        shown = admin.describe_configs(
-            [KConfigResource(ConfigResourceType.TOPIC, s.shown)], config_filter="all")
+        shown = admin.describe_configs([KConfigResource(ConfigResourceType.TOPIC, s.shown)], config_filter="all")
         assert "86400000" in repr(shown), shown  # control: the allowed topic's configs come through
         try:
             altered: Any = admin.alter_configs(
-                [KConfigResource(ConfigResourceType.TOPIC, s.secret, configs={RETENTION: "1"})], raise_on_unknown=False)
+                [KConfigResource(ConfigResourceType.TOPIC, s.secret, configs={RETENTION: "1"})], raise_on_unknown=False
+            )
         except TopicAuthorizationFailedError as exc:
             altered = exc
         assert "TopicAuthorization" in repr(altered), altered
@@ -231,8 +244,15 @@ def _produce(bootstrap: str, topic: str, n: int = 5, **conf: Any) -> list[Any]:
 
 def _consume_error(bootstrap: str, topic: str, group: str, want: int, timeout: float = 60) -> tuple[int, Any]:
     """(messages read, first error) of a group consumer reading ``topic``."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-                  "enable.auto.commit": False, "session.timeout.ms": 10000})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10000,
+        }
+    )
     got, err = 0, None
     try:
         c.subscribe([topic])
@@ -316,8 +336,13 @@ def test_transactions_through_the_authorizer(authz) -> None:
     """An allowed transactional id runs a whole transaction (InitProducerId, FindCoordinator for the
     transaction, AddPartitionsToTxn, Produce, EndTxn); the allowed producer cannot add a denied topic."""
     s = authz
-    p = Producer({"bootstrap.servers": s.k.bootstrap, "transactional.id": f"tx-{uuid.uuid4().hex[:6]}",
-                  "transaction.timeout.ms": 60000})
+    p = Producer(
+        {
+            "bootstrap.servers": s.k.bootstrap,
+            "transactional.id": f"tx-{uuid.uuid4().hex[:6]}",
+            "transaction.timeout.ms": 60000,
+        }
+    )
     p.init_transactions(30)
     p.begin_transaction()
     p.produce(s.shown, value=b"in-txn")

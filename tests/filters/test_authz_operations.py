@@ -90,20 +90,27 @@ def test_narrowed_keeps_not_requested_and_never_widens() -> None:
 def test_metadata_topic_and_cluster_operations(version: int) -> None:
     key = ApiKey.METADATA
     rq = api.API_INFO[key].request_class
-    request = rq(topics=None, include_topic_authorized_operations=True,
-                 include_cluster_authorized_operations=version <= 10)
+    request = rq(
+        topics=None, include_topic_authorized_operations=True, include_cluster_authorized_operations=version <= 10
+    )
     rc = api.API_INFO[key].response_class
-    broker = rc(cluster_authorized_operations=KAFKA_CLUSTER_ALL if version <= 10 else NOT_REQUESTED, topics=[
-        struct(rc, "topics", name="orders", topic_id=OK_ID, topic_authorized_operations=KAFKA_TOPIC_ALL),
-        struct(rc, "topics", name="secret-pay", topic_id=SECRET_ID, topic_authorized_operations=KAFKA_TOPIC_ALL),
-    ])
+    broker = rc(
+        cluster_authorized_operations=KAFKA_CLUSTER_ALL if version <= 10 else NOT_REQUESTED,
+        topics=[
+            struct(rc, "topics", name="orders", topic_id=OK_ID, topic_authorized_operations=KAFKA_TOPIC_ALL),
+            struct(rc, "topics", name="secret-pay", topic_id=SECRET_ID, topic_authorized_operations=KAFKA_TOPIC_ALL),
+        ],
+    )
     out = seen(key, version, authorizer().described_topics(ctx(key, version, request), broker))
     assert [(t.name, operation_names(t.topic_authorized_operations)) for t in out.topics] == [
-        ("orders", {"read", "describe"})]
+        ("orders", {"read", "describe"})
+    ]
     if version <= 10:
         assert operation_names(out.cluster_authorized_operations) == {"describe", "idempotent_write"}
-    admin = authorizer().described_topics(ctx(key, version, request, principal="admin"), rc(topics=[
-        struct(rc, "topics", name="orders", topic_authorized_operations=KAFKA_TOPIC_ALL)]))
+    admin = authorizer().described_topics(
+        ctx(key, version, request, principal="admin"),
+        rc(topics=[struct(rc, "topics", name="orders", topic_authorized_operations=KAFKA_TOPIC_ALL)]),
+    )
     assert admin is FORWARD  # every operation allowed: the broker's bytes go on
 
 
@@ -130,12 +137,17 @@ def test_describe_topic_partitions_operations() -> None:
     assert operation_names(t.topic_authorized_operations) == {"read", "describe"}
 
 
-@pytest.mark.parametrize("key, version", [
-    (ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.SHARE_GROUP_DESCRIBE, 1)])
+@pytest.mark.parametrize(
+    "key, version", [(ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.SHARE_GROUP_DESCRIBE, 1)]
+)
 def test_group_operations(key: int, version: int) -> None:
     rc = api.API_INFO[key].response_class
-    broker = rc(groups=[struct(rc, "groups", group_id="g1", authorized_operations=KAFKA_GROUP_ALL, members=[]),
-                        struct(rc, "groups", group_id="g2", authorized_operations=NOT_REQUESTED, members=[])])
+    broker = rc(
+        groups=[
+            struct(rc, "groups", group_id="g1", authorized_operations=KAFKA_GROUP_ALL, members=[]),
+            struct(rc, "groups", group_id="g2", authorized_operations=NOT_REQUESTED, members=[]),
+        ]
+    )
     if key == ApiKey.DESCRIBE_GROUPS:
         for g in broker.groups:
             g.protocol_type = "consumer"
@@ -156,10 +168,14 @@ def test_describe_cluster_operations() -> None:
 def test_every_answer_with_a_bitfield_or_an_assignment_is_hooked() -> None:
     hooked = {(attr, spec.api_key) for attr, spec in Authorizer.hooks if spec.direction == "response"}
     assert {
-        ("described_topics", ApiKey.METADATA), ("described_topics", ApiKey.DESCRIBE_TOPIC_PARTITIONS),
-        ("group_descriptions", ApiKey.DESCRIBE_GROUPS), ("group_descriptions", ApiKey.CONSUMER_GROUP_DESCRIBE),
-        ("group_descriptions", ApiKey.SHARE_GROUP_DESCRIBE), ("cluster_description", ApiKey.DESCRIBE_CLUSTER),
-        ("heartbeat_answer", ApiKey.CONSUMER_GROUP_HEARTBEAT), ("heartbeat_answer", ApiKey.SHARE_GROUP_HEARTBEAT),
+        ("described_topics", ApiKey.METADATA),
+        ("described_topics", ApiKey.DESCRIBE_TOPIC_PARTITIONS),
+        ("group_descriptions", ApiKey.DESCRIBE_GROUPS),
+        ("group_descriptions", ApiKey.CONSUMER_GROUP_DESCRIBE),
+        ("group_descriptions", ApiKey.SHARE_GROUP_DESCRIBE),
+        ("cluster_description", ApiKey.DESCRIBE_CLUSTER),
+        ("heartbeat_answer", ApiKey.CONSUMER_GROUP_HEARTBEAT),
+        ("heartbeat_answer", ApiKey.SHARE_GROUP_HEARTBEAT),
     } <= hooked
 
 
@@ -169,8 +185,17 @@ async def test_heartbeat_assignment_loses_topics_the_member_may_not_describe(key
     version = 1  # ConsumerGroupHeartbeat v1; ShareGroupHeartbeat starts at v1 (v0 is gone since Kafka 4.1)
     rc = api.API_INFO[key].response_class
     assigned = [OK_ID, SECRET_ID, UNKNOWN_ID, LATER_ID]
-    broker = rc(member_id="m", member_epoch=3, assignment=struct(rc, "assignment", topic_partitions=[
-        struct(rc, "assignment.topic_partitions", topic_id=i, partitions=[0, 1]) for i in assigned]))
+    broker = rc(
+        member_id="m",
+        member_epoch=3,
+        assignment=struct(
+            rc,
+            "assignment",
+            topic_partitions=[
+                struct(rc, "assignment.topic_partitions", topic_id=i, partitions=[0, 1]) for i in assigned
+            ],
+        ),
+    )
     c = ctx(key, version, cache={OK_ID: "orders", SECRET_ID: "secret-pay"}, cluster={LATER_ID: "later"})
     result = await testing.run_hook(authorizer().heartbeat_answer, c, broker)
     out = seen(key, version, result)
@@ -184,8 +209,17 @@ async def test_topic_policy_strips_denied_topics_from_heartbeat_assignments() ->
 
     key, version = ApiKey.CONSUMER_GROUP_HEARTBEAT, 1
     rc = api.API_INFO[key].response_class
-    broker = rc(member_id="m", member_epoch=3, assignment=struct(rc, "assignment", topic_partitions=[
-        struct(rc, "assignment.topic_partitions", topic_id=i, partitions=[0]) for i in (OK_ID, SECRET_ID)]))
+    broker = rc(
+        member_id="m",
+        member_epoch=3,
+        assignment=struct(
+            rc,
+            "assignment",
+            topic_partitions=[
+                struct(rc, "assignment.topic_partitions", topic_id=i, partitions=[0]) for i in (OK_ID, SECRET_ID)
+            ],
+        ),
+    )
     policy = TopicPolicy(TopicPolicy.validate_config({"deny": ["secret-*"]}))
     c = ctx(key, version, principal=None, cache={OK_ID: "orders", SECRET_ID: "secret-pay"})
     out = seen(key, version, await testing.run_hook(policy.heartbeat_answer, c, broker))
@@ -197,6 +231,12 @@ async def test_heartbeat_answers_without_assignment_or_denied_topics_stream_thro
     rc = api.API_INFO[key].response_class
     c = ctx(key, version, cache={OK_ID: "orders"})
     assert await testing.run_hook(authorizer().heartbeat_answer, c, rc(member_epoch=3, assignment=None)) is FORWARD
-    kept = rc(member_epoch=3, assignment=struct(rc, "assignment", topic_partitions=[
-        struct(rc, "assignment.topic_partitions", topic_id=OK_ID, partitions=[0])]))
+    kept = rc(
+        member_epoch=3,
+        assignment=struct(
+            rc,
+            "assignment",
+            topic_partitions=[struct(rc, "assignment.topic_partitions", topic_id=OK_ID, partitions=[0])],
+        ),
+    )
     assert await testing.run_hook(authorizer().heartbeat_answer, c, kept) is FORWARD

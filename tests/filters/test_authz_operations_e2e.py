@@ -51,8 +51,7 @@ A = AclOperation
 COORDINATOR_NOT_READY = (14, 15, 16)  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
 TOPIC_OPS = {A.READ, A.WRITE, A.CREATE, A.DELETE, A.ALTER, A.DESCRIBE, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS}
 GROUP_OPS = {A.READ, A.DESCRIBE, A.DELETE, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS}
-CLUSTER_OPS = {A.CREATE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS, A.IDEMPOTENT_WRITE, A.ALTER,
-               A.DESCRIBE}
+CLUSTER_OPS = {A.CREATE, A.CLUSTER_ACTION, A.DESCRIBE_CONFIGS, A.ALTER_CONFIGS, A.IDEMPOTENT_WRITE, A.ALTER, A.DESCRIBE}
 
 
 @pytest.fixture
@@ -67,8 +66,16 @@ def _topics(kafka: Any, *names: str) -> None:
 
 
 def _consumer(bootstrap: str, group: str, client_id: str) -> Consumer:
-    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-                     "client.id": client_id, "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    return Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": client_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
 
 
 def _poll_until(c: Consumer, done: Any, errors: list[KafkaError], seen: list[Any], timeout: float = 60) -> None:
@@ -130,8 +137,10 @@ def test_authorized_operations_are_what_kgates_rules_allow(kafka, k) -> None:
         kc.close()
     # kafka-python: DescribeGroups for the classic group, DescribeCluster (confluent-kafka's describe_cluster
     # asks Metadata v10 instead)
-    cases = (("reader-kp", {"READ", "DESCRIBE"}, {"DESCRIBE"}),
-             ("full-kp", {o.name for o in GROUP_OPS}, {o.name for o in CLUSTER_OPS}))
+    cases = (
+        ("reader-kp", {"READ", "DESCRIBE"}, {"DESCRIBE"}),
+        ("full-kp", {o.name for o in GROUP_OPS}, {o.name for o in CLUSTER_OPS}),
+    )
     for client_id, group_expected, cluster_expected in cases:
         kp = KafkaAdminClient(bootstrap_servers=k.bootstrap, client_id=client_id)
         try:
@@ -195,8 +204,13 @@ class RawMember:
         assert code == 0, code
         while True:
             req = cgh.ConsumerGroupHeartbeatRequest(
-                group_id=self.group, member_id=self.member_id, member_epoch=0, rebalance_timeout_ms=30000,
-                subscribed_topic_regex=self.regex, topic_partitions=[])
+                group_id=self.group,
+                member_id=self.member_id,
+                member_epoch=0,
+                rebalance_timeout_ms=30000,
+                subscribed_topic_regex=self.regex,
+                topic_partitions=[],
+            )
             resp = (await self.c.request(68, req, 1))[1]
             if resp.error_code not in COORDINATOR_NOT_READY:
                 break
@@ -206,8 +220,9 @@ class RawMember:
 
     async def heartbeat(self) -> None:
         owned = [cgh.TopicPartitions(topic_id=t, partitions=p) for t, p in self.owned.items()]
-        req = cgh.ConsumerGroupHeartbeatRequest(group_id=self.group, member_id=self.member_id,
-                                                member_epoch=self.epoch, topic_partitions=owned)
+        req = cgh.ConsumerGroupHeartbeatRequest(
+            group_id=self.group, member_id=self.member_id, member_epoch=self.epoch, topic_partitions=owned
+        )
         self._took((await self.c.request(68, req, 1))[1])
 
     def _took(self, resp: Any) -> None:
@@ -256,8 +271,7 @@ async def _topic_ids(port: int, *names: str) -> dict[str, uuid.UUID]:
 @pytest.fixture(params=["authorizer", "topic-policy"])
 def either(request, kafka, kgate_factory) -> Any:
     """kgate with the authorizer, or with topic-policy (sugar over the same rules) denying ``*-hidden``."""
-    filters = AUTHZ if request.param == "authorizer" else [
-        {"name": "topic-policy", "config": {"deny": ["*-hidden"]}}]
+    filters = AUTHZ if request.param == "authorizer" else [{"name": "topic-policy", "config": {"deny": ["*-hidden"]}}]
     return kgate_factory(kafka.bootstrap, extra={"proxy": {"drain_timeout_s": 1}, "filters": filters})
 
 
@@ -294,6 +308,7 @@ async def test_a_stripped_partition_is_released_to_another_member_at_once(kafka,
         await _until([a], lambda: bool(a.owned), time.monotonic() + 30, "A got nothing")
         assert a.owned == {ids[open_topic]: [0]}  # the four hidden partitions are A's at the broker, unseen
         await b.join(time.monotonic() + 30)
+
         # the uniform assignor balances 5 partitions 3/2: B gets at least two, of which at most one is the
         # open topic's, so at least one hidden partition is revoked from A; within 10 s, far below A's
         # 30 s rebalance timeout

@@ -59,9 +59,19 @@ PARTITIONS = (0, 1)
 
 def filters(tmp: Path) -> list[Filter]:
     policy = TopicPolicy(TopicPolicy.validate_config({"deny": ["*-hidden-*"]}))
-    authz = Authorizer(Authorizer.validate_config({"default": "deny", "rules": [
-        {"allow": "all", "topic": "*"}, {"allow": "all", "group": "*"}, {"allow": "all", "cluster": True},
-        {"deny": "all", "topic": {"glob": "*-secret-*"}}]}))
+    authz = Authorizer(
+        Authorizer.validate_config(
+            {
+                "default": "deny",
+                "rules": [
+                    {"allow": "all", "topic": "*"},
+                    {"allow": "all", "group": "*"},
+                    {"allow": "all", "cluster": True},
+                    {"deny": "all", "topic": {"glob": "*-secret-*"}},
+                ],
+            }
+        )
+    )
     internal = InternalTopics(InternalTopics.validate_config({}))
     internal.store.topic_id = MARKS_ID  # the marks store learns its topic's id once started
     audit = AuditLog(AuditLog.validate_config({"directory": str(tmp)}))
@@ -77,34 +87,81 @@ def expected(api_key: int, name: str) -> int:
 def produce(version: int) -> ProduceRequest:
     by_id = version >= 13
     keys: list[Any] = [*IDS, UNKNOWN] if by_id else list(TOPICS)
-    return testing.round_trip_request(ApiKey.PRODUCE, version, ProduceRequest(
-        transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
-            TopicProduceData(name="" if by_id else k, topic_id=k if by_id else uuid.UUID(int=0), partition_data=[
-                PartitionProduceData(index=p, records=None) for p in PARTITIONS])
-            for k in keys]))
+    return testing.round_trip_request(
+        ApiKey.PRODUCE,
+        version,
+        ProduceRequest(
+            transactional_id=None,
+            acks=-1,
+            timeout_ms=1000,
+            topic_data=[
+                TopicProduceData(
+                    name="" if by_id else k,
+                    topic_id=k if by_id else uuid.UUID(int=0),
+                    partition_data=[PartitionProduceData(index=p, records=None) for p in PARTITIONS],
+                )
+                for k in keys
+            ],
+        ),
+    )
 
 
 def fetch(version: int) -> FetchRequest:
     by_id = version >= 13
     keys: list[Any] = [*IDS, UNKNOWN] if by_id else list(TOPICS)
-    return testing.round_trip_request(ApiKey.FETCH, version, FetchRequest(
-        max_wait_ms=0, min_bytes=1, session_id=0, session_epoch=-1, forgotten_topics_data=[], topics=[
-            FetchTopic(topic="" if by_id else k, topic_id=k if by_id else uuid.UUID(int=0), partitions=[
-                FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1024) for p in PARTITIONS])
-            for k in keys]))
+    return testing.round_trip_request(
+        ApiKey.FETCH,
+        version,
+        FetchRequest(
+            max_wait_ms=0,
+            min_bytes=1,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            topics=[
+                FetchTopic(
+                    topic="" if by_id else k,
+                    topic_id=k if by_id else uuid.UUID(int=0),
+                    partitions=[
+                        FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1024) for p in PARTITIONS
+                    ],
+                )
+                for k in keys
+            ],
+        ),
+    )
 
 
 def broker_answer(api_key: int, request: Any) -> Any:
     """What a broker answers for the topics that reached it: every partition without error."""
     if api_key == ApiKey.PRODUCE:
-        return ProduceResponse(responses=[TopicProduceResponse(
-            name=t.name, topic_id=t.topic_id,
-            partition_responses=[PartitionProduceResponse(index=p.index, error_code=0) for p in t.partition_data])
-            for t in request.topic_data])
-    return FetchResponse(error_code=0, session_id=0, responses=[FetchableTopicResponse(
-        topic=t.topic, topic_id=t.topic_id, partitions=[
-            PartitionData(partition_index=p.partition, error_code=0, high_watermark=0, records=None)
-            for p in t.partitions]) for t in request.topics])
+        return ProduceResponse(
+            responses=[
+                TopicProduceResponse(
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partition_responses=[
+                        PartitionProduceResponse(index=p.index, error_code=0) for p in t.partition_data
+                    ],
+                )
+                for t in request.topic_data
+            ]
+        )
+    return FetchResponse(
+        error_code=0,
+        session_id=0,
+        responses=[
+            FetchableTopicResponse(
+                topic=t.topic,
+                topic_id=t.topic_id,
+                partitions=[
+                    PartitionData(partition_index=p.partition, error_code=0, high_watermark=0, records=None)
+                    for p in t.partitions
+                ],
+            )
+            for t in request.topics
+        ],
+    )
 
 
 async def run(result: Decision | Any) -> Decision:

@@ -56,8 +56,9 @@ async def test_topic_policy_answers_as_the_authorizer(key: int) -> None:
 async def test_add_partitions_to_txn_on_a_denied_topic_is_refused_per_partition() -> None:
     verdict, answer = await decide(policy(), ApiKey.ADD_PARTITIONS_TO_TXN)
     assert verdict is Verdict.RESPOND
-    assert [(t.name, [p.partition_error_code for p in t.results_by_partition])
-            for t in answer.results_by_topic_v3_and_below] == [(MARKS, [29])]
+    assert [
+        (t.name, [p.partition_error_code for p in t.results_by_partition]) for t in answer.results_by_topic_v3_and_below
+    ] == [(MARKS, [29])]
 
 
 def _samples() -> dict[tuple[str, str, str, str], float]:
@@ -87,10 +88,17 @@ async def test_topic_policy_refusals_are_counted_and_logged(caplog: pytest.LogCa
     records = [r for r in caplog.records if r.name == "kgate.authz"]
     assert records[0].getMessage() == (
         "authz topic-policy: denied cluster=test principal=bob client_id='test-client' address=127.0.0.1:50000 "
-        f"api=Produce resource=topic:{MARKS} operation=write")
+        f"api=Produce resource=topic:{MARKS} operation=write"
+    )
     first = records[0]
     assert (first.cluster, first.principal, first.client_id, first.api, first.resource, first.decision) == (  # type: ignore[attr-defined]
-        "test", "bob", "test-client", "Produce", f"topic:{MARKS}", "deny")
+        "test",
+        "bob",
+        "test-client",
+        "Produce",
+        f"topic:{MARKS}",
+        "deny",
+    )
     assert {r.api for r in records} == {"Produce", "AddPartitionsToTxn", "CreatePartitions"}  # type: ignore[attr-defined]
 
 
@@ -114,8 +122,12 @@ def test_a_peeked_produce_by_an_unknown_id_leaves_no_coroutine_behind(which: str
     from kgate.filters.chain import peek_forwards
 
     f: Filter = policy() if which == "topic-policy" else authz()
-    peeked = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
-        TopicProduceData(name="", topic_id=uuid.uuid4(), partition_data=[])])
+    peeked = ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[TopicProduceData(name="", topic_id=uuid.uuid4(), partition_data=[])],
+    )
     ctx = testing.FakeContext(ApiKey.PRODUCE, 13)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

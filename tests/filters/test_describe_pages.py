@@ -25,8 +25,17 @@ from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settl
 
 MARKS = "__kgate_internal_topics"
 BROKER = {  # name -> partitions
-    "a-open": 2, "b-secret-1": 3, "c-open": 1, "d-secret-2": 1, "e-hidden": 2, MARKS: 1, "f-open": 3,
-    "g-secret-3": 2, "secret-data": 2, "secret-other": 1, "z-open": 1,
+    "a-open": 2,
+    "b-secret-1": 3,
+    "c-open": 1,
+    "d-secret-2": 1,
+    "e-hidden": 2,
+    MARKS: 1,
+    "f-open": 3,
+    "g-secret-3": 2,
+    "secret-data": 2,
+    "secret-other": 1,
+    "z-open": 1,
 }
 HIDDEN = {"b-secret-1", "d-secret-2", "g-secret-3", "secret-data", "secret-other", "e-hidden", MARKS}
 
@@ -50,11 +59,25 @@ def broker_page(request: Any) -> dtp.DescribeTopicPartitionsResponse:
             next_cursor = dtp.DescribeTopicPartitionsResponseCursor(topic_name=name, partition_index=parts[0])
             break
         take = parts[:left]
-        out.append(dtp.DescribeTopicPartitionsResponseTopic(
-            error_code=0, name=name, topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, name), is_internal=False,
-            partitions=[dtp.DescribeTopicPartitionsResponsePartition(
-                error_code=0, partition_index=p, leader_id=1, replica_nodes=[1], isr_nodes=[1], offline_replicas=[])
-                for p in take]))
+        out.append(
+            dtp.DescribeTopicPartitionsResponseTopic(
+                error_code=0,
+                name=name,
+                topic_id=uuid.uuid5(uuid.NAMESPACE_DNS, name),
+                is_internal=False,
+                partitions=[
+                    dtp.DescribeTopicPartitionsResponsePartition(
+                        error_code=0,
+                        partition_index=p,
+                        leader_id=1,
+                        replica_nodes=[1],
+                        isr_nodes=[1],
+                        offline_replicas=[],
+                    )
+                    for p in take
+                ],
+            )
+        )
         left -= len(take)
         if len(take) < len(parts):
             next_cursor = dtp.DescribeTopicPartitionsResponseCursor(topic_name=name, partition_index=parts[len(take)])
@@ -67,9 +90,18 @@ def policy() -> Filter:
 
 
 def authz() -> Filter:
-    return Authorizer(Authorizer.validate_config({"default": "deny", "rules": [
-        {"allow": "all", "topic": "*"}, {"deny": "all", "topic": {"glob": "*secret-*"}},
-        {"deny": "all", "topic": "e-hidden"}]}))
+    return Authorizer(
+        Authorizer.validate_config(
+            {
+                "default": "deny",
+                "rules": [
+                    {"allow": "all", "topic": "*"},
+                    {"deny": "all", "topic": {"glob": "*secret-*"}},
+                    {"deny": "all", "topic": "e-hidden"},
+                ],
+            }
+        )
+    )
 
 
 def internal() -> Filter:
@@ -114,8 +146,9 @@ async def test_paging_never_names_a_hidden_topic(which: str, limit: int) -> None
     seen: list[tuple[str, int]] = []
     pages: list[int] = []
     for _ in range(100):
-        answer, _asked = await ask(chain, dtp.DescribeTopicPartitionsRequest(
-            topics=[], response_partition_limit=limit, cursor=cursor))
+        answer, _asked = await ask(
+            chain, dtp.DescribeTopicPartitionsRequest(topics=[], response_partition_limit=limit, cursor=cursor)
+        )
         assert not {t.name for t in answer.topics} & hidden
         page = [(t.name, p.partition_index) for t in answer.topics for p in t.partitions]
         seen += page
@@ -138,11 +171,15 @@ async def test_explicit_topics_denied_ones_never_reach_the_broker(which: str) ->
     asked = [dtp.TopicRequest(name=n) for n in ("c-open", "b-secret-1", "a-open", "secret-data")]
     answer, sent = await ask(chain, dtp.DescribeTopicPartitionsRequest(topics=asked, response_partition_limit=2))
     assert [(t.name, t.error_code, len(t.partitions), t.topic_id.int) for t in answer.topics] == [
-        ("a-open", 0, 2, answer.topics[0].topic_id.int), ("b-secret-1", 29, 0, 0), ("secret-data", 29, 0, 0)]
+        ("a-open", 0, 2, answer.topics[0].topic_id.int),
+        ("b-secret-1", 29, 0, 0),
+        ("secret-data", 29, 0, 0),
+    ]
     assert answer.next_cursor.topic_name == "c-open" and sent == 1
     cursor = dtp.Cursor(topic_name="c-open", partition_index=0)
-    answer, _ = await ask(chain, dtp.DescribeTopicPartitionsRequest(topics=asked, response_partition_limit=2,
-                                                                    cursor=cursor))
+    answer, _ = await ask(
+        chain, dtp.DescribeTopicPartitionsRequest(topics=asked, response_partition_limit=2, cursor=cursor)
+    )
     assert [(t.name, t.error_code) for t in answer.topics] == [("c-open", 0), ("secret-data", 29)]
     assert answer.next_cursor is None
     only_denied = [dtp.TopicRequest(name="b-secret-1")]
@@ -160,7 +197,10 @@ async def test_a_page_nothing_was_hidden_from_asks_the_broker_once() -> None:
 def test_hooks_are_sync_when_nothing_is_hidden() -> None:
     """The common answer (nothing hidden, cursor on a shown topic) takes no coroutine."""
     f = TopicPolicy(TopicPolicy.validate_config({"deny": ["nothing-*"]}))
-    ctx = testing.FakeContext(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0,
-                              request=dtp.DescribeTopicPartitionsRequest(topics=[], response_partition_limit=1))
+    ctx = testing.FakeContext(
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+        0,
+        request=dtp.DescribeTopicPartitionsRequest(topics=[], response_partition_limit=1),
+    )
     result = f.described_topics(ctx, broker_page(ctx.request))
     assert result is FORWARD

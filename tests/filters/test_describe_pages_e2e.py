@@ -23,8 +23,9 @@ DTP = 75
 DENY = "*secret-*"
 FILTERS = {
     "topic-policy": [{"name": "topic-policy", "config": {"deny": [DENY]}}],
-    "authorizer": [{"name": "authorizer", "config": {"default": "allow", "rules": [
-        {"deny": "all", "topic": {"glob": DENY}}]}}],
+    "authorizer": [
+        {"name": "authorizer", "config": {"default": "allow", "rules": [{"deny": "all", "topic": {"glob": DENY}}]}}
+    ],
 }
 
 
@@ -37,8 +38,14 @@ def kafka_broker(request: pytest.FixtureRequest) -> Any:
 def topics(kafka_broker: Any) -> dict[str, int]:
     """Allowed and denied topics side by side in name order (a leading digit sorts them before other tests')."""
     tag = "0" + uuid.uuid4().hex[:6]
-    made = {f"{tag}-a": 2, f"{tag}-b-secret-data": 2, f"{tag}-c": 1, f"{tag}-d-secret-other": 1,
-            f"{tag}-d-secret-x": 1, f"{tag}-e": 2}
+    made = {
+        f"{tag}-a": 2,
+        f"{tag}-b-secret-data": 2,
+        f"{tag}-c": 1,
+        f"{tag}-d-secret-other": 1,
+        f"{tag}-d-secret-x": 1,
+        f"{tag}-e": 2,
+    }
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     for f in admin.create_topics([NewTopic(n, p, 1) for n, p in made.items()]).values():
         f.result(30)
@@ -58,7 +65,8 @@ async def pages(port: int, names: list[str], prefix: str, asked: list[str] | Non
     try:
         for _ in range(200):
             req = DescribeTopicPartitionsRequest(
-                topics=[TopicRequest(name=n) for n in asked or []], response_partition_limit=1, cursor=cursor)
+                topics=[TopicRequest(name=n) for n in asked or []], response_partition_limit=1, cursor=cursor
+            )
             _v, resp = await client.request(DTP, req, 0)
             out.append(resp)
             nxt = resp.next_cursor
@@ -71,13 +79,19 @@ async def pages(port: int, names: list[str], prefix: str, asked: list[str] | Non
 
 
 def partitions(answers: list[Any], prefix: str) -> list[tuple[str, int]]:
-    return [(t.name, p.partition_index) for a in answers for t in a.topics if t.name.startswith(prefix)
-            for p in t.partitions]
+    return [
+        (t.name, p.partition_index)
+        for a in answers
+        for t in a.topics
+        if t.name.startswith(prefix)
+        for p in t.partitions
+    ]
 
 
 @pytest.mark.parametrize("which", sorted(FILTERS))
-async def test_paging_with_limit_1_never_names_a_denied_topic(kafka_broker: Any, topics: dict[str, int],
-                                                             which: str) -> None:
+async def test_paging_with_limit_1_never_names_a_denied_topic(
+    kafka_broker: Any, topics: dict[str, int], which: str
+) -> None:
     prefix = next(iter(topics)).split("-")[0]
     want = [(n, p) for n in sorted(topics) if not fnmatch.fnmatch(n, DENY) for p in range(topics[n])]
     direct = await pages(kafka_broker.port, list(topics), prefix)
@@ -93,8 +107,12 @@ async def test_paging_with_limit_1_never_names_a_denied_topic(kafka_broker: Any,
             assert not [n for n in shown if fnmatch.fnmatch(n, DENY)]
             assert all(sum(len(t.partitions) for t in a.topics) == 1 for a in via[:-1])
             if asked:  # names asked for and refused: TOPIC_AUTHORIZATION_FAILED, no partitions, no id
-                refused = {t.name for a in via for t in a.topics if t.error_code == 29 and not t.partitions
-                           and not t.topic_id.int}
+                refused = {
+                    t.name
+                    for a in via
+                    for t in a.topics
+                    if t.error_code == 29 and not t.partitions and not t.topic_id.int
+                }
                 assert refused == {n for n in topics if fnmatch.fnmatch(n, DENY)}
     finally:
         kgate.stop()

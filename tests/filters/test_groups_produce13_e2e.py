@@ -47,15 +47,21 @@ GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED
 CHAIN = [
     # topic-policy hides "*-hidden-*" from everyone; the authorizer denies "*-secret-*" and "secret-" groups
     {"name": "topic-policy", "config": {"deny": ["*-hidden-*"]}},
-    {"name": "authorizer", "config": {"default": "deny", "rules": [
-        {"allow": "all", "topic": "*"},
-        {"allow": "all", "group": "*"},
-        {"allow": ["describe"], "cluster": True},
-        {"deny": "all", "topic": {"glob": "*-secret-*"}},
-        {"deny": "all", "group": {"prefix": "secret-"}},
-        {"deny": ["create"], "topic": "*", "client_id": "no-create"},
-        {"deny": ["create"], "cluster": True, "client_id": "no-create"},
-    ]}},
+    {
+        "name": "authorizer",
+        "config": {
+            "default": "deny",
+            "rules": [
+                {"allow": "all", "topic": "*"},
+                {"allow": "all", "group": "*"},
+                {"allow": ["describe"], "cluster": True},
+                {"deny": "all", "topic": {"glob": "*-secret-*"}},
+                {"deny": "all", "group": {"prefix": "secret-"}},
+                {"deny": ["create"], "topic": "*", "client_id": "no-create"},
+                {"deny": ["create"], "cluster": True, "client_id": "no-create"},
+            ],
+        },
+    },
 ]
 
 
@@ -75,10 +81,17 @@ async def topic_at_broker(kafka: Any, prefix: str, partitions: int = 1) -> tuple
 
 
 def produce_v13(*ids: uuid.UUID, value: bytes = b"v") -> ProduceRequest:
-    return ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
-        TopicProduceData(name="", topic_id=t,
-                         partition_data=[PartitionProduceData(index=0, records=record_batch([value]))])
-        for t in ids])
+    return ProduceRequest(
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=5000,
+        topic_data=[
+            TopicProduceData(
+                name="", topic_id=t, partition_data=[PartitionProduceData(index=0, records=record_batch([value]))]
+            )
+            for t in ids
+        ],
+    )
 
 
 def produced(resp: Any) -> dict[uuid.UUID, int]:
@@ -119,9 +132,13 @@ async def test_produce_v13_by_id_through_an_instance_that_never_saw_the_ids(kafk
         try:
             await asyncio.gather(*(c.request(API_VERSIONS, API_VERSIONS_V3, 3) for c in conns))
             before = lookups_metric()
-            answers = await asyncio.gather(*(
-                c.request(PRODUCE, produce_v13(ha_id, secret, hidden, value=f"{i}-{j}".encode()), 13, timeout_s=30)
-                for i, c in enumerate(conns) for j in range(4)))
+            answers = await asyncio.gather(
+                *(
+                    c.request(PRODUCE, produce_v13(ha_id, secret, hidden, value=f"{i}-{j}".encode()), 13, timeout_s=30)
+                    for i, c in enumerate(conns)
+                    for j in range(4)
+                )
+            )
         finally:
             for c in conns:
                 c.close()
@@ -138,16 +155,31 @@ async def test_produce_v13_by_id_through_an_instance_that_never_saw_the_ids(kafk
 
 # -- share groups ------------------------------------------------------------------------------------
 def share_heartbeat(group: str, *topics: str) -> sgh.ShareGroupHeartbeatRequest:
-    return sgh.ShareGroupHeartbeatRequest(group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0,
-                                          rack_id=None, subscribed_topic_names=list(topics))
+    return sgh.ShareGroupHeartbeatRequest(
+        group_id=group,
+        member_id=uuid.uuid4().hex[:22],
+        member_epoch=0,
+        rack_id=None,
+        subscribed_topic_names=list(topics),
+    )
 
 
 def share_fetch(group: str, member: str, *ids: uuid.UUID) -> sf.ShareFetchRequest:
-    return sf.ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=100, min_bytes=1,
-                                max_bytes=1 << 20, max_records=10, batch_size=10, topics=[
-                                    sf.FetchTopic(topic_id=t, partitions=[
-                                        sf.FetchPartition(partition_index=0, acknowledgement_batches=[])])
-                                    for t in ids], forgotten_topics_data=[])
+    return sf.ShareFetchRequest(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=0,
+        max_wait_ms=100,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=10,
+        batch_size=10,
+        topics=[
+            sf.FetchTopic(topic_id=t, partitions=[sf.FetchPartition(partition_index=0, acknowledgement_batches=[])])
+            for t in ids
+        ],
+        forgotten_topics_data=[],
+    )
 
 
 @pytest.mark.timeout(180)
@@ -160,8 +192,7 @@ async def test_share_group_heartbeat_and_fetch(kafka) -> None:
         await c.request(API_VERSIONS, API_VERSIONS_V3, 3)
         _v, denied_group = await c.request(ApiKey.SHARE_GROUP_HEARTBEAT, share_heartbeat("secret-sg", ok), 1)
         assert denied_group.error_code == GROUP_DENIED
-        _v, denied_topic = await c.request(ApiKey.SHARE_GROUP_HEARTBEAT,
-                                           share_heartbeat(unique("sg"), ok, _secret), 1)
+        _v, denied_topic = await c.request(ApiKey.SHARE_GROUP_HEARTBEAT, share_heartbeat(unique("sg"), ok, _secret), 1)
         assert denied_topic.error_code == TOPIC_AUTHORIZATION_FAILED
         group, join = unique("sg"), share_heartbeat("", ok)
         join.group_id = group
@@ -181,19 +212,40 @@ async def test_share_group_heartbeat_and_fetch(kafka) -> None:
 # -- Streams groups ----------------------------------------------------------------------------------
 def streams_join(group: str, source: str, changelog: str) -> stream.StreamsGroupHeartbeatRequest:
     info = stream.TopicInfo(name=changelog, partitions=0, replication_factor=0, topic_configs=[])
-    topology = stream.Topology(epoch=0, subtopologies=[stream.Subtopology(
-        subtopology_id="0", source_topics=[source], source_topic_regex=[], state_changelog_topics=[info],
-        repartition_sink_topics=[], repartition_source_topics=[], copartition_groups=[])])
+    topology = stream.Topology(
+        epoch=0,
+        subtopologies=[
+            stream.Subtopology(
+                subtopology_id="0",
+                source_topics=[source],
+                source_topic_regex=[],
+                state_changelog_topics=[info],
+                repartition_sink_topics=[],
+                repartition_source_topics=[],
+                copartition_groups=[],
+            )
+        ],
+    )
     return stream.StreamsGroupHeartbeatRequest(
-        group_id=group, member_id=uuid.uuid4().hex[:22], member_epoch=0, endpoint_information_epoch=0,
-        rebalance_timeout_ms=30000, topology=topology, active_tasks=[], standby_tasks=[], warmup_tasks=[],
-        process_id=str(uuid.uuid4()), client_tags=[])
+        group_id=group,
+        member_id=uuid.uuid4().hex[:22],
+        member_epoch=0,
+        endpoint_information_epoch=0,
+        rebalance_timeout_ms=30000,
+        topology=topology,
+        active_tasks=[],
+        standby_tasks=[],
+        warmup_tasks=[],
+        process_id=str(uuid.uuid4()),
+        client_tags=[],
+    )
 
 
 async def exists(c: Any, name: str, wait_s: float) -> bool:
     """Whether the broker has topic ``name`` (waiting up to ``wait_s`` for it to appear)."""
-    req = MetadataRequest(topics=[MetadataRequestTopic(name=name, topic_id=uuid.UUID(int=0))],
-                          allow_auto_topic_creation=False)
+    req = MetadataRequest(
+        topics=[MetadataRequestTopic(name=name, topic_id=uuid.UUID(int=0))], allow_auto_topic_creation=False
+    )
     deadline = asyncio.get_running_loop().time() + wait_s
     while True:
         _v, resp = await c.request(ApiKey.METADATA, req, 12)
@@ -218,33 +270,38 @@ async def test_streams_group_heartbeat(kafka) -> None:
         for x in (direct, c, nc):
             await x.request(API_VERSIONS, API_VERSIONS_V3, 3)
         app = unique("st-app")
-        _v, at_broker_answer = await direct.request(ApiKey.STREAMS_GROUP_HEARTBEAT,
-                                                    streams_join(app, source, f"{app}-store-changelog"), 0)
+        _v, at_broker_answer = await direct.request(
+            ApiKey.STREAMS_GROUP_HEARTBEAT, streams_join(app, source, f"{app}-store-changelog"), 0
+        )
         # Kafka 4.3.1 serves Streams groups out of the box: the member joins (epoch 1) and the answer's
         # status says MISSING_INTERNAL_TOPICS (3) while the broker creates the changelog itself
         assert at_broker_answer.error_code == 0, at_broker_answer.error_message
         assert 3 in [s.status_code for s in at_broker_answer.status or []]
 
-        _v, denied = await c.request(ApiKey.STREAMS_GROUP_HEARTBEAT,
-                                     streams_join("secret-app", source, "secret-app-store-changelog"), 0)
+        _v, denied = await c.request(
+            ApiKey.STREAMS_GROUP_HEARTBEAT, streams_join("secret-app", source, "secret-app-store-changelog"), 0
+        )
         assert denied.error_code == GROUP_DENIED
         app2 = unique("st-app")
-        _v, denied = await c.request(ApiKey.STREAMS_GROUP_HEARTBEAT,
-                                     streams_join(app2, source, f"{app2}-secret-store-changelog"), 0)
+        _v, denied = await c.request(
+            ApiKey.STREAMS_GROUP_HEARTBEAT, streams_join(app2, source, f"{app2}-secret-store-changelog"), 0
+        )
         assert denied.error_code == TOPIC_AUTHORIZATION_FAILED
         assert f"{app2}-secret-store-changelog" in denied.error_message
 
         # may not create, and the changelog does not exist: refused before the broker creates it
         app3 = unique("st-app")
-        _v, refused = await nc.request(ApiKey.STREAMS_GROUP_HEARTBEAT,
-                                       streams_join(app3, source, f"{app3}-store-changelog"), 0)
+        _v, refused = await nc.request(
+            ApiKey.STREAMS_GROUP_HEARTBEAT, streams_join(app3, source, f"{app3}-store-changelog"), 0
+        )
         assert refused.error_code == TOPIC_AUTHORIZATION_FAILED
         assert refused.error_message == f"Unauthorized to CREATE on topics {app3}-store-changelog"
 
         # allowed: the broker's answer, as it answers the same request sent directly
         app4 = unique("st-app")
-        _v, through = await c.request(ApiKey.STREAMS_GROUP_HEARTBEAT,
-                                      streams_join(app4, source, f"{app4}-store-changelog"), 0)
+        _v, through = await c.request(
+            ApiKey.STREAMS_GROUP_HEARTBEAT, streams_join(app4, source, f"{app4}-store-changelog"), 0
+        )
         assert through.error_code == at_broker_answer.error_code
         assert through.member_epoch == at_broker_answer.member_epoch
         assert [s.status_code for s in through.status or []] == [s.status_code for s in at_broker_answer.status or []]

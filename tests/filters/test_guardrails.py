@@ -40,10 +40,17 @@ def struct(cls: type, path: str, **fields: Any) -> Any:
 
 def topic(name: str, partitions: int = 3, rf: int = 1, assignments: Any = (), configs: Any = ()) -> Any:
     cls = testing.request_class(CT)
-    return struct(cls, "topics", name=name, num_partitions=partitions, replication_factor=rf,
-                  assignments=[struct(cls, "topics.assignments", partition_index=i, broker_ids=list(b))
-                               for i, b in enumerate(assignments)],
-                  configs=[struct(cls, "topics.configs", name=k, value=v) for k, v in configs])
+    return struct(
+        cls,
+        "topics",
+        name=name,
+        num_partitions=partitions,
+        replication_factor=rf,
+        assignments=[
+            struct(cls, "topics.assignments", partition_index=i, broker_ids=list(b)) for i, b in enumerate(assignments)
+        ],
+        configs=[struct(cls, "topics.configs", name=k, value=v) for k, v in configs],
+    )
 
 
 def create_topics(version: int, *topics: Any, validate_only: bool = False) -> Any:
@@ -73,8 +80,10 @@ def merged(f: Guardrails, ctx: testing.FakeContext, api_key: int, version: int, 
 
 
 def refusals(cluster: str, rule: str, api: str) -> float:
-    return REGISTRY.get_sample_value(
-        "kgate_guardrail_refusals_total", {"cluster": cluster, "rule": rule, "api": api}) or 0.0
+    return (
+        REGISTRY.get_sample_value("kgate_guardrail_refusals_total", {"cluster": cluster, "rule": rule, "api": api})
+        or 0.0
+    )
 
 
 # -- CreateTopics ---------------------------------------------------------------------------------
@@ -100,32 +109,42 @@ def test_a_refused_topic_leaves_the_others_to_the_broker_and_is_merged_into_its_
     sent = testing.round_trip_request(CT, version, result.message)  # what goes upstream encodes
     assert [t.name for t in sent.topics] == ["ok"]
     resp_cls = testing.response_class(CT)
-    broker = resp_cls(topics=[struct(resp_cls, "topics", name="ok", error_code=0, num_partitions=3,
-                                     replication_factor=1)])
+    broker = resp_cls(
+        topics=[struct(resp_cls, "topics", name="ok", error_code=0, num_partitions=3, replication_factor=1)]
+    )
     answer = merged(f, ctx, CT, version, broker)
     assert [(t.name, t.error_code) for t in answer.topics] == [
-        ("ok", 0), ("wide", ErrorCode.INVALID_REPLICATION_FACTOR)]
+        ("ok", 0),
+        ("wide", ErrorCode.INVALID_REPLICATION_FACTOR),
+    ]
     assert "Replication factor 100" in answer.topics[1].error_message
 
 
 def test_topics_within_every_bound_go_on_as_the_original_bytes() -> None:
     configs = [("retention.ms", "86400000"), ("segment.bytes", "1073741824")]
-    req = create_topics(7, topic("orders", 12, 3, configs=configs),
-                        topic("defaults", -1, -1), topic("placed", -1, -1, assignments=[[1, 2], [2, 3]]))
+    req = create_topics(
+        7,
+        topic("orders", 12, 3, configs=configs),
+        topic("defaults", -1, -1),
+        topic("placed", -1, -1, assignments=[[1, 2], [2, 3]]),
+    )
     assert run(guardrails(), CT, 7, req)[0] is FORWARD
 
 
-@pytest.mark.parametrize(("kwargs", "code", "words"), [
-    ({"partitions": 0}, ErrorCode.INVALID_PARTITIONS, "below the minimum of 1"),
-    ({"partitions": -7}, ErrorCode.INVALID_PARTITIONS, "below the minimum"),
-    ({"partitions": 10_001}, ErrorCode.INVALID_PARTITIONS, "above the limit of 10000"),
-    ({"rf": 0}, ErrorCode.INVALID_REPLICATION_FACTOR, "outside 1-16"),
-    ({"rf": 17}, ErrorCode.INVALID_REPLICATION_FACTOR, "outside 1-16"),
-    ({"partitions": -1, "rf": -1, "assignments": [[1]] * 10_001}, ErrorCode.INVALID_PARTITIONS, "10001"),
-    ({"partitions": -1, "rf": -1, "assignments": [list(range(20))]}, ErrorCode.INVALID_REPLICATION_FACTOR, "20"),
-    ({"configs": [("segment.bytes", "100")]}, ErrorCode.POLICY_VIOLATION, "at least 1048576"),
-    ({"configs": [("segment.bytes", "lots")]}, ErrorCode.POLICY_VIOLATION, "not an integer"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "code", "words"),
+    [
+        ({"partitions": 0}, ErrorCode.INVALID_PARTITIONS, "below the minimum of 1"),
+        ({"partitions": -7}, ErrorCode.INVALID_PARTITIONS, "below the minimum"),
+        ({"partitions": 10_001}, ErrorCode.INVALID_PARTITIONS, "above the limit of 10000"),
+        ({"rf": 0}, ErrorCode.INVALID_REPLICATION_FACTOR, "outside 1-16"),
+        ({"rf": 17}, ErrorCode.INVALID_REPLICATION_FACTOR, "outside 1-16"),
+        ({"partitions": -1, "rf": -1, "assignments": [[1]] * 10_001}, ErrorCode.INVALID_PARTITIONS, "10001"),
+        ({"partitions": -1, "rf": -1, "assignments": [list(range(20))]}, ErrorCode.INVALID_REPLICATION_FACTOR, "20"),
+        ({"configs": [("segment.bytes", "100")]}, ErrorCode.POLICY_VIOLATION, "at least 1048576"),
+        ({"configs": [("segment.bytes", "lots")]}, ErrorCode.POLICY_VIOLATION, "not an integer"),
+    ],
+)
 def test_each_bound_refuses_with_kafkas_code_and_names_the_limit(kwargs: dict[str, Any], code: int, words: str) -> None:
     result, _ctx = run(guardrails(), CT, 6, create_topics(6, topic("t", **kwargs)))
     [t] = answered(result, CT, 6).topics
@@ -140,12 +159,17 @@ def test_topic_names_kafka_would_not_accept_are_refused(name: str) -> None:
 
 
 def test_a_configured_name_pattern_and_config_lists_apply() -> None:
-    f = guardrails(topic_name={"pattern": r"(orders|payments)\.[a-z]+"},
-                   topic_configs={"deny": ["unclean.leader.election.enable"],
-                                  "ranges": {"retention.ms": {"max": 604800000}}})
-    req = create_topics(7, topic("orders.eu"), topic("misc"),
-                        topic("payments.x", configs=[("retention.ms", "999999999999")]),
-                        topic("orders.us", configs=[("unclean.leader.election.enable", "true")]))
+    f = guardrails(
+        topic_name={"pattern": r"(orders|payments)\.[a-z]+"},
+        topic_configs={"deny": ["unclean.leader.election.enable"], "ranges": {"retention.ms": {"max": 604800000}}},
+    )
+    req = create_topics(
+        7,
+        topic("orders.eu"),
+        topic("misc"),
+        topic("payments.x", configs=[("retention.ms", "999999999999")]),
+        topic("orders.us", configs=[("unclean.leader.election.enable", "true")]),
+    )
     result, ctx = run(f, CT, 7, req)
     assert isinstance(result, Forward) and [t.name for t in result.message.topics] == ["orders.eu"]
     answer = merged(f, ctx, CT, 7, testing.response_class(CT)(topics=[]))
@@ -175,9 +199,20 @@ def test_validate_only_is_refused_too_as_kafkas_policy_is() -> None:
 # -- CreatePartitions -----------------------------------------------------------------------------
 def create_partitions(version: int, *topics: tuple[str, int, list[list[int]]]) -> Any:
     cls = testing.request_class(CP)
-    msg = cls(topics=[struct(cls, "topics", name=n, count=c, assignments=[
-        struct(cls, "topics.assignments", broker_ids=b) for b in a] or None) for n, c, a in topics],
-              timeout_ms=5000, validate_only=False)
+    msg = cls(
+        topics=[
+            struct(
+                cls,
+                "topics",
+                name=n,
+                count=c,
+                assignments=[struct(cls, "topics.assignments", broker_ids=b) for b in a] or None,
+            )
+            for n, c, a in topics
+        ],
+        timeout_ms=5000,
+        validate_only=False,
+    )
     return testing.round_trip_request(CP, version, msg)
 
 
@@ -191,7 +226,10 @@ def test_create_partitions_bounds_the_new_count_and_the_assignments(version: int
     broker = rcls(results=[struct(rcls, "results", name="ok", error_code=0)])
     answer = merged(f, ctx, CP, version, broker)
     assert [(r.name, r.error_code) for r in answer.results] == [
-        ("ok", 0), ("huge", ErrorCode.INVALID_PARTITIONS), ("wide", ErrorCode.INVALID_REPLICATION_FACTOR)]
+        ("ok", 0),
+        ("huge", ErrorCode.INVALID_PARTITIONS),
+        ("wide", ErrorCode.INVALID_REPLICATION_FACTOR),
+    ]
     assert "partitions.max_per_topic" in answer.results[1].error_message
     only_bad = create_partitions(version, ("huge", HUGE, []))
     assert answered(run(f, CP, version, only_bad)[0], CP, version).results[0].error_code == ErrorCode.INVALID_PARTITIONS
@@ -200,42 +238,75 @@ def test_create_partitions_bounds_the_new_count_and_the_assignments(version: int
 # -- AlterConfigs, IncrementalAlterConfigs ---------------------------------------------------------
 def alter_configs(version: int, *resources: tuple[int, str, list[tuple[str, str | None]]]) -> Any:
     cls = testing.request_class(AC)
-    msg = cls(resources=[struct(cls, "resources", resource_type=t, resource_name=n, configs=[
-        struct(cls, "resources.configs", name=k, value=v) for k, v in c]) for t, n, c in resources],
-        validate_only=False)
+    msg = cls(
+        resources=[
+            struct(
+                cls,
+                "resources",
+                resource_type=t,
+                resource_name=n,
+                configs=[struct(cls, "resources.configs", name=k, value=v) for k, v in c],
+            )
+            for t, n, c in resources
+        ],
+        validate_only=False,
+    )
     return testing.round_trip_request(AC, version, msg)
 
 
 @pytest.mark.parametrize("version", range(0, 3))
 def test_alter_configs_refuses_out_of_range_topic_configs_per_resource(version: int) -> None:
     f = guardrails()
-    req = alter_configs(version, (TOPIC, "good", [("segment.bytes", "2097152")]),
-                        (TOPIC, "bad", [("segment.bytes", "1")]),
-                        (BROKER, "1", [("log.segment.bytes", "1")]))  # broker resources are not bounded
+    req = alter_configs(
+        version,
+        (TOPIC, "good", [("segment.bytes", "2097152")]),
+        (TOPIC, "bad", [("segment.bytes", "1")]),
+        (BROKER, "1", [("log.segment.bytes", "1")]),
+    )  # broker resources are not bounded
     result, ctx = run(f, AC, version, req)
     assert isinstance(result, Forward) and [r.resource_name for r in result.message.resources] == ["good", "1"]
     rcls = testing.response_class(AC)
-    broker = rcls(responses=[struct(rcls, "responses", resource_type=TOPIC, resource_name="good", error_code=0),
-                             struct(rcls, "responses", resource_type=BROKER, resource_name="1", error_code=0)])
+    broker = rcls(
+        responses=[
+            struct(rcls, "responses", resource_type=TOPIC, resource_name="good", error_code=0),
+            struct(rcls, "responses", resource_type=BROKER, resource_name="1", error_code=0),
+        ]
+    )
     answer = merged(f, ctx, AC, version, broker)
     assert [(r.resource_name, r.error_code) for r in answer.responses] == [
-        ("good", 0), ("1", 0), ("bad", ErrorCode.POLICY_VIOLATION)]
+        ("good", 0),
+        ("1", 0),
+        ("bad", ErrorCode.POLICY_VIOLATION),
+    ]
     assert answer.responses[2].resource_type == TOPIC and "segment.bytes" in answer.responses[2].error_message
 
 
 def incremental(version: int, *resources: tuple[str, list[tuple[str, int, str | None]]]) -> Any:
     cls = testing.request_class(IAC)
-    msg = cls(resources=[struct(cls, "resources", resource_type=TOPIC, resource_name=n, configs=[
-        struct(cls, "resources.configs", name=k, config_operation=op, value=v) for k, op, v in c])
-        for n, c in resources], validate_only=False)
+    msg = cls(
+        resources=[
+            struct(
+                cls,
+                "resources",
+                resource_type=TOPIC,
+                resource_name=n,
+                configs=[struct(cls, "resources.configs", name=k, config_operation=op, value=v) for k, op, v in c],
+            )
+            for n, c in resources
+        ],
+        validate_only=False,
+    )
     return testing.round_trip_request(IAC, version, msg)
 
 
 @pytest.mark.parametrize("version", range(0, 2))
 def test_incremental_alter_configs_checks_values_it_sets_and_names_it_touches(version: int) -> None:
     f = guardrails(topic_configs={"deny": ["min.insync.replicas"]})
-    ok = incremental(version, ("a", [("segment.bytes", 1, None)]),  # DELETE: back to the default, no value
-                     ("b", [("segment.bytes", 0, "1073741824")]))
+    ok = incremental(
+        version,
+        ("a", [("segment.bytes", 1, None)]),  # DELETE: back to the default, no value
+        ("b", [("segment.bytes", 0, "1073741824")]),
+    )
     assert run(f, IAC, version, ok)[0] is FORWARD
     bad = incremental(version, ("c", [("segment.bytes", 0, "1024")]), ("d", [("min.insync.replicas", 1, None)]))
     answer = answered(run(f, IAC, version, bad)[0], IAC, version)
@@ -247,12 +318,22 @@ def test_incremental_alter_configs_checks_values_it_sets_and_names_it_touches(ve
 def produce(version: int, acks: int, *topics: tuple[str, dict[int, int]]) -> Any:
     cls = testing.request_class(ApiKey.PRODUCE)
     tid = {name: uuid.uuid5(uuid.NAMESPACE_DNS, name) for name, _ in topics}
-    msg = cls(acks=acks, timeout_ms=1000, topic_data=[
-        struct(cls, "topic_data", name=name if version < 13 else "",
-               topic_id=tid[name] if version >= 13 else uuid.UUID(int=0),
-               partition_data=[struct(cls, "topic_data.partition_data", index=i, records=b"r" * size)
-                               for i, size in parts.items()])
-        for name, parts in topics])
+    msg = cls(
+        acks=acks,
+        timeout_ms=1000,
+        topic_data=[
+            struct(
+                cls,
+                "topic_data",
+                name=name if version < 13 else "",
+                topic_id=tid[name] if version >= 13 else uuid.UUID(int=0),
+                partition_data=[
+                    struct(cls, "topic_data.partition_data", index=i, records=b"r" * size) for i, size in parts.items()
+                ],
+            )
+            for name, parts in topics
+        ],
+    )
     return testing.round_trip_request(ApiKey.PRODUCE, version, msg)
 
 
@@ -299,11 +380,24 @@ def test_oversized_batches_are_refused_per_partition_and_the_rest_is_written(ver
     assert [[p.index for p in t.partition_data] for t in sent.topic_data] == [[0]]
     rcls = testing.response_class(ApiKey.PRODUCE)
     key = sent.topic_data[0]
-    broker = rcls(responses=[struct(rcls, "responses", name=key.name, topic_id=key.topic_id, partition_responses=[
-        struct(rcls, "responses.partition_responses", index=0, error_code=0, base_offset=7)])])
+    broker = rcls(
+        responses=[
+            struct(
+                rcls,
+                "responses",
+                name=key.name,
+                topic_id=key.topic_id,
+                partition_responses=[
+                    struct(rcls, "responses.partition_responses", index=0, error_code=0, base_offset=7)
+                ],
+            )
+        ]
+    )
     answer = merged(f, ctx, ApiKey.PRODUCE, version, broker)
     assert [[(p.index, p.error_code) for p in t.partition_responses] for t in answer.responses] == [
-        [(0, 0), (1, ErrorCode.MESSAGE_TOO_LARGE)], [(0, ErrorCode.MESSAGE_TOO_LARGE)]]
+        [(0, 0), (1, ErrorCode.MESSAGE_TOO_LARGE)],
+        [(0, ErrorCode.MESSAGE_TOO_LARGE)],
+    ]
     result, _ctx = run(f, ApiKey.PRODUCE, version, produce(version, 1, ("u", {0: 500})))
     assert answered(result, ApiKey.PRODUCE, version).responses[0].partition_responses[0].error_code == 10
 

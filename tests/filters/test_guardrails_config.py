@@ -23,30 +23,46 @@ REPO = Path(__file__).resolve().parents[2]
 CLUSTER = {"name": "a", "listen": "127.0.0.1:19300", "advertised_host": "127.0.0.1", "upstream": ["127.0.0.1:9092"]}
 
 
-@pytest.mark.parametrize(("config", "message"), [
-    ({"partition": {}}, "unknown keys ['partition']"),
-    ({"partitions": []}, "partitions: expected a mapping"),
-    ({"partitions": {"max": 5}}, "partitions: unknown keys ['max']"),
-    ({"partitions": {"max_per_topic": 0}}, "partitions.max_per_topic: expected an integer from 1"),
-    ({"partitions": {"max_per_topic": True}}, "partitions.max_per_topic: expected an integer"),
-    ({"partitions": {"min_per_topic": 20, "max_per_topic": 10}},
-     "partitions: min_per_topic (20) is above max_per_topic"),
-    ({"partitions": {"max_per_request": "many"}}, "partitions.max_per_request: expected an integer"),
-    ({"replication_factor": {"max": 40000}}, "replication_factor.max: expected an integer from 1 to 32767"),
-    ({"replication_factor": {"min": 5, "max": 3}}, "replication_factor: min (5) is above max (3)"),
-    ({"topic_name": {"pattern": "(unclosed"}}, "topic_name.pattern: not a valid regular expression"),
-    ({"topic_name": {"max_length": 0}}, "topic_name.max_length: expected an integer"),
-    ({"topic_configs": {"deny": [""]}}, "topic_configs.deny: expected a list of config names"),
-    ({"topic_configs": {"allow": 3}}, "topic_configs.allow: expected a list of config names"),
-    ({"topic_configs": {"ranges": {"retention.ms": {"min": 10, "max": 1}}}},
-     "topic_configs.ranges.retention.ms: min (10) is above max (1)"),
-    ({"topic_configs": {"ranges": {"retention.ms": {"least": 1}}}}, "topic_configs.ranges.retention.ms: unknown keys"),
-    ({"topic_configs": {"ranges": {"retention.ms": {}}}}, "topic_configs.ranges.retention.ms: give min, max or both"),
-    ({"topic_configs": {"ranges": {"retention.ms": {"max": "1d"}}}}, "topic_configs.ranges.retention.ms.max: expected"),
-    ({"produce": {"acks": []}}, "produce.acks: expected a non-empty list"),
-    ({"produce": {"acks": [-1, 2]}}, "produce.acks[1]: expected -1 (or all), 0 or 1, got 2"),
-    ({"produce": {"max_batch_bytes": -1}}, "produce.max_batch_bytes: expected an integer from 1"),
-])
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"partition": {}}, "unknown keys ['partition']"),
+        ({"partitions": []}, "partitions: expected a mapping"),
+        ({"partitions": {"max": 5}}, "partitions: unknown keys ['max']"),
+        ({"partitions": {"max_per_topic": 0}}, "partitions.max_per_topic: expected an integer from 1"),
+        ({"partitions": {"max_per_topic": True}}, "partitions.max_per_topic: expected an integer"),
+        (
+            {"partitions": {"min_per_topic": 20, "max_per_topic": 10}},
+            "partitions: min_per_topic (20) is above max_per_topic",
+        ),
+        ({"partitions": {"max_per_request": "many"}}, "partitions.max_per_request: expected an integer"),
+        ({"replication_factor": {"max": 40000}}, "replication_factor.max: expected an integer from 1 to 32767"),
+        ({"replication_factor": {"min": 5, "max": 3}}, "replication_factor: min (5) is above max (3)"),
+        ({"topic_name": {"pattern": "(unclosed"}}, "topic_name.pattern: not a valid regular expression"),
+        ({"topic_name": {"max_length": 0}}, "topic_name.max_length: expected an integer"),
+        ({"topic_configs": {"deny": [""]}}, "topic_configs.deny: expected a list of config names"),
+        ({"topic_configs": {"allow": 3}}, "topic_configs.allow: expected a list of config names"),
+        (
+            {"topic_configs": {"ranges": {"retention.ms": {"min": 10, "max": 1}}}},
+            "topic_configs.ranges.retention.ms: min (10) is above max (1)",
+        ),
+        (
+            {"topic_configs": {"ranges": {"retention.ms": {"least": 1}}}},
+            "topic_configs.ranges.retention.ms: unknown keys",
+        ),
+        (
+            {"topic_configs": {"ranges": {"retention.ms": {}}}},
+            "topic_configs.ranges.retention.ms: give min, max or both",
+        ),
+        (
+            {"topic_configs": {"ranges": {"retention.ms": {"max": "1d"}}}},
+            "topic_configs.ranges.retention.ms.max: expected",
+        ),
+        ({"produce": {"acks": []}}, "produce.acks: expected a non-empty list"),
+        ({"produce": {"acks": [-1, 2]}}, "produce.acks[1]: expected -1 (or all), 0 or 1, got 2"),
+        ({"produce": {"max_batch_bytes": -1}}, "produce.max_batch_bytes: expected an integer from 1"),
+    ],
+)
 def test_each_mistake_names_its_key_path(config: dict[str, Any], message: str) -> None:
     with pytest.raises(FilterConfigError) as err:
         Guardrails.validate_config(config)
@@ -89,8 +105,9 @@ def test_filters_empty_turns_it_off_and_a_named_list_is_taken_as_it_is() -> None
 def test_per_virtual_cluster_a_chain_of_its_own_replaces_the_default() -> None:
     other = dict(CLUSTER, name="b", listen="127.0.0.1:19600")
     tight = dict(CLUSTER, filters=[{"name": "guardrails", "config": {"partitions": {"max_per_topic": 64}}}])
-    cfg = parse_config({"virtual_clusters": [tight, dict(other, filters=[]),
-                                             dict(other, name="c", listen="127.0.0.1:19900")]}, "t")
+    cfg = parse_config(
+        {"virtual_clusters": [tight, dict(other, filters=[]), dict(other, name="c", listen="127.0.0.1:19900")]}, "t"
+    )
     a, b, c = (cfg.chain_for(vc) for vc in cfg.virtual_clusters)
     assert a[0].config["partitions"]["max_per_topic"] == 64
     assert names(b) == []
@@ -99,16 +116,35 @@ def test_per_virtual_cluster_a_chain_of_its_own_replaces_the_default() -> None:
 
 def test_check_config_reports_the_file_and_the_key_path(tmp_path: Path) -> None:
     path = tmp_path / "kgate.yaml"
-    path.write_text(yaml.safe_dump({"virtual_clusters": [CLUSTER], "filters": [
-        {"name": "guardrails", "config": {"replication_factor": {"min": 0}}}]}))
-    proc = subprocess.run([sys.executable, "-m", "kgate", "check-config", str(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "virtual_clusters": [CLUSTER],
+                "filters": [{"name": "guardrails", "config": {"replication_factor": {"min": 0}}}],
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "kgate", "check-config", str(path)], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2
     assert f"{path}: filters[0].config: replication_factor.min: expected an integer from 1 to 32767" in proc.stderr
     per_cluster = tmp_path / "cluster.yaml"
-    per_cluster.write_text(yaml.safe_dump({"virtual_clusters": [dict(CLUSTER, filters=[
-        {"name": "guardrails", "config": {"produce": {"acks": ["none"]}}}])]}))
-    proc = subprocess.run([sys.executable, "-m", "kgate", "check-config", str(per_cluster)], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    per_cluster.write_text(
+        yaml.safe_dump(
+            {
+                "virtual_clusters": [
+                    dict(CLUSTER, filters=[{"name": "guardrails", "config": {"produce": {"acks": ["none"]}}}])
+                ]
+            }
+        )
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "kgate", "check-config", str(per_cluster)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "virtual_clusters[0].filters[0].config: produce.acks[0]: expected -1 (or all), 0 or 1" in proc.stderr

@@ -145,9 +145,13 @@ async def _run(hook: Any, ctx: Any, message: Any) -> tuple[Any, bool]:
 def _produce(*ids: uuid.UUID) -> Any:
     batch = encode_batch([(None, b"v")], timestamp_ms=1)
     req = ProduceRequest(
-        transactional_id=None, acks=-1, timeout_ms=1000,
-        topic_data=[TopicProduceData(name="", topic_id=t, partition_data=[PartitionProduceData(index=0, records=batch)])
-                    for t in ids],
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            TopicProduceData(name="", topic_id=t, partition_data=[PartitionProduceData(index=0, records=batch)])
+            for t in ids
+        ],
     )
     return testing.round_trip_request(ApiKey.PRODUCE, 13, req)
 
@@ -168,10 +172,12 @@ def _merged(f: InternalTopics, ctx: Any, result: Any) -> Any:
         return result.message
     from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 
-    broker = ProduceResponse(responses=[
-        TopicProduceResponse(name="", topic_id=t.topic_id, partition_responses=[PartitionProduceResponse(index=0)])
-        for t in result.message.topic_data
-    ])
+    broker = ProduceResponse(
+        responses=[
+            TopicProduceResponse(name="", topic_id=t.topic_id, partition_responses=[PartitionProduceResponse(index=0)])
+            for t in result.message.topic_data
+        ]
+    )
     merged = f.merge(ctx.for_response(), broker)
     return merged.message
 
@@ -194,7 +200,9 @@ async def test_produce_by_known_names_decides_synchronously() -> None:
 def _produce_v9(name: str) -> Any:
     batch = encode_batch([(None, b"v")], timestamp_ms=1)
     req = ProduceRequest(
-        transactional_id=None, acks=-1, timeout_ms=1000,
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=1000,
         topic_data=[TopicProduceData(name=name, partition_data=[PartitionProduceData(index=0, records=batch)])],
     )
     return testing.round_trip_request(ApiKey.PRODUCE, 9, req)
@@ -202,8 +210,12 @@ def _produce_v9(name: str) -> Any:
 
 @pytest.mark.parametrize(
     ("name", "code"),
-    [("orders", None), ("connect-offsets-x", None), ("__consumer_offsets", INVALID_TOPIC),
-     ("__kgate_internal_topics", AUTHZ)],
+    [
+        ("orders", None),
+        ("connect-offsets-x", None),
+        ("__consumer_offsets", INVALID_TOPIC),
+        ("__kgate_internal_topics", AUTHZ),
+    ],
 )
 async def test_single_topic_produce_by_name(name: str, code: int | None) -> None:
     """One topic (the shortcut every peeked Produce takes) answers as the general loop does."""
@@ -272,21 +284,25 @@ def test_metadata_marks_both_kinds_and_hides_the_marks_topic() -> None:
         MetadataResponseTopic(name="__kgate_internal_topics", topic_id=GONE_ID, is_internal=False, partitions=[]),
     ]
     for version in (1, 9, 12):
-        resp = MetadataResponse(brokers=[], topics=[MetadataResponseTopic(**{s: getattr(t, s) for s in t.__slots__})
-                                                    for t in topics])
+        resp = MetadataResponse(
+            brokers=[], topics=[MetadataResponseTopic(**{s: getattr(t, s) for s in t.__slots__}) for t in topics]
+        )
         ctx = testing.FakeContext(ApiKey.METADATA, version)
         out = f.described_topics(ctx.for_response(), resp)
         got = testing.round_trip_response(ApiKey.METADATA, version, out.message)
         assert {t.name: t.is_internal for t in got.topics} == {
-            "__consumer_offsets": True, "connect-offsets-x": True, "orders": False,
+            "__consumer_offsets": True,
+            "connect-offsets-x": True,
+            "orders": False,
         }, version
 
 
 # -- waiting for the marks, and a mark that cannot be written ------------------------------------
 async def test_listings_wait_for_the_first_read_of_marks_once_at_most() -> None:
     f = InternalTopics(InternalTopics.validate_config({"ready_timeout_ms": 0}))  # never started: never ready
-    resp = MetadataResponse(brokers=[], topics=[
-        MetadataResponseTopic(name="orders", topic_id=PLAIN_ID, is_internal=False, partitions=[])])
+    resp = MetadataResponse(
+        brokers=[], topics=[MetadataResponseTopic(name="orders", topic_id=PLAIN_ID, is_internal=False, partitions=[])]
+    )
     ctx = testing.FakeContext(ApiKey.METADATA, 12).for_response()
     first = f.described_topics(ctx, resp)
     assert inspect.isawaitable(first)  # waits (here: not at all) for the marks
@@ -310,10 +326,21 @@ async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() 
         raise MarkWriteError("writing to __kgate_internal_topics failed for 5s: no broker reachable")
 
     f.store.write = broken  # type: ignore[method-assign]
-    req = CreateTopicsRequest(topics=[
-        CreatableTopic(name="connect-configs", num_partitions=1, replication_factor=1, assignments=[],
-                       configs=[CreatableTopicConfig(name="internal", value="true"),
-                                CreatableTopicConfig(name="cleanup.policy", value="compact")])], timeout_ms=1000)
+    req = CreateTopicsRequest(
+        topics=[
+            CreatableTopic(
+                name="connect-configs",
+                num_partitions=1,
+                replication_factor=1,
+                assignments=[],
+                configs=[
+                    CreatableTopicConfig(name="internal", value="true"),
+                    CreatableTopicConfig(name="cleanup.policy", value="compact"),
+                ],
+            )
+        ],
+        timeout_ms=1000,
+    )
     req = testing.round_trip_request(ApiKey.CREATE_TOPICS, 7, req)
     ctx = testing.FakeContext(ApiKey.CREATE_TOPICS, 7)
     out = f.create_topics(ctx, req)
@@ -358,23 +385,37 @@ def test_config_changes_refused_for_the_marks_topic_and_bad_values(incremental: 
     f = _filter()
     if incremental:
         api_key, version = ApiKey.INCREMENTAL_ALTER_CONFIGS, 1
-        req = iac.IncrementalAlterConfigsRequest(resources=[
-            iac.AlterConfigsResource(resource_type=2, resource_name="__kgate_internal_topics", configs=[
-                iac.AlterableConfig(name="cleanup.policy", config_operation=0, value="delete")]),
-            iac.AlterConfigsResource(resource_type=2, resource_name="orders", configs=[
-                iac.AlterableConfig(name="internal", config_operation=2, value="true")]),  # APPEND
-        ])
+        req = iac.IncrementalAlterConfigsRequest(
+            resources=[
+                iac.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="__kgate_internal_topics",
+                    configs=[iac.AlterableConfig(name="cleanup.policy", config_operation=0, value="delete")],
+                ),
+                iac.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="orders",
+                    configs=[iac.AlterableConfig(name="internal", config_operation=2, value="true")],
+                ),  # APPEND
+            ]
+        )
     else:
         api_key, version = ApiKey.ALTER_CONFIGS, 2
-        req = ac.AlterConfigsRequest(resources=[
-            ac.AlterConfigsResource(resource_type=2, resource_name="__kgate_internal_topics", configs=[]),
-            ac.AlterConfigsResource(resource_type=2, resource_name="orders", configs=[
-                ac.AlterableConfig(name="internal", value="maybe")]),
-        ])
+        req = ac.AlterConfigsRequest(
+            resources=[
+                ac.AlterConfigsResource(resource_type=2, resource_name="__kgate_internal_topics", configs=[]),
+                ac.AlterConfigsResource(
+                    resource_type=2,
+                    resource_name="orders",
+                    configs=[ac.AlterableConfig(name="internal", value="maybe")],
+                ),
+            ]
+        )
     req = testing.round_trip_request(api_key, version, req)
     result = f.alter_configs(testing.FakeContext(api_key, version), req)
     assert isinstance(result, Respond)  # nothing left to send upstream
     resp = testing.round_trip_response(api_key, version, result.message)
     assert {r.resource_name: r.error_code for r in resp.responses} == {
-        "__kgate_internal_topics": AUTHZ, "orders": ErrorCode.INVALID_CONFIG,
+        "__kgate_internal_topics": AUTHZ,
+        "orders": ErrorCode.INVALID_CONFIG,
     }

@@ -152,14 +152,20 @@ def test_kip_619_rows_by_name(broker: Any, kgate_factory: Any) -> None:
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     admin = _admin(k.bootstrap)
-    res = ConfigResource("TOPIC", altered, incremental_configs=[
-        ConfigEntry("internal", "true", incremental_operation=AlterConfigOpType.SET)])
+    res = ConfigResource(
+        "TOPIC",
+        altered,
+        incremental_configs=[ConfigEntry("internal", "true", incremental_operation=AlterConfigOpType.SET)],
+    )
     for f in admin.incremental_alter_configs([res]).values():
         f.result(timeout=30)
 
     # Metadata / DescribeTopicPartitions: is_internal for both kinds (confluent-kafka describe_topics)
     assert _describe_internal(k.bootstrap, [user, plain, altered, OFFSETS]) == {
-        user: True, plain: False, altered: True, OFFSETS: True,
+        user: True,
+        plain: False,
+        altered: True,
+        OFFSETS: True,
     }
     # kafka-python (Metadata v12) and aiokafka (Metadata v5) see the same flag
     from kafka.admin import KafkaAdminClient
@@ -177,7 +183,9 @@ def test_kip_619_rows_by_name(broker: Any, kgate_factory: Any) -> None:
 
     # DescribeConfigs shows the mark on both brokers (Tansu never saw the config: kgate took it out)
     assert (_config(k.bootstrap, user), _config(k.bootstrap, plain), _config(k.bootstrap, altered)) == (
-        "true", "false", "true",
+        "true",
+        "false",
+        "true",
     )
     assert _config(broker.bootstrap, user) is None  # not stored at the broker
 
@@ -266,20 +274,48 @@ def test_the_marks_topic_is_hidden_from_clients(broker: Any, kgate_factory: Any)
         if version == 13 and broker.kind == "tansu":
             continue  # Tansu fetches by id from v13 too; the by-name check covers it
         req = FetchRequest(
-            replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0,
-            session_epoch=-1, forgotten_topics_data=[], rack_id="",
-            topics=[FetchTopic(topic=topic, topic_id=topic_id, partitions=[
-                FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])],
+            replica_id=-1,
+            max_wait_ms=10,
+            min_bytes=1,
+            max_bytes=1 << 20,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            forgotten_topics_data=[],
+            rack_id="",
+            topics=[
+                FetchTopic(
+                    topic=topic,
+                    topic_id=topic_id,
+                    partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)],
+                )
+            ],
         )
         resp = _request(k.listen_port, 1, req, version)
         assert [p.error_code for r in resp.responses for p in r.partitions] == [AUTHZ], version
     # its offsets and producers are not for clients either (ListOffsets would reveal it exists)
-    offsets = _request(k.listen_port, ApiKey.LIST_OFFSETS, ListOffsetsRequest(
-        replica_id=-1, isolation_level=0, topics=[ListOffsetsTopic(name=MARKS, partitions=[
-            ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)])]), 7)
+    offsets = _request(
+        k.listen_port,
+        ApiKey.LIST_OFFSETS,
+        ListOffsetsRequest(
+            replica_id=-1,
+            isolation_level=0,
+            topics=[
+                ListOffsetsTopic(
+                    name=MARKS,
+                    partitions=[ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1)],
+                )
+            ],
+        ),
+        7,
+    )
     assert [p.error_code for t in offsets.topics for p in t.partitions] == [AUTHZ]
-    producers = _request(k.listen_port, ApiKey.DESCRIBE_PRODUCERS, DescribeProducersRequest(
-        topics=[DescribeProducersTopic(name=MARKS, partition_indexes=[0])]), 0)
+    producers = _request(
+        k.listen_port,
+        ApiKey.DESCRIBE_PRODUCERS,
+        DescribeProducersRequest(topics=[DescribeProducersTopic(name=MARKS, partition_indexes=[0])]),
+        0,
+    )
     assert [p.error_code for t in producers.topics for p in t.partitions] == [AUTHZ]
     fs = _admin(k.bootstrap).delete_topics([MARKS], operation_timeout=20)
     with pytest.raises(Exception) as refused:
@@ -304,8 +340,11 @@ def test_marks_reach_a_second_instance_and_survive_a_restart(broker: Any, kgate_
     # mark it through a; measure how long b takes to list it as internal
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    res = ConfigResource("TOPIC", name, incremental_configs=[
-        ConfigEntry("internal", "true", incremental_operation=AlterConfigOpType.SET)])
+    res = ConfigResource(
+        "TOPIC",
+        name,
+        incremental_configs=[ConfigEntry("internal", "true", incremental_operation=AlterConfigOpType.SET)],
+    )
     for f in _admin(a.bootstrap).incremental_alter_configs([res]).values():
         f.result(timeout=30)
     marked_at = time.monotonic()
@@ -423,8 +462,13 @@ def test_default_listings_leave_user_defined_internal_topics_out(broker: Any, kg
     tool = str(kafka_broker.distribution() / "bin" / "kafka-topics.sh")
 
     def listing(*extra: str) -> set[str]:
-        out = subprocess.run([tool, "--bootstrap-server", k.bootstrap, "--list", *extra],
-                             capture_output=True, text=True, timeout=120, check=True)
+        out = subprocess.run(
+            [tool, "--bootstrap-server", k.bootstrap, "--list", *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         return set(out.stdout.split())
 
     default = listing("--exclude-internal")

@@ -22,7 +22,9 @@ def test_a_refusal_noted_twice_is_kept_once_and_ids_are_written_as_kafka_strings
         record_policy_decision(ctx, "authorizer", "secret-a", DENIED, "denied")
         record_policy_decision(ctx, "authorizer", tid, DENIED, "denied")
     assert [(d["resource"], d["operation"]) for d in ctx.state[POLICY_STATE_KEY]] == [
-        ("secret-a", "Produce"), ("AAAAAAAAAAAAAAAAAAAAAQ", "Produce")]
+        ("secret-a", "Produce"),
+        ("AAAAAAAAAAAAAAAAAAAAAQ", "Produce"),
+    ]
 
 
 def test_many_refusals_keep_the_first_ones_only() -> None:

@@ -248,9 +248,7 @@ def test_heartbeat_subscribing_to_a_denied_topic_is_refused(api_key: int, versio
     out = response_through_frames(api_key, version, result.message)
     assert out.error_code == AUTHZ and out.assignment is None
     for names in (["orders", "orders-eu"], None):  # allowed, or no subscription change in this heartbeat
-        assert (
-            p.check(FakeContext(api_key, version), through_frames(api_key, version, make(names))) is FORWARD
-        )
+        assert p.check(FakeContext(api_key, version), through_frames(api_key, version, make(names))) is FORWARD
 
 
 # -- group describes: assignments --------------------------------------------------------------

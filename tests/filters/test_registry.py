@@ -13,14 +13,16 @@ from kgate.filters.registry import FilterLookupError, filter_class, register_fil
 
 
 def _cfg(name: str) -> dict:
-    return {"virtual_clusters": [{"name": "c", "listen": "127.0.0.1:19192", "upstream": "127.0.0.1:9092"}],
-            "filters": [{"name": name}]}
+    return {
+        "virtual_clusters": [{"name": "c", "listen": "127.0.0.1:19192", "upstream": "127.0.0.1:9092"}],
+        "filters": [{"name": name}],
+    }
 
 
 def test_mistyped_filter_name_gets_did_you_mean() -> None:
     with pytest.raises(ConfigError) as err:
         parse_config(_cfg("topic-polcy"), "k.yaml")
-    assert 'filters[0].name: no filter named \'topic-polcy\' (did you mean "topic-policy"?)' in str(err.value)
+    assert "filters[0].name: no filter named 'topic-polcy' (did you mean \"topic-policy\"?)" in str(err.value)
 
 
 def test_unrelated_name_lists_what_is_known() -> None:

@@ -32,22 +32,49 @@ def make(which: str) -> Any:
 def by_id(key: int, topic_id: uuid.UUID) -> Any:
     c = rq(key)
     if key == ApiKey.PRODUCE:
-        return req(key, acks=-1, timeout_ms=1000, topic_data=[struct(
-            c, "topic_data", topic_id=topic_id, partition_data=[struct(c, "topic_data.partition_data", index=0)])])
+        return req(
+            key,
+            acks=-1,
+            timeout_ms=1000,
+            topic_data=[
+                struct(
+                    c, "topic_data", topic_id=topic_id, partition_data=[struct(c, "topic_data.partition_data", index=0)]
+                )
+            ],
+        )
     if key == ApiKey.FETCH:
-        return req(key, replica_id=-1, topics=[struct(
-            c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition=0)])])
+        return req(
+            key,
+            replica_id=-1,
+            topics=[struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition=0)])],
+        )
     if key == ApiKey.DELETE_TOPICS:
         return req(key, timeout_ms=1000, topics=[struct(c, "topics", name=None, topic_id=topic_id)])
     if key == ApiKey.OFFSET_COMMIT:
-        return req(key, group_id="g", topics=[struct(
-            c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
-    return req(key, group_id="g", member_id="m", topics=[struct(
-        c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])])
+        return req(
+            key,
+            group_id="g",
+            topics=[
+                struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])
+            ],
+        )
+    return req(
+        key,
+        group_id="g",
+        member_id="m",
+        topics=[struct(c, "topics", topic_id=topic_id, partitions=[struct(c, "topics.partitions", partition_index=0)])],
+    )
 
 
-REQUESTS = [(ApiKey.PRODUCE, 13), (ApiKey.FETCH, 13), (ApiKey.FETCH, 18), (ApiKey.DELETE_TOPICS, 6),
-            (ApiKey.OFFSET_COMMIT, 10), (ApiKey.SHARE_FETCH, 1), (ApiKey.SHARE_ACKNOWLEDGE, 1)]
+REQUESTS = [
+    (ApiKey.PRODUCE, 13),
+    (ApiKey.FETCH, 13),
+    (ApiKey.FETCH, 18),
+    (ApiKey.DELETE_TOPICS, 6),
+    (ApiKey.OFFSET_COMMIT, 10),
+    (ApiKey.SHARE_FETCH, 1),
+    (ApiKey.SHARE_ACKNOWLEDGE, 1),
+]
 
 
 async def decide(f: Any, key: int, version: int, request: Any) -> tuple[Any, Any]:
@@ -90,12 +117,21 @@ async def test_requests_by_id(which: str, key: int, version: int) -> None:
 @pytest.mark.parametrize("which", ["authorizer", "topic-policy"])
 async def test_metadata_by_id_answers_29_with_the_id_and_no_name(which: str) -> None:
     f = make(which)
-    request = md.MetadataRequest(topics=[md.MetadataRequestTopic(topic_id=SECRET_ID, name=None)],
-                                 allow_auto_topic_creation=False)
+    request = md.MetadataRequest(
+        topics=[md.MetadataRequestTopic(topic_id=SECRET_ID, name=None)], allow_auto_topic_creation=False
+    )
     ctx = testing.FakeContext(ApiKey.METADATA, 12, request=request, principal="alice", cache=CACHE)
     assert await testing.run_hook(f.check, ctx, request) is FORWARD  # ids are decided in the answer
-    broker = md.MetadataResponse(brokers=[], cluster_id="c", controller_id=1, topics=[md.MetadataResponseTopic(
-        error_code=0, name="secret-pay", topic_id=SECRET_ID, is_internal=False, partitions=[])])
+    broker = md.MetadataResponse(
+        brokers=[],
+        cluster_id="c",
+        controller_id=1,
+        topics=[
+            md.MetadataResponseTopic(
+                error_code=0, name="secret-pay", topic_id=SECRET_ID, is_internal=False, partitions=[]
+            )
+        ],
+    )
     result = await testing.run_hook(f.described_topics, ctx.for_response(), broker)
     answer = testing.round_trip_response(ApiKey.METADATA, 12, result.message if isinstance(result, Forward) else broker)
     assert [(t.error_code, t.name, t.topic_id) for t in answer.topics] == [(AUTHZ, None, SECRET_ID)]
@@ -105,17 +141,47 @@ async def test_metadata_by_id_answers_29_with_the_id_and_no_name(which: str) -> 
 async def test_offset_fetch_v10_by_id(which: str) -> None:
     f = make(which)
     gone = uuid.uuid4()
-    request = of.OffsetFetchRequest(require_stable=False, groups=[of.OffsetFetchRequestGroup(
-        group_id="g", member_id=None, member_epoch=-1,
-        topics=[of.OffsetFetchRequestTopics(topic_id=t, partition_indexes=[0]) for t in (OK_ID, SECRET_ID, gone)])])
+    request = of.OffsetFetchRequest(
+        require_stable=False,
+        groups=[
+            of.OffsetFetchRequestGroup(
+                group_id="g",
+                member_id=None,
+                member_epoch=-1,
+                topics=[
+                    of.OffsetFetchRequestTopics(topic_id=t, partition_indexes=[0]) for t in (OK_ID, SECRET_ID, gone)
+                ],
+            )
+        ],
+    )
     ctx = testing.FakeContext(ApiKey.OFFSET_FETCH, 10, request=request, principal="alice", cache=CACHE)
-    broker = of.OffsetFetchResponse(groups=[of.OffsetFetchResponseGroup(group_id="g", error_code=0, topics=[
-        of.OffsetFetchResponseTopics(topic_id=t, partitions=[of.OffsetFetchResponsePartitions(
-            partition_index=0, committed_offset=5, committed_leader_epoch=0, metadata="", error_code=0)])
-        for t in (OK_ID, SECRET_ID, gone)])])
+    broker = of.OffsetFetchResponse(
+        groups=[
+            of.OffsetFetchResponseGroup(
+                group_id="g",
+                error_code=0,
+                topics=[
+                    of.OffsetFetchResponseTopics(
+                        topic_id=t,
+                        partitions=[
+                            of.OffsetFetchResponsePartitions(
+                                partition_index=0,
+                                committed_offset=5,
+                                committed_leader_epoch=0,
+                                metadata="",
+                                error_code=0,
+                            )
+                        ],
+                    )
+                    for t in (OK_ID, SECRET_ID, gone)
+                ],
+            )
+        ]
+    )
     hook = f.offset_fetch_response if which == "authorizer" else f.offset_fetch
     result = await testing.run_hook(hook, ctx.for_response(), broker)
-    answer = testing.round_trip_response(ApiKey.OFFSET_FETCH, 10,
-                                         result.message if isinstance(result, Forward) and result.message else broker)
+    answer = testing.round_trip_response(
+        ApiKey.OFFSET_FETCH, 10, result.message if isinstance(result, Forward) and result.message else broker
+    )
     got = {t.topic_id: (t.partitions[0].error_code, t.partitions[0].committed_offset) for t in answer.groups[0].topics}
     assert got == {OK_ID: (0, 5), SECRET_ID: (AUTHZ, -1), gone: (UNKNOWN, -1)}

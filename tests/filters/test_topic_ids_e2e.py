@@ -225,7 +225,8 @@ def _produce_v13(tid: uuid.UUID, partitions: list[int]) -> ProduceRequest:
         timeout_ms=5000,
         topic_data=[
             TopicProduceData(
-                name="", topic_id=tid,
+                name="",
+                topic_id=tid,
                 partition_data=[PartitionProduceData(index=p, records=record_batch([b"never"])) for p in partitions],
             )
         ],
@@ -247,8 +248,9 @@ async def test_unresolvable_id_is_refused_in_fetch_and_produce_v13(broker, unres
 
         # Produce v13: Tansu does not support it and would drop the connection if it got it
         _v, resp = await c.request(PRODUCE, _produce_v13(uuid.uuid4(), [0, 3]), 13)
-        assert [(t.topic_id.int != 0, [(p.index, p.error_code) for p in t.partition_responses])
-                for t in resp.responses] == [(True, [(0, code), (3, code)])]
+        assert [
+            (t.topic_id.int != 0, [(p.index, p.error_code) for p in t.partition_responses]) for t in resp.responses
+        ] == [(True, [(0, code), (3, code)])]
         # the same connection is still open and serves a later request
         _v, md = await c.request(API_VERSIONS, API_VERSIONS_V3, 3)
         assert md.error_code == 0 and md.api_keys

@@ -47,16 +47,31 @@ class FakeCluster:
 
         self.batches.append((self.end, encode_batch(records, timestamp_ms=1, base_offset=self.end)))
 
-    async def send_request(self, api_key: int, message: Any, version: int | None = None, *,
-                           max_version: int | None = None, node_id: int | None = None) -> Any:
+    async def send_request(
+        self,
+        api_key: int,
+        message: Any,
+        version: int | None = None,
+        *,
+        max_version: int | None = None,
+        node_id: int | None = None,
+    ) -> Any:
         self.calls.append(api_key)
         if api_key == ApiKey.METADATA:
             if not self.exists:
-                return MetadataResponse(brokers=[], topics=[MetadataResponseTopic(
-                    name=message.topics[0].name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partitions=[])])
+                return MetadataResponse(
+                    brokers=[],
+                    topics=[
+                        MetadataResponseTopic(
+                            name=message.topics[0].name, error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, partitions=[]
+                        )
+                    ],
+                )
             part = MetadataResponsePartition(partition_index=0, leader_id=1)
-            return MetadataResponse(brokers=[], topics=[MetadataResponseTopic(
-                name=message.topics[0].name, topic_id=TOPIC_ID, partitions=[part])])
+            return MetadataResponse(
+                brokers=[],
+                topics=[MetadataResponseTopic(name=message.topics[0].name, topic_id=TOPIC_ID, partitions=[part])],
+            )
         if api_key == ApiKey.CREATE_TOPICS:
             self.exists = True
             return CreateTopicsResponse(topics=[CreatableTopicResult(name=message.topics[0].name)])
@@ -66,14 +81,20 @@ class FakeCluster:
                 batch = message.topic_data[0].partition_data[0].records
                 self.append([(r.key, r.value) for r in decode_batches(batch)])
             answer = PartitionProduceResponse(index=0, error_code=code)
-            return ProduceResponse(responses=[
-                TopicProduceResponse(name=message.topic_data[0].name, partition_responses=[answer])])
+            return ProduceResponse(
+                responses=[TopicProduceResponse(name=message.topic_data[0].name, partition_responses=[answer])]
+            )
         if api_key == ApiKey.FETCH:
             code = self.fetch_errors.pop(0) if self.fetch_errors else 0
             offset = message.topics[0].partitions[0].fetch_offset
             data = b"".join(b for o, b in self.batches if o >= offset or o + len(decode_batches(b)) > offset)
-            part = PartitionData(partition_index=0, error_code=code, high_watermark=self.end, log_start_offset=0,
-                                 records=None if code else data)
+            part = PartitionData(
+                partition_index=0,
+                error_code=code,
+                high_watermark=self.end,
+                log_start_offset=0,
+                records=None if code else data,
+            )
             return FetchResponse(responses=[FetchableTopicResponse(topic=message.topics[0].topic, partitions=[part])])
         raise AssertionError(f"unexpected api {api_key}")
 
@@ -96,8 +117,9 @@ def _store(cluster: FakeCluster, **kw: Any) -> MarksStore:
 async def test_reads_marks_and_tombstones_in_order_and_continues_after_the_last_batch() -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     cluster = FakeCluster()
-    cluster.append([
-        (mark_key(a), mark_value("connect-a", at_ms=1, by="x")), (mark_key(b), mark_value("b", at_ms=1, by="x"))])
+    cluster.append(
+        [(mark_key(a), mark_value("connect-a", at_ms=1, by="x")), (mark_key(b), mark_value("b", at_ms=1, by="x"))]
+    )
     cluster.append([(mark_key(b), None), (b"\x09junk", b"{}")])  # a tombstone; a record of an unknown format
     store = _store(cluster)
     await store._ensure_topic()

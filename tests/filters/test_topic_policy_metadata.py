@@ -114,8 +114,9 @@ async def test_v10_v11_lookup_by_id_is_invalid_for_allowed_and_denied_alike(brok
     c = UpstreamClient(lambda: [("127.0.0.1", kgate.port)])
     try:
         for name in (hidden, shown, hidden):
-            req = api.API_INFO[3].request_class(topics=[MetadataRequestTopic(name=None, topic_id=ids[name])],
-                                                allow_auto_topic_creation=False)
+            req = api.API_INFO[3].request_class(
+                topics=[MetadataRequestTopic(name=None, topic_id=ids[name])], allow_auto_topic_creation=False
+            )
             _v, resp = await c.request(3, req, version)
             assert [(t.error_code, t.topic_id) for t in resp.topics] == [(42, ids[name])], name
             assert resp.topics[0].partitions == []

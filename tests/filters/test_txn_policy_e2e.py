@@ -36,9 +36,11 @@ def _decisions(filter_name: str, api_name: str) -> dict[str, float]:
 
 def _request(topic: str) -> Any:
     return api.API_INFO[APTT].request_class(
-        v3_and_below_transactional_id=f"tx-{uuid.uuid4().hex[:6]}", v3_and_below_producer_id=1,
+        v3_and_below_transactional_id=f"tx-{uuid.uuid4().hex[:6]}",
+        v3_and_below_producer_id=1,
         v3_and_below_producer_epoch=0,
-        v3_and_below_topics=[aptt.AddPartitionsToTxnTopic(name=topic, partitions=[0])])
+        v3_and_below_topics=[aptt.AddPartitionsToTxnTopic(name=topic, partitions=[0])],
+    )
 
 
 async def test_add_partitions_to_txn_of_a_denied_topic_answers_29(kafka: Any) -> None:
@@ -55,8 +57,10 @@ async def test_add_partitions_to_txn_of_a_denied_topic_answers_29(kafka: Any) ->
 
         async def codes(topic: str) -> list[tuple[str, list[int]]]:
             _v, resp = await client.request(APTT, _request(topic), 3)
-            return [(t.name, [p.partition_error_code for p in t.results_by_partition])
-                    for t in resp.results_by_topic_v3_and_below]
+            return [
+                (t.name, [p.partition_error_code for p in t.results_by_partition])
+                for t in resp.results_by_topic_v3_and_below
+            ]
 
         assert await codes(secret) == [(secret, [29])]
         control = await codes(shown)  # the broker's answer (no such producer id): anything but kgate's 29

@@ -64,8 +64,12 @@ def secured(tmp_path_factory) -> Iterator[tuple[procs.Tansu, SaslGate]]:
 
 def _cluster(name: str, gate: SaslGate, filters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     c: dict[str, Any] = {
-        "name": name, "listen": f"{HOST}:{free_port()}", "advertised_host": HOST, "upstream": [gate.address],
-        "node_ports": {"base": free_port_range(256), "count": 256}, "bootstrap_serves_node": False,
+        "name": name,
+        "listen": f"{HOST}:{free_port()}",
+        "advertised_host": HOST,
+        "upstream": [gate.address],
+        "node_ports": {"base": free_port_range(256), "count": 256},
+        "bootstrap_serves_node": False,
         "upstream_auth": {"mechanism": "PLAIN", "username": SVC, "password": SVC_PASSWORD},
     }
     if filters is not None:
@@ -76,8 +80,15 @@ def _cluster(name: str, gate: SaslGate, filters: list[dict[str, Any]] | None = N
 @pytest.fixture
 def kgate(secured) -> Iterator[InprocKgate]:
     _tansu, gate = secured
-    cfg = parse_config({"log_level": "debug", "proxy": {"drain_timeout_s": 2},
-                        "virtual_clusters": [_cluster("default", gate)], "filters": AUTHZ}, "test")
+    cfg = parse_config(
+        {
+            "log_level": "debug",
+            "proxy": {"drain_timeout_s": 2},
+            "virtual_clusters": [_cluster("default", gate)],
+            "filters": AUTHZ,
+        },
+        "test",
+    )
     k = InprocKgate(cfg).start()
     yield k
     k.stop()
@@ -87,8 +98,9 @@ async def _create(tansu: procs.Tansu, name: str) -> None:
     """Created straight at Tansu (setup): Tansu advertises the gate, so an admin client cannot be used."""
     client = UpstreamClient(lambda: [(HOST, tansu.port)], client_id="authz-setup")
     try:
-        req = CreateTopicsRequest(topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)],
-                                  timeout_ms=20000)
+        req = CreateTopicsRequest(
+            topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)], timeout_ms=20000
+        )
         _v, resp = await client.request(ApiKey.CREATE_TOPICS, req, lo=7)
     finally:
         client.close()
@@ -96,8 +108,12 @@ async def _create(tansu: procs.Tansu, name: str) -> None:
 
 
 def sasl(mechanism: str, user: str) -> dict[str, str]:
-    return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.username": user,
-            "sasl.password": USERS[user]}
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": USERS[user],
+    }
 
 
 def _produce(bootstrap: str, topic: str, values: list[bytes], conf: dict[str, str]) -> list[Any]:
@@ -110,8 +126,15 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], conf: dict[str, st
 
 
 def _consume(bootstrap: str, topic: str, n: int, conf: dict[str, str]) -> list[bytes]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", **conf})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("g"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **conf,
+        }
+    )
     got: list[bytes] = []
     try:
         c.assign([TopicPartition(topic, 0, 0)])
@@ -161,8 +184,15 @@ async def test_each_cluster_runs_its_own_chain(secured) -> None:
     await _create(tansu, topic)
     open_cluster = _cluster("open", gate, filters=[])  # its own, empty chain
     guarded = _cluster("guarded", gate)  # the top-level chain
-    cfg = parse_config({"log_level": "debug", "proxy": {"drain_timeout_s": 2},
-                        "virtual_clusters": [guarded, open_cluster], "filters": AUTHZ}, "test")
+    cfg = parse_config(
+        {
+            "log_level": "debug",
+            "proxy": {"drain_timeout_s": 2},
+            "virtual_clusters": [guarded, open_cluster],
+            "filters": AUTHZ,
+        },
+        "test",
+    )
     k = InprocKgate(cfg).start()
     try:
         conf = sasl("PLAIN", "bob")  # bob may not write through the guarded cluster

@@ -33,16 +33,25 @@ async def test_records_frames_paired_and_decodable(kafka, tmp_path: Path) -> Non
     c = UpstreamClient(lambda: [("127.0.0.1", relay.listen_port)], client_id="relay-test")
     name = unique("rec")
     try:
-        _v, versions = await c.request(ApiKey.API_VERSIONS, ApiVersionsRequest(
-            client_software_name="relay-test", client_software_version="1"), 3)
-        _v, created = await c.request(ApiKey.CREATE_TOPICS, CreateTopicsRequest(
-            topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)], timeout_ms=10000), 7)
+        _v, versions = await c.request(
+            ApiKey.API_VERSIONS, ApiVersionsRequest(client_software_name="relay-test", client_software_version="1"), 3
+        )
+        _v, created = await c.request(
+            ApiKey.CREATE_TOPICS,
+            CreateTopicsRequest(
+                topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)], timeout_ms=10000
+            ),
+            7,
+        )
         # Kafka acknowledges CreateTopics before every broker's metadata cache has the topic: under
         # load a Metadata right after it can still answer without its id, so ask until it has one
         deadline = asyncio.get_running_loop().time() + 30
         while True:
-            _v, md = await c.request(ApiKey.METADATA, MetadataRequest(
-                topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=False), 12)
+            _v, md = await c.request(
+                ApiKey.METADATA,
+                MetadataRequest(topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=False),
+                12,
+            )
             tid = md.topics[0].topic_id
             if tid.int != 0 or asyncio.get_running_loop().time() > deadline:
                 break
@@ -59,14 +68,19 @@ async def test_records_frames_paired_and_decodable(kafka, tmp_path: Path) -> Non
         frame = (tmp_path / "corpus" / r["file"]).read_bytes()
         assert len(frame) == r["frame_len"] == int.from_bytes(frame[:4], "big") + 4
         decode = api.decode_request if r["direction"] == "req" else api.decode_response
-        by_key[(r["api_key"], r["direction"])] = {**r, "msg": decode(r["api_key"], r["api_version"],
-                                                                       memoryview(frame)[r["body_offset"]:])}
+        by_key[(r["api_key"], r["direction"])] = {
+            **r,
+            "msg": decode(r["api_key"], r["api_version"], memoryview(frame)[r["body_offset"] :]),
+        }
     # UpstreamClient also asks ApiVersions v0 first when it connects; the test's requests follow
     assert {k for k, _d in by_key} >= {ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS, ApiKey.METADATA}
     for key in (ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS, ApiKey.METADATA):
         req, resp = by_key[(key, "req")], by_key[(key, "resp")]
         assert (req["conn"], req["correlation_id"], req["api_version"]) == (
-            resp["conn"], resp["correlation_id"], resp["api_version"])
+            resp["conn"],
+            resp["correlation_id"],
+            resp["api_version"],
+        )
     assert by_key[(ApiKey.CREATE_TOPICS, "req")]["msg"].topics[0].name == name
     assert by_key[(ApiKey.METADATA, "resp")]["msg"].topics[0].topic_id == tid
     assert by_key[(ApiKey.METADATA, "resp")]["header_version"] == 1  # v12 is flexible

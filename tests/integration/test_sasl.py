@@ -395,10 +395,16 @@ async def test_own_requests_wait_for_authentication(gate, secured, kgate_factory
 def _consume(bootstrap: str, topic: str, n: int, conf: dict[str, str], during: Any) -> tuple[list[bytes], Any, Any]:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
-        "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10, **conf,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("g"),
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": 10,
+            **conf,
+        }
+    )
     got: list[bytes] = []
     try:
         c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
@@ -441,8 +447,13 @@ async def test_clients_authenticate_through_kgate(gate, secured, kgate_factory, 
 
     def during() -> tuple[list[Any], set[Any], set[Any]]:
         recs = [r for r in gate.records() if r.open and r.claimed_user == "alice"]
-        conns = k.call(lambda: [(c.node_id, c.upstream.get_extra_info("sockname")) for c in k.cluster.connections
-                                if c.upstream is not None])
+        conns = k.call(
+            lambda: [
+                (c.node_id, c.upstream.get_extra_info("sockname"))
+                for c in k.cluster.connections
+                if c.upstream is not None
+            ]
+        )
         return recs, {tuple(s[:2]) for _n, s in conns}, {n for n, _s in conns}
 
     got, md, (open_recs, kgate_socks, node_ids) = await asyncio.to_thread(
@@ -469,10 +480,13 @@ async def test_client_wrong_password_fails_and_kgate_stays_up(gate, secured, kga
     k = kgate_factory()
     node_port(k)
     errors: list[Any] = []
-    p = Producer({
-        "bootstrap.servers": k.bootstrap, "error_cb": errors.append,
-        **sasl_conf("SCRAM-SHA-256", "bob", "not-bobs-password"),
-    })
+    p = Producer(
+        {
+            "bootstrap.servers": k.bootstrap,
+            "error_cb": errors.append,
+            **sasl_conf("SCRAM-SHA-256", "bob", "not-bobs-password"),
+        }
+    )
 
     def wait_auth_error() -> None:
         deadline = time.monotonic() + 15
@@ -550,4 +564,3 @@ async def test_principal_visible_to_filters(gate, kgate_factory, handshake, mech
         w.close()
     seen = [principal for cid, principal in SEEN if cid == client_id]
     assert seen == ["alice", "alice"], f"filter saw principals {seen} after SaslHandshake v{handshake} {mechanism}"
-

@@ -44,8 +44,15 @@ def unique(prefix: str) -> str:
 
 def fetch_request(topic_id: uuid.UUID, partitions: list[int], name: str = "") -> fe.FetchRequest:
     parts = [fe.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=1 << 20) for p in partitions]
-    return fe.FetchRequest(replica_id=-1, max_wait_ms=10, min_bytes=1, max_bytes=1 << 20, session_id=0,
-                           session_epoch=-1, topics=[fe.FetchTopic(topic=name, topic_id=topic_id, partitions=parts)])
+    return fe.FetchRequest(
+        replica_id=-1,
+        max_wait_ms=10,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        session_id=0,
+        session_epoch=-1,
+        topics=[fe.FetchTopic(topic=name, topic_id=topic_id, partitions=parts)],
+    )
 
 
 #: (field name) -> why it may differ between Kafka's answer and kgate's
@@ -150,8 +157,11 @@ async def test_produce_refusal_bytes_are_kafkas(kafka, version: int) -> None:
     """Produce v10+ carries leader hints too (a partition's tag 0, the body's tag 0): Kafka's refusal
     has none, byte for byte, and neither has kgate's."""
     by_id = version >= 13
-    topic = pr.TopicProduceData(name="" if by_id else unique("no-such"), topic_id=uuid.uuid4() if by_id else ZERO,
-                                partition_data=[pr.PartitionProduceData(index=0, records=b"")])
+    topic = pr.TopicProduceData(
+        name="" if by_id else unique("no-such"),
+        topic_id=uuid.uuid4() if by_id else ZERO,
+        partition_data=[pr.PartitionProduceData(index=0, records=b"")],
+    )
     req = pr.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=None, topic_data=[topic])
     theirs = await asyncio.to_thread(_raw_answer, kafka.port, PRODUCE, version, req)
     ours = error_response(PRODUCE, version, req, 100 if by_id else 3)
@@ -170,9 +180,14 @@ async def test_fetch_by_unknown_topic_name(kc, version: int) -> None:
 
 @pytest.mark.parametrize("version", [3, 9, 12])
 async def test_produce_to_unknown_topic(kc, version: int) -> None:
-    req = pr.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=None, topic_data=[
-        pr.TopicProduceData(name=unique("no-such"), partition_data=[pr.PartitionProduceData(index=0, records=b"")])
-    ])
+    req = pr.ProduceRequest(
+        acks=-1,
+        timeout_ms=5000,
+        transactional_id=None,
+        topic_data=[
+            pr.TopicProduceData(name=unique("no-such"), partition_data=[pr.PartitionProduceData(index=0, records=b"")])
+        ],
+    )
     _v, resp = await kc.request(PRODUCE, req, version)
     codes = {p.error_code for t in resp.responses for p in t.partition_responses}
     assert codes == {3}, codes
@@ -208,11 +223,15 @@ async def test_delete_records_of_unknown_topic(kc) -> None:
 
 
 async def test_offset_for_leader_epoch_of_unknown_topic(kc) -> None:
-    req = ofle.OffsetForLeaderEpochRequest(replica_id=-1, topics=[
-        ofle.OffsetForLeaderTopic(topic=unique("no-such"), partitions=[
-            ofle.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)
-        ])
-    ])
+    req = ofle.OffsetForLeaderEpochRequest(
+        replica_id=-1,
+        topics=[
+            ofle.OffsetForLeaderTopic(
+                topic=unique("no-such"),
+                partitions=[ofle.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0)],
+            )
+        ],
+    )
     _v, resp = await kc.request(OFFSET_FOR_LEADER_EPOCH, req, 4)
     assert {p.error_code for t in resp.topics for p in t.partitions} == {3}
     assert same_shape(OFFSET_FOR_LEADER_EPOCH, 4, req, resp, 3) == []
@@ -235,8 +254,11 @@ async def test_produce_by_unknown_topic_id(kc, version: int) -> None:
     is UNKNOWN_TOPIC_ID per partition, and kgate's refusal (topic-policy, an id it cannot resolve)
     has the same shape. v12 by name for contrast: UNKNOWN_TOPIC_OR_PARTITION."""
     by_id = version >= 13
-    topic = pr.TopicProduceData(name="" if by_id else unique("no-such"), topic_id=uuid.uuid4() if by_id else ZERO,
-                                partition_data=[pr.PartitionProduceData(index=i, records=b"") for i in (0, 1, 2)])
+    topic = pr.TopicProduceData(
+        name="" if by_id else unique("no-such"),
+        topic_id=uuid.uuid4() if by_id else ZERO,
+        partition_data=[pr.PartitionProduceData(index=i, records=b"") for i in (0, 1, 2)],
+    )
     req = pr.ProduceRequest(acks=-1, timeout_ms=5000, transactional_id=None, topic_data=[topic])
     _v, resp = await kc.request(PRODUCE, req, version)
     code = 100 if by_id else 3
@@ -251,7 +273,7 @@ async def test_produce_by_unknown_topic_id(kc, version: int) -> None:
 #: ShareFetch / ShareAcknowledge top-level fields kgate cannot know, and why a refusal may differ
 SHARE_IGNORED = {
     "acquisition_lock_timeout_ms": "the group's share.record.lock.duration.ms (Kafka: 30000); it bounds records "
-                                   "acquired, and a refusal acquires none",
+    "acquired, and a refusal acquires none",
 }
 
 
@@ -277,8 +299,11 @@ async def _share_member_of(kc: UpstreamClient, group: str) -> tuple[str, uuid.UU
             break
         await asyncio.sleep(0.1)
     member = _share_member()
-    _v, hb = await kc.request(SHARE_GROUP_HEARTBEAT, sh.ShareGroupHeartbeatRequest(
-        group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=[name]), 1)
+    _v, hb = await kc.request(
+        SHARE_GROUP_HEARTBEAT,
+        sh.ShareGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=0, subscribed_topic_names=[name]),
+        1,
+    )
     assert hb.error_code == 0, hb
     return member, meta.topics[0].topic_id
 
@@ -290,8 +315,17 @@ async def test_share_fetch_refused_partition(kc, version: int) -> None:
     group = unique("share-g")
     member, topic_id = await _share_member_of(kc, group)
     topics = [sf.FetchTopic(topic_id=topic_id, partitions=[sf.FetchPartition(partition_index=p) for p in (7, 8)])]
-    req = sf.ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=10, min_bytes=1,
-                               max_bytes=1 << 20, max_records=100, batch_size=100, topics=topics)
+    req = sf.ShareFetchRequest(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=0,
+        max_wait_ms=10,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=100,
+        batch_size=100,
+        topics=topics,
+    )
     _v, resp = await kc.request(SHARE_FETCH, req, version)
     assert resp.error_code == 0, resp
     assert {p.error_code for t in resp.responses for p in t.partitions} == {3}, resp
@@ -309,13 +343,26 @@ async def test_share_acknowledge_of_unknown_topic_id(kc, version: int) -> None:
     group = unique("share-g")
     member, topic_id = await _share_member_of(kc, group)
     part0 = [sf.FetchTopic(topic_id=topic_id, partitions=[sf.FetchPartition(partition_index=0)])]
-    fetch = sf.ShareFetchRequest(group_id=group, member_id=member, share_session_epoch=0, max_wait_ms=10, min_bytes=1,
-                                 max_bytes=1 << 20, max_records=100, batch_size=100, topics=part0)
+    fetch = sf.ShareFetchRequest(
+        group_id=group,
+        member_id=member,
+        share_session_epoch=0,
+        max_wait_ms=10,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        max_records=100,
+        batch_size=100,
+        topics=part0,
+    )
     _v, opened = await kc.request(SHARE_FETCH, fetch, version)  # opens the share session (epoch 0)
     assert opened.error_code == 0, opened
     batch = sa.AcknowledgementBatch(first_offset=0, last_offset=0, acknowledge_types=[1])
-    topics = [sa.AcknowledgeTopic(topic_id=uuid.uuid4(), partitions=[
-        sa.AcknowledgePartition(partition_index=i, acknowledgement_batches=[batch]) for i in (0, 1)])]
+    topics = [
+        sa.AcknowledgeTopic(
+            topic_id=uuid.uuid4(),
+            partitions=[sa.AcknowledgePartition(partition_index=i, acknowledgement_batches=[batch]) for i in (0, 1)],
+        )
+    ]
     req = sa.ShareAcknowledgeRequest(group_id=group, member_id=member, share_session_epoch=1, topics=topics)
     _v, resp = await kc.request(SHARE_ACKNOWLEDGE, req, version)
     assert resp.error_code == 0, resp

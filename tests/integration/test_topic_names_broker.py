@@ -157,8 +157,13 @@ async def test_delete_recreate_observed_responses(broker):
         assert r.cached(old) is None
         await wait_gone(client, name)
 
-        v, resp = await client.request(19, CreateTopicsRequest(
-            topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)], timeout_ms=20000), lo=7)
+        v, resp = await client.request(
+            19,
+            CreateTopicsRequest(
+                topics=[CreatableTopic(name=name, num_partitions=1, replication_factor=1)], timeout_ms=20000
+            ),
+            lo=7,
+        )
         assert resp.topics[0].error_code == 0, resp
         r.observe_create_topics_response(v, resp)
         new = resp.topics[0].topic_id

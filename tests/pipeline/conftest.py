@@ -39,19 +39,41 @@ def event(
     """One v1 event (docs/audit-log.md) with sensible defaults; override what a test is about."""
     keys = {"Produce": 0, "Fetch": 1, "Metadata": 3}
     return {
-        "schema": 1, "time_us": time_us, "instance": instance, "cluster": cluster,
+        "schema": 1,
+        "time_us": time_us,
+        "instance": instance,
+        "cluster": cluster,
         "client": {"address": address, "id": client_id, "principal": principal},
         "api": {"key": keys[api] if key is None else key, "name": api, "version": version},
-        "correlation_id": 1, "error_code": error_code, "latency_us": latency_us,
-        "request_bytes": request_bytes, "response_bytes": response_bytes,
-        "topics": topics or [], "policy": policy,
+        "correlation_id": 1,
+        "error_code": error_code,
+        "latency_us": latency_us,
+        "request_bytes": request_bytes,
+        "response_bytes": response_bytes,
+        "topics": topics or [],
+        "policy": policy,
     }
 
 
-def topic(name: str | None, id: str | None = None, *, status: str = "given", bytes: int | None = None,
-          records: int | None = None, errors: list[int] | None = None, partitions: int = 1) -> dict[str, Any]:
-    return {"id": id, "name": name, "name_status": status, "partitions": partitions, "bytes": bytes,
-            "records": records, "error_codes": [0] if errors is None else errors}
+def topic(
+    name: str | None,
+    id: str | None = None,
+    *,
+    status: str = "given",
+    bytes: int | None = None,
+    records: int | None = None,
+    errors: list[int] | None = None,
+    partitions: int = 1,
+) -> dict[str, Any]:
+    return {
+        "id": id,
+        "name": name,
+        "name_status": status,
+        "partitions": partitions,
+        "bytes": bytes,
+        "records": records,
+        "error_codes": [0] if errors is None else errors,
+    }
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

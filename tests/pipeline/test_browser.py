@@ -39,13 +39,22 @@ def _chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.skip("Chromium is not installed (Debian: apt-get install -y chromium); the HTML report was not "
-                "checked in a browser")
+    pytest.skip(
+        "Chromium is not installed (Debian: apt-get install -y chromium); the HTML report was not checked in a browser"
+    )
 
 
 def _run(browser: str, *args: str) -> str:
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-           "--allow-file-access-from-files", "--hide-scrollbars", *args]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--allow-file-access-from-files",
+        "--hide-scrollbars",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
 
 

@@ -21,8 +21,9 @@ def _painted(png: Path) -> int:
     return int((np.abs(img - target).max(axis=-1) < 0.2).sum())
 
 
-@pytest.mark.parametrize(("minutes", "unit"), [(1, "minute"), (20, "minute"), (1000, "15 minutes"),
-                                                (3 * 24 * 60, "hour")])
+@pytest.mark.parametrize(
+    ("minutes", "unit"), [(1, "minute"), (20, "minute"), (1000, "15 minutes"), (3 * 24 * 60, "hour")]
+)
 def test_traffic_buckets_follow_the_span(tmp_path: Path, minutes: int, unit: str) -> None:
     """Data within one hour once made one hourly point, which a stack plot draws as nothing: the buckets
     now follow the data's span (minutes for an hour, hours for days), and one bucket is drawn as a bar."""

@@ -32,8 +32,10 @@ def test_user_mistakes_exit_2_with_a_clear_message(
 ) -> None:
     (tmp_path / "IN").mkdir()
     (tmp_path / "IN" / "x.jsonl").write_text("")
-    args = [a.replace("OUT", str(tmp_path / "out")).replace("IN", str(tmp_path / "IN")) if a in ("IN", "OUT") else a
-            for a in args]
+    args = [
+        a.replace("OUT", str(tmp_path / "out")).replace("IN", str(tmp_path / "IN")) if a in ("IN", "OUT") else a
+        for a in args
+    ]
     assert main(["report", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("kgate report: error: ") and message in err, err
@@ -52,9 +54,11 @@ def test_parse_time() -> None:
 
 
 def test_kgate_run_never_imports_the_pipeline() -> None:
-    code = ("import sys; from kgate.proxy import cli; cli.main(['check-config', '/nonexistent.yaml']); "
-            "bad = [m for m in sys.modules if m.startswith(('pyspark', 'kgate.pipeline', 'matplotlib'))]; "
-            "assert not bad, bad")
+    code = (
+        "import sys; from kgate.proxy import cli; cli.main(['check-config', '/nonexistent.yaml']); "
+        "bad = [m for m in sys.modules if m.startswith(('pyspark', 'kgate.pipeline', 'matplotlib'))]; "
+        "assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
@@ -110,8 +114,7 @@ def test_parquet_history_keeps_earlier_days(spark: Any, tmp_path: Path) -> None:
     charge = out / "parquet" / "chargeback"
     assert sorted(p.name for p in charge.iterdir()) == ["day=2025-11-24", "day=2025-11-25"]
     # a rerun of Monday with a window: Monday replaced (now topic c), Tuesday kept
-    run([event(T0 + HOUR, topics=[topic("c", bytes=30, records=3)])], "monday2",
-        Window(T0 - 16 * HOUR, T0 + 8 * HOUR))
+    run([event(T0 + HOUR, topics=[topic("c", bytes=30, records=3)])], "monday2", Window(T0 - 16 * HOUR, T0 + 8 * HOUR))
     rows = sorted((str(r["day"]), r["topic_name"]) for r in spark.read.parquet(str(charge)).collect())
     assert rows == [("2025-11-24", "c"), ("2025-11-25", "b")]
 
@@ -127,14 +130,25 @@ def test_window_closing_line_empty_files_and_a_passing_unknown_topic(
     from .conftest import HOUR, T0, event, topic, write_events
 
     s = 1_000_000
-    live = [event(T0 + i * s, version=13, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)])
-            for i in range(3)]
-    live.append(event(T0 + 5 * s, version=13, error_code=3,
-                      topics=[topic("live", "LIVE", status="resolved", errors=[3])]))
+    live = [
+        event(T0 + i * s, version=13, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)])
+        for i in range(3)
+    ]
+    live.append(
+        event(T0 + 5 * s, version=13, error_code=3, topics=[topic("live", "LIVE", status="resolved", errors=[3])])
+    )
     live.append(event(T0 + 9 * s, version=13, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)]))
     gone = [event(T0 + 20 * s, version=13, topics=[topic("dead", "DEAD", status="resolved", bytes=10, records=1)])]
-    gone += [event(T0 + (30 + i) * s, version=13, error_code=3, client_id="stuck",
-                   topics=[topic("dead", "DEAD", status="resolved", errors=[3])]) for i in range(2)]
+    gone += [
+        event(
+            T0 + (30 + i) * s,
+            version=13,
+            error_code=3,
+            client_id="stuck",
+            topics=[topic("dead", "DEAD", status="resolved", errors=[3])],
+        )
+        for i in range(2)
+    ]
     early = [event(T0 - 2 * HOUR, topics=[topic("live", bytes=5, records=1)])]  # before --since
     d = tmp_path / "in"
     write_events(d / "audit-1.jsonl", live + gone + early)
@@ -157,7 +171,9 @@ def test_conf_arguments() -> None:
     from kgate.pipeline.session import cluster_shuffle_partitions
 
     assert parse_conf(["spark.sql.shuffle.partitions=64", "a.b=x=y"]) == {
-        "spark.sql.shuffle.partitions": "64", "a.b": "x=y"}
+        "spark.sql.shuffle.partitions": "64",
+        "a.b": "x=y",
+    }
     with pytest.raises(UsageError, match="KEY=VALUE"):
         parse_conf(["no-equals"])
     assert cluster_shuffle_partitions(8) == 16 and cluster_shuffle_partitions(0) == 2

@@ -12,8 +12,9 @@ S = 1_000_000
 
 
 def _file(d: Path, name: str, n: int, start: int) -> None:
-    write_events(d / name, [event(T0 + (start + i) * S, topics=[topic("orders", bytes=10, records=1)])
-                            for i in range(n)])
+    write_events(
+        d / name, [event(T0 + (start + i) * S, topics=[topic("orders", bytes=10, records=1)]) for i in range(n)]
+    )
 
 
 def _run(spark: Any, src: Path, out: Path, ckpt: Path, seen: list[Any]) -> Any:
@@ -91,9 +92,26 @@ def test_ctrl_c_stops_follow_quietly(tmp_path: Path) -> None:
     _file(src, "a-0.jsonl.gz", 3, 0)
     env = {**os.environ, "KGATE_REPORT_DRIVER_MEMORY": "512m"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kgate", "report", "--follow", "--input", str(src), "--output", str(out),
-         "--refresh-s", "0.5", "--no-html"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "kgate",
+            "report",
+            "--follow",
+            "--input",
+            str(src),
+            "--output",
+            str(out),
+            "--refresh-s",
+            "0.5",
+            "--no-html",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     try:
         deadline = time.monotonic() + 240
         # the first refresh has written its tables: the stream is running, the JVM busy with it

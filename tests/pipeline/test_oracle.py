@@ -27,8 +27,14 @@ from kgate.pipeline.outcomes import is_normal
 from .conftest import T0, event, topic, write_events
 
 S, HOUR, DAY = 1_000_000, 3_600_000_000, 86_400_000_000
-APIS = [("Produce", 0, 9), ("Fetch", 1, 12), ("Fetch", 1, 13), ("Metadata", 3, 12), ("JoinGroup", 11, 9),
-        ("Heartbeat", 12, 4)]
+APIS = [
+    ("Produce", 0, 9),
+    ("Fetch", 1, 12),
+    ("Fetch", 1, 13),
+    ("Metadata", 3, 12),
+    ("JoinGroup", 11, 9),
+    ("Heartbeat", 12, 4),
+]
 CODES = [0] * 12 + [6, 27, 79, 3, 29, 87]
 
 
@@ -47,17 +53,34 @@ def _fleet(seed: int = 26) -> list[dict[str, Any]]:
                 by_id = key == 1 and version >= 13
                 nbytes = rng.choice([0, rng.randrange(1, 50_000)]) if key in (0, 1) else None
                 records = None if key == 3 else (None if rng.random() < 0.03 else rng.randrange(0, 400))
-                topics.append(topic(name, ids[name] if by_id else None, status="resolved" if by_id else "given",
-                                    bytes=nbytes, records=records, errors=[] if code is None else [code]))
-        out.append(event(
-            T0 + rng.randrange(0, 2 * DAY), api=api, key=key, version=version,
-            client_id=rng.choice(["app-1", "app-2", None, "kliënt"]),
-            principal=rng.choice(["User:alice", "User:bob", None]),
-            instance=rng.choice(["kgate-a", "kgate-b", "kgate-c"]), cluster=rng.choice(["east", "west"]),
-            error_code=code, latency_us=rng.randrange(50, 3_000_000) if answered else None,
-            request_bytes=rng.randrange(40, 60_000), response_bytes=rng.randrange(20, 60_000) if answered else None,
-            topics=topics, address=f"10.0.0.{rng.randrange(20)}:{rng.randrange(1000, 60000)}",
-        ))
+                topics.append(
+                    topic(
+                        name,
+                        ids[name] if by_id else None,
+                        status="resolved" if by_id else "given",
+                        bytes=nbytes,
+                        records=records,
+                        errors=[] if code is None else [code],
+                    )
+                )
+        out.append(
+            event(
+                T0 + rng.randrange(0, 2 * DAY),
+                api=api,
+                key=key,
+                version=version,
+                client_id=rng.choice(["app-1", "app-2", None, "kliënt"]),
+                principal=rng.choice(["User:alice", "User:bob", None]),
+                instance=rng.choice(["kgate-a", "kgate-b", "kgate-c"]),
+                cluster=rng.choice(["east", "west"]),
+                error_code=code,
+                latency_us=rng.randrange(50, 3_000_000) if answered else None,
+                request_bytes=rng.randrange(40, 60_000),
+                response_bytes=rng.randrange(20, 60_000) if answered else None,
+                topics=topics,
+                address=f"10.0.0.{rng.randrange(20)}:{rng.randrange(1000, 60000)}",
+            )
+        )
     return out
 
 
@@ -100,8 +123,10 @@ def _expected(events: list[dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any
         c["normal_errors"] += code not in (None, 0) and is_normal(k, code)
         who = (e["client"]["principal"], e["client"]["id"])
         for tp in e["topics"]:
-            for table, key in ((charge, (day(t), e["cluster"], *who, tp["name"])),
-                               (hourly, (day(t), t // HOUR * HOUR, e["cluster"], tp["name"]))):
+            for table, key in (
+                (charge, (day(t), e["cluster"], *who, tp["name"])),
+                (hourly, (day(t), t // HOUR * HOUR, e["cluster"], tp["name"])),
+            ):
                 r = table[key]
                 r["requests"] += 1
                 for kind, api_key in (("produced", 0), ("consumed", 1)):
@@ -121,8 +146,17 @@ def _expected(events: list[dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any
     return {"chargeback": charge, "topic_hourly": hourly, "api_errors": api, "clients": clients}
 
 
-BILLED = ("requests", "produce_requests", "fetch_requests", "produced_bytes", "consumed_bytes",
-          "produced_records", "consumed_records", "produced_records_unknown", "consumed_records_unknown")
+BILLED = (
+    "requests",
+    "produce_requests",
+    "fetch_requests",
+    "produced_bytes",
+    "consumed_bytes",
+    "produced_records",
+    "consumed_records",
+    "produced_records_unknown",
+    "consumed_records_unknown",
+)
 
 
 @pytest.mark.parametrize("as_parquet", [False, True], ids=["jsonl", "parquet"])
@@ -134,8 +168,10 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
     t = report_tables(tmp_path / "in", spark)
     want = _expected(events)
 
-    got_charge = {(str(r["day"]), r["cluster"], r["principal"], r["client_id"], r["topic_name"]):
-                  {c: r[c] for c in BILLED} for r in t["chargeback"]}
+    got_charge = {
+        (str(r["day"]), r["cluster"], r["principal"], r["client_id"], r["topic_name"]): {c: r[c] for c in BILLED}
+        for r in t["chargeback"]
+    }
     assert got_charge == {k: {c: v.get(c, 0) for c in BILLED} for k, v in want["chargeback"].items()}
 
     hourly: dict[Any, dict[str, Any]] = defaultdict(lambda: dict.fromkeys(BILLED, 0))
@@ -150,8 +186,10 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
     # ids: a name seen by id (Fetch v13) gets that id on every row of it, Produce rows included
     assert all(r["topic_id"] is not None for r in t["topic_hourly"] if r["topic_name"] is not None)
 
-    got_api = {(str(r["day"]), r["api_key"], r["error_code"]): {"requests": r["requests"], "outcome": r["outcome"]}
-               for r in t["api_errors"]}
+    got_api = {
+        (str(r["day"]), r["api_key"], r["error_code"]): {"requests": r["requests"], "outcome": r["outcome"]}
+        for r in t["api_errors"]
+    }
     assert got_api == {k: dict(v) for k, v in want["api_errors"].items()}
 
     cols = ("requests", "request_bytes", "errors", "normal_errors")

@@ -25,16 +25,27 @@ def _lines(*objs: Any) -> bytes:
 
 def test_a_block_with_bad_lines_keeps_every_good_line_and_names_each_bad_one() -> None:
     good = [event(T0 + i) for i in range(40)]
-    bad = [b"not json", b'{"schema": 1, "time_us": "soon"}', b"[1, 2]",
-           b'{"schema": 2, "time_us": "a v2 field of another type"}', b'{"schema": 1, "time_us": 1.5}']
+    bad = [
+        b"not json",
+        b'{"schema": 1, "time_us": "soon"}',
+        b"[1, 2]",
+        b'{"schema": 2, "time_us": "a v2 field of another type"}',
+        b'{"schema": 1, "time_us": 1.5}',
+    ]
     block = _lines(*good[:10], bad[0], *good[10:20], bad[1], b"", b"   ", bad[2], *good[20:], bad[3], bad[4])
     tables, found = decode.parse_block(block)
     assert sum(t.num_rows for t in tables) == 40
     times = [x for t in tables for x in t.column("time_us").to_pylist()]
     assert times == [T0 + i for i in range(40)]  # in order, none lost around the bad ones
-    assert sorted((b.sample, b.status, b.schema or 0) for b in found) == sorted([
-        ("not json", MALFORMED, 0), (bad[1].decode(), MALFORMED, 1), ("[1, 2]", MALFORMED, 0),
-        (bad[3].decode(), UNKNOWN_SCHEMA, 2), (bad[4].decode(), MALFORMED, 1)])
+    assert sorted((b.sample, b.status, b.schema or 0) for b in found) == sorted(
+        [
+            ("not json", MALFORMED, 0),
+            (bad[1].decode(), MALFORMED, 1),
+            ("[1, 2]", MALFORMED, 0),
+            (bad[3].decode(), UNKNOWN_SCHEMA, 2),
+            (bad[4].decode(), MALFORMED, 1),
+        ]
+    )
 
 
 def test_lines_arrow_cannot_take_as_they_are() -> None:
@@ -42,13 +53,25 @@ def test_lines_arrow_cannot_take_as_they_are() -> None:
     the reports), two values on a line, ``\\r`` line ends, and what kgate's writer escapes as lone
     surrogates (kept, as U+FFFD) or a key given twice (the last value, as Spark's reader took it)."""
     good = [event(T0 + i) for i in range(30)]
-    surrogate = json.dumps({**event(T0 + 100), "client": {"address": "a", "id": "x\udc80y",
-                                                          "principal": None}}).encode()
+    surrogate = json.dumps(
+        {**event(T0 + 100), "client": {"address": "a", "id": "x\udc80y", "principal": None}}
+    ).encode()
     twice = json.dumps(event(T0 + 101))[:-1].encode() + b', "instance": "last"}'
-    block = b"\r".join([
-        b"null", *(json.dumps(e).encode() for e in good[:10]), b'{"schema": 1, "instance": "\xff"}',
-        *(json.dumps(e).encode() for e in good[10:20]), json.dumps(good[20]).encode() + b" " + b"{}",
-        *(json.dumps(e).encode() for e in good[21:]), surrogate, twice]) + b"\r"
+    block = (
+        b"\r".join(
+            [
+                b"null",
+                *(json.dumps(e).encode() for e in good[:10]),
+                b'{"schema": 1, "instance": "\xff"}',
+                *(json.dumps(e).encode() for e in good[10:20]),
+                json.dumps(good[20]).encode() + b" " + b"{}",
+                *(json.dumps(e).encode() for e in good[21:]),
+                surrogate,
+                twice,
+            ]
+        )
+        + b"\r"
+    )
     tables, found = decode.parse_block(block)
     rows = [r for t in tables for r in t.to_pylist()]
     assert sorted(r["time_us"] for r in rows) == sorted([T0 + i for i in range(30) if i != 20] + [T0 + 100, T0 + 101])
@@ -111,7 +134,7 @@ def test_the_address_hash_is_stable_and_spreads_well_enough_for_the_hyperloglog(
     for b, r in zip((h & (m - 1)).tolist(), _rho(h).tolist(), strict=True):
         regs[b] = max(regs[b], r)
     alpha = 0.7213 / (1 + 1.079 / m)
-    estimate = alpha * m * m / sum(2.0 ** -r for r in regs)
+    estimate = alpha * m * m / sum(2.0**-r for r in regs)
     assert abs(estimate - 200_000) / 200_000 < 0.03
 
 
@@ -122,8 +145,15 @@ def test_latency_buckets_round_half_up_to_three_significant_digits() -> None:
 
 def test_partials_combined_across_blocks_equal_one_aggregation() -> None:
     """Blocks aggregated apart and combined must give what one aggregation over every line gives."""
-    events = [event(T0 + i * 1000, client_id=f"c{i % 7}", latency_us=100 + i % 13,
-                    topics=[topic(f"t{i % 5}", bytes=i, records=1)]) for i in range(3000)]
+    events = [
+        event(
+            T0 + i * 1000,
+            client_id=f"c{i % 7}",
+            latency_us=100 + i % 13,
+            topics=[topic(f"t{i % 5}", bytes=i, records=1)],
+        )
+        for i in range(3000)
+    ]
     whole, split = Partials(), Partials()
     raw = _lines(*events)
     whole.add_block("/f", raw)
@@ -183,9 +213,12 @@ def test_bzip2_and_zstd_files_are_read_by_name() -> None:
     import bz2
 
     lines = _lines(*[event(T0 + i) for i in range(100)])
-    for name, data in (("/a.jsonl.bz2", bz2.compress(lines)),
-                       ("/a.jsonl.zst", pa.compress(lines, "zstd", asbytes=True)),
-                       ("/a.jsonl.gz", gzip.compress(lines)), ("/a.jsonl", lines)):
+    for name, data in (
+        ("/a.jsonl.bz2", bz2.compress(lines)),
+        ("/a.jsonl.zst", pa.compress(lines, "zstd", asbytes=True)),
+        ("/a.jsonl.gz", gzip.compress(lines)),
+        ("/a.jsonl", lines),
+    ):
         p = Partials()
         p.add_file(name, data)
         t = pa.Table.from_batches(list(p.batches()))
@@ -207,9 +240,16 @@ def test_parquet_audit_files_roll_up_like_their_json_lines(tmp_path: Any) -> Non
     Parquet counts as one malformed line."""
     from kgate.filters.builtin.audit.parquet import convert_file
 
-    events = [event(T0 + i * 1_000_000, api="Produce" if i % 3 else "Fetch", version=9 + i % 5,
-                    client_id=f"c{i % 4}", topics=[topic(f"t{i % 2}", bytes=100 + i, records=None if i == 7 else i)])
-              for i in range(50)]
+    events = [
+        event(
+            T0 + i * 1_000_000,
+            api="Produce" if i % 3 else "Fetch",
+            version=9 + i % 5,
+            client_id=f"c{i % 4}",
+            topics=[topic(f"t{i % 2}", bytes=100 + i, records=None if i == 7 else i)],
+        )
+        for i in range(50)
+    ]
     hidden = tmp_path / ".kgate-audit-x.jsonl"
     hidden.write_bytes(_lines(*events))
     parquet = convert_file(hidden)

@@ -18,38 +18,115 @@ import pytest
 from .conftest import HOUR, T0, event, topic, write_events
 
 S = 1_000_000
-DENY = {"filter": "topic-policy", "decision": "deny", "operation": "Read", "resource_type": "topic",
-        "resource": "secret", "error_code": 29, "reason": "topic matches deny pattern secret*"}
+DENY = {
+    "filter": "topic-policy",
+    "decision": "deny",
+    "operation": "Read",
+    "resource_type": "topic",
+    "resource": "secret",
+    "error_code": 29,
+    "reason": "topic matches deny pattern secret*",
+}
 
 
 def fleet(tmp: Path) -> Path:
     d = tmp / "audit"
     a = [  # kgate-a, written newest first
-        event(T0 + 2 * HOUR + 30 * S, version=13, client_id="consumer-old", principal="User:bob", instance="kgate-a",
-              error_code=100, topics=[topic("orders", "OLD", status="resolved", errors=[100])]),
-        event(T0 + 2 * HOUR + 10 * S, version=13, client_id="consumer-new2", principal="User:carol",
-              instance="kgate-a", topics=[topic("orders", "NEW", status="resolved", bytes=200, records=2)]),
-        event(T0 + 50 * S, api="Metadata", version=12, client_id="snoop", principal="User:eve", instance="kgate-a",
-              error_code=29, latency_us=500, topics=[topic("secret", errors=[29])], policy=[DENY]),
-        event(T0 + 20 * S, version=12, client_id="consumer", principal="User:bob", instance="kgate-a",
-              latency_us=1000, topics=[topic("orders", bytes=1500, records=15)]),
-        event(T0 + 10 * S, api="Produce", version=9, client_id="producer", principal="User:alice",
-              instance="kgate-a", latency_us=2000, request_bytes=1100,
-              topics=[topic("orders", bytes=1000, records=10)]),
+        event(
+            T0 + 2 * HOUR + 30 * S,
+            version=13,
+            client_id="consumer-old",
+            principal="User:bob",
+            instance="kgate-a",
+            error_code=100,
+            topics=[topic("orders", "OLD", status="resolved", errors=[100])],
+        ),
+        event(
+            T0 + 2 * HOUR + 10 * S,
+            version=13,
+            client_id="consumer-new2",
+            principal="User:carol",
+            instance="kgate-a",
+            topics=[topic("orders", "NEW", status="resolved", bytes=200, records=2)],
+        ),
+        event(
+            T0 + 50 * S,
+            api="Metadata",
+            version=12,
+            client_id="snoop",
+            principal="User:eve",
+            instance="kgate-a",
+            error_code=29,
+            latency_us=500,
+            topics=[topic("secret", errors=[29])],
+            policy=[DENY],
+        ),
+        event(
+            T0 + 20 * S,
+            version=12,
+            client_id="consumer",
+            principal="User:bob",
+            instance="kgate-a",
+            latency_us=1000,
+            topics=[topic("orders", bytes=1500, records=15)],
+        ),
+        event(
+            T0 + 10 * S,
+            api="Produce",
+            version=9,
+            client_id="producer",
+            principal="User:alice",
+            instance="kgate-a",
+            latency_us=2000,
+            request_bytes=1100,
+            topics=[topic("orders", bytes=1000, records=10)],
+        ),
     ]
-    write_events(d / "kgate-a" / "audit-1.jsonl", a,
-                 extra_lines=["", "this is not json", '{"schema": 1, "time_us": 17', '{"schema": 2, "when": "now"}'])
+    write_events(
+        d / "kgate-a" / "audit-1.jsonl",
+        a,
+        extra_lines=["", "this is not json", '{"schema": 1, "time_us": 17', '{"schema": 2, "when": "now"}'],
+    )
     b = [
-        event(T0 + 30 * S, version=13, client_id="consumer-new", principal="User:bob", instance="kgate-b",
-              topics=[topic("orders", "OLD", status="resolved", bytes=300, records=3)]),
-        event(T0 + 40 * S, version=13, client_id="ghost", principal="User:dave", instance="kgate-b",
-              error_code=100, latency_us=None, response_bytes=None,
-              topics=[topic(None, "GHOST", status="unresolved", errors=[100])]),
-        event(T0 + HOUR + 5 * S, api="Produce", version=9, client_id="producer", principal="User:alice",
-              instance="kgate-b", latency_us=4000, request_bytes=600,
-              topics=[topic("orders", bytes=500, records=5)]),
-        event(T0 + 2 * HOUR + 20 * S, version=13, client_id="consumer-old", principal="User:bob", instance="kgate-b",
-              error_code=100, topics=[topic("orders", "OLD", status="resolved", errors=[100])]),
+        event(
+            T0 + 30 * S,
+            version=13,
+            client_id="consumer-new",
+            principal="User:bob",
+            instance="kgate-b",
+            topics=[topic("orders", "OLD", status="resolved", bytes=300, records=3)],
+        ),
+        event(
+            T0 + 40 * S,
+            version=13,
+            client_id="ghost",
+            principal="User:dave",
+            instance="kgate-b",
+            error_code=100,
+            latency_us=None,
+            response_bytes=None,
+            topics=[topic(None, "GHOST", status="unresolved", errors=[100])],
+        ),
+        event(
+            T0 + HOUR + 5 * S,
+            api="Produce",
+            version=9,
+            client_id="producer",
+            principal="User:alice",
+            instance="kgate-b",
+            latency_us=4000,
+            request_bytes=600,
+            topics=[topic("orders", bytes=500, records=5)],
+        ),
+        event(
+            T0 + 2 * HOUR + 20 * S,
+            version=13,
+            client_id="consumer-old",
+            principal="User:bob",
+            instance="kgate-b",
+            error_code=100,
+            topics=[topic("orders", "OLD", status="resolved", errors=[100])],
+        ),
     ]
     write_events(d / "kgate-b" / "audit-0.jsonl.gz", b)
     return d
@@ -89,7 +166,11 @@ def test_topic_hourly(tables: dict[str, list[dict[str, Any]]]) -> None:
     assert h0["topic_id"] == "OLD"
     assert (h0["requests"], h0["produce_requests"], h0["fetch_requests"], h0["errors"]) == (3, 1, 2, 0)
     assert (h0["produced_bytes"], h0["consumed_bytes"], h0["produced_records"], h0["consumed_records"]) == (
-        1000, 1800, 10, 18)
+        1000,
+        1800,
+        10,
+        18,
+    )
     h1 = _one(rows, topic_name="orders", hour=_hour(T0 + HOUR))
     assert (h1["topic_id"], h1["produced_bytes"], h1["consumed_bytes"], h1["produced_records"]) == ("OLD", 500, 0, 5)
     old = _one(rows, topic_id="OLD", hour=_hour(T0 + 2 * HOUR))
@@ -111,9 +192,17 @@ def test_chargeback(tables: dict[str, list[dict[str, Any]]]) -> None:
     rows = tables["chargeback"]
     alice = _one(rows, principal="User:alice", topic_name="orders")
     assert (alice["client_id"], alice["requests"], alice["produce_requests"], alice["fetch_requests"]) == (
-        "producer", 2, 2, 0)
+        "producer",
+        2,
+        2,
+        0,
+    )
     assert (alice["produced_bytes"], alice["consumed_bytes"], alice["produced_records"], alice["consumed_records"]) == (
-        1500, 0, 15, 0)
+        1500,
+        0,
+        15,
+        0,
+    )
     bob = {r["client_id"]: (r["consumed_bytes"], r["consumed_records"]) for r in rows if r["principal"] == "User:bob"}
     assert bob == {"consumer": (1500, 15), "consumer-new": (300, 3), "consumer-old": (0, 0)}
     carol = _one(rows, principal="User:carol")
@@ -153,11 +242,14 @@ def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, lis
 
     join = {"api": "JoinGroup", "key": 11, "version": 9}
     normal = [
-        event(T0 + S, **join, error_code=79), event(T0 + 2 * S, **join, error_code=0),
-        event(T0 + 3 * S, **join, error_code=27), event(T0 + 4 * S, **join, error_code=0),
+        event(T0 + S, **join, error_code=79),
+        event(T0 + 2 * S, **join, error_code=0),
+        event(T0 + 3 * S, **join, error_code=27),
+        event(T0 + 4 * S, **join, error_code=0),
         event(T0 + 5 * S, api="Produce", version=9, error_code=6, topics=[topic("t", bytes=10, records=1, errors=[6])]),
-        event(T0 + 6 * S, api="Produce", version=9, error_code=87,
-              topics=[topic("t", bytes=10, records=1, errors=[87])]),
+        event(
+            T0 + 6 * S, api="Produce", version=9, error_code=87, topics=[topic("t", bytes=10, records=1, errors=[87])]
+        ),
         event(T0 + 7 * S, key=12, api="Heartbeat", version=4, error_code=79),  # 79 is no Heartbeat answer
     ]
     u = {"instance": "kgate-u", "client_id": "u-app"}
@@ -186,11 +278,19 @@ def test_protocol_normal_codes_are_not_failures(small: dict[str, list[dict[str, 
     """A healthy consumer group's JoinGroup rounds (MEMBER_ID_REQUIRED 79, REBALANCE_IN_PROGRESS 27) and
     a leader move (NOT_LEADER_OR_FOLLOWER 6) are normal answers, apart from failures (JoinGroup showed
     50% errors)."""
-    outcome = {(r["api_name"], r["error_code"]): (r["requests"], r["outcome"]) for r in small["api_errors"]
-               if str(r["day"]) == "2025-11-24"}
-    assert outcome == {("JoinGroup", 0): (2, "ok"), ("JoinGroup", 79): (1, "normal"),
-                       ("JoinGroup", 27): (1, "normal"), ("Produce", 6): (1, "normal"),
-                       ("Produce", 87): (1, "failure"), ("Heartbeat", 79): (1, "failure")}
+    outcome = {
+        (r["api_name"], r["error_code"]): (r["requests"], r["outcome"])
+        for r in small["api_errors"]
+        if str(r["day"]) == "2025-11-24"
+    }
+    assert outcome == {
+        ("JoinGroup", 0): (2, "ok"),
+        ("JoinGroup", 79): (1, "normal"),
+        ("JoinGroup", 27): (1, "normal"),
+        ("Produce", 6): (1, "normal"),
+        ("Produce", 87): (1, "failure"),
+        ("Heartbeat", 79): (1, "failure"),
+    }
     inst = _one(small["instances"], instance="kgate-a")
     assert (inst["errors"], inst["normal_errors"]) == (2, 3)
     client = _one(small["clients"], client_id="app")
@@ -209,7 +309,11 @@ def test_stale_id_of_a_recreated_topic(tables: dict[str, list[dict[str, Any]]]) 
     row = stale[0]
     assert (row["topic_name"], row["topic_id"], row["current_id"]) == ("orders", "OLD", "NEW")
     assert (row["principal"], row["client_id"], row["requests"], row["unknown_id_errors"]) == (
-        "User:bob", "consumer-old", 2, 2)
+        "User:bob",
+        "consumer-old",
+        2,
+        2,
+    )
     assert row["instances"] == "kgate-a,kgate-b"
     history = {r["topic_id"]: r for r in tables["topic_id_history"]}
     assert set(history) == {"OLD", "NEW"}
@@ -221,21 +325,31 @@ def test_stale_id_of_a_recreated_topic(tables: dict[str, list[dict[str, Any]]]) 
 
 def test_never_resolved_ids(tables: dict[str, list[dict[str, Any]]]) -> None:
     (row,) = tables["unresolved_ids"]
-    assert (row["topic_id"], row["requests"], row["statuses"], row["client_ids"]) == (
-        "GHOST", 1, "unresolved", "ghost")
+    assert (row["topic_id"], row["requests"], row["statuses"], row["client_ids"]) == ("GHOST", 1, "unresolved", "ghost")
 
 
 def test_id_adoption(tables: dict[str, list[dict[str, Any]]]) -> None:
     share = {r["client_id"]: (r["with_ids"], r["fetch_produce"], r["share"]) for r in tables["id_adoption"]}
-    assert share == {"producer": (0, 2, 0.0), "consumer": (0, 1, 0.0), "consumer-new": (1, 1, 1.0),
-                     "consumer-new2": (1, 1, 1.0), "consumer-old": (2, 2, 1.0), "ghost": (1, 1, 1.0)}
+    assert share == {
+        "producer": (0, 2, 0.0),
+        "consumer": (0, 1, 0.0),
+        "consumer-new": (1, 1, 1.0),
+        "consumer-new2": (1, 1, 1.0),
+        "consumer-old": (2, 2, 1.0),
+        "ghost": (1, 1, 1.0),
+    }
     assert _one(tables["id_adoption"], client_id="producer")["max_produce_version"] == 9
 
 
 def test_policy_denials(tables: dict[str, list[dict[str, Any]]]) -> None:
     (row,) = tables["policy_denials"]
     assert (row["principal"], row["resource_type"], row["resource"], row["denials"], row["client_ids"]) == (
-        "User:eve", "topic", "secret", 1, "snoop")
+        "User:eve",
+        "topic",
+        "secret",
+        1,
+        "snoop",
+    )
     assert (row["filter"], row["decision"], row["error_code"]) == ("topic-policy", "deny", 29)
 
 
@@ -278,25 +392,37 @@ def _recreated_payments(tmp: Path) -> Path:
     a1, a2 = "Aud1AAAAAAAAAAAAAAAAAA", "Aud2AAAAAAAAAAAAAAAAAA"
 
     def use(t: int, client: str, inst: str, tid: str, name: str = "payments") -> dict[str, Any]:
-        return event(t, version=13, client_id=client, principal="User:frank", instance=inst,
-                     topics=[topic(name, tid, status="resolved", bytes=10, records=1)])
+        return event(
+            t,
+            version=13,
+            client_id=client,
+            principal="User:frank",
+            instance=inst,
+            topics=[topic(name, tid, status="resolved", bytes=10, records=1)],
+        )
 
     d = tmp / "audit"
-    write_events(d / "a.jsonl", [
-        use(T0 + 2 * HOUR, "lagger", "kgate-a", p1),       # written newest first
-        use(T0 + HOUR + 5 * S, "lagger", "kgate-a", p1),
-        use(T0 + HOUR, "carol", "kgate-a", p2),            # the new id appears: T
-        use(T0 + 20 * S, "early", "kgate-a", p1),
-        use(T0 + 10 * S, "lagger", "kgate-a", p1),
-        use(T0 + 3 * HOUR, "slow", "kgate-a", a1, "audits"),  # audits: A2 at T0+1h, slow on A1 only after
-        use(T0 + HOUR, "carol", "kgate-a", a2, "audits"),
-        use(T0 + 5 * S, "slow", "kgate-a", a1, "audits"),
-    ])
-    write_events(d / "b.jsonl.gz", [
-        use(T0 + 30 * S, "lagger", "kgate-b", p1),
-        use(T0 + HOUR, "lagger", "kgate-b", p1),           # exactly at T: stale (at or after)
-        use(T0 + 3 * HOUR, "late", "kgate-b", p1),
-    ])
+    write_events(
+        d / "a.jsonl",
+        [
+            use(T0 + 2 * HOUR, "lagger", "kgate-a", p1),  # written newest first
+            use(T0 + HOUR + 5 * S, "lagger", "kgate-a", p1),
+            use(T0 + HOUR, "carol", "kgate-a", p2),  # the new id appears: T
+            use(T0 + 20 * S, "early", "kgate-a", p1),
+            use(T0 + 10 * S, "lagger", "kgate-a", p1),
+            use(T0 + 3 * HOUR, "slow", "kgate-a", a1, "audits"),  # audits: A2 at T0+1h, slow on A1 only after
+            use(T0 + HOUR, "carol", "kgate-a", a2, "audits"),
+            use(T0 + 5 * S, "slow", "kgate-a", a1, "audits"),
+        ],
+    )
+    write_events(
+        d / "b.jsonl.gz",
+        [
+            use(T0 + 30 * S, "lagger", "kgate-b", p1),
+            use(T0 + HOUR, "lagger", "kgate-b", p1),  # exactly at T: stale (at or after)
+            use(T0 + 3 * HOUR, "late", "kgate-b", p1),
+        ],
+    )
     return d
 
 
@@ -311,7 +437,11 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(spark: Any, tmp_pa
     assert set(stale) == {("payments", "lagger"), ("payments", "late"), ("audits", "slow")}
     lag = stale["payments", "lagger"]
     assert (lag["topic_id"], lag["current_id"], lag["requests"], lag["unknown_id_errors"]) == (
-        "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA", 3, 0)
+        "Pay1AAAAAAAAAAAAAAAAAA",
+        "Pay2AAAAAAAAAAAAAAAAAA",
+        3,
+        0,
+    )
     assert lag["instances"] == "kgate-a,kgate-b"
     assert (lag["first_seen"].timestamp(), lag["last_seen"].timestamp()) == ((T0 + HOUR) / S, (T0 + 2 * HOUR) / S)
     assert (stale["payments", "late"]["requests"], stale["payments", "late"]["instances"]) == (1, "kgate-b")
@@ -345,8 +475,14 @@ def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: A
     from kgate.pipeline import ingest, reports
 
     roll = reports.merge(ingest.read_partials(spark, ingest.resolve_inputs([str(fleet(tmp_path))])))
-    spark_types = {"string": "string", "long": "bigint", "int": "int", "date": "date", "timestamp": "timestamp",
-                   "boolean": "boolean"}
+    spark_types = {
+        "string": "string",
+        "long": "bigint",
+        "int": "int",
+        "date": "date",
+        "timestamp": "timestamp",
+        "boolean": "boolean",
+    }
     for name, keys in reports.SETS.items():
         measures = reports.MEASURES[name]
         got = reports.part(roll, name, measures[0][0]).dtypes
@@ -357,5 +493,9 @@ def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: A
     uses: dict[tuple[str, bool], int] = {}
     for r in reports.part(roll, "id_use", "id_uses").collect():
         uses[(r["client_id"], r["id_gone"])] = uses.get((r["client_id"], r["id_gone"]), 0) + r["id_uses"]
-    assert uses == {("consumer-old", True): 2, ("consumer-new2", False): 1, ("consumer-new", False): 1,
-                    ("ghost", True): 1}  # booleans back from their long slot
+    assert uses == {
+        ("consumer-old", True): 2,
+        ("consumer-new2", False): 1,
+        ("consumer-new", False): 1,
+        ("ghost", True): 1,
+    }  # booleans back from their long slot

@@ -161,8 +161,14 @@ def _tansu_deleted_id_answer(cid: int, version: int = 16) -> bytes:
     """Tansu's Fetch answer for a deleted topic's id, byte for byte as it sends it (probed with Tansu
     0.6.0): a zero topic id, error 3, a ``current_leader`` tag, and tag 0 (node endpoints) present
     with an empty list. librdkafka 2.16 crashed on it (docs/compatibility.md)."""
-    part = F.PartitionData(partition_index=0, error_code=3, high_watermark=0, last_stable_offset=0,
-                           current_leader=F.LeaderIdAndEpoch(leader_id=0, leader_epoch=0), records=b"")
+    part = F.PartitionData(
+        partition_index=0,
+        error_code=3,
+        high_watermark=0,
+        last_stable_offset=0,
+        current_leader=F.LeaderIdAndEpoch(leader_id=0, leader_epoch=0),
+        records=b"",
+    )
     msg = F.FetchResponse(responses=[F.FetchableTopicResponse(topic_id=uuid.UUID(int=0), partitions=[part])])
     answer = _answer(FETCH, version, msg, cid)
     assert answer.endswith(b"\x00")

@@ -74,8 +74,15 @@ def frame_of(key: ApiKey, version: int, msg: Any, cid: int = 7) -> bytes:
 def test_the_header_only_path_keeps_what_the_sweep_reads_the_wait_from() -> None:
     core, _actions = make_core()  # no filter: raw mode, nothing decoded on the way
     assert core.raw_requests
-    join = req(K.JOIN_GROUP, group_id="g", session_timeout_ms=45000, rebalance_timeout_ms=12000,
-               member_id="", protocol_type="consumer", protocols=[])
+    join = req(
+        K.JOIN_GROUP,
+        group_id="g",
+        session_timeout_ms=45000,
+        rebalance_timeout_ms=12000,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[],
+    )
     core.receive_client(frame_of(K.JOIN_GROUP, 7, join, cid=1))
     core.receive_client(frame_of(K.FETCH, 12, req(K.FETCH, max_wait_ms=9000, topics=[]), cid=2))
     produce = req(K.PRODUCE, acks=-1, timeout_ms=25000, transactional_id=None, topic_data=[])
@@ -106,8 +113,9 @@ def test_negative_produce_timeout_is_no_wait() -> None:
 
 
 S = ProxySettings(idle_timeout_s=600, frame_timeout_s=10, upstream_timeout_s=3)
-QUIET = Snapshot(rx=1, up_rx=1, frames=1, mid_frame=False, owes=True, reading_paused=False,
-                 upstream_paused=False, head=None)
+QUIET = Snapshot(
+    rx=1, up_rx=1, frames=1, mid_frame=False, owes=True, reading_paused=False, upstream_paused=False, head=None
+)
 
 
 def sweep(head: Any, times: list[float]) -> list[str | None]:

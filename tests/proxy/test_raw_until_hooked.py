@@ -34,9 +34,12 @@ class RefuseCreateTopics(Filter):
 
     @on_request(ApiKey.CREATE_TOPICS)
     def create(self, ctx: FilterContext, request: Any) -> Any:
-        answer = ct.CreateTopicsResponse(topics=[
-            ct.CreatableTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message="too big")
-            for t in request.topics])
+        answer = ct.CreateTopicsResponse(
+            topics=[
+                ct.CreatableTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message="too big")
+                for t in request.topics
+            ]
+        )
         return Respond(answer)
 
 
@@ -51,15 +54,15 @@ def metadata_answer(cid: int) -> bytes:
 
 def produce_request(cid: int, records: bytes) -> bytes:
     req = pm.ProduceRequest(acks=1, timeout_ms=1000, transactional_id=None)
-    req.topic_data = [pm.TopicProduceData(name="t", partition_data=[pm.PartitionProduceData(index=0,
-                                                                                             records=records)])]
+    req.topic_data = [pm.TopicProduceData(name="t", partition_data=[pm.PartitionProduceData(index=0, records=records)])]
     return request_frame(PR, PR_V, cid, "c", api.request_header_version(PR, PR_V), req.encode(PR_V))
 
 
 def create_topics_request(cid: int) -> bytes:
     req = ct.CreateTopicsRequest(timeout_ms=1000, validate_only=False)
-    req.topics = [ct.CreatableTopic(name="huge", num_partitions=1_111_556_097, replication_factor=1,
-                                    assignments=[], configs=[])]
+    req.topics = [
+        ct.CreatableTopic(name="huge", num_partitions=1_111_556_097, replication_factor=1, assignments=[], configs=[])
+    ]
     return request_frame(CT, CT_V, cid, "c", api.request_header_version(CT, CT_V), req.encode(CT_V))
 
 

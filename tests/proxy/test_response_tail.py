@@ -276,8 +276,14 @@ def test_any_chunking_of_any_fetch_gives_one_answer(
 def _tansu_fetch(version: int = 16) -> bytes:
     """Tansu's Fetch answer for a deleted topic's id, as it sends it: a zero topic id, error 3, a
     ``current_leader`` tag, and tag 0 (node endpoints) present with an empty list."""
-    part = F.PartitionData(partition_index=0, error_code=3, high_watermark=0, last_stable_offset=0,
-                           current_leader=F.LeaderIdAndEpoch(leader_id=0, leader_epoch=0), records=b"")
+    part = F.PartitionData(
+        partition_index=0,
+        error_code=3,
+        high_watermark=0,
+        last_stable_offset=0,
+        current_leader=F.LeaderIdAndEpoch(leader_id=0, leader_epoch=0),
+        records=b"",
+    )
     msg = F.FetchResponse(responses=[F.FetchableTopicResponse(topic_id=uuid.UUID(int=0), partitions=[part])])
     frame = _frame(1, version, msg)
     assert frame.endswith(b"\x00") and b"\x01\x09\x00\x00\x00\x00\x00\x00\x00\x00\x00" in frame

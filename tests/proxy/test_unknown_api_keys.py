@@ -45,8 +45,10 @@ def test_unknown_api_key_is_refused_under_the_authorizer() -> None:
 
 def test_api_versions_does_not_advertise_unknown_keys_when_refused() -> None:
     msg = api.API_INFO[ApiKey.API_VERSIONS].response_class(error_code=0)
-    msg.api_keys = [ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=12),
-                    ApiVersion(api_key=UNKNOWN_KEY, min_version=0, max_version=3)]
+    msg.api_keys = [
+        ApiVersion(api_key=ApiKey.METADATA, min_version=0, max_version=12),
+        ApiVersion(api_key=UNKNOWN_KEY, min_version=0, max_version=3),
+    ]
     frame = memoryview(response_frame(3, 0, msg.encode(3)))
     assert rewrite.cap_api_versions(frame, 3, {}) is None  # default: unknown keys pass untouched
     out = rewrite.cap_api_versions(frame, 3, {}, known_only=True)

@@ -59,9 +59,7 @@ class TestCA:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + datetime.timedelta(days=2))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True
-            )
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
             .sign(self.key, hashes.SHA256())
         )
         self.cert_path = self.dir / f"{name.replace(' ', '-')}.pem"

@@ -56,8 +56,10 @@ class JavaRun:
         return [line for line in self.stdout.splitlines() if line.strip()]
 
     def describe(self) -> str:
-        return (f"{' '.join(self.argv[:1] + self.argv[1:12])} -> rc {self.returncode} in {self.seconds:.1f}s\n"
-                f"--- stdout (tail) ---\n{self.stdout[-3000:]}\n--- stderr (tail) ---\n{self.stderr[-4000:]}")
+        return (
+            f"{' '.join(self.argv[:1] + self.argv[1:12])} -> rc {self.returncode} in {self.seconds:.1f}s\n"
+            f"--- stdout (tail) ---\n{self.stdout[-3000:]}\n--- stderr (tail) ---\n{self.stderr[-4000:]}"
+        )
 
 
 class JavaTools:
@@ -68,8 +70,15 @@ class JavaTools:
     (kgate's), so a run that never reached kgate cannot pass the no-bypass check vacuously.
     """
 
-    def __init__(self, dist: Dist, bootstrap: str, *, forbidden_ports: Iterable[int] = (),
-                 must_use: int | None = None, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        dist: Dist,
+        bootstrap: str,
+        *,
+        forbidden_ports: Iterable[int] = (),
+        must_use: int | None = None,
+        workdir: Path | None = None,
+    ) -> None:
         self.dist = dist
         self.home = kafka_broker.distribution(dist)
         self.bootstrap = bootstrap
@@ -87,14 +96,28 @@ class JavaTools:
             env["LOG_DIR"] = str(self.workdir)
         return env
 
-    def run(self, tool: str, args: Sequence[str], *, stdin: str | None = None,
-            timeout: float = DEFAULT_TIMEOUT_S, check: bool = True) -> JavaRun:
+    def run(
+        self,
+        tool: str,
+        args: Sequence[str],
+        *,
+        stdin: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        check: bool = True,
+    ) -> JavaRun:
         """Run ``bin/<tool> args``; fails (AssertionError) on timeout, on a non-zero exit with
         ``check``, and on any socket to a forbidden port."""
         argv = [str(self.home / "bin" / tool), *args]
         started = time.monotonic()
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=self._env(), start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self._env(),
+            start_new_session=True,
+        )
         watch = ConnectionWatcher(self.forbidden, interval=0.05, pid=proc.pid)
         with watch:
             try:
@@ -110,14 +133,16 @@ class JavaTools:
         print(f"{tool}: rc {run.returncode} in {run.seconds:.1f}s, connected to {sorted(run.peers)}")
         assert not watch.violations, (
             f"{tool} connected straight to the broker ({sorted(self.forbidden)}), bypassing kgate: "
-            f"{watch.violations[:5]}\n{run.describe()}")
+            f"{watch.violations[:5]}\n{run.describe()}"
+        )
         if check:
             assert run.returncode == 0, f"{tool} failed:\n{run.describe()}"
         if self.must_use is not None:
             assert self.must_use in run.peers, (
                 f"{tool} was never seen connected to {self.must_use}; saw {sorted(run.peers)} in "
                 f"{watch.samples} samples over {run.seconds:.1f}s (2 samples: the watcher thread never ran)\n"
-                f"{run.describe()}")
+                f"{run.describe()}"
+            )
         return run
 
     # ------------------------------------------------------------------ producers
@@ -129,33 +154,63 @@ class JavaTools:
             args += ["--command-property" if self._new_options else "--producer-property", p]
         return self.run("kafka-console-producer.sh", args, stdin="".join(f"{x}\n" for x in lines))
 
-    def transactional_perf(self, topic: str, records: int, transactional_id: str,
-                           duration_ms: int = 200) -> JavaRun:
+    def transactional_perf(self, topic: str, records: int, transactional_id: str, duration_ms: int = 200) -> JavaRun:
         """``kafka-producer-perf-test.sh`` with a transactional id: values ``0``..``records-1``
         (``--payload-monotonic``), a commit every ``duration_ms`` and one at the end.
 
         Fails unless the tool reports all ``records`` sent (it exits 0 even when sends failed)."""
-        run = self.run("kafka-producer-perf-test.sh", [
-            "--topic", topic, "--num-records", str(records), "--throughput", "-1", "--payload-monotonic",
-            "--transactional-id", transactional_id, "--transaction-duration-ms", str(duration_ms),
-            "--command-property" if self._new_options else "--producer-props",
-            f"bootstrap.servers={self.bootstrap}", "acks=all", "linger.ms=5",
-        ])
+        run = self.run(
+            "kafka-producer-perf-test.sh",
+            [
+                "--topic",
+                topic,
+                "--num-records",
+                str(records),
+                "--throughput",
+                "-1",
+                "--payload-monotonic",
+                "--transactional-id",
+                transactional_id,
+                "--transaction-duration-ms",
+                str(duration_ms),
+                "--command-property" if self._new_options else "--producer-props",
+                f"bootstrap.servers={self.bootstrap}",
+                "acks=all",
+                "linger.ms=5",
+            ],
+        )
         sent = re.search(r"^(\d+) records sent", run.stdout, re.MULTILINE)
         assert sent is not None and int(sent.group(1)) == records and "Exception" not in run.stderr, (
-            f"the transactional producer did not send all {records} records:\n{run.describe()}")
+            f"the transactional producer did not send all {records} records:\n{run.describe()}"
+        )
         return run
 
     # ------------------------------------------------------------------ consumers
-    def console_consume(self, topic: str, max_messages: int, *, group: str | None = None,
-                        props: Sequence[str] = (), isolation: str | None = None,
-                        idle_timeout_ms: int = 60_000) -> list[str]:
+    def console_consume(
+        self,
+        topic: str,
+        max_messages: int,
+        *,
+        group: str | None = None,
+        props: Sequence[str] = (),
+        isolation: str | None = None,
+        idle_timeout_ms: int = 60_000,
+    ) -> list[str]:
         """``kafka-console-consumer.sh`` from the beginning: the values it printed.
 
         It stops after ``max_messages`` or ``idle_timeout_ms`` without a record; to show that
         *exactly* n records are there, ask for n + 1 with a short idle timeout."""
-        args = ["--bootstrap-server", self.bootstrap, "--topic", topic, "--from-beginning",
-                "--max-messages", str(max_messages), "--timeout-ms", str(idle_timeout_ms)]
+        args = [
+            "--bootstrap-server",
+            self.bootstrap,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            str(max_messages),
+            "--timeout-ms",
+            str(idle_timeout_ms),
+        ]
         if group is not None:
             args += ["--group", group]
         if isolation is not None:
@@ -163,28 +218,50 @@ class JavaTools:
         for p in props:
             args += ["--command-property" if self._new_options else "--consumer-property", p]
         # a consumer that times out exits non-zero (TimeoutException) after printing what it read
-        return self.run("kafka-console-consumer.sh", args, timeout=idle_timeout_ms / 1000 + DEFAULT_TIMEOUT_S,
-                        check=False).lines()
+        return self.run(
+            "kafka-console-consumer.sh", args, timeout=idle_timeout_ms / 1000 + DEFAULT_TIMEOUT_S, check=False
+        ).lines()
 
-    def share_consume(self, topic: str, group: str, max_messages: int, *,
-                      idle_timeout_ms: int = 60_000) -> JavaRun:
+    def share_consume(self, topic: str, group: str, max_messages: int, *, idle_timeout_ms: int = 60_000) -> JavaRun:
         """``kafka-console-share-consumer.sh`` (KIP-932 share group): its run (``lines()`` = values)."""
-        args = ["--bootstrap-server", self.bootstrap, "--topic", topic, "--group", group,
-                "--max-messages", str(max_messages), "--timeout-ms", str(idle_timeout_ms)]
-        return self.run("kafka-console-share-consumer.sh", args, timeout=idle_timeout_ms / 1000 + DEFAULT_TIMEOUT_S,
-                        check=False)
+        args = [
+            "--bootstrap-server",
+            self.bootstrap,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--max-messages",
+            str(max_messages),
+            "--timeout-ms",
+            str(idle_timeout_ms),
+        ]
+        return self.run(
+            "kafka-console-share-consumer.sh", args, timeout=idle_timeout_ms / 1000 + DEFAULT_TIMEOUT_S, check=False
+        )
 
     # ------------------------------------------------------------------ admin
     def set_group_config(self, group: str, **configs: str) -> JavaRun:
         """``kafka-configs.sh --alter --entity-type groups`` (e.g. ``share.auto.offset.reset``)."""
         conf = ",".join(f"{k.replace('_', '.')}={v}" for k, v in configs.items())
-        return self.run("kafka-configs.sh", ["--bootstrap-server", self.bootstrap, "--alter", "--entity-type",
-                                             "groups", "--entity-name", group, "--add-config", conf])
+        return self.run(
+            "kafka-configs.sh",
+            [
+                "--bootstrap-server",
+                self.bootstrap,
+                "--alter",
+                "--entity-type",
+                "groups",
+                "--entity-name",
+                group,
+                "--add-config",
+                conf,
+            ],
+        )
 
     def describe_share_group(self, group: str) -> list[dict[str, str]]:
         """``kafka-share-groups.sh --describe --group G``: its table, one dict per row."""
-        run = self.run("kafka-share-groups.sh", ["--bootstrap-server", self.bootstrap, "--describe",
-                                                 "--group", group])
+        run = self.run("kafka-share-groups.sh", ["--bootstrap-server", self.bootstrap, "--describe", "--group", group])
         return parse_table(run.stdout)
 
 

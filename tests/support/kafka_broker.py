@@ -94,8 +94,10 @@ def cache_dir() -> Path:
 def unavailable(dist: Dist = DEFAULT_DIST) -> str | None:
     """Why no Kafka broker of ``dist`` can run here, or None."""
     if not dist.tarball.is_file():
-        return (f"Apache Kafka {dist.version} distribution not found at {dist.tarball} "
-                "(../shared is beside the repository in CI)")
+        return (
+            f"Apache Kafka {dist.version} distribution not found at {dist.tarball} "
+            "(../shared is beside the repository in CI)"
+        )
     if shutil.which("java") is None:
         return f"java is not on PATH (Apache Kafka {dist.version} needs Java 17+)"
     return None
@@ -128,8 +130,14 @@ class Kafka(ManagedProcess):
 
     name = "kafka"
 
-    def __init__(self, workdir: Path, port: int | None = None, advertised_port: int | None = None,
-                 ssl_listener: tuple[Path, Path] | None = None, dist: Dist = DEFAULT_DIST) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        advertised_port: int | None = None,
+        ssl_listener: tuple[Path, Path] | None = None,
+        dist: Dist = DEFAULT_DIST,
+    ) -> None:
         """``advertised_port``: what Metadata tells clients (a relay in front); default ``port``.
 
         ``dist``: which release (``KAFKA_43``, the default, or ``KAFKA_40``).
@@ -157,8 +165,11 @@ class Kafka(ManagedProcess):
             KAFKA_HEAP_OPTS="-Xms256m -Xmx768m",
             LOG_DIR=str(self.workdir / "logs"),
         )
-        super().__init__([str(self.home / "bin" / "kafka-server-start.sh"), str(self.config_path)],
-                         self.workdir / "kafka.log", env=env)
+        super().__init__(
+            [str(self.home / "bin" / "kafka-server-start.sh"), str(self.config_path)],
+            self.workdir / "kafka.log",
+            env=env,
+        )
         self._formatted = False
 
     def _properties(self) -> str:
@@ -192,13 +203,15 @@ class Kafka(ManagedProcess):
             props["listeners"] += f",SSL://{HOST}:{self.ssl_port}"
             props["advertised.listeners"] += f",SSL://{HOST}:{self.ssl_port}"
             props["listener.security.protocol.map"] += ",SSL:SSL"
-            props.update({
-                "ssl.keystore.type": "PEM",
-                "ssl.keystore.location": str(keystore),
-                "ssl.truststore.type": "PEM",
-                "ssl.truststore.location": str(truststore),
-                "ssl.client.auth": "none",
-            })
+            props.update(
+                {
+                    "ssl.keystore.type": "PEM",
+                    "ssl.keystore.location": str(keystore),
+                    "ssl.truststore.type": "PEM",
+                    "ssl.truststore.location": str(truststore),
+                    "ssl.client.auth": "none",
+                }
+            )
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     @property
@@ -215,10 +228,16 @@ class Kafka(ManagedProcess):
             self._formatted = True
             return
         storage = str(self.home / "bin" / "kafka-storage.sh")
-        cluster_id = subprocess.run([storage, "random-uuid"], capture_output=True, text=True, check=True,
-                                    env=self.env, timeout=60).stdout.strip()
-        res = subprocess.run([storage, "format", "-t", cluster_id, "-c", str(self.config_path)],
-                             capture_output=True, text=True, env=self.env, timeout=60)
+        cluster_id = subprocess.run(
+            [storage, "random-uuid"], capture_output=True, text=True, check=True, env=self.env, timeout=60
+        ).stdout.strip()
+        res = subprocess.run(
+            [storage, "format", "-t", cluster_id, "-c", str(self.config_path)],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=60,
+        )
         if res.returncode != 0:
             raise RuntimeError(f"kafka-storage.sh format failed: {res.stdout}{res.stderr}")
         self._formatted = True
@@ -251,11 +270,16 @@ class Kafka(ManagedProcess):
         # In a child process: a librdkafka client left in the test process keeps a socket straight to
         # the broker (tests assert clients never have one) and its destruction at an arbitrary GC
         # point crashed the interpreter once.
-        res = subprocess.run([sys.executable, "-c", _WARM_UP, self.bootstrap, *groups], capture_output=True,
-                             text=True, timeout=max(1.0, deadline - time.monotonic()))
+        res = subprocess.run(
+            [sys.executable, "-c", _WARM_UP, self.bootstrap, *groups],
+            capture_output=True,
+            text=True,
+            timeout=max(1.0, deadline - time.monotonic()),
+        )
         if res.returncode != 0:
-            raise TimeoutError(f"kafka's group coordinator not ready: {res.stdout}{res.stderr}\n"
-                               f"{self.log_text(tail=5000)}")
+            raise TimeoutError(
+                f"kafka's group coordinator not ready: {res.stdout}{res.stderr}\n{self.log_text(tail=5000)}"
+            )
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM (a controlled shutdown) and wait; SIGKILL if it does not exit in time."""

@@ -15,8 +15,16 @@ import time
 from dataclasses import dataclass
 
 _STATES = {
-    "01": "ESTABLISHED", "02": "SYN_SENT", "03": "SYN_RECV", "04": "FIN_WAIT1", "05": "FIN_WAIT2",
-    "06": "TIME_WAIT", "07": "CLOSE", "08": "CLOSE_WAIT", "09": "LAST_ACK", "0A": "LISTEN",
+    "01": "ESTABLISHED",
+    "02": "SYN_SENT",
+    "03": "SYN_RECV",
+    "04": "FIN_WAIT1",
+    "05": "FIN_WAIT2",
+    "06": "TIME_WAIT",
+    "07": "CLOSE",
+    "08": "CLOSE_WAIT",
+    "09": "LAST_ACK",
+    "0A": "LISTEN",
     "0B": "CLOSING",
 }
 
@@ -37,7 +45,7 @@ def _addr4(hexaddr: str) -> tuple[str, int]:
 def _addr6(hexaddr: str) -> tuple[str, int]:
     ip, port = hexaddr.split(":")
     raw = bytes.fromhex(ip)
-    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))
+    raw = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))
     if raw[:12] == b"\0" * 10 + b"\xff\xff":
         return socket.inet_ntoa(raw[12:]), int(port, 16)
     return socket.inet_ntop(socket.AF_INET6, raw), int(port, 16)
@@ -158,6 +166,7 @@ class ConnectionWatcher:
 
     def assert_clean(self, must_use=()):
         assert not self.violations, (
-            f"client sockets connected directly to {sorted(self.forbidden)}: {self.violations[:5]}")
+            f"client sockets connected directly to {sorted(self.forbidden)}: {self.violations[:5]}"
+        )
         missing = set(must_use) - self.seen
         assert not missing, f"expected client connections to {sorted(missing)}; saw only {sorted(self.seen)}"

@@ -59,8 +59,13 @@ class ManagedProcess:
     def start(self):
         self._logf = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            self.argv, stdin=subprocess.DEVNULL, stdout=self._logf, stderr=subprocess.STDOUT,
-            start_new_session=True, env=self.env, cwd=getattr(self, "cwd", str(REPO)),
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._logf,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=self.env,
+            cwd=getattr(self, "cwd", str(REPO)),
         )
         return self
 
@@ -131,10 +136,14 @@ class Tansu(ManagedProcess):
         self.node_id = TANSU_NODE_ID
         self.kind = "tansu"
         argv = [
-            tansu_binary(), "broker",
-            "--listener-url", f"tcp://{HOST}:{self.port}",
-            "--advertised-listener-url", f"tcp://{HOST}:{self.advertised_port}",
-            "--storage-engine", "memory://tansu/",
+            tansu_binary(),
+            "broker",
+            "--listener-url",
+            f"tcp://{HOST}:{self.port}",
+            "--advertised-listener-url",
+            f"tcp://{HOST}:{self.advertised_port}",
+            "--storage-engine",
+            "memory://tansu/",
         ]
         env = dict(os.environ, RUST_LOG=os.environ.get("TANSU_RUST_LOG", "warn"))
         super().__init__(argv, log_path, env=env)
@@ -157,9 +166,19 @@ class Kgate(ManagedProcess):
 
     name = "kgate"
 
-    def __init__(self, workdir: Path, upstream: list[str], *, bootstrap_serves_node: bool = True,
-                 drain_timeout_s: float = 5, max_frame_bytes: int = 104857600, metrics: bool = True,
-                 log_level: str = "debug", extra: dict | None = None, admin: bool = False):
+    def __init__(
+        self,
+        workdir: Path,
+        upstream: list[str],
+        *,
+        bootstrap_serves_node: bool = True,
+        drain_timeout_s: float = 5,
+        max_frame_bytes: int = 104857600,
+        metrics: bool = True,
+        log_level: str = "debug",
+        extra: dict | None = None,
+        admin: bool = False,
+    ):
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         self.listen_port = free_port()
@@ -190,8 +209,7 @@ class Kgate(ManagedProcess):
         self.config_path = workdir / "kgate.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         env = dict(os.environ, PYTHONUNBUFFERED="1")
-        super().__init__([PYTHON, "-m", "kgate", "run", "-c", str(self.config_path)],
-                         workdir / "kgate.log", env=env)
+        super().__init__([PYTHON, "-m", "kgate", "run", "-c", str(self.config_path)], workdir / "kgate.log", env=env)
         # KGATE_E2E_SRC: run kgate from another source tree (e.g. an export of a commit), since
         # `python -m kgate` imports from the working directory first.
         self.cwd = os.environ.get("KGATE_E2E_SRC") or str(REPO)
@@ -267,13 +285,27 @@ class Relay(ManagedProcess):
 
     name = "relay"
 
-    def __init__(self, log_path: Path, upstream_port: int, ports: list[int], node_ids: list[int] | None,
-                 forbid_pid: int | None = None, drop_acks0_responses: bool = False):
+    def __init__(
+        self,
+        log_path: Path,
+        upstream_port: int,
+        ports: list[int],
+        node_ids: list[int] | None,
+        forbid_pid: int | None = None,
+        drop_acks0_responses: bool = False,
+    ):
         self.ports = ports
         self.node_ids = node_ids
-        argv = [PYTHON, str(Path(__file__).with_name("relay.py")), "--upstream", f"{HOST}:{upstream_port}",
-                "--listen", ",".join(str(p) for p in ports),
-                "--events", str(Path(log_path).with_suffix(".events"))]
+        argv = [
+            PYTHON,
+            str(Path(__file__).with_name("relay.py")),
+            "--upstream",
+            f"{HOST}:{upstream_port}",
+            "--listen",
+            ",".join(str(p) for p in ports),
+            "--events",
+            str(Path(log_path).with_suffix(".events")),
+        ]
         if node_ids:
             argv += ["--node-ids", ",".join(str(n) for n in node_ids)]
         if forbid_pid:
@@ -311,11 +343,20 @@ class TlsRelay(ManagedProcess):
 
     name = "tls-relay"
 
-    def __init__(self, log_path: Path, port: int, upstream: str, cert: Path, key: Path,
-                 client_ca: Path | None = None):
+    def __init__(self, log_path: Path, port: int, upstream: str, cert: Path, key: Path, client_ca: Path | None = None):
         self.port = port
-        argv = [PYTHON, str(REPO / "tests" / "support" / "tls_relay.py"), "--listen", str(port),
-                "--upstream", upstream, "--cert", str(cert), "--key", str(key)]
+        argv = [
+            PYTHON,
+            str(REPO / "tests" / "support" / "tls_relay.py"),
+            "--listen",
+            str(port),
+            "--upstream",
+            upstream,
+            "--cert",
+            str(cert),
+            "--key",
+            str(key),
+        ]
         if client_ca is not None:
             argv += ["--client-ca", str(client_ca)]
         super().__init__(argv, log_path)

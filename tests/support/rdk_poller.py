@@ -16,12 +16,18 @@ def main() -> int:
     from confluent_kafka import Consumer
 
     bootstrap, topic, group = sys.argv[1:4]
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-        # Tansu holds JoinGroup for about half the session timeout: keep it short
-        "session.timeout.ms": 3000, "heartbeat.interval.ms": 500,
-    })
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+            # Tansu holds JoinGroup for about half the session timeout: keep it short
+            "session.timeout.ms": 3000,
+            "heartbeat.interval.ms": 500,
+        }
+    )
     stop = threading.Event()
     threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
     consumer.subscribe([topic])

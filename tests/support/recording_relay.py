@@ -60,8 +60,9 @@ class RecordingRelay:
     would only add size); ``skipped`` counts them.
     """
 
-    def __init__(self, listen_port: int, upstream_port: int, out_dir: Path, spec_dir: Path,
-                 max_frame_bytes: int = 256 * 1024) -> None:
+    def __init__(
+        self, listen_port: int, upstream_port: int, out_dir: Path, spec_dir: Path, max_frame_bytes: int = 256 * 1024
+    ) -> None:
         self.listen_port, self.upstream_port = listen_port, upstream_port
         self.out_dir = Path(out_dir)
         self.specs = _spec_table(spec_dir)
@@ -106,7 +107,7 @@ class RecordingRelay:
             conn.asked[cid] = (key, version)
             if conn.client_id is None:
                 (n,) = struct.unpack_from(">h", frame, 12)
-                conn.client_id = frame[14:14 + n].decode() if n >= 0 else ""
+                conn.client_id = frame[14 : 14 + n].decode() if n >= 0 else ""
         else:
             (cid,) = _SIZE.unpack_from(frame, 4)
             if cid not in conn.asked:
@@ -125,13 +126,24 @@ class RecordingRelay:
         direction = "req" if kind == "request" else "resp"
         rel = f"frames/{seq:06d}_c{conn.number:03d}_{direction}_{key:02d}_{name}_v{version}.bin"
         (self.out_dir / rel).write_bytes(frame)
-        self.rows.append({
-            "seq": seq, "conn": conn.number, "client_id": conn.client_id, "direction": direction,
-            "api_key": key, "api_name": name, "api_version": version,
-            "correlation_id": _REQ.unpack_from(frame, 4)[2] if kind == "request" else _SIZE.unpack_from(frame, 4)[0],
-            "frame_len": len(frame), "body_offset": self._body_offset(frame, kind, hv), "file": rel,
-            "header_version": hv,
-        })
+        self.rows.append(
+            {
+                "seq": seq,
+                "conn": conn.number,
+                "client_id": conn.client_id,
+                "direction": direction,
+                "api_key": key,
+                "api_name": name,
+                "api_version": version,
+                "correlation_id": _REQ.unpack_from(frame, 4)[2]
+                if kind == "request"
+                else _SIZE.unpack_from(frame, 4)[0],
+                "frame_len": len(frame),
+                "body_offset": self._body_offset(frame, kind, hv),
+                "file": rel,
+                "header_version": hv,
+            }
+        )
 
     # -- I/O -----------------------------------------------------------------------------------
     async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, conn: _Conn, kind: str) -> None:
@@ -158,8 +170,9 @@ class RecordingRelay:
             return
         self._writers.update((c_writer, u_writer))
         try:
-            await asyncio.gather(self._pump(c_reader, u_writer, conn, "request"),
-                                 self._pump(u_reader, c_writer, conn, "response"))
+            await asyncio.gather(
+                self._pump(c_reader, u_writer, conn, "request"), self._pump(u_reader, c_writer, conn, "response")
+            )
         finally:
             self._writers.difference_update((c_writer, u_writer))
 

@@ -101,8 +101,7 @@ class Relay:
         owner = None
         if self.forbid_pid:
             loop = asyncio.get_running_loop()
-            owner = await loop.run_in_executor(
-                None, netconn.owner_pid_of, (peer[0], peer[1]), (HOST, listen_port))
+            owner = await loop.run_in_executor(None, netconn.owner_pid_of, (peer[0], peer[1]), (HOST, listen_port))
         first = b""
         if self.forbid_pid and owner is None:
             # The peer's socket was gone before the lookup: a connect-and-close probe (kgate checks
@@ -115,8 +114,7 @@ class Relay:
                 self.event(event="probe", port=listen_port, peer=list(peer))
                 writer.close()
                 return
-            owner = await loop.run_in_executor(
-                None, netconn.owner_pid_of, (peer[0], peer[1]), (HOST, listen_port))
+            owner = await loop.run_in_executor(None, netconn.owner_pid_of, (peer[0], peer[1]), (HOST, listen_port))
         self.event(event="accept", port=listen_port, peer=list(peer), pid=owner)
         if self.forbid_pid and owner == self.forbid_pid:
             self.event(event="forbidden", port=listen_port, peer=list(peer), pid=owner)
@@ -138,8 +136,14 @@ class Relay:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             if tasks[0] in done:
                 exc = tasks[0].exception()
-                self.event(event="client_eof", port=listen_port, peer=list(peer),
-                           bytes=stats["from_client"], frames=stats["frames"], error=repr(exc) if exc else None)
+                self.event(
+                    event="client_eof",
+                    port=listen_port,
+                    peer=list(peer),
+                    bytes=stats["from_client"],
+                    frames=stats["frames"],
+                    error=repr(exc) if exc else None,
+                )
             if tasks[0] in done and tasks[1] not in done:
                 # The client finished sending: pass the half-close on and let the broker finish
                 # what it received (a broker processes every request that arrived before a FIN;
@@ -237,8 +241,9 @@ class Relay:
     async def main(self):
         servers = []
         for port in self.ports:
-            servers.append(await asyncio.start_server(
-                lambda r, w, port=port: self.handle(r, w, port), HOST, port, backlog=512))
+            servers.append(
+                await asyncio.start_server(lambda r, w, port=port: self.handle(r, w, port), HOST, port, backlog=512)
+            )
         print("READY", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -258,8 +263,11 @@ def main():
     ap.add_argument("--node-ids", default="")
     ap.add_argument("--forbid-pid", type=int, default=0)
     ap.add_argument("--events", required=True)
-    ap.add_argument("--drop-acks0-responses", action="store_true",
-                    help="pose as a compliant broker: never answer Produce with acks=0")
+    ap.add_argument(
+        "--drop-acks0-responses",
+        action="store_true",
+        help="pose as a compliant broker: never answer Produce with acks=0",
+    )
     args = ap.parse_args()
     asyncio.run(Relay(args).main())
 

@@ -46,8 +46,10 @@ async def main() -> None:
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cert = writer.get_extra_info("peercert")
-        print(f"accepted {writer.get_extra_info('peername')} client cert {cert.get('subject') if cert else None}",
-              flush=True)
+        print(
+            f"accepted {writer.get_extra_info('peername')} client cert {cert.get('subject') if cert else None}",
+            flush=True,
+        )
         try:
             up_r, up_w = await asyncio.open_connection(host, int(port))
         except OSError as exc:

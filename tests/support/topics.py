@@ -21,8 +21,9 @@ def wait_writable(bootstrap: str, topic: str, partitions: int = 1, timeout: floa
     with the last error after ``timeout`` seconds (``conf``: extra client settings, e.g. SASL)."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kgate-tests-wait-writable",
-                         "enable.auto.commit": False, **conf})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "kgate-tests-wait-writable", "enable.auto.commit": False, **conf}
+    )
     deadline = time.monotonic() + timeout
     try:
         pending = list(range(partitions))

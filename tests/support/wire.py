@@ -25,7 +25,7 @@ class Reader:
     def _take(self, n: int) -> bytes:
         if self.pos + n > len(self.data):
             raise ValueError(f"truncated: need {n} bytes at {self.pos} of {len(self.data)}")
-        out = bytes(self.data[self.pos:self.pos + n])
+        out = bytes(self.data[self.pos : self.pos + n])
         self.pos += n
         return out
 
@@ -146,8 +146,9 @@ class Writer:
 
 
 # ------------------------------------------------------------------ requests
-def request_header(api_key: int, api_version: int, correlation_id: int, client_id: str | None = "kgate-e2e",
-                   flexible: bool = False) -> bytes:
+def request_header(
+    api_key: int, api_version: int, correlation_id: int, client_id: str | None = "kgate-e2e", flexible: bool = False
+) -> bytes:
     w = Writer().int16(api_key).int16(api_version).int32(correlation_id).string(client_id, False)
     if flexible:
         w.uvarint(0)
@@ -315,9 +316,16 @@ def decode_find_coordinator_response(body: bytes, version: int) -> dict:
             m["error_message"] = r.string(flex)
         m["node_id"], m["host"], m["port"] = r.int32(), r.string(flex), r.int32()
     else:
+
         def coord():
-            c = {"key": r.string(flex), "node_id": r.int32(), "host": r.string(flex), "port": r.int32(),
-                 "error_code": r.int16(), "error_message": r.string(flex)}
+            c = {
+                "key": r.string(flex),
+                "node_id": r.int32(),
+                "host": r.string(flex),
+                "port": r.int32(),
+                "error_code": r.int16(),
+                "error_message": r.string(flex),
+            }
             c["_tags"] = r.tags(flex)
             return c
 
@@ -338,6 +346,7 @@ def encode_find_coordinator_response(m: dict, version: int) -> bytes:
             w.string(m["error_message"], flex)
         w.int32(m["node_id"]).string(m["host"], flex).int32(m["port"])
     else:
+
         def coord(c):
             w.string(c["key"], flex).int32(c["node_id"]).string(c["host"], flex).int32(c["port"])
             w.int16(c["error_code"]).string(c["error_message"], flex).tags(c["_tags"], flex)
@@ -462,15 +471,29 @@ def record_batch(values: list[bytes]) -> bytes:
     """A magic-2 record batch (kafka-python's builder computes the CRC32C)."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
-                                  producer_epoch=-1, base_sequence=-1, batch_size=1 << 30)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 30,
+    )
     for i, v in enumerate(values):
         b.append(i, timestamp=None, key=None, value=v, headers=[])
     return bytes(b.build())
 
 
-def produce_request(correlation_id: int, topic: str, partition: int, values: list[bytes], acks: int,
-                    version: int = 7, timeout_ms: int = 10000) -> bytes:
+def produce_request(
+    correlation_id: int,
+    topic: str,
+    partition: int,
+    values: list[bytes],
+    acks: int,
+    version: int = 7,
+    timeout_ms: int = 10000,
+) -> bytes:
     """Produce v3..v8 (non-flexible)."""
     assert 3 <= version <= 8
     batch = record_batch(values)
@@ -479,8 +502,9 @@ def produce_request(correlation_id: int, topic: str, partition: int, values: lis
     return frame(request_header(PRODUCE, version, correlation_id) + w.bytes())
 
 
-def fetch_request(correlation_id: int, topic: str, partition: int, offset: int, max_wait_ms: int,
-                  min_bytes: int = 1, version: int = 4) -> bytes:
+def fetch_request(
+    correlation_id: int, topic: str, partition: int, offset: int, max_wait_ms: int, min_bytes: int = 1, version: int = 4
+) -> bytes:
     """Fetch v4 (non-flexible, no log_start_offset)."""
     assert version == 4
     w = Writer().int32(-1).int32(max_wait_ms).int32(min_bytes).int32(1 << 20).int8(0)

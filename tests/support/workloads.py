@@ -34,7 +34,8 @@ def assert_exact(expected: list[bytes], got: list[bytes]):
     raise AssertionError(
         f"expected {len(expected)} messages, got {len(got)}; "
         f"missing {sum(missing.values())} (e.g. {[m[:40] for m in list(missing)[:3]]!r}), "
-        f"unexpected/duplicate {sum(extra.values())} (e.g. {[m[:40] for m in list(extra)[:3]]!r})")
+        f"unexpected/duplicate {sum(extra.values())} (e.g. {[m[:40] for m in list(extra)[:3]]!r})"
+    )
 
 
 # ------------------------------------------------------------------ confluent-kafka
@@ -42,8 +43,9 @@ def confluent_create_topic(bootstrap: str, topic: str, partitions: int = 3, **co
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **conf})
-    fs = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-                             operation_timeout=20, request_timeout=20)
+    fs = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=20, request_timeout=20
+    )
     fs[topic].result(timeout=30)
     wait_topic_confluent(admin, topic, partitions)
     wait_writable(bootstrap, topic, partitions, **conf)
@@ -91,8 +93,9 @@ def confluent_produce(bootstrap: str, topic: str, values: list[bytes], **conf) -
     return reports
 
 
-def confluent_consume(bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60,
-                      settle: float = 1.0, **conf) -> tuple[list[bytes], dict[int, int]]:
+def confluent_consume(
+    bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60, settle: float = 1.0, **conf
+) -> tuple[list[bytes], dict[int, int]]:
     """Consume ``n`` messages in a group, commit synchronously, read committed offsets back.
 
     Keeps polling ``settle`` seconds after the n-th message, so extra messages are seen too.
@@ -100,12 +103,19 @@ def confluent_consume(bootstrap: str, topic: str, n: int, group: str | None = No
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-    c = Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group or unique("g"), "auto.offset.reset": "earliest",
-        "enable.auto.commit": False, "fetch.queue.backoff.ms": 10,
-        # Tansu holds JoinGroup for about half the session timeout: keep it short.
-        "session.timeout.ms": 3000, "heartbeat.interval.ms": 500, **conf,
-    })
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group or unique("g"),
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+            # Tansu holds JoinGroup for about half the session timeout: keep it short.
+            "session.timeout.ms": 3000,
+            "heartbeat.interval.ms": 500,
+            **conf,
+        }
+    )
     got = []
     try:
         c.subscribe([topic])
@@ -149,14 +159,19 @@ def kp_produce(bootstrap: str, topic: str, values: list[bytes], **conf):
         p.close(timeout=10)
 
 
-def kp_consume(bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60,
-               settle: float = 1.0, **conf) -> tuple[list[bytes], dict[int, int]]:
+def kp_consume(
+    bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60, settle: float = 1.0, **conf
+) -> tuple[list[bytes], dict[int, int]]:
     from kafka import KafkaConsumer, TopicPartition
 
     settings = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500, **conf}  # conf may override
     c = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group or unique("g"), auto_offset_reset="earliest",
-        enable_auto_commit=False, **settings)
+        bootstrap_servers=bootstrap,
+        group_id=group or unique("g"),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **settings,
+    )
     got = []
     try:
         c.subscribe([topic])
@@ -200,13 +215,21 @@ async def aio_produce(bootstrap: str, topic: str, values: list[bytes], **conf):
         await p.stop()
 
 
-async def aio_consume(bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60,
-                      settle: float = 1.0, **conf) -> tuple[list[bytes], dict[int, int]]:
+async def aio_consume(
+    bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60, settle: float = 1.0, **conf
+) -> tuple[list[bytes], dict[int, int]]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    c = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group or unique("g"),
-                         auto_offset_reset="earliest", enable_auto_commit=False,
-                         session_timeout_ms=3000, heartbeat_interval_ms=500, **conf)
+    c = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=group or unique("g"),
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=3000,
+        heartbeat_interval_ms=500,
+        **conf,
+    )
     await c.start()
     got = []
     try:
@@ -242,14 +265,21 @@ def assert_committed(offsets: dict[int, int], reports_or_total, partitions: int)
         assert norm == {p: per_part.get(p, 0) for p in norm}, (norm, dict(per_part))
 
 
-def confluent_read_all(bootstrap: str, topic: str, expect: int, partitions: int = 1, timeout: float = 10,
-                       settle: float = 0.5) -> list[bytes]:
+def confluent_read_all(
+    bootstrap: str, topic: str, expect: int, partitions: int = 1, timeout: float = 10, settle: float = 0.5
+) -> list[bytes]:
     """Read a topic from offset 0 without a group (assign, no commits); stops ``settle`` seconds
     after ``expect`` messages, or at ``timeout``. Never raises for a short count."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("ro"), "enable.auto.commit": False,
-                  "fetch.queue.backoff.ms": 10})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("ro"),
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
     got: list[bytes] = []
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])

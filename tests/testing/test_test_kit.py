@@ -45,8 +45,13 @@ async def test_names_come_from_the_cache_then_the_cluster() -> None:
 
 async def test_send_request_answers_as_scripted_and_records() -> None:
     boom = ConnectionError("upstream down")
-    ctx = context(upstream={ApiKey.METADATA: MetadataResponse(), ApiKey.LIST_GROUPS: lambda m: ("echo", m),
-                            ApiKey.DESCRIBE_GROUPS: boom})
+    ctx = context(
+        upstream={
+            ApiKey.METADATA: MetadataResponse(),
+            ApiKey.LIST_GROUPS: lambda m: ("echo", m),
+            ApiKey.DESCRIBE_GROUPS: boom,
+        }
+    )
     assert isinstance(await ctx.send_request(ApiKey.METADATA, "req"), MetadataResponse)
     assert await ctx.send_request(ApiKey.LIST_GROUPS, "x", version=4) == ("echo", "x")
     with pytest.raises(ConnectionError):

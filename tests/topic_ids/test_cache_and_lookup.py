@@ -83,10 +83,12 @@ def test_lookup_requests_are_chunked_and_name_only_ids() -> None:
 
 
 def test_parse_by_id_matches_zeroed_ids_by_position() -> None:
-    resp = MetadataResponse(topics=[
-        MetadataResponseTopic(name="a", topic_id=A, error_code=0),
-        MetadataResponseTopic(name=None, topic_id=UUID(int=0), error_code=3),  # Tansu: unknown, id zeroed
-    ])
+    resp = MetadataResponse(
+        topics=[
+            MetadataResponseTopic(name="a", topic_id=A, error_code=0),
+            MetadataResponseTopic(name=None, topic_id=UUID(int=0), error_code=3),  # Tansu: unknown, id zeroed
+        ]
+    )
     out = lookup.parse_by_id([A.int, B.int], 12, resp)
     assert out[A.int] == "a"
     dead = out[B.int]
@@ -94,16 +96,26 @@ def test_parse_by_id_matches_zeroed_ids_by_position() -> None:
 
 
 def test_parse_by_id_passes_broker_errors_with_kafkas_retriability() -> None:
-    resp = MetadataResponse(topics=[MetadataResponseTopic(topic_id=A, error_code=ErrorCode.LEADER_NOT_AVAILABLE),
-                                    MetadataResponseTopic(topic_id=B, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED)])
+    resp = MetadataResponse(
+        topics=[
+            MetadataResponseTopic(topic_id=A, error_code=ErrorCode.LEADER_NOT_AVAILABLE),
+            MetadataResponseTopic(topic_id=B, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+        ]
+    )
     out = lookup.parse_by_id([A.int, B.int], 12, resp)
     assert [(r.code, r.retriable) for r in out.values() if isinstance(r, TopicNameError)] == [
-        (ErrorCode.LEADER_NOT_AVAILABLE, True), (ErrorCode.TOPIC_AUTHORIZATION_FAILED, False)]
+        (ErrorCode.LEADER_NOT_AVAILABLE, True),
+        (ErrorCode.TOPIC_AUTHORIZATION_FAILED, False),
+    ]
 
 
 def test_parse_all_marks_missing_ids_dead() -> None:
-    resp = MetadataResponse(topics=[MetadataResponseTopic(name="a", topic_id=A, error_code=0),
-                                    MetadataResponseTopic(name="c", topic_id=C, error_code=0)])
+    resp = MetadataResponse(
+        topics=[
+            MetadataResponseTopic(name="a", topic_id=A, error_code=0),
+            MetadataResponseTopic(name="c", topic_id=C, error_code=0),
+        ]
+    )
     out = lookup.parse_all([A.int, B.int], resp)
     assert out[A.int] == "a" and out[C.int] == "c"  # C: free knowledge
     assert isinstance(out[B.int], TopicNameError)
@@ -120,7 +132,13 @@ def test_the_observer_table_teaches_and_kills() -> None:
     assert (cache.cached(A), cache.cached(B)) == ("a", "b")
     # a Fetch v13+ error for a zeroed id kills the id asked for at that position
     req = FetchRequest(topics=[FetchTopic(topic_id=A, partitions=[FetchPartition(partition=0)])])
-    resp = FetchResponse(responses=[FetchableTopicResponse(topic_id=UUID(int=0), partitions=[
-        PartitionData(partition_index=0, error_code=ErrorCode.UNKNOWN_TOPIC_ID)])])
+    resp = FetchResponse(
+        responses=[
+            FetchableTopicResponse(
+                topic_id=UUID(int=0),
+                partitions=[PartitionData(partition_index=0, error_code=ErrorCode.UNKNOWN_TOPIC_ID)],
+            )
+        ]
+    )
     OBSERVERS[ApiKey.FETCH](cache, 13, resp, req)
     assert cache.cached(A) is None and A.int in cache.negative

@@ -55,8 +55,14 @@ def _fetch(version: int) -> bytes:
     aborted = [AbortedTransaction(producer_id=7, first_offset=1)]
     msg = FetchResponse(
         responses=[
-            t(0, "orders", [PartitionData(partition_index=0, records=A, aborted_transactions=aborted),
-                            PartitionData(partition_index=1, records=B)]),
+            t(
+                0,
+                "orders",
+                [
+                    PartitionData(partition_index=0, records=A, aborted_transactions=aborted),
+                    PartitionData(partition_index=1, records=B),
+                ],
+            ),
             t(1, "empty", [PartitionData(partition_index=0, records=None, error_code=6)]),
             t(2, "none", []),
         ]

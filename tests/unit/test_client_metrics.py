@@ -77,5 +77,3 @@ def test_the_scrape_has_both_directions_other_and_connections_per_principal() ->
     assert 'kgate_client_connections_by_principal{cluster="cm-c",principal=""} 1.0' in text
     m.top.max_clients = 1  # more principals than series: the rest as other
     assert m.principals() == {OTHER: 3}
-
-

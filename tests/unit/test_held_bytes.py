@@ -67,8 +67,9 @@ def test_a_closed_connection_never_reenters_the_account() -> None:
     from kgate.proxy.connection import ClientConnection
     from kgate.proxy.held_bytes import HELD
 
-    cfg = parse_config({"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19998", "upstream": "127.0.0.1:9"}]},
-                       "test")
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19998", "upstream": "127.0.0.1:9"}]}, "test"
+    )
     cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
     before = HELD.total
     closed = ClientConnection(cluster, None)

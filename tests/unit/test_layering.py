@@ -31,9 +31,16 @@ from kgate.codec.error_codes import ErrorCode
 from kgate.codec.generated.api_keys import ApiKey
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = {"codec": REPO / "codec", "config": REPO / "config", "filters": REPO / "filters",
-            "proxy": REPO / "proxy", "api": REPO / "kgate" / "api", "testing": REPO / "kgate" / "testing",
-            "topic_ids": REPO / "kgate" / "topic_ids", "pipeline": REPO / "pipeline"}
+PACKAGES = {
+    "codec": REPO / "codec",
+    "config": REPO / "config",
+    "filters": REPO / "filters",
+    "proxy": REPO / "proxy",
+    "api": REPO / "kgate" / "api",
+    "testing": REPO / "kgate" / "testing",
+    "topic_ids": REPO / "kgate" / "topic_ids",
+    "pipeline": REPO / "pipeline",
+}
 ALLOWED: dict[str, set[str]] = {
     "codec": set(),
     "api": {"codec"},
@@ -106,8 +113,14 @@ def _all_python() -> list[Path]:
         if rel_dir == Path("kgate"):
             dirs[:] = [d for d in dirs if d in {"api", "testing", "topic_ids"}]
         else:
-            dirs[:] = [d for d in dirs if not (rel_dir == Path(".") and d in skip - {"kgate"})
-                       and d != "generated" and not d.endswith(".egg-info") and d != "__pycache__"]
+            dirs[:] = [
+                d
+                for d in dirs
+                if not (rel_dir == Path(".") and d in skip - {"kgate"})
+                and d != "generated"
+                and not d.endswith(".egg-info")
+                and d != "__pycache__"
+            ]
         if rel_dir != Path("kgate"):  # its own files are the links' namespace, not code to check
             out.extend(Path(folder) / f for f in files if f.endswith(".py"))
     return out
@@ -138,23 +151,42 @@ def _hand_written_numbers(tree: ast.AST) -> list[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
             pairs = [(t, node.value) for t in node.targets]
-            pairs += [(t, v) for t in node.targets if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple)
-                      for t, v in zip(t.elts, node.value.elts, strict=False)]
+            pairs += [
+                (t, v)
+                for t in node.targets
+                if isinstance(t, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                for t, v in zip(t.elts, node.value.elts, strict=False)
+            ]
             for t, v in pairs:
-                if (isinstance(t, ast.Name) and _constant_name(t.id) and isinstance(v, ast.Constant)
-                        and type(v.value) is int):
+                if (
+                    isinstance(t, ast.Name)
+                    and _constant_name(t.id)
+                    and isinstance(v, ast.Constant)
+                    and type(v.value) is int
+                ):
                     found.append((node.lineno, f"{t.id} = {v.value}"))
         elif isinstance(node, ast.Compare):
             operands = [node.left, *node.comparators]
-            named = [o for o in operands if (isinstance(o, ast.Name) and o.id in _KEY_LIKE)
-                     or (isinstance(o, ast.Attribute) and o.attr in _KEY_LIKE)]
+            named = [
+                o
+                for o in operands
+                if (isinstance(o, ast.Name) and o.id in _KEY_LIKE)
+                or (isinstance(o, ast.Attribute) and o.attr in _KEY_LIKE)
+            ]
             numbers = [o for o in operands if isinstance(o, ast.Constant) and type(o.value) is int]
-            numbers += [e for o in operands if isinstance(o, ast.Tuple | ast.Set) for e in o.elts
-                        if isinstance(e, ast.Constant) and type(e.value) is int]
+            numbers += [
+                e
+                for o in operands
+                if isinstance(o, ast.Tuple | ast.Set)
+                for e in o.elts
+                if isinstance(e, ast.Constant) and type(e.value) is int
+            ]
             if named and numbers:
                 found.append((node.lineno, ast.unparse(node)))
-        elif isinstance(node, ast.Dict) and len(node.keys) >= 2 and all(
-            isinstance(k, ast.Constant) and type(k.value) is int and 0 <= k.value < 100 for k in node.keys
+        elif (
+            isinstance(node, ast.Dict)
+            and len(node.keys) >= 2
+            and all(isinstance(k, ast.Constant) and type(k.value) is int and 0 <= k.value < 100 for k in node.keys)
         ):
             found.append((node.lineno, "a dict keyed by bare numbers (api keys?)"))
     return found
@@ -170,8 +202,10 @@ def test_no_api_key_or_error_code_is_written_by_hand(package: str) -> None:
 
 
 def test_the_number_check_catches_what_it_is_for() -> None:
-    bad = ast.parse("METADATA = 3\nif api_key == 1: pass\nif t.error_code in (3, 100): pass\nX = {0: 'a', 1: 'b'}\n"
-                    "FETCH, SASL_HANDSHAKE_KEY = 1, 17\n")
+    bad = ast.parse(
+        "METADATA = 3\nif api_key == 1: pass\nif t.error_code in (3, 100): pass\nX = {0: 'a', 1: 'b'}\n"
+        "FETCH, SASL_HANDSHAKE_KEY = 1, 17\n"
+    )
     assert sorted(line for line, _ in _hand_written_numbers(bad)) == [1, 2, 3, 4, 5, 5]
     good = ast.parse("METADATA = ApiKey.METADATA\nif api_key == ApiKey.FETCH: pass\nif len(buf) < 2: pass\n")
     assert _hand_written_numbers(good) == []

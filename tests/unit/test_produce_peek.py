@@ -249,10 +249,16 @@ def _acl_filters() -> list[Filter]:
     from kgate.filters.builtin.authz.authorizer import Authorizer
     from kgate.filters.builtin.internal_topics.filter import InternalTopics
 
-    acl = {"default": "deny", "rules": [
-        {"allow": "all", "topic": "*"}, {"allow": "all", "group": "*"}, {"allow": "all", "transactional_id": "*"},
-        {"allow": "all", "cluster": True}, {"deny": "all", "topic": {"glob": "secret-*"}},
-    ]}
+    acl = {
+        "default": "deny",
+        "rules": [
+            {"allow": "all", "topic": "*"},
+            {"allow": "all", "group": "*"},
+            {"allow": "all", "transactional_id": "*"},
+            {"allow": "all", "cluster": True},
+            {"deny": "all", "topic": {"glob": "secret-*"}},
+        ],
+    }
     return [Authorizer(Authorizer.validate_config(acl)), InternalTopics(InternalTopics.validate_config({}))]
 
 

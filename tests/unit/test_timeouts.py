@@ -8,8 +8,9 @@ from kgate.config import ProxySettings
 from kgate.proxy.timeouts import Snapshot, first_watch, sweep_interval, verdict
 
 S = ProxySettings(idle_timeout_s=60, frame_timeout_s=10, upstream_timeout_s=30)
-QUIET = Snapshot(rx=1, up_rx=1, frames=1, mid_frame=False, owes=False, reading_paused=False,
-                 upstream_paused=False, head=None)
+QUIET = Snapshot(
+    rx=1, up_rx=1, frames=1, mid_frame=False, owes=False, reading_paused=False, upstream_paused=False, head=None
+)
 
 
 def run(snaps: list[tuple[float, Snapshot]]) -> list[str | None]:
@@ -39,8 +40,9 @@ def test_slowloris_frame_times_out_although_bytes_keep_coming() -> None:
 
 
 def test_connection_that_never_speaks_times_out_as_first_request() -> None:
-    silent = Snapshot(rx=0, up_rx=0, frames=0, mid_frame=True, owes=False, reading_paused=False,
-                      upstream_paused=False, head=None)
+    silent = Snapshot(
+        rx=0, up_rx=0, frames=0, mid_frame=True, owes=False, reading_paused=False, upstream_paused=False, head=None
+    )
     assert run([(0, silent), (5, silent), (10, silent)]) == [None, "first request not received whole within 10s"]
 
 

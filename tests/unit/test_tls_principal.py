@@ -7,18 +7,31 @@ from kgate.proxy.tls import principal_from_peercert
 
 
 def test_reverse_order_and_keywords():
-    cert = {"subject": ((("countryName", "DE"),), (("stateOrProvinceName", "Berlin"),), (("localityName", "Berlin"),),
-                        (("organizationName", "Example"),), (("organizationalUnitName", "payments"),),
-                        (("commonName", "alice"),))}
+    cert = {
+        "subject": (
+            (("countryName", "DE"),),
+            (("stateOrProvinceName", "Berlin"),),
+            (("localityName", "Berlin"),),
+            (("organizationName", "Example"),),
+            (("organizationalUnitName", "payments"),),
+            (("commonName", "alice"),),
+        )
+    }
     assert principal_from_peercert(cert) == "CN=alice,OU=payments,O=Example,L=Berlin,ST=Berlin,C=DE"
 
 
 def test_escaping_multivalued_and_email():
-    cert = {"subject": ((("domainComponent", "com"),), (("organizationName", 'Acme, Inc. "+" <x>;'),),
-                        (("commonName", " svc#1 "), ("userId", "42")), (("emailAddress", "a@b.c"),))}
+    cert = {
+        "subject": (
+            (("domainComponent", "com"),),
+            (("organizationName", 'Acme, Inc. "+" <x>;'),),
+            (("commonName", " svc#1 "), ("userId", "42")),
+            (("emailAddress", "a@b.c"),),
+        )
+    }
     assert principal_from_peercert(cert) == (
-        '1.2.840.113549.1.9.1=#1605614062 2e63'.replace(" ", "")
-        + r',CN=\ svc#1\ +UID=42,O=Acme\, Inc. \"\+\" \<x\>\;,DC=com'
+        "1.2.840.113549.1.9.1=#1605614062 2e63".replace(" ", "")
+        + r",CN=\ svc#1\ +UID=42,O=Acme\, Inc. \"\+\" \<x\>\;,DC=com"
     )
 
 

@@ -37,8 +37,14 @@ def uid() -> UUID:
 class FakeUpstream:
     """Answers Metadata like a broker holding ``topics``; records every request."""
 
-    def __init__(self, topics: dict[UUID, str] | None = None, *, metadata_max: int = 12,
-                 unknown_code: int = 3, latency: float = 0.0) -> None:
+    def __init__(
+        self,
+        topics: dict[UUID, str] | None = None,
+        *,
+        metadata_max: int = 12,
+        unknown_code: int = 3,
+        latency: float = 0.0,
+    ) -> None:
         self.topics: dict[UUID, str] = dict(topics or {})
         self.versions: dict[int, tuple[int, int]] = {3: (0, metadata_max), 18: (0, 3)}
         self.unknown_code = unknown_code  # Tansu answers an unknown id with 3, Kafka with 100
@@ -80,8 +86,7 @@ class FakeUpstream:
             for t in message.topics:
                 name = self.topics.get(t.topic_id)
                 if name is None:
-                    topics.append(MetadataResponseTopic(error_code=self.unknown_code, name=None,
-                                                        topic_id=t.topic_id))
+                    topics.append(MetadataResponseTopic(error_code=self.unknown_code, name=None, topic_id=t.topic_id))
                 else:
                     topics.append(MetadataResponseTopic(error_code=0, name=name, topic_id=t.topic_id))
         else:
@@ -495,13 +500,25 @@ async def test_observe_metadata_learns_and_evicts():
     fake = FakeUpstream()
     r = await make(fake)
     a, b, c = uid(), uid(), uid()
-    r.observe_metadata_response(12, md(12, MetadataResponseTopic(error_code=0, name="a", topic_id=a),
-                                       MetadataResponseTopic(error_code=0, name="b", topic_id=b),
-                                       MetadataResponseTopic(error_code=0, name="c", topic_id=c)))
+    r.observe_metadata_response(
+        12,
+        md(
+            12,
+            MetadataResponseTopic(error_code=0, name="a", topic_id=a),
+            MetadataResponseTopic(error_code=0, name="b", topic_id=b),
+            MetadataResponseTopic(error_code=0, name="c", topic_id=c),
+        ),
+    )
     assert (r.cached(a), r.cached(b), r.cached(c)) == ("a", "b", "c")
     # a looked-up id answered with 100 (Kafka) or 3 (Tansu): evicted and negative-cached
-    r.observe_metadata_response(12, md(12, MetadataResponseTopic(error_code=100, name=None, topic_id=a),
-                                       MetadataResponseTopic(error_code=3, name=None, topic_id=b)))
+    r.observe_metadata_response(
+        12,
+        md(
+            12,
+            MetadataResponseTopic(error_code=100, name=None, topic_id=a),
+            MetadataResponseTopic(error_code=3, name=None, topic_id=b),
+        ),
+    )
     assert r.cached(a) is None and r.cached(b) is None
     res = await r.resolve([a, b])
     assert res[a].code == res[b].code == UNKNOWN_TOPIC_ID and fake.calls == []
@@ -516,8 +533,14 @@ async def test_observe_metadata_ignores_versions_without_ids_and_zero_ids():
     r = await make(FakeUpstream())
     a = uid()
     r.observe_metadata_response(9, md(9, MetadataResponseTopic(error_code=0, name="a")))
-    r.observe_metadata_response(12, md(12, MetadataResponseTopic(error_code=0, name="z", topic_id=ZERO),
-                                       MetadataResponseTopic(error_code=5, name="a", topic_id=a)))
+    r.observe_metadata_response(
+        12,
+        md(
+            12,
+            MetadataResponseTopic(error_code=0, name="z", topic_id=ZERO),
+            MetadataResponseTopic(error_code=5, name="a", topic_id=a),
+        ),
+    )
     assert len(r) == 0
     await r.close()
 
@@ -525,15 +548,22 @@ async def test_observe_metadata_ignores_versions_without_ids_and_zero_ids():
 async def test_observe_create_topics():
     r = await make(FakeUpstream())
     a, b, c = uid(), uid(), uid()
-    msg = CreateTopicsResponse(topics=[CreatableTopicResult(name="a", topic_id=a, error_code=0),
-                                       CreatableTopicResult(name="b", topic_id=b, error_code=36)])
+    msg = CreateTopicsResponse(
+        topics=[
+            CreatableTopicResult(name="a", topic_id=a, error_code=0),
+            CreatableTopicResult(name="b", topic_id=b, error_code=36),
+        ]
+    )
     r.observe_create_topics_response(7, roundtrip(msg, 7))
     assert r.cached(a) == "a" and r.cached(b) is None
-    r.observe_create_topics_response(6, roundtrip(
-        CreateTopicsResponse(topics=[CreatableTopicResult(name="c", error_code=0)]), 6))
-    r.observe_create_topics_response(7, roundtrip(
-        CreateTopicsResponse(topics=[CreatableTopicResult(name="c", topic_id=c, error_code=0)]), 7),
-        validate_only=True)
+    r.observe_create_topics_response(
+        6, roundtrip(CreateTopicsResponse(topics=[CreatableTopicResult(name="c", error_code=0)]), 6)
+    )
+    r.observe_create_topics_response(
+        7,
+        roundtrip(CreateTopicsResponse(topics=[CreatableTopicResult(name="c", topic_id=c, error_code=0)]), 7),
+        validate_only=True,
+    )
     assert r.cached(c) is None and len(r) == 1
     await r.close()
 
@@ -544,14 +574,17 @@ async def test_observe_delete_topics_by_id_and_by_name():
     a, old_b, new_b, c = uid(), uid(), uid(), uid()
     for i, n in ((a, "a"), (old_b, "b"), (new_b, "b"), (c, "c")):
         r.learn(i, n)
-    r.observe_delete_topics_response(6, roundtrip(DeleteTopicsResponse(responses=[
-        DeletableTopicResult(name=None, topic_id=a, error_code=0)]), 6))
+    r.observe_delete_topics_response(
+        6, roundtrip(DeleteTopicsResponse(responses=[DeletableTopicResult(name=None, topic_id=a, error_code=0)]), 6)
+    )
     assert r.cached(a) is None and r.cached(c) == "c"
-    r.observe_delete_topics_response(5, roundtrip(DeleteTopicsResponse(responses=[
-        DeletableTopicResult(name="b", error_code=0)]), 5))
+    r.observe_delete_topics_response(
+        5, roundtrip(DeleteTopicsResponse(responses=[DeletableTopicResult(name="b", error_code=0)]), 5)
+    )
     assert r.cached(old_b) is None and r.cached(new_b) is None
-    r.observe_delete_topics_response(6, roundtrip(DeleteTopicsResponse(responses=[
-        DeletableTopicResult(name="c", topic_id=c, error_code=41)]), 6))  # failed delete: kept
+    r.observe_delete_topics_response(
+        6, roundtrip(DeleteTopicsResponse(responses=[DeletableTopicResult(name="c", topic_id=c, error_code=41)]), 6)
+    )  # failed delete: kept
     assert r.cached(c) == "c"
     assert r.stats.evictions == {"deleted": 3}
     res = await r.resolve([a, old_b])
@@ -583,8 +616,12 @@ async def test_delete_seen_while_lookup_in_flight_wins(topics):
     tid = next(iter(topics))
     task = asyncio.create_task(r.resolve([tid]))
     await on_the_wire(fake)
-    r.observe_delete_topics_response(6, roundtrip(DeleteTopicsResponse(responses=[
-        DeletableTopicResult(name=topics[tid], topic_id=tid, error_code=0)]), 6))
+    r.observe_delete_topics_response(
+        6,
+        roundtrip(
+            DeleteTopicsResponse(responses=[DeletableTopicResult(name=topics[tid], topic_id=tid, error_code=0)]), 6
+        ),
+    )
     res = await task
     assert res[tid].code == UNKNOWN_TOPIC_ID and r.cached(tid) is None
     await r.close()
@@ -615,9 +652,15 @@ async def test_prometheus_metrics(topics):
 
 # ---------------------------------------------------------------- invariants under random operations
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["learn", "hit", "forget", "delete_name", "unknown", "sweep_mark"]),
-                          st.integers(0, 15)), max_size=80),
-       st.integers(1, 8))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["learn", "hit", "forget", "delete_name", "unknown", "sweep_mark"]), st.integers(0, 15)
+        ),
+        max_size=80,
+    ),
+    st.integers(1, 8),
+)
 def test_cache_invariants_hold_under_random_operations(ops, max_entries):
     """Whatever happens: the bound holds, the name index matches the entries, entries stay sorted
     by epoch (the sweep relies on it), and a cached name is always the one learnt for that id."""
@@ -633,8 +676,9 @@ def test_cache_invariants_hold_under_random_operations(ops, max_entries):
         elif op == "forget":
             r.forget(tid, "test")
         elif op == "delete_name":
-            r.observe_delete_topics_response(5, DeleteTopicsResponse(responses=[
-                DeletableTopicResult(name=name_of[tid], error_code=0)]))
+            r.observe_delete_topics_response(
+                5, DeleteTopicsResponse(responses=[DeletableTopicResult(name=name_of[tid], error_code=0)])
+            )
             assert all(r.cached(i) is None for i in ids if name_of[i] == name_of[tid])
         elif op == "unknown":
             r.observe_unknown_id(tid)

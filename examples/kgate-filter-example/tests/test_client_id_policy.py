@@ -24,8 +24,12 @@ from kgate_filter_example import ClientIdPolicy, count_records
 DENIED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
-def produce_context(client_id: str | None, version: int = 9, names: dict[uuid.UUID, str] | None = None,
-                known: dict[uuid.UUID, str] | None = None) -> FakeContext:
+def produce_context(
+    client_id: str | None,
+    version: int = 9,
+    names: dict[uuid.UUID, str] | None = None,
+    known: dict[uuid.UUID, str] | None = None,
+) -> FakeContext:
     """kgate's scripted context for a Produce: ``names`` kgate already knows, ``known`` the cluster would find.
 
     No ``upstream`` answers are scripted: client-id-policy sends no requests of its own, so one
@@ -73,24 +77,31 @@ def policy(**config: Any) -> ClientIdPolicy:
 
 
 def codes(response: Any) -> dict[Any, list[int]]:
-    return {(t.topic_id if t.topic_id.int else t.name): [p.error_code for p in t.partition_responses]
-            for t in response.responses}
+    return {
+        (t.topic_id if t.topic_id.int else t.name): [p.error_code for p in t.partition_responses]
+        for t in response.responses
+    }
 
 
 # -- config --------------------------------------------------------------------------------------
 def test_config_is_normalised() -> None:
     assert ClientIdPolicy.validate_config({"allow": "svc-*"}) == {"allow": ["svc-*"], "topics": None}
     assert ClientIdPolicy.validate_config({"allow": ["a", "b"], "topics": ["orders-*"]}) == {
-        "allow": ["a", "b"], "topics": ["orders-*"]}
+        "allow": ["a", "b"],
+        "topics": ["orders-*"],
+    }
 
 
-@pytest.mark.parametrize(("config", "names"), [
-    ({}, "allow: required"),
-    ({"allow": []}, "allow: expected a non-empty list"),
-    ({"allow": ["ok", 3]}, "allow: expected"),
-    ({"allow": ["x"], "topics": {"a": 1}}, "topics: expected"),
-    ({"allow": ["x"], "alow": ["y"]}, "unknown keys ['alow']"),
-])
+@pytest.mark.parametrize(
+    ("config", "names"),
+    [
+        ({}, "allow: required"),
+        ({"allow": []}, "allow: expected a non-empty list"),
+        ({"allow": ["ok", 3]}, "allow: expected"),
+        ({"allow": ["x"], "topics": {"a": 1}}, "topics: expected"),
+        ({"allow": ["x"], "alow": ["y"]}, "unknown keys ['alow']"),
+    ],
+)
 def test_bad_config_names_the_key(config: dict[str, Any], names: str) -> None:
     with pytest.raises(FilterConfigError, match=names.replace("[", r"\[").replace("]", r"\]")):
         ClientIdPolicy.validate_config(config)
@@ -180,8 +191,7 @@ async def test_unknown_ids_are_looked_up_and_unresolvable_ones_refused() -> None
     assert isinstance(result, Forward) and [t.topic_id for t in req.topic_data] == [AUDIT_ID]
     merged = await run_hook(f.count_produce, ctx.for_response(), broker_answer(req))
     # fail closed: an id nobody can name is refused, not let through
-    assert codes(merged.message) == {AUDIT_ID: [0], ORDERS_ID: [DENIED],
-                                     GONE_ID: [DENIED]}
+    assert codes(merged.message) == {AUDIT_ID: [0], ORDERS_ID: [DENIED], GONE_ID: [DENIED]}
     assert f.counts == {("orders-eu", "refused"): 1, (str(GONE_ID), "refused"): 1, ("audit", "written"): 2}
 
 

@@ -28,8 +28,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 2) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
-                        operation_timeout=20, request_timeout=20)[topic].result(timeout=30)
+    admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)], operation_timeout=20, request_timeout=20
+    )[topic].result(timeout=30)
     deadline = time.monotonic() + 20
     while True:
         t = admin.list_topics(topic=topic, timeout=10).topics.get(topic)
@@ -50,10 +51,15 @@ def produce(
     so values spread over two requests (a busy machine stalls the loop past a 5 ms linger) were
     counted 4 of 7 once.
     """
-    p = confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 500 if one_request else 5,
-        "message.timeout.ms": 30000, "acks": "all",
-    })
+    p = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 500 if one_request else 5,
+            "message.timeout.ms": 30000,
+            "acks": "all",
+        }
+    )
     delivered, errors = [], []
 
     def on_delivery(err: object, msg: object) -> None:
@@ -70,8 +76,14 @@ def consume_all(bootstrap: str, topic: str, expected: int, partitions: int = 2, 
     more so that any message beyond them is seen too (no consumer group join needed)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False,
-                  "client.id": "trusted-reader"})
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("g"),
+            "enable.auto.commit": False,
+            "client.id": "trusted-reader",
+        }
+    )
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         got: list[bytes] = []
@@ -126,10 +138,21 @@ def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_pr
 
 def check_config(tmp_path: Path, filters: list[dict]) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "kgate.yaml"
-    path.write_text(yaml.safe_dump({"virtual_clusters": [{"name": "a", "listen": "127.0.0.1:19192",
-                                                          "upstream": "127.0.0.1:9092"}], "filters": filters}))
-    return subprocess.run([sys.executable, "-m", "kgate", "check-config", str(path)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "virtual_clusters": [{"name": "a", "listen": "127.0.0.1:19192", "upstream": "127.0.0.1:9092"}],
+                "filters": filters,
+            }
+        )
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "kgate", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_kgate_check_config_finds_and_validates_the_plugin(tmp_path: Path) -> None:

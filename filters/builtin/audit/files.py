@@ -155,8 +155,12 @@ class AuditFiles:
             try:
                 self._finish(hidden)
             except Exception as exc:  # the plain file is published instead: no event is lost
-                log.error("audit: cannot %s %s (%s); keeping it uncompressed",
-                          "convert to Parquet" if self.parquet else "gzip", hidden, exc)
+                log.error(
+                    "audit: cannot %s %s (%s); keeping it uncompressed",
+                    "convert to Parquet" if self.parquet else "gzip",
+                    hidden,
+                    exc,
+                )
                 try:
                     os.replace(hidden, hidden.with_name(hidden.name[1:]))
                 except OSError:

@@ -116,8 +116,10 @@ class Rule:
         return True
 
     def covers_every_name(self) -> bool:
-        return (self.kind == "literal" and self.pattern == "*") or (self.kind == "prefix" and not self.pattern) or (
-            self.kind == "glob" and self.pattern == "*"
+        return (
+            (self.kind == "literal" and self.pattern == "*")
+            or (self.kind == "prefix" and not self.pattern)
+            or (self.kind == "glob" and self.pattern == "*")
         )
 
 
@@ -257,7 +259,10 @@ class RuleSet:
 # -- configuration -----------------------------------------------------------------------------
 OPERATION_NAMES = {op.name.lower(): op for op in Op}
 RESOURCE_KEYS = {
-    "topic": Res.TOPIC, "group": Res.GROUP, "transactional_id": Res.TRANSACTIONAL_ID, "cluster": Res.CLUSTER
+    "topic": Res.TOPIC,
+    "group": Res.GROUP,
+    "transactional_id": Res.TRANSACTIONAL_ID,
+    "cluster": Res.CLUSTER,
 }
 RULE_KEYS = ("allow", "deny", "principal", "client_id", "host", *RESOURCE_KEYS)
 PATTERN_KINDS = ("literal", "prefix", "glob")
@@ -319,7 +324,7 @@ def _resource(key: str, value: Any, path: str) -> tuple[Res, str, str]:
         if kind in PATTERN_KINDS and isinstance(pattern, str) and (pattern or kind == "prefix"):
             return res, kind, pattern
     raise FilterConfigError(
-        f"{path}.{key}: expected a name (\"*\" for any) or one of {{literal: NAME}}, {{prefix: TEXT}}, "
+        f'{path}.{key}: expected a name ("*" for any) or one of {{literal: NAME}}, {{prefix: TEXT}}, '
         f"{{glob: PATTERN}}, got {value!r}"
     )
 

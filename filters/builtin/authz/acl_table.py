@@ -46,15 +46,22 @@ def _cluster(op: Op, note: str = "") -> tuple[Need, ...]:
 
 
 _BROKER_ONLY = "inter-broker / controller RPC: no client needs it"
-_STREAMS_CREATE = ("only those the broker does not have yet; create on the cluster counts too "
-                   "(kgate refuses the heartbeat: Kafka answers status MISSING_INTERNAL_TOPICS)")
+_STREAMS_CREATE = (
+    "only those the broker does not have yet; create on the cluster counts too "
+    "(kgate refuses the heartbeat: Kafka answers status MISSING_INTERNAL_TOPICS)"
+)
 _ASSIGNMENT = "left out of the assignment the member sees (a KIP-848 regex is resolved by the broker: see below)"
 
 #: api keys every client needs before or without naming a resource: never checked
 UNCHECKED: frozenset[int] = frozenset(
-    {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE,
-     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY,
-     ApiKey.DESCRIBE_CLUSTER}  # as Kafka: the brokers, which Metadata shows to anyone too
+    {
+        ApiKey.API_VERSIONS,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+        ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
+        ApiKey.PUSH_TELEMETRY,
+        ApiKey.DESCRIBE_CLUSTER,
+    }  # as Kafka: the brokers, which Metadata shows to anyone too
 )
 
 TABLE: dict[int, tuple[Need, ...]] = {
@@ -71,8 +78,14 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.LIST_OFFSETS: (Need(T, Op.DESCRIBE, "topics[].name", TOPIC_DENIED, "entry"),),
     ApiKey.METADATA: (
         Need(T, Op.DESCRIBE, "topics[].name / topic_id", TOPIC_DENIED, "answer", "left out of a full listing"),
-        Need(T, Op.CREATE, "topics[].name", TOPIC_DENIED, "entry",
-             "without it allow_auto_topic_creation is turned off (create on the cluster counts too)"),
+        Need(
+            T,
+            Op.CREATE,
+            "topics[].name",
+            TOPIC_DENIED,
+            "entry",
+            "without it allow_auto_topic_creation is turned off (create on the cluster counts too)",
+        ),
     ),
     ApiKey.OFFSET_COMMIT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
@@ -92,35 +105,77 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.SYNC_GROUP: (Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),),
     ApiKey.DESCRIBE_GROUPS: (
         Need(G, Op.DESCRIBE, "groups[]", GROUP_DENIED, "entry"),
-        Need(T, Op.DESCRIBE, "members' assignments (answer)", TOPIC_DENIED, "answer",
-             "a group assigned a topic the client may not describe is described as the error"),
+        Need(
+            T,
+            Op.DESCRIBE,
+            "members' assignments (answer)",
+            TOPIC_DENIED,
+            "answer",
+            "a group assigned a topic the client may not describe is described as the error",
+        ),
     ),
     ApiKey.LIST_GROUPS: (
-        Need(G, Op.DESCRIBE, "groups (answer)", GROUP_DENIED, "answer",
-             "describe on the cluster lists every group, as in Kafka"),
+        Need(
+            G,
+            Op.DESCRIBE,
+            "groups (answer)",
+            GROUP_DENIED,
+            "answer",
+            "describe on the cluster lists every group, as in Kafka",
+        ),
     ),
     ApiKey.CREATE_TOPICS: (
         Need(T, Op.CREATE, "topics[].name", TOPIC_DENIED, "entry", "create on the cluster counts too"),
-        Need(T, Op.DESCRIBE, "topics[].name", TOPIC_DENIED, "answer",
-             "TOPIC_ALREADY_EXISTS becomes TOPIC_AUTHORIZATION_FAILED without it"),
-        Need(T, Op.DESCRIBE_CONFIGS, "topics[].name", TOPIC_DENIED, "answer",
-             "the configs in the answer are left out (topic_config_error_code) without it"),
+        Need(
+            T,
+            Op.DESCRIBE,
+            "topics[].name",
+            TOPIC_DENIED,
+            "answer",
+            "TOPIC_ALREADY_EXISTS becomes TOPIC_AUTHORIZATION_FAILED without it",
+        ),
+        Need(
+            T,
+            Op.DESCRIBE_CONFIGS,
+            "topics[].name",
+            TOPIC_DENIED,
+            "answer",
+            "the configs in the answer are left out (topic_config_error_code) without it",
+        ),
     ),
     ApiKey.DELETE_TOPICS: (
-        Need(T, Op.DELETE, "topic_names[] / topics[].name / topic_id", TOPIC_DENIED, "entry",
-             "by id as by name (the rule for ids, below; Kafka answers UNKNOWN_TOPIC_ID without describe)"),
+        Need(
+            T,
+            Op.DELETE,
+            "topic_names[] / topics[].name / topic_id",
+            TOPIC_DENIED,
+            "entry",
+            "by id as by name (the rule for ids, below; Kafka answers UNKNOWN_TOPIC_ID without describe)",
+        ),
     ),
     ApiKey.DELETE_RECORDS: (Need(T, Op.DELETE, "topics[].name", TOPIC_DENIED, "entry"),),
     ApiKey.INIT_PRODUCER_ID: (
         Need(X, Op.WRITE, "transactional_id", TXN_DENIED, "request", "when a transactional id is set"),
-        Need(C, Op.IDEMPOTENT_WRITE, "", CLUSTER_DENIED, "request",
-             "without a transactional id; write on any topic counts too (KIP-679)"),
+        Need(
+            C,
+            Op.IDEMPOTENT_WRITE,
+            "",
+            CLUSTER_DENIED,
+            "request",
+            "without a transactional id; write on any topic counts too (KIP-679)",
+        ),
     ),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (Need(T, Op.DESCRIBE, "topics[].topic", TOPIC_DENIED, "entry"),),
     ApiKey.ADD_PARTITIONS_TO_TXN: (
         Need(X, Op.WRITE, "v3_and_below_transactional_id", TXN_DENIED, "request"),
-        Need(T, Op.WRITE, "v3_and_below_topics[].name", TOPIC_DENIED, "entry",
-             "the other topics get OPERATION_NOT_ATTEMPTED, as in Kafka; v4+ (brokers only): cluster_action"),
+        Need(
+            T,
+            Op.WRITE,
+            "v3_and_below_topics[].name",
+            TOPIC_DENIED,
+            "entry",
+            "the other topics get OPERATION_NOT_ATTEMPTED, as in Kafka; v4+ (brokers only): cluster_action",
+        ),
     ),
     ApiKey.ADD_OFFSETS_TO_TXN: (
         Need(X, Op.WRITE, "transactional_id", TXN_DENIED, "request"),
@@ -186,8 +241,7 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
         Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request"),
-        Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer",
-             _ASSIGNMENT),
+        Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer", _ASSIGNMENT),
     ),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (
         Need(G, Op.DESCRIBE, "group_ids[]", GROUP_DENIED, "entry"),
@@ -195,14 +249,19 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ),
     ApiKey.LIST_CONFIG_RESOURCES: _cluster(Op.DESCRIBE_CONFIGS),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (
-        Need(T, Op.DESCRIBE, "topics[].name", TOPIC_DENIED, "answer",
-             "left out of a full listing, pages over shown topics only; a name asked for never reaches the broker"),
+        Need(
+            T,
+            Op.DESCRIBE,
+            "topics[].name",
+            TOPIC_DENIED,
+            "answer",
+            "left out of a full listing, pages over shown topics only; a name asked for never reaches the broker",
+        ),
     ),
     ApiKey.SHARE_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
         Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request"),
-        Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer",
-             _ASSIGNMENT),
+        Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer", _ASSIGNMENT),
     ),
     ApiKey.SHARE_GROUP_DESCRIBE: (
         Need(G, Op.DESCRIBE, "group_ids[]", GROUP_DENIED, "entry"),
@@ -218,20 +277,44 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ),
     ApiKey.STREAMS_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
-        Need(T, Op.DESCRIBE, "topology.subtopologies[] (every topic)", TOPIC_DENIED, "request",
-             "source, repartition and changelog topics, as Kafka"),
-        Need(T, Op.CREATE, "topology internal topics (changelog, repartition source)", TOPIC_DENIED, "request",
-             _STREAMS_CREATE),
+        Need(
+            T,
+            Op.DESCRIBE,
+            "topology.subtopologies[] (every topic)",
+            TOPIC_DENIED,
+            "request",
+            "source, repartition and changelog topics, as Kafka",
+        ),
+        Need(
+            T,
+            Op.CREATE,
+            "topology internal topics (changelog, repartition source)",
+            TOPIC_DENIED,
+            "request",
+            _STREAMS_CREATE,
+        ),
     ),
     ApiKey.STREAMS_GROUP_DESCRIBE: (
         Need(G, Op.DESCRIBE, "group_ids[]", GROUP_DENIED, "entry"),
-        Need(T, Op.DESCRIBE, "topology's topics (answer)", TOPIC_DENIED, "answer",
-             "a group whose topology names a topic the client may not describe is described as the error"),
+        Need(
+            T,
+            Op.DESCRIBE,
+            "topology's topics (answer)",
+            TOPIC_DENIED,
+            "answer",
+            "a group whose topology names a topic the client may not describe is described as the error",
+        ),
     ),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (
         Need(G, Op.DESCRIBE, "groups[].group_id", GROUP_DENIED, "entry"),
-        Need(T, Op.DESCRIBE, "groups[].topics[].topic_name", TOPIC_DENIED, "answer",
-             "asked for: each partition answers the error; a whole-group listing leaves it out"),
+        Need(
+            T,
+            Op.DESCRIBE,
+            "groups[].topics[].topic_name",
+            TOPIC_DENIED,
+            "answer",
+            "asked for: each partition answers the error; a whole-group listing leaves it out",
+        ),
     ),
     ApiKey.ALTER_SHARE_GROUP_OFFSETS: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
@@ -244,12 +327,24 @@ TABLE: dict[int, tuple[Need, ...]] = {
 }
 
 for _key in (
-    ApiKey.WRITE_TXN_MARKERS, ApiKey.VOTE, ApiKey.BEGIN_QUORUM_EPOCH, ApiKey.END_QUORUM_EPOCH,
-    ApiKey.ALTER_PARTITION, ApiKey.ENVELOPE, ApiKey.FETCH_SNAPSHOT, ApiKey.BROKER_REGISTRATION,
-    ApiKey.BROKER_HEARTBEAT, ApiKey.UNREGISTER_BROKER, ApiKey.ALLOCATE_PRODUCER_IDS,
-    ApiKey.CONTROLLER_REGISTRATION, ApiKey.ASSIGN_REPLICAS_TO_DIRS, ApiKey.UPDATE_RAFT_VOTER,
+    ApiKey.WRITE_TXN_MARKERS,
+    ApiKey.VOTE,
+    ApiKey.BEGIN_QUORUM_EPOCH,
+    ApiKey.END_QUORUM_EPOCH,
+    ApiKey.ALTER_PARTITION,
+    ApiKey.ENVELOPE,
+    ApiKey.FETCH_SNAPSHOT,
+    ApiKey.BROKER_REGISTRATION,
+    ApiKey.BROKER_HEARTBEAT,
+    ApiKey.UNREGISTER_BROKER,
+    ApiKey.ALLOCATE_PRODUCER_IDS,
+    ApiKey.CONTROLLER_REGISTRATION,
+    ApiKey.ASSIGN_REPLICAS_TO_DIRS,
+    ApiKey.UPDATE_RAFT_VOTER,
     ApiKey.INITIALIZE_SHARE_GROUP_STATE,
-    ApiKey.READ_SHARE_GROUP_STATE, ApiKey.WRITE_SHARE_GROUP_STATE, ApiKey.DELETE_SHARE_GROUP_STATE,
+    ApiKey.READ_SHARE_GROUP_STATE,
+    ApiKey.WRITE_SHARE_GROUP_STATE,
+    ApiKey.DELETE_SHARE_GROUP_STATE,
     ApiKey.READ_SHARE_GROUP_STATE_SUMMARY,
 ):
     TABLE[_key] = _cluster(Op.CLUSTER_ACTION, _BROKER_ONLY)
@@ -258,8 +353,10 @@ del _key
 
 def markdown_table() -> str:
     """The table as docs/authorization.md shows it (a test compares the two)."""
-    lines = ["| api key | resource | operation | from the request | error | refusal covers | note |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| api key | resource | operation | from the request | error | refusal covers | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key in sorted(TABLE):
         for need in TABLE[key]:
             lines.append(

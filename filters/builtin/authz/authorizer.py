@@ -327,9 +327,18 @@ class Authorizer(Filter):
             missing = await missing_topics(ctx, names)
         except Exception as exc:  # kgate's own request failed: nothing is known, nothing goes upstream
             conn = ctx.connection
-            log.warning("authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s", exc, extra={
-                "cluster": conn.virtual_cluster, "principal": conn.principal, "client_id": conn.client_id,
-                "api": "StreamsGroupHeartbeat", "resource": f"group:{request.group_id}", "decision": "error"})
+            log.warning(
+                "authorizer: StreamsGroupHeartbeat: checking internal topics failed: %s",
+                exc,
+                extra={
+                    "cluster": conn.virtual_cluster,
+                    "principal": conn.principal,
+                    "client_id": conn.client_id,
+                    "api": "StreamsGroupHeartbeat",
+                    "resource": f"group:{request.group_id}",
+                    "decision": "error",
+                },
+            )
             # retriable: the member asks again (a Streams client treats TOPIC_AUTHORIZATION_FAILED as fatal)
             result = self._refuse_whole(ctx, request, ErrorCode.COORDINATOR_NOT_AVAILABLE)
             result.message.error_message = "kgate could not check the internal topics; retry"  # type: ignore[attr-defined]
@@ -362,8 +371,10 @@ class Authorizer(Filter):
 
     def _fetch(self, ctx: FilterContext, request: Any, who: Identity) -> Any:
         replica = request.replica_id if ctx.api_version < 15 else request.replica_state.replica_id
-        if replica is not None and replica >= 0 and not self._ok(
-            ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.CLUSTER_ACTION
+        if (
+            replica is not None
+            and replica >= 0
+            and not self._ok(ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.CLUSTER_ACTION)
         ):
             return self._refuse_whole(ctx, request, CLUSTER_DENIED)
         return self._topic_list(ctx, request, who)
@@ -422,8 +433,13 @@ class Authorizer(Filter):
         for topic_id in unresolved:
             codes[topic_id] = self._unresolved_code
             # the audit log's "policy" field: refused because kgate could not name it (fail closed)
-            record_policy_decision(ctx, self.report.filter_name, topic_id, self._unresolved_code,
-                                   "topic id could not be resolved (fail closed)")
+            record_policy_decision(
+                ctx,
+                self.report.filter_name,
+                topic_id,
+                self._unresolved_code,
+                "topic id could not be resolved (fail closed)",
+            )
         return codes
 
     # -- per-entry RPCs ------------------------------------------------------------------------------
@@ -532,9 +548,12 @@ class Authorizer(Filter):
         pcls = element_class(tcls, "results_by_partition")
         resp = resp_cls()
         resp.results_by_topic_v3_and_below = [
-            tcls(name=t.name, results_by_partition=[
-                pcls(partition_index=p, partition_error_code=codes[t.name]) for p in t.partitions
-            ])
+            tcls(
+                name=t.name,
+                results_by_partition=[
+                    pcls(partition_index=p, partition_error_code=codes[t.name]) for p in t.partitions
+                ],
+            )
             for t in topics
         ]
         return respond(resp)
@@ -642,8 +661,8 @@ class Authorizer(Filter):
             if ctx.api_version < 8:
                 return False  # no such fields
             if request is not None and not (
-                request.include_topic_authorized_operations or getattr(request, "include_cluster_authorized_operations",
-                                                                         False)
+                request.include_topic_authorized_operations
+                or getattr(request, "include_cluster_authorized_operations", False)
             ):
                 return False  # the metadata refreshes of every client: nothing asked, nothing to do
         who = self._who(ctx.connection)
@@ -793,8 +812,12 @@ class Authorizer(Filter):
     created_topics = on_response(ApiKey.CREATE_TOPICS)(created_topics)
     offset_fetch_response = on_response(ApiKey.OFFSET_FETCH)(offset_fetch_response)
     transactions = on_response(ApiKey.DESCRIBE_TRANSACTIONS)(transactions)
-    for _key in (ApiKey.DESCRIBE_GROUPS, ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE,
-                 ApiKey.STREAMS_GROUP_DESCRIBE):
+    for _key in (
+        ApiKey.DESCRIBE_GROUPS,
+        ApiKey.CONSUMER_GROUP_DESCRIBE,
+        ApiKey.SHARE_GROUP_DESCRIBE,
+        ApiKey.STREAMS_GROUP_DESCRIBE,
+    ):
         group_descriptions = on_response(_key)(group_descriptions)
     share_group_offsets = on_response(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)(share_group_offsets)
     log_dirs = on_response(ApiKey.DESCRIBE_LOG_DIRS)(log_dirs)
@@ -804,14 +827,27 @@ class Authorizer(Filter):
     list_groups = on_response(ApiKey.LIST_GROUPS)(list_groups)
     list_transactions = on_response(ApiKey.LIST_TRANSACTIONS)(list_transactions)
     for _key in (
-        ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.OFFSET_COMMIT, ApiKey.DELETE_TOPICS,
-        ApiKey.DELETE_RECORDS, ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_DELETE,
-        ApiKey.DESCRIBE_PRODUCERS, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE, ApiKey.ELECT_LEADERS,
-        ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.CREATE_PARTITIONS,
-        ApiKey.DELETE_GROUPS, ApiKey.FIND_COORDINATOR, ApiKey.ALTER_SHARE_GROUP_OFFSETS,
+        ApiKey.PRODUCE,
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.OFFSET_COMMIT,
+        ApiKey.DELETE_TOPICS,
+        ApiKey.DELETE_RECORDS,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.TXN_OFFSET_COMMIT,
+        ApiKey.OFFSET_DELETE,
+        ApiKey.DESCRIBE_PRODUCERS,
+        ApiKey.SHARE_FETCH,
+        ApiKey.SHARE_ACKNOWLEDGE,
+        ApiKey.ELECT_LEADERS,
+        ApiKey.DESCRIBE_CONFIGS,
+        ApiKey.ALTER_CONFIGS,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.CREATE_PARTITIONS,
+        ApiKey.DELETE_GROUPS,
+        ApiKey.FIND_COORDINATOR,
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS,
         ApiKey.DELETE_SHARE_GROUP_OFFSETS,
     ):
         merge = on_response(_key, needs_state=True)(merge)
     del _key
-
-

@@ -42,11 +42,23 @@ ACL_OPERATION_CODE: Mapping[Op, int] = {
 #: the operations Kafka reports for each resource type (``AclEntry.supportedOperations``)
 SUPPORTED: Mapping[Res, tuple[Op, ...]] = {
     Res.TOPIC: (
-        Op.READ, Op.WRITE, Op.CREATE, Op.DESCRIBE, Op.DELETE, Op.ALTER, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS,
+        Op.READ,
+        Op.WRITE,
+        Op.CREATE,
+        Op.DESCRIBE,
+        Op.DELETE,
+        Op.ALTER,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
     ),
     Res.GROUP: (Op.READ, Op.DESCRIBE, Op.DELETE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS),
     Res.CLUSTER: (
-        Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
+        Op.CREATE,
+        Op.CLUSTER_ACTION,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+        Op.IDEMPOTENT_WRITE,
+        Op.ALTER,
         Op.DESCRIBE,
     ),
     Res.TRANSACTIONAL_ID: (Op.DESCRIBE, Op.WRITE),

@@ -51,8 +51,9 @@ class DecisionReport:
         now = time.monotonic()
         if now - self._window_start >= LOG_WINDOW_S:
             if self._suppressed:
-                log.warning("authz %s: %d more denied checks in the last window not logged", self.filter_name,
-                            self._suppressed)
+                log.warning(
+                    "authz %s: %d more denied checks in the last window not logged", self.filter_name, self._suppressed
+                )
             self._window_start, self._logged, self._suppressed = now, 0, 0
         if self._logged >= LOG_BURST:
             self._suppressed += 1
@@ -62,11 +63,26 @@ class DecisionReport:
         resource = f"{res.name.lower()}:{name}"
         log.warning(
             "authz %s: denied cluster=%s principal=%s client_id=%r address=%s api=%s resource=%s operation=%s",
-            self.filter_name, cluster, who.principal, who.client_id, address, api_name, resource, op.name.lower(),
+            self.filter_name,
+            cluster,
+            who.principal,
+            who.client_id,
+            address,
+            api_name,
+            resource,
+            op.name.lower(),
             # the same facts as fields, for the JSON log format (proxy/logs.py)
-            extra={"cluster": cluster, "principal": who.principal, "client_id": who.client_id, "api": api_name,
-                   "resource": resource, "decision": "deny", "filter": self.filter_name,
-                   "operation": op.name.lower(), "address": address},
+            extra={
+                "cluster": cluster,
+                "principal": who.principal,
+                "client_id": who.client_id,
+                "api": api_name,
+                "resource": resource,
+                "decision": "deny",
+                "filter": self.filter_name,
+                "operation": op.name.lower(),
+                "address": address,
+            },
         )
 
 

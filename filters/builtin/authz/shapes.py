@@ -135,8 +135,12 @@ class Entries:
         if self.partitions:
             pcls = element_class(cls, "partitions")
             fields["partitions"] = [
-                make(pcls, **{self.partitions: getattr(p, self.partitions)}, error_code=code,
-                     error_message=DENIED_MESSAGE)
+                make(
+                    pcls,
+                    **{self.partitions: getattr(p, self.partitions)},
+                    error_code=code,
+                    error_message=DENIED_MESSAGE,
+                )
                 for p in entry.partitions or []
             ]
             return make(cls, **fields, **self.fixed)
@@ -146,30 +150,52 @@ class Entries:
 ENTRY_LISTS: dict[int, Entries] = {
     ApiKey.CREATE_TOPICS: Entries("topics", "name", "topics", "name", num_partitions=-1, replication_factor=-1),
     ApiKey.CREATE_PARTITIONS: Entries("topics", "name", "results", "name", (Res.TOPIC, Op.ALTER, TOPIC_DENIED)),
-    ApiKey.DESCRIBE_CONFIGS: Entries("resources", "*", "results", "", copy=("resource_type", "resource_name"),
-                                      configs=[]),
+    ApiKey.DESCRIBE_CONFIGS: Entries(
+        "resources", "*", "results", "", copy=("resource_type", "resource_name"), configs=[]
+    ),
     ApiKey.ALTER_CONFIGS: Entries("resources", "*", "responses", "", copy=("resource_type", "resource_name")),
-    ApiKey.INCREMENTAL_ALTER_CONFIGS: Entries("resources", "*", "responses", "",
-                                               copy=("resource_type", "resource_name")),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Entries(
+        "resources", "*", "responses", "", copy=("resource_type", "resource_name")
+    ),
     ApiKey.DELETE_GROUPS: Entries("groups_names", "", "results", "group_id", (Res.GROUP, Op.DELETE, GROUP_DENIED)),
-    ApiKey.DESCRIBE_GROUPS: Entries("groups", "", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED),
-                                     members=[]),
+    ApiKey.DESCRIBE_GROUPS: Entries(
+        "groups", "", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]
+    ),
     ApiKey.FIND_COORDINATOR: Entries("coordinator_keys", "", "coordinators", "key", node_id=-1, host="", port=-1),
-    ApiKey.DESCRIBE_TRANSACTIONS: Entries("transactional_ids", "", "transaction_states", "transactional_id",
-                                           (Res.TRANSACTIONAL_ID, Op.DESCRIBE, TXN_DENIED), producer_id=-1,
-                                           producer_epoch=-1, transaction_state="", topics=[]),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: Entries("group_ids", "", "groups", "group_id",
-                                             (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
-    ApiKey.SHARE_GROUP_DESCRIBE: Entries("group_ids", "", "groups", "group_id",
-                                          (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
+    ApiKey.DESCRIBE_TRANSACTIONS: Entries(
+        "transactional_ids",
+        "",
+        "transaction_states",
+        "transactional_id",
+        (Res.TRANSACTIONAL_ID, Op.DESCRIBE, TXN_DENIED),
+        producer_id=-1,
+        producer_epoch=-1,
+        transaction_state="",
+        topics=[],
+    ),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Entries(
+        "group_ids", "", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]
+    ),
+    ApiKey.SHARE_GROUP_DESCRIBE: Entries(
+        "group_ids", "", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]
+    ),
     ApiKey.OFFSET_FETCH: Entries("groups", "group_id", "groups", "group_id", topics=[]),
-    ApiKey.STREAMS_GROUP_DESCRIBE: Entries("group_ids", "", "groups", "group_id",
-                                            (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]),
-    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Entries("groups", "group_id", "groups", "group_id",
-                                                  (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), topics=[]),
+    ApiKey.STREAMS_GROUP_DESCRIBE: Entries(
+        "group_ids", "", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), members=[]
+    ),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Entries(
+        "groups", "group_id", "groups", "group_id", (Res.GROUP, Op.DESCRIBE, GROUP_DENIED), topics=[]
+    ),
     # the group is checked for the whole request first (read / delete, acl_table); then each topic, read
-    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Entries("topics", "topic_name", "responses", "topic_name",
-                                               (Res.TOPIC, Op.READ, TOPIC_DENIED), partitions="partition_index"),
-    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Entries("topics", "topic_name", "responses", "topic_name",
-                                                (Res.TOPIC, Op.READ, TOPIC_DENIED)),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Entries(
+        "topics",
+        "topic_name",
+        "responses",
+        "topic_name",
+        (Res.TOPIC, Op.READ, TOPIC_DENIED),
+        partitions="partition_index",
+    ),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Entries(
+        "topics", "topic_name", "responses", "topic_name", (Res.TOPIC, Op.READ, TOPIC_DENIED)
+    ),
 }

@@ -392,8 +392,14 @@ def _add_denied(ctx: FilterContext, response: Any) -> bool:
     if not denied:
         return False
     for name in denied:
-        entry = _DTP_TOPIC(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name, topic_id=_ZERO,
-                          is_internal=False, partitions=[], topic_authorized_operations=NOT_REQUESTED)
+        entry = _DTP_TOPIC(
+            error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+            name=name,
+            topic_id=_ZERO,
+            is_internal=False,
+            partitions=[],
+            topic_authorized_operations=NOT_REQUESTED,
+        )
         response.topics.append(entry)
     response.topics.sort(key=lambda t: t.name or "")
     return True

@@ -239,11 +239,25 @@ class Guardrails(Filter):
             what = f"topic={t.name if not t.topic_id.int else t.topic_id}"
             for _p, refusal in bad:
                 self._noted(ctx, what, t.name if not t.topic_id.int else t.topic_id, refusal)
-            answers.append(make(tcls, name=t.name, topic_id=t.topic_id, partition_responses=[
-                make(pcls, index=p.index, error_code=r.code, base_offset=-1, log_append_time_ms=-1,
-                     log_start_offset=-1, error_message=r.message)
-                for p, r in bad
-            ]))
+            answers.append(
+                make(
+                    tcls,
+                    name=t.name,
+                    topic_id=t.topic_id,
+                    partition_responses=[
+                        make(
+                            pcls,
+                            index=p.index,
+                            error_code=r.code,
+                            base_offset=-1,
+                            log_append_time_ms=-1,
+                            log_start_offset=-1,
+                            error_message=r.message,
+                        )
+                        for p, r in bad
+                    ],
+                )
+            )
             dropped = {id(p) for p, _r in bad}
             t.partition_data = [p for p in t.partition_data if id(p) not in dropped]
         if request.acks == 0:
@@ -281,4 +295,3 @@ class Guardrails(Filter):
     produce_peek = on_request(ApiKey.PRODUCE, peek=True)(produce_peek)
     produce_whole = on_request(ApiKey.PRODUCE)(produce_whole)
     produce_merge = on_response(ApiKey.PRODUCE, needs_state=True)(produce_merge)
-

@@ -54,8 +54,15 @@ class RefusalReport:
         self._logged += 1
         log.warning(
             "guardrails: refused cluster=%s principal=%s client_id=%r address=%s api=%s %s rule=%s error=%d: %s",
-            conn.virtual_cluster, conn.principal, conn.client_id, conn.client_address, api_name(ctx.api_key),
-            what, refusal.rule, refusal.code, refusal.message,
+            conn.virtual_cluster,
+            conn.principal,
+            conn.client_id,
+            conn.client_address,
+            api_name(ctx.api_key),
+            what,
+            refusal.rule,
+            refusal.code,
+            refusal.message,
         )
 
 

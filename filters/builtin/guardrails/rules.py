@@ -158,8 +158,10 @@ def validate(config: Mapping[str, Any]) -> dict[str, Any]:
             raise FilterConfigError(f"topic_name.pattern: not a valid regular expression: {exc}") from None
     max_length = _int(tn["max_length"], "topic_name.max_length", 1, 32767)
     # ranges given are merged over the default ones, name by name (null removes a default)
-    ranges = {**_ranges(DEFAULTS["topic_configs"]["ranges"], "defaults"),
-              **_ranges(given["topic_configs"].get("ranges"), "topic_configs.ranges")}
+    ranges = {
+        **_ranges(DEFAULTS["topic_configs"]["ranges"], "defaults"),
+        **_ranges(given["topic_configs"].get("ranges"), "topic_configs.ranges"),
+    }
     return {
         "partitions": {"min_per_topic": p_lo, "max_per_topic": p_hi, "max_per_request": per_request},
         "replication_factor": {"min": rf_lo, "max": rf_hi},
@@ -203,71 +205,103 @@ class Rules:
 
     def topic_name(self, name: str) -> Refusal | None:
         if len(name) > self.max_name_length:
-            return Refusal("topic_name", ErrorCode.POLICY_VIOLATION,
-                           f"Topic name is {len(name)} characters long; the limit is {self.max_name_length} "
-                           "(kgate guardrails: topic_name.max_length).")
+            return Refusal(
+                "topic_name",
+                ErrorCode.POLICY_VIOLATION,
+                f"Topic name is {len(name)} characters long; the limit is {self.max_name_length} "
+                "(kgate guardrails: topic_name.max_length).",
+            )
         if self._pattern is not None and self._pattern.fullmatch(name) is None:
-            return Refusal("topic_name", ErrorCode.POLICY_VIOLATION,
-                           f"Topic name {name[:100]!r} does not match {self._pattern_text!r} "
-                           "(kgate guardrails: topic_name.pattern).")
+            return Refusal(
+                "topic_name",
+                ErrorCode.POLICY_VIOLATION,
+                f"Topic name {name[:100]!r} does not match {self._pattern_text!r} "
+                "(kgate guardrails: topic_name.pattern).",
+            )
         return None
 
     def partitions(self, count: int) -> Refusal | None:
         """A topic's partition count (CreateTopics' num_partitions or assignments, CreatePartitions' count)."""
         if count > self.max_partitions:
-            return Refusal("partitions_per_topic", ErrorCode.INVALID_PARTITIONS,
-                           f"Number of partitions {count} is above the limit of {self.max_partitions} per topic "
-                           "(kgate guardrails: partitions.max_per_topic).")
+            return Refusal(
+                "partitions_per_topic",
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions {count} is above the limit of {self.max_partitions} per topic "
+                "(kgate guardrails: partitions.max_per_topic).",
+            )
         if count < self.min_partitions:
-            return Refusal("partitions_per_topic", ErrorCode.INVALID_PARTITIONS,
-                           f"Number of partitions {count} is below the minimum of {self.min_partitions} "
-                           "(kgate guardrails: partitions.min_per_topic).")
+            return Refusal(
+                "partitions_per_topic",
+                ErrorCode.INVALID_PARTITIONS,
+                f"Number of partitions {count} is below the minimum of {self.min_partitions} "
+                "(kgate guardrails: partitions.min_per_topic).",
+            )
         return None
 
     def request_partitions(self, total: int) -> Refusal:
-        return Refusal("partitions_per_request", ErrorCode.INVALID_PARTITIONS,
-                       f"This request would create {total} partitions; the limit is "
-                       f"{self.max_partitions_per_request} per request (kgate guardrails: partitions.max_per_request).")
+        return Refusal(
+            "partitions_per_request",
+            ErrorCode.INVALID_PARTITIONS,
+            f"This request would create {total} partitions; the limit is "
+            f"{self.max_partitions_per_request} per request (kgate guardrails: partitions.max_per_request).",
+        )
 
     def replication_factor(self, rf: int) -> Refusal | None:
         if self.min_rf <= rf <= self.max_rf:
             return None
-        return Refusal("replication_factor", ErrorCode.INVALID_REPLICATION_FACTOR,
-                       f"Replication factor {rf} is outside {self.min_rf}-{self.max_rf} "
-                       "(kgate guardrails: replication_factor.min/max).")
+        return Refusal(
+            "replication_factor",
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Replication factor {rf} is outside {self.min_rf}-{self.max_rf} "
+            "(kgate guardrails: replication_factor.min/max).",
+        )
 
     def topic_config(self, name: str, value: str | None, sets_value: bool = True) -> Refusal | None:
         """One topic config entry: its name against allow/deny, a value it sets against its range."""
         if name in self._deny or (self._allow is not None and name not in self._allow):
             which = "deny" if name in self._deny else "allow"
-            return Refusal("topic_config", ErrorCode.POLICY_VIOLATION,
-                           f"Topic config {name!r} may not be set through kgate "
-                           f"(kgate guardrails: topic_configs.{which}).")
+            return Refusal(
+                "topic_config",
+                ErrorCode.POLICY_VIOLATION,
+                f"Topic config {name!r} may not be set through kgate (kgate guardrails: topic_configs.{which}).",
+            )
         bounds = self.ranges.get(name)
         if bounds is None or not sets_value or value is None:
             return None
         try:
             number = int(value.strip())
         except ValueError:
-            return Refusal("config_range", ErrorCode.POLICY_VIOLATION,
-                           f"Topic config {name} is {value[:100]!r}, not an integer "
-                           f"(kgate guardrails: topic_configs.ranges.{name}).")
+            return Refusal(
+                "config_range",
+                ErrorCode.POLICY_VIOLATION,
+                f"Topic config {name} is {value[:100]!r}, not an integer "
+                f"(kgate guardrails: topic_configs.ranges.{name}).",
+            )
         if (bounds.min is not None and number < bounds.min) or (bounds.max is not None and number > bounds.max):
-            return Refusal("config_range", ErrorCode.POLICY_VIOLATION,
-                           f"Topic config {name} is {number}; it must be {bounds.describe()} "
-                           f"(kgate guardrails: topic_configs.ranges.{name}).")
+            return Refusal(
+                "config_range",
+                ErrorCode.POLICY_VIOLATION,
+                f"Topic config {name} is {number}; it must be {bounds.describe()} "
+                f"(kgate guardrails: topic_configs.ranges.{name}).",
+            )
         return None
 
     def acks_allowed(self, acks: int) -> Refusal | None:
         if self.acks is None or acks in self.acks:
             return None
         allowed = ", ".join(str(a) for a in sorted(self.acks))
-        return Refusal("produce_acks", ErrorCode.POLICY_VIOLATION,
-                       f"acks={acks} is not allowed; allowed: {allowed} (kgate guardrails: produce.acks).")
+        return Refusal(
+            "produce_acks",
+            ErrorCode.POLICY_VIOLATION,
+            f"acks={acks} is not allowed; allowed: {allowed} (kgate guardrails: produce.acks).",
+        )
 
     def batch_bytes(self, size: int) -> Refusal | None:
         if self.max_batch_bytes is None or size <= self.max_batch_bytes:
             return None
-        return Refusal("produce_batch_bytes", ErrorCode.MESSAGE_TOO_LARGE,
-                       f"Record batch of {size} bytes is above the limit of {self.max_batch_bytes} "
-                       "(kgate guardrails: produce.max_batch_bytes).")
+        return Refusal(
+            "produce_batch_bytes",
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"Record batch of {size} bytes is above the limit of {self.max_batch_bytes} "
+            "(kgate guardrails: produce.max_batch_bytes).",
+        )

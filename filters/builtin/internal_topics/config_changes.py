@@ -220,8 +220,7 @@ class ConfigChangeHooks:
         if errors:
             ctx.state[_STATE + ".errors"] = errors
             kept = [
-                r for r in request.resources
-                if not (r.resource_type == TOPIC_RESOURCE and r.resource_name in errors)
+                r for r in request.resources if not (r.resource_type == TOPIC_RESOURCE and r.resource_name in errors)
             ]
             if not kept:
                 resp = alter_response(ctx.api_key, [])
@@ -240,7 +239,8 @@ class ConfigChangeHooks:
             add_alter_errors(response, errors)
         changes: dict[str, bool] = state.get(_STATE + ".alter") or {}
         done = [
-            r for r in response.responses
+            r
+            for r in response.responses
             if r.resource_type == TOPIC_RESOURCE and r.error_code == ErrorCode.NONE and r.resource_name in changes
         ]
         if not done:

@@ -422,9 +422,11 @@ class InternalTopics(ConfigChangeHooks, GroupHooks, Filter):
             request = ctx.request
             if ctx.api_key == ApiKey.METADATA:
                 asked_all = request is None or request.topics is None or (ctx.api_version == 0 and not request.topics)
-                asked_ids = frozenset(
-                    t.topic_id for t in (request.topics or ()) if getattr(t, "topic_id", _ZERO).int
-                ) if request is not None else frozenset()
+                asked_ids = (
+                    frozenset(t.topic_id for t in (request.topics or ()) if getattr(t, "topic_id", _ZERO).int)
+                    if request is not None
+                    else frozenset()
+                )
             else:
                 asked_all, asked_ids = request is None or not request.topics, frozenset()
             kept = hide_described_topics(response.topics, lambda n: n != self.marks_topic, asked_all, asked_ids)

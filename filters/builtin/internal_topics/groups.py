@@ -125,4 +125,3 @@ class GroupHooks:
     def share_offsets_described(self, ctx: FilterContext, response: Any) -> Result:
         marks = self.marks_topic
         return forward(response) if hide_share_group_offsets(ctx.request, response, lambda n: n != marks) else FORWARD
-

@@ -301,9 +301,7 @@ class MarksStore:
             forgotten_topics_data=[],
             rack_id="",
         )
-        resp = await self._require().send_request(
-            ApiKey.FETCH, req, max_version=_NAMES_VERSION, node_id=part.leader
-        )
+        resp = await self._require().send_request(ApiKey.FETCH, req, max_version=_NAMES_VERSION, node_id=part.leader)
         self.polls += 1
         if resp.error_code:
             raise MarkWriteError(f"Fetch of {self.topic}: error {resp.error_code}")
@@ -355,7 +353,8 @@ class MarksStore:
             return
         found = await self._require().topic_names(ids)
         dead = [
-            tid for tid, name in found.items()
+            tid
+            for tid, name in found.items()
             if isinstance(name, TopicNameError) and name.code == ErrorCode.UNKNOWN_TOPIC_ID
         ]
         if dead:
@@ -413,9 +412,7 @@ class MarksStore:
                 TopicProduceData(name=self.topic, partition_data=[PartitionProduceData(index=0, records=batch)])
             ],
         )
-        resp = await self._require().send_request(
-            ApiKey.PRODUCE, req, max_version=_NAMES_VERSION, node_id=part.leader
-        )
+        resp = await self._require().send_request(ApiKey.PRODUCE, req, max_version=_NAMES_VERSION, node_id=part.leader)
         for topic in resp.responses:
             for p in topic.partition_responses:
                 return p.error_code, getattr(p, "error_message", None)

@@ -256,4 +256,3 @@ class ClientIdPolicy(Filter):
                 self._count(ctx, names[key], outcome, per_partition.get(p.index, 0))
         # Put back the refusals refuse_topics kept for this exchange (FORWARD if there were none).
         return merge_refused(ctx, response)
-
