@@ -119,6 +119,25 @@ async def missing_topics(ctx: FilterContext, names: list[str]) -> list[str]:
     return [n for n in names if n not in present]
 
 
+#: requests refused per topic (the others of the request go on) and answered with the refused
+#: topics merged back: the authorizer's and topic-policy's shared list
+PER_TOPIC_KEYS = (
+    ApiKey.PRODUCE,
+    ApiKey.FETCH,
+    ApiKey.LIST_OFFSETS,
+    ApiKey.OFFSET_COMMIT,
+    ApiKey.DELETE_TOPICS,
+    ApiKey.DELETE_RECORDS,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH,
+    ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.OFFSET_DELETE,
+    ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.SHARE_FETCH,
+    ApiKey.SHARE_ACKNOWLEDGE,
+    ApiKey.ELECT_LEADERS,
+)
+
+
 class Authorizer(Filter):
     name = "authorizer"
     refuses_unknown_api_keys = True  # an api key newer than kgate's codec would pass unseen
@@ -827,19 +846,7 @@ class Authorizer(Filter):
     list_groups = on_response(ApiKey.LIST_GROUPS)(list_groups)
     list_transactions = on_response(ApiKey.LIST_TRANSACTIONS)(list_transactions)
     for _key in (
-        ApiKey.PRODUCE,
-        ApiKey.FETCH,
-        ApiKey.LIST_OFFSETS,
-        ApiKey.OFFSET_COMMIT,
-        ApiKey.DELETE_TOPICS,
-        ApiKey.DELETE_RECORDS,
-        ApiKey.OFFSET_FOR_LEADER_EPOCH,
-        ApiKey.TXN_OFFSET_COMMIT,
-        ApiKey.OFFSET_DELETE,
-        ApiKey.DESCRIBE_PRODUCERS,
-        ApiKey.SHARE_FETCH,
-        ApiKey.SHARE_ACKNOWLEDGE,
-        ApiKey.ELECT_LEADERS,
+        *PER_TOPIC_KEYS,
         ApiKey.DESCRIBE_CONFIGS,
         ApiKey.ALTER_CONFIGS,
         ApiKey.INCREMENTAL_ALTER_CONFIGS,

@@ -51,7 +51,7 @@ from kgate.api import (
     respond,
 )
 from kgate.filters.builtin.authz.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
-from kgate.filters.builtin.authz.authorizer import Authorizer
+from kgate.filters.builtin.authz.authorizer import PER_TOPIC_KEYS, Authorizer
 from kgate.filters.builtin.authz.shapes import known_names, look_up
 from kgate.filters.builtin.authz.visibility import (
     hide_log_dir_topics,
@@ -69,21 +69,7 @@ from kgate.filters.builtin.authz.visibility import (
 _ZERO = UUID(int=0)
 _ANYONE = Identity()  # topic-policy's rules name topics only: every client gets the same verdict
 _UNRESOLVED = {e.name: e for e in (ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
-_KEYS = (
-    ApiKey.PRODUCE,
-    ApiKey.FETCH,
-    ApiKey.LIST_OFFSETS,
-    ApiKey.OFFSET_COMMIT,
-    ApiKey.DELETE_TOPICS,
-    ApiKey.DELETE_RECORDS,
-    ApiKey.OFFSET_FOR_LEADER_EPOCH,
-    ApiKey.TXN_OFFSET_COMMIT,
-    ApiKey.OFFSET_DELETE,
-    ApiKey.DESCRIBE_PRODUCERS,
-    ApiKey.SHARE_FETCH,
-    ApiKey.SHARE_ACKNOWLEDGE,
-    ApiKey.ELECT_LEADERS,
-)
+_KEYS = PER_TOPIC_KEYS  # refused per topic, as the authorizer refuses them
 
 
 # refused whole (AddPartitionsToTxn: all or nothing, as Kafka; heartbeats subscribing to or naming a denied
