@@ -17,27 +17,53 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from kgate.filters.chain import Decision, settle
+from kgate.filters.chain import Decision
 from kgate.proxy.client_info import ClientInfo
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_port import ClusterPort
 from kgate.proxy.core import ConnectionCore, Suspension
 from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.logs import CONNECTION_LINES, LeanRecords
 from kgate.proxy.own_listeners import OWN_LISTENERS
+from kgate.proxy.settle import settle
 from kgate.proxy.timeouts import Snapshot
 from kgate.proxy.tls import tls_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable, Sequence
 
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.chain_handover import RetiredChain
+    from kgate.proxy.gentle_close import GentleCloser
+    from kgate.proxy.metrics import ClusterMetrics
+    from kgate.proxy.tls import ReloadingContext
 
 log: Final = logging.getLogger("kgate.connection")
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
+
+
+class CarrierCluster(ClusterPort, Protocol):
+    """What a ``ClientConnection`` asks of its cluster beyond what its core does (``VirtualCluster``:
+    a protocol, so this module does not import proxy/cluster.py, which makes connections)."""
+
+    @property
+    def metrics(self) -> ClusterMetrics: ...
+    @property
+    def connections(self) -> set[ClientConnection]: ...
+    @property
+    def gentle(self) -> GentleCloser: ...
+    @property
+    def upstream_tls(self) -> ReloadingContext | None: ...
+    @property
+    def upstream_server_hostname(self) -> str | None: ...
+    def admit(self, node_id: int | None, peer: str) -> bool: ...
+    def release(self, node_id: int | None) -> None: ...
+    def upstream_targets(self, node_id: int | None) -> Sequence[tuple[str, int]]: ...
+    def open_node_listener(self, node_id: int) -> tuple[str, int] | None: ...
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -53,7 +79,7 @@ class UpstreamProtocol(asyncio.Protocol):
     def __init__(self, conn: ClientConnection) -> None:
         self.conn = conn
         self.adopted = False
-        self.data_received = conn.core.receive_broker  # type: ignore[method-assign]
+        self.data_received = conn.broker_reader()  # type: ignore[method-assign, assignment]
 
     def eof_received(self) -> bool:
         return False
@@ -100,7 +126,7 @@ class ClientConnection(asyncio.Protocol):
     )
 
     def __init__(
-        self, cluster: VirtualCluster, node_id: int | None, loop: asyncio.AbstractEventLoop | None = None
+        self, cluster: CarrierCluster, node_id: int | None, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
         self.cluster = cluster
         self.loop = loop  # the listener's loop, looked up once (on 3.11 each lookup is a getpid syscall)
@@ -112,7 +138,7 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self.core = ConnectionCore(cluster, self.info, self)
-        self.data_received = self.core.receive_client  # type: ignore[method-assign]
+        self.data_received = self.client_reader()  # type: ignore[method-assign, assignment]
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes | memoryview] | None = None  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] | None = None  # pending filter decisions (made on first use)
@@ -143,10 +169,55 @@ class ClientConnection(asyncio.Protocol):
     def inflight_count(self) -> int:
         return self.core.inflight_count
 
+    # -- the core's events, with the time while it observes exchanges --------------------------
+    def client_reader(self) -> Callable[[bytes], None]:
+        """What the client transport calls with each read: the core itself, unless it needs the time.
+
+        Unobserved (the common case) the core's own bound method, so a read costs no extra call;
+        observed, a wrapper that hands the core the time first (the core reads no clock).
+        """
+        return self._timed_client_data if self.core.observed else self.core.receive_client
+
+    def broker_reader(self) -> Callable[[bytes], None]:
+        """As ``client_reader``, for the broker side."""
+        return self._timed_broker_data if self.core.observed else self.core.receive_broker
+
+    def _timed_client_data(self, data: bytes) -> None:
+        core = self.core
+        core.now_ns = time.monotonic_ns()
+        core.receive_client(data)
+
+    def _timed_broker_data(self, data: bytes) -> None:
+        core = self.core
+        core.now_ns = time.monotonic_ns()
+        core.receive_broker(data)
+
+    def _rebind_readers(self) -> None:
+        """After the core's observer may have changed (a reload): point both transports at the right reader."""
+        if self._torn_down:
+            return
+        self.data_received = self.client_reader()  # type: ignore[method-assign, assignment]
+        upstream = self.upstream
+        if upstream is not None:
+            protocol = upstream.get_protocol()
+            if isinstance(protocol, UpstreamProtocol):
+                protocol.data_received = self.broker_reader()  # type: ignore[method-assign, assignment]
+
+    def _tick(self) -> None:
+        """The time, for an event other than a read (rare: always given)."""
+        self.core.now_ns = time.monotonic_ns()
+
+    def switch_chain(self, retired: RetiredChain | None) -> None:
+        """A reload (VirtualCluster.replace_chain): the core reads the next request with the new chain."""
+        self._tick()
+        self.core.switch_chain(retired)
+        self._rebind_readers()
+
     def begin_drain(self) -> None:
         self.gate.pause("draining")
 
     def close(self, reason: CloseReason, detail: str = "") -> None:
+        self._tick()
         self.core.close(reason, detail)
 
     def timeout_snapshot(self) -> Snapshot:
@@ -218,6 +289,7 @@ class ClientConnection(asyncio.Protocol):
             metrics.suspended[direction] -= 1
             metrics.suspensions[direction].observe(loop.time() - began)
         try:
+            self._tick()
             self.core.hook_done(suspension, decision)
         except Exception:  # a bug in kgate: this connection only, never the process
             log.exception("finishing a suspended message for %s failed", self.peer)
@@ -234,6 +306,9 @@ class ClientConnection(asyncio.Protocol):
             return  # torn down (and released) while this read was processed: never re-enter the account
         self._held_reported = held
         HELD.update(self, held)
+
+    def open_listener(self, node_id: int) -> tuple[str, int] | None:
+        return self.cluster.open_node_listener(node_id)  # binds now: the answer naming it goes out after
 
     def close_sockets(self, reason: CloseReason) -> None:
         self._close_reason = reason
@@ -265,7 +340,9 @@ class ClientConnection(asyncio.Protocol):
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
         if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
+            self._tick()
             self.core.adopt_chain()
+            self._rebind_readers()
         metrics = self.cluster.metrics
         metrics.open_connections += 1
         metrics.accepted_connections += 1
@@ -306,7 +383,7 @@ class ClientConnection(asyncio.Protocol):
             raise
         except Exception:
             log.exception("connecting upstream for %s failed", self.peer)
-            self.core.close(CloseReason.INTERNAL, "internal error while connecting upstream")
+            self.close(CloseReason.INTERNAL, "internal error while connecting upstream")
 
     async def _connect_once(self, host: str, port: int) -> tuple[asyncio.Transport, UpstreamProtocol]:
         """``create_connection`` bounded by ``connect_timeout_s``.
@@ -396,7 +473,7 @@ class ClientConnection(asyncio.Protocol):
             self.core.write_up = transport.write
             self.gate.resume("connecting")
             return
-        self.core.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
+        self.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
 
     def eof_received(self) -> bool:
         return False
@@ -411,6 +488,7 @@ class ClientConnection(asyncio.Protocol):
         self.transport = None
         if self._torn_down:
             return  # kgate closed it: the core is detached (and must stay so: see _teardown)
+        self._tick()
         self.core.write_client = self.send_client
         if self.core.closed:
             self._teardown()
@@ -429,6 +507,7 @@ class ClientConnection(asyncio.Protocol):
             self.core.write_up = self.send_upstream
             self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
+        self._tick()
         self.core.close(CloseReason.BROKER_CLOSED, detail)
 
     # -- teardown ----------------------------------------------------------------------------
@@ -454,6 +533,7 @@ class ClientConnection(asyncio.Protocol):
             self.cluster.release(self.node_id)
             if log.isEnabledFor(logging.INFO):
                 self._log_closed()
+        self.data_received = core.receive_client  # type: ignore[method-assign]  # not a method of this object (a cycle)
         # Last: the core lets go of this object, so reference counting frees the connection once its
         # transports let go of it (ConnectionCore.detach: not the cycle collector, later).
         core.detach()

@@ -33,7 +33,6 @@ Bad input closes only this connection, with a ``CloseReason`` and a log line nam
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from struct import Struct
@@ -62,6 +61,7 @@ from kgate.codec.tail_walk import WalkError
 from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
 from kgate.proxy import response_tail, rewrite
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_port import OPEN_LISTENER
 from kgate.proxy.context import MessageContext
 from kgate.proxy.deadlines import FRAME_KEPT
 from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from kgate.filters.chain import FilterChain
     from kgate.filters.exchanges import ExchangeObserver
     from kgate.proxy.chain_handover import RetiredChain
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.cluster_port import Address, ClusterPort
 
 # Module constants are ``Final``: compiled (tools/compile_hot.py), mypyc keeps a Final name in a C
 # static, where any other module-level name is a lookup in the module's dict on every use (~190
@@ -150,6 +150,10 @@ class Actions(Protocol):
     def report_held(self, held: int) -> None:
         """The bytes this connection now holds in kgate (for the process-wide cap)."""
 
+    def open_listener(self, node_id: int) -> Address | None:
+        """Bind node ``node_id``'s listener now, before the answer naming it reaches the client;
+        its client-facing address, or None if it cannot be bound (the node is left out)."""
+
     def close_sockets(self, reason: CloseReason) -> None:
         """The core has closed: close both sockets (answers already written go first)."""
 
@@ -188,6 +192,9 @@ class NoActions:
 
     def report_held(self, held: int) -> None:
         pass
+
+    def open_listener(self, node_id: int) -> Address | None:
+        return None
 
     def close_sockets(self, reason: CloseReason) -> None:
         pass
@@ -242,7 +249,7 @@ class ConnectionCore:
         "_held_need",
         "_held_told",
         "_inflight_paused",
-        "_map_node",
+        "_learn",
         "_max_frame",
         "_max_inflight",
         "_max_queued",
@@ -265,6 +272,7 @@ class ConnectionCore:
         "cluster",
         "frames_in",
         "info",
+        "now_ns",
         "out",
         "pending",
         "plans",
@@ -282,17 +290,17 @@ class ConnectionCore:
         "write_up",
     )
 
-    def __init__(self, cluster: VirtualCluster, info: ConnectionInfo, out: Actions) -> None:
+    def __init__(self, cluster: ClusterPort, info: ConnectionInfo, out: Actions) -> None:
         self.cluster = cluster
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
         # kgate_address_rewrites' Metadata and ApiVersions counter cells and the node mapper, bound once:
-        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
+        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` per answer
         # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
         self._metadata_rewrites = cluster.metrics.metadata_rewrites
         self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
-        self._map_node = cluster.client_address
+        self._learn = cluster.learn_node  # bound to the cluster, not to this core: no cycle (see detach)
         self._answers = cluster.answers
         settings = cluster.settings
         self.settings = settings
@@ -361,6 +369,26 @@ class ConnectionCore:
         #: a replaced chain whose request hook this connection is still awaiting (switches in hook_done)
         self._behind: RetiredChain | None = None
         self.close_detail = ""
+        #: the time of the event being handled (time.monotonic_ns() units), which the carrier sets
+        #: before each event while ``observed``: the core never reads a clock (tests set it), and
+        #: only exchange observers need one
+        self.now_ns = 0
+
+    @property
+    def observed(self) -> bool:
+        """Whether an exchange observer is installed (the carrier then sets ``now_ns`` per event)."""
+        return self._observer is not None
+
+    def _node_address(self, node_id: int, host: str, port: int) -> Address | None:
+        """The client-facing address of a node a broker's answer names (rewrite.NodeMapper).
+
+        Learning is the cluster's bookkeeping; a node with no listener yet is bound by the
+        carrier (``Actions.open_listener``) before the answer that names it is sent.
+        """
+        addr = self._learn(node_id, host, port)
+        if addr is OPEN_LISTENER:
+            return self.out.open_listener(node_id)
+        return addr  # type: ignore[return-value]
 
     def detach(self) -> None:
         """Let go of the carrier once the connection is torn down (proxy/connection.py calls it).
@@ -487,7 +515,7 @@ class ConnectionCore:
             self._req_observed = None
             self._backlog_arrived = None
         elif not was_observed and self.backlog and len(self._backlog_arrived or ()) != len(self.backlog):
-            now = time.monotonic_ns()  # frames queued while nothing observed: read no later than now
+            now = self.now_ns  # frames queued while nothing observed: read no later than now
             self._backlog_arrived = deque([now] * len(self.backlog))
 
     def _release_old(self) -> None:
@@ -993,7 +1021,7 @@ class ConnectionCore:
             self._to(Event.SUSPEND)
             suspension = Suspension(frame, msg, ctx, header=header)
             if self._observer is not None:
-                suspension.arrived_ns = self._arrived_ns or time.monotonic_ns()
+                suspension.arrived_ns = self._arrived_ns or self.now_ns
             self.out.spawn(decision, suspension)  # type: ignore[arg-type]
             return
         self._apply_request(decision, frame, header, ctx)
@@ -1007,7 +1035,7 @@ class ConnectionCore:
             arrived = self._backlog_arrived
             if arrived is None:
                 arrived = self._backlog_arrived = deque()
-            arrived.append(time.monotonic_ns())
+            arrived.append(self.now_ns)
         self._backlog_bytes += len(frame)
         if self._backlog_full():
             self.out.pause_client("backlog-full")
@@ -1174,7 +1202,7 @@ class ConnectionCore:
                         answer: bytes | memoryview = data
                         if plan is _BROKERS_ONLY:  # _metadata_brokers_only, without its call
                             try:
-                                answer = self._answers.metadata(data, ex.api_version, self._map_node)
+                                answer = self._answers.metadata(data, ex.api_version, self._node_address)
                             except (HeaderError, api.CodecError) as exc:
                                 self._undecodable_metadata(ex, exc)
                                 return
@@ -1252,7 +1280,7 @@ class ConnectionCore:
             sent = head
         if self._observer is not None and ex.api_key != RAW_SASL:
             # reported once its last byte went: observers get every piece (not copied)
-            ex.up_ns = now = time.monotonic_ns()  # its first bytes arrived and went on at once
+            ex.up_ns = now = self.now_ns  # its first bytes arrived and went on at once
             self._streamed = (ex, [sent], size + 4, now)
         return True
 
@@ -1303,7 +1331,7 @@ class ConnectionCore:
                 return
         ex = self.upstream_waiting.popleft()
         if self._observer is not None:
-            ex.up_ns = time.monotonic_ns()  # the upstream latency ends here (proxy/exchange_metrics.py)
+            ex.up_ns = self.now_ns  # the upstream latency ends here (proxy/exchange_metrics.py)
         plan = ex.plan
         if plan is _PASS or plan is _RAW_SASL_PLAN:
             ex.response = frame
@@ -1329,7 +1357,7 @@ class ConnectionCore:
     def _tail_whole(self, ex: Exchange, frame: memoryview) -> bytes | memoryview | None:
         """A whole answer with node endpoints in its tail, rewritten; None: unreadable, connection closed."""
         try:
-            new = response_tail.spec(ex.api_key, ex.api_version).rewrite_frame(frame, self._map_node)
+            new = response_tail.spec(ex.api_key, ex.api_version).rewrite_frame(frame, self._node_address)
         except WalkError as exc:
             self._unwalkable(ex.api_key, ex.api_version, exc)
             return None
@@ -1347,7 +1375,7 @@ class ConnectionCore:
         assert ts is not None
         try:
             sent = ts.piece(piece)
-            end = ts.finish(self._map_node) if self._stream_left == 0 else b""
+            end = ts.finish(self._node_address) if self._stream_left == 0 else b""
         except WalkError as exc:
             self._tail = None
             self._stream_left = 0
@@ -1374,7 +1402,7 @@ class ConnectionCore:
     def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
         """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
         try:
-            ex.response = self._answers.metadata(frame, ex.api_version, self._map_node)
+            ex.response = self._answers.metadata(frame, ex.api_version, self._node_address)
         except (HeaderError, api.CodecError) as exc:
             self._undecodable_metadata(ex, exc)
             return
@@ -1413,7 +1441,7 @@ class ConnectionCore:
             else:
                 ex.response = frame  # only watched for topic names: pass it on untouched
             return
-        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self.cluster.client_address)
+        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self._node_address)
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
@@ -1502,7 +1530,7 @@ class ConnectionCore:
                 while pending and pending[0].response is not None:
                     gone = pending.popleft()
                     if self._observer is not None and gone.api_key != RAW_SASL:
-                        self._observer(gone, self.info, None, None, time.monotonic_ns())
+                        self._observer(gone, self.info, None, None, self.now_ns)
             return  # while a response streams through, nothing else may be written
         send = self.write_client
         if self._observer is None:
@@ -1533,7 +1561,7 @@ class ConnectionCore:
         the pieces it is forwarded in, completed by ``_request_piece`` (the buffers themselves,
         not copies).
         """
-        ex.sent_ns = now = time.monotonic_ns()
+        ex.sent_ns = now = self.now_ns
         ex.t0_ns = self._arrived_ns or now  # a request that waited on a hook (or behind one): when it was read
         ex.up_ns = 0
         ex.req_bytes = size
@@ -1554,7 +1582,7 @@ class ConnectionCore:
             if acks0:
                 self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
             else:
-                ex.sent_ns = time.monotonic_ns()  # the broker can answer only once it has it all
+                ex.sent_ns = self.now_ns  # the broker can answer only once it has it all
 
     def _note_acks0(self, cid: int) -> None:
         """Remember an acks=0 Produce's correlation id: a broker that answers it anyway is not believed."""
@@ -1588,7 +1616,7 @@ class ConnectionCore:
             answer = ex.response
             send(answer)
             if ex.api_key != RAW_SASL:
-                observe(ex, info, answer, len(answer), time.monotonic_ns())  # type: ignore[arg-type]
+                observe(ex, info, answer, len(answer), self.now_ns)  # type: ignore[arg-type]
 
     def _end_stream(self) -> None:
         """A streamed answer's last byte went (or the connection closed first: pieces missing)."""
@@ -1607,7 +1635,7 @@ class ConnectionCore:
             ex = self._req_observed[0]
             self._req_observed = None
             observe(ex, self.info, None, None, ex.t0_ns)
-        now = time.monotonic_ns()
+        now = self.now_ns
         for ex in self.pending:
             if ex.api_key != RAW_SASL and ex.response is None:
                 observe(ex, self.info, None, None, now)

@@ -23,7 +23,8 @@ from kgate.api import ApiKey, Filter
 from kgate.codec import api
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 
 def policy() -> TopicPolicy:

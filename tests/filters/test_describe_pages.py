@@ -21,7 +21,8 @@ from kgate.codec.generated import describe_topic_partitions as dtp
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 MARKS = "__kgate_internal_topics"
 BROKER = {  # name -> partitions

@@ -23,7 +23,8 @@ from kgate.codec.generated import describe_transactions as dtx
 from kgate.filters.builtin.authz.acl_rules import Res
 from kgate.filters.builtin.authz.acl_table import TABLE
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 MARKS = "__kgate_internal_topics"
 MARKS_ID = uuid.uuid5(uuid.NAMESPACE_DNS, MARKS)

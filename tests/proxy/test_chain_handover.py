@@ -11,18 +11,30 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from support.core_driver import make_core
+from support.core_driver import RecordingActions, make_core
 
-from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request, on_response
+from kgate.api import (
+    ApiKey,
+    ConnectionInfo,
+    ErrorCode,
+    Filter,
+    FilterContext,
+    Respond,
+    error_response,
+    on_request,
+    on_response,
+)
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
+from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, Verdict
 from kgate.proxy.chain_handover import RetiredChain
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.core import ConnectionCore
 
 MD, PR = int(ApiKey.METADATA), int(ApiKey.PRODUCE)
@@ -123,7 +135,7 @@ class Reload:
         cluster = core.cluster
         self.idle: list[RetiredChain] = []
         self.old = RetiredChain(cluster.chain, cluster.exchange_observer, self.idle.append)
-        cluster._use_chain(FilterChain(list(filters)))
+        cluster.use_chain(FilterChain(list(filters)))
         cluster.exchange_observer = observer
         core.switch_chain(self.old)
         self.old.release()
@@ -276,8 +288,12 @@ def test_an_observer_only_on_the_old_chain_goes_once_its_exchanges_end() -> None
 
 async def test_replace_chain_closes_the_old_filters_exactly_once_after_their_last_exchange() -> None:
     a, b = Tagger("A"), Tagger("B")
-    core, _actions = make_core([a])
-    cluster = core.cluster
+    # the cluster's own replace_chain is under test here: a real VirtualCluster (no listener opened)
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
+    )
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([a]), cfg.topic_names)
+    core = ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "t"), RecordingActions())
     cluster.connections.add(core_conn(core))
     core.receive_client(metadata_request(1))
     cluster.replace_chain(FilterChain([b]))
@@ -303,6 +319,7 @@ def core_conn(core: ConnectionCore) -> Any:
 
     conn = Conn()
     conn.core = core  # type: ignore[attr-defined]
+    conn.switch_chain = core.switch_chain  # type: ignore[attr-defined]  # ClientConnection's, minus the clock
     return conn
 
 

@@ -57,7 +57,7 @@ def _fetch_request(cid: int, version: int = 17) -> bytes:
 def _core(**proxy: Any) -> tuple[Any, Any]:
     core, out = make_core(**proxy)
     # the nodes' listeners are bound already (binding is proxy/cluster.py's business, not this test's)
-    core.cluster._node_ports.update({0: 19100, 1: 19101})
+    core.cluster.node_ports.update({0: 19100, 1: 19101})
     return core, out
 
 
@@ -149,7 +149,7 @@ class _ReadsFetch(Filter):
 
 def test_a_response_hook_still_gets_the_decoded_answer_rewritten() -> None:
     core, out = make_core([_ReadsFetch({})])
-    core.cluster._node_ports.update({0: 19100, 1: 19101})
+    core.cluster.node_ports.update({0: 19100, 1: 19101})
     core.receive_client(_fetch_request(1))
     assert core.upstream_waiting[0].plan is ResponsePlan.DECODE
     core.receive_broker(_fetch_answer(1, records=10))

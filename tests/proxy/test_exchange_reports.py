@@ -5,10 +5,10 @@ acks=0 or a connection that closes first, and no report at all without an observ
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from support.core_driver import RecordingActions
+from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
 from kgate.api import ConnectionInfo
@@ -19,7 +19,6 @@ from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, 
 from kgate.config import parse_config
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.chain import FilterChain
-from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.core import ConnectionCore
 from kgate.proxy.exchange_metrics import BUCKETS_S, ExchangeMetrics, _ExchangeCollector
 from kgate.testing.frames import request_bytes, response_bytes
@@ -41,9 +40,9 @@ def _core(observer: Any) -> tuple[ConnectionCore, RecordingActions]:
     cfg = parse_config(
         {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
     )
-    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
+    cluster = FakeCluster(cfg.proxy, FilterChain([]), cfg.virtual_clusters[0].name)
     cluster.exchange_observer = observer
-    actions = RecordingActions()
+    actions = RecordingActions(cluster)
     return ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "t"), actions), actions
 
 
@@ -51,15 +50,17 @@ def test_one_report_per_answer_with_sizes_and_times() -> None:
     reports = Reports()
     core, actions = _core(reports)
     req = request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=5)
+    core.now_ns = 1_000  # the time each event comes with (the carrier sets it; the core reads no clock)
     core.receive_client(req)
     assert reports.got == []  # not answered yet
     resp = response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=5)
+    core.now_ns = 7_000
     core.receive_broker(resp)
     ((ex, answer, size, end_ns),) = reports.got
     assert ex.cid == 5 and ex.api_key == METADATA and ex.api_version == 12
     assert ex.req_bytes == len(req) and bytes(ex.req) == req
     assert answer == bytes(actions.client.data) and size == len(answer)
-    assert end_ns >= ex.t0_ns
+    assert ex.t0_ns == ex.sent_ns == 1_000 and ex.up_ns == end_ns == 7_000
 
 
 def test_acks0_produce_is_reported_without_an_answer() -> None:
@@ -95,13 +96,16 @@ def test_streamed_answer_is_reported_when_its_first_bytes_go() -> None:
         ),
         correlation_id=2,
     )
+    core.now_ns = 2_000
     core.receive_broker(resp[:100])
     assert reports.got == []  # reported once its last byte went
+    core.now_ns = 3_000
     core.receive_broker(resp[100:3000])
+    core.now_ns = 4_000
     core.receive_broker(resp[3000:])
     ((_ex, joined, size, end_ns),) = reports.got
     assert joined == resp and size == len(resp) and bytes(actions.client.data) == resp
-    assert end_ns < time.monotonic_ns()
+    assert end_ns == 2_000  # when its first bytes went on
 
 
 def test_close_reports_exchanges_still_owed_an_answer() -> None:
