@@ -13,6 +13,7 @@ from kgate.codec import api
 from kgate.filters.chain import FilterChain
 from kgate.proxy import rewrite
 from kgate.proxy.answer_memo import AnswerMemo
+from kgate.proxy.counter import Count
 from kgate.proxy.plans import Plans
 
 
@@ -21,7 +22,7 @@ class ChainTables:
 
     __slots__ = ("answers", "chain", "filter_limits", "plans", "version_limits")
 
-    def __init__(self, chain: FilterChain, request_count: Callable[[int, int], list[int]]) -> None:
+    def __init__(self, chain: FilterChain, request_count: Callable[[int, int], Count]) -> None:
         self.chain = chain
         #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
         self.version_limits = rewrite.version_limits(chain.version_limits())

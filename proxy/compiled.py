@@ -29,6 +29,7 @@ HOT_MODULES = (
     "kgate.codec.headers",
     "kgate.proxy.plans",
     "kgate.proxy.exchange",
+    "kgate.proxy.counter",
     "kgate.proxy.core",
     "kgate.proxy.answer_memo",
     "kgate.proxy.metadata_brokers",

@@ -22,6 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from kgate.filters.chain import Decision
+from kgate.proxy.carrier_states import Phase, Step, advance
 from kgate.proxy.client_info import ClientInfo
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_port import ClusterPort
@@ -93,7 +94,7 @@ class UpstreamProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # after the teardown (the usual order: the client left, then the gentle close ended) there
         # is nothing left to close
-        if self.adopted and not self.conn._torn_down:
+        if self.adopted and self.conn.phase is not Phase.TORN_DOWN:
             self.conn.upstream_lost(exc)
 
 
@@ -111,7 +112,6 @@ class ClientConnection(asyncio.Protocol):
         "_opened",
         "_tasks",
         "_timed_out",
-        "_torn_down",
         "cluster",
         "core",
         "data_received",
@@ -119,6 +119,7 @@ class ClientConnection(asyncio.Protocol):
         "info",
         "loop",
         "node_id",
+        "phase",
         "settings",
         "transport",
         "upstream",
@@ -143,7 +144,7 @@ class ClientConnection(asyncio.Protocol):
         self._early: list[bytes | memoryview] | None = None  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] | None = None  # pending filter decisions (made on first use)
         self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
-        self._torn_down = False
+        self.phase = Phase.IDLE  # the broker connection's phase (proxy/carrier_states.py)
         self._timed_out = False  # the connect timer (not a teardown) cancelled the connecting task
         self._opened = 0.0  # loop time the connection was admitted
         self._close_reason = CloseReason.CLIENT_LEFT
@@ -194,7 +195,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _rebind_readers(self) -> None:
         """After the core's observer may have changed (a reload): point both transports at the right reader."""
-        if self._torn_down:
+        if self.phase is Phase.TORN_DOWN:
             return
         self.data_received = self.client_reader()  # type: ignore[method-assign, assignment]
         upstream = self.upstream
@@ -333,9 +334,6 @@ class ClientConnection(asyncio.Protocol):
             return
         s = self.settings
         transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
-        # The core writes to the transports directly while they are open (ConnectionCore.write_up and
-        # write_client); each is pointed back at this object's send_* before its transport goes away.
-        self.core.write_client = transport.write  # type: ignore[attr-defined]
         loop = self.loop or self._loop()  # set by the listener: no call
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
@@ -363,12 +361,12 @@ class ClientConnection(asyncio.Protocol):
         # The broker connection waits for the first bytes that go to it: a client that connects and
         # never sends (a port scan, a hostile or stuck client) costs no broker connection and half
         # the memory; a Kafka client sends ApiVersions at once, so it waits one connect at most.
-        self.core.write_up = self._first_write
+        self._bind_writes()
 
     def _first_write(self, data: bytes | memoryview) -> None:
         """The first bytes for the broker: hold them, stop reading, and connect now."""
         core = self.core
-        core.write_up = self.send_upstream  # holds in _early until the upstream is adopted
+        self._step(Step.FIRST_BYTES)  # from now on held in _early until the upstream is adopted
         if core.closed:
             return
         self.gate.pause("connecting")  # more bytes stay in the kernel until the broker is there
@@ -470,10 +468,31 @@ class ClientConnection(asyncio.Protocol):
             if self._early:
                 transport.writelines(self._early)
                 self._early.clear()
-            self.core.write_up = transport.write
+            self._step(Step.ADOPTED)
             self.gate.resume("connecting")
             return
         self.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
+
+    def _step(self, step: Step) -> None:
+        self.phase = advance(self.phase, step)
+        self._bind_writes()
+
+    def _bind_writes(self) -> None:
+        """Point the core's two hot writes (``ConnectionCore.write_up`` / ``write_client``) where the
+        phase says (proxy/carrier_states.py): straight at a transport's ``write`` while it is open,
+        at this object's wrappers otherwise. The one place that binds them: called on every phase
+        change and when the client's transport comes or goes."""
+        core = self.core
+        transport = self.transport
+        core.write_client = self.send_client if transport is None else transport.write
+        phase = self.phase
+        upstream = self.upstream
+        if phase is Phase.CONNECTED and upstream is not None:
+            core.write_up = upstream.write
+        elif phase is Phase.IDLE:
+            core.write_up = self._first_write
+        else:
+            core.write_up = self.send_upstream
 
     def eof_received(self) -> bool:
         return False
@@ -486,10 +505,10 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self._torn_down:
+        if self.phase is Phase.TORN_DOWN:
             return  # kgate closed it: the core is detached (and must stay so: see _teardown)
         self._tick()
-        self.core.write_client = self.send_client
+        self._bind_writes()
         if self.core.closed:
             self._teardown()
         elif self.upstream is None and not self.core.suspended:
@@ -504,7 +523,7 @@ class ClientConnection(asyncio.Protocol):
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.upstream is not None:
             self.upstream = None
-            self.core.write_up = self.send_upstream
+            self._step(Step.UPSTREAM_LOST)
             self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
         self._tick()
@@ -512,9 +531,9 @@ class ClientConnection(asyncio.Protocol):
 
     # -- teardown ----------------------------------------------------------------------------
     def _teardown(self) -> None:
-        if self._torn_down:
+        if self.phase is Phase.TORN_DOWN:
             return
-        self._torn_down = True
+        self.phase = advance(self.phase, Step.TEARDOWN)
         core = self.core  # closed: nothing more is written either way
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them

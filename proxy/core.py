@@ -64,7 +64,7 @@ from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.cluster_port import OPEN_LISTENER
 from kgate.proxy.context import MessageContext
 from kgate.proxy.deadlines import FRAME_KEPT
-from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
+from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused, tracked_exchange
 from kgate.proxy.metadata_brokers import rewrite_brokers
 from kgate.proxy.plans import (
     METADATA,
@@ -92,34 +92,27 @@ _ZERO: Final = UUID(int=0)
 REQUEST_TIMED_OUT: Final = int(ErrorCode.REQUEST_TIMED_OUT)
 
 
-def _exchange_maker() -> Any:
-    """``object.__new__`` when an ``Exchange`` can be made without its ``__init__`` (see _track)."""
-    try:
-        object.__new__(Exchange)
-    except TypeError:  # Exchange compiled (tools/compile_hot.py): a native class is built by its __init__ only
-        return None
-    return object.__new__
-
-
-_bare_exchange: Final[Any] = _exchange_maker()
 _I32: Final = Struct(">i")  # a request frame's size
 _SIZE_CID: Final = Struct(">ii")  # a response frame's size and correlation id, in one call
 _REQ_HEAD: Final = Struct(">hhi")  # a request's api key, version and correlation id, right after its size
 _ACKS_TIMEOUT: Final = Struct(">hi")  # a Produce's acks and timeout_ms, read in one call
+# The plans and the close reason the data path compares with, once each as ``Final`` names (see
+# above; an enum member read through its class is two lookups): the core uses these, never
+# ``ResponsePlan.X`` / ``RequestPlan.X`` / ``CloseReason.CLIENT_LEFT``, on any path.
 _PASS: Final = ResponsePlan.PASS
 _WATCH_FETCH: Final = ResponsePlan.WATCH_FETCH
 _BROKERS_ONLY: Final = ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS: Final = ResponsePlan.CAP_VERSIONS
-_DECODE: Final = ResponsePlan.DECODE
 _TAIL: Final = ResponsePlan.TAIL
 _WATCH_TAIL: Final = ResponsePlan.WATCH_TAIL
 _RAW_SASL_PLAN: Final = ResponsePlan.RAW_SASL
 _TRACK: Final = RequestPlan.TRACK
-_FRAME_KEPT: Final = FRAME_KEPT
 _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
 _FILTER: Final = RequestPlan.FILTER
+_CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
+_FRAME_KEPT: Final = FRAME_KEPT  # imported names are dict lookups compiled, as above
 
 
 class _HookedRequest(Exception):
@@ -127,7 +120,6 @@ class _HookedRequest(Exception):
 
 
 _HOOKED: Final = _HookedRequest()
-_CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 #: Produce's request header version per version the codec knows (the peek reads one per request)
 _PRODUCE_HEADER: Final = {
     v: api.request_header_version(PRODUCE, v)
@@ -563,7 +555,7 @@ class ConnectionCore:
             return
         if self.pending:
             log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.pending))
-        self.close(CloseReason.CLIENT_LEFT, "client closed the connection")
+        self.close(_CLIENT_LEFT, "client closed the connection")
 
     def close(self, reason: CloseReason, detail: str = "") -> None:
         """Close both sides; answers already made for the client are written first."""
@@ -611,7 +603,7 @@ class ConnectionCore:
             self._to(Event.FINISHED)
             if self._old is not None or self._behind is not None:
                 self._release_old()
-            self.out.close_sockets(CloseReason.CLIENT_LEFT)
+            self.out.close_sockets(_CLIENT_LEFT)
 
     # -- client to broker ---------------------------------------------------------------------
     def receive_client(self, data: bytes) -> None:
@@ -744,7 +736,7 @@ class ConnectionCore:
                 return False
         except Exception:  # the full request will run the hook again and report its failure
             return False
-        count[0] += 1
+        count.n += 1
         self.frames_in += 1
         out = head if joined is None else joined
         if prefix.acks == 0:
@@ -922,7 +914,7 @@ class ConnectionCore:
             raise VersionRefused(
                 f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
             )
-        count[0] += 1  # kgate_requests
+        count.n += 1  # kgate_requests
         if api_key == PRODUCE:
             at = produce_acks_offset(frame, version)
             if len(frame) < at + 6:
@@ -939,20 +931,7 @@ class ConnectionCore:
                 self._observe_sasl_request(memoryview(frame), api_key, version)
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(memoryview(frame), api_key, version)
-        if _bare_exchange is None:  # compiled: a direct C call
-            ex = Exchange(cid, api_key, version, request, None, answer_plan)
-        else:
-            # Exchange(cid, api_key, version, request, None, answer_plan) without the __init__ call:
-            # ~900 fewer instructions per request (valgrind, docs/performance.md). Every attribute
-            # that __init__ sets is set here too (tests/proxy/test_core_answer_fast_path.py checks).
-            ex = _bare_exchange(Exchange)
-            ex.cid = cid
-            ex.api_key = api_key
-            ex.api_version = version
-            ex.request = request
-            ex.state = None
-            ex.plan = answer_plan
-            ex.response = None
+        ex = tracked_exchange(cid, api_key, version, request, answer_plan)
         # what the sweep reads the request's own wait from, should the broker be slow (proxy/deadlines.py)
         if api_key == PRODUCE:
             ex.wait = timeout
@@ -1000,7 +979,7 @@ class ConnectionCore:
             self._track(frame)
             self.write_up(frame)
             return
-        if plan is RequestPlan.PEEK and self._peek_produce(frame):
+        if plan is _PEEK and self._peek_produce(frame):
             return  # decided from its topic alone: no full decode of the partitions
         self.cluster.metrics.count_request(api_key, version)
         try:
@@ -1181,13 +1160,10 @@ class ConnectionCore:
         if not reader.buffered and n >= 8:
             size, cid = _SIZE_CID.unpack_from(data)
             if size + 4 == n <= self._max_frame:
-                # One whole answer in one read (see receive_client). When it passes as is and is the
-                # next one the client is owed, it goes straight out: what _response and _flush would
-                # do, without their calls and checks. A Metadata answer (only its broker list
-                # rewritten, from the answer memo) goes the same way once rewritten; a rewrite that
-                # fails closes the connection, as _response would. User-space instructions per request
-                # (callgrind, bench/request_cost.py --instructions): Produce 42,300 -> 37,700, Metadata
-                # 44,200 -> 41,300; the raw relay spends 9,000 (docs/performance.md).
+                # One whole answer in one read (see receive_client), next in line for the client: it
+                # goes straight out, made by _response's own helper (_plain_answer), without
+                # _response's checks and _flush's loop (the saving is in docs/performance.md); _flush
+                # runs only when something more is ready or a pause may lift.
                 waiting = self.upstream_waiting
                 if waiting and self._observer is None and not self.client_gone:
                     ex = waiting[0]
@@ -1199,24 +1175,9 @@ class ConnectionCore:
                         and cid == ex.cid
                     ):
                         waiting.popleft()
-                        answer: bytes | memoryview = data
-                        if plan is _BROKERS_ONLY:  # _metadata_brokers_only, without its call
-                            try:
-                                answer = self._answers.metadata(data, ex.api_version, self._node_address)
-                            except (HeaderError, api.CodecError) as exc:
-                                self._undecodable_metadata(ex, exc)
-                                return
-                            self._metadata_rewrites[0] += 1
-                        elif plan is _CAP_VERSIONS:
-                            capped = self._api_versions(data, ex.api_version)
-                            if capped is None:
-                                return  # unreadable: the connection is closed
-                            answer = capped
-                        elif plan is _TAIL:
-                            hinted = self._tail_whole(ex, memoryview(data))
-                            if hinted is None:
-                                return  # unreadable: the connection is closed
-                            answer = hinted
+                        answer = data if plan is _PASS else self._plain_answer(ex, data)
+                        if answer is None:
+                            return  # unreadable: the connection is closed
                         pending.popleft()
                         self.write_client(answer)
                         if (
@@ -1340,12 +1301,8 @@ class ConnectionCore:
                 self._decoded_response(ex, frame)
             else:
                 ex.response = frame
-        elif plan is _BROKERS_ONLY:
-            self._metadata_brokers_only(ex, frame)
-        elif plan is _CAP_VERSIONS:
-            ex.response = self._api_versions(frame, ex.api_version)
-        elif plan is _TAIL:
-            ex.response = self._tail_whole(ex, frame)
+        elif plan is _BROKERS_ONLY or plan is _CAP_VERSIONS or plan is _TAIL:
+            ex.response = self._plain_answer(ex, frame)
         elif plan is _WATCH_TAIL:
             if len(frame) <= OBSERVE_FETCH_MAX and may_carry_unknown_topic(frame):
                 self._decoded_response(ex, frame)  # decoded whole: its endpoints are rewritten there
@@ -1399,17 +1356,30 @@ class ConnectionCore:
         detail = f"cannot walk {name} v{version} response to its node endpoints: {exc}"
         self.close(CloseReason.UNDECODABLE_RESPONSE, detail)
 
-    def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
-        """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
-        try:
-            ex.response = self._answers.metadata(frame, ex.api_version, self._node_address)
-        except (HeaderError, api.CodecError) as exc:
-            self._undecodable_metadata(ex, exc)
-            return
-        self._metadata_rewrites[0] += 1
+    def _plain_answer(self, ex: Exchange, frame: bytes | memoryview) -> bytes | memoryview | None:
+        """The answer for a plan that needs no decoding beyond addresses and versions: BROKERS_ONLY
+        (the broker list rewritten, the rest copied: proxy/metadata_brokers.py), CAP_VERSIONS, TAIL,
+        PASS (as it came). None: unreadable, the connection is closed.
 
-    def _undecodable_metadata(self, ex: Exchange, exc: Exception) -> None:
-        self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
+        The one implementation for both ways an answer arrives: whole in one read, next in line
+        (``receive_broker``'s fast path) and any other (``_response``).
+        """
+        plan = ex.plan
+        if plan is _BROKERS_ONLY:
+            try:
+                answer = self._answers.metadata(frame, ex.api_version, self._node_address)
+            except (HeaderError, api.CodecError) as exc:
+                self.close(
+                    CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}"
+                )
+                return None
+            self._metadata_rewrites.n += 1
+            return answer
+        if plan is _CAP_VERSIONS:
+            return self._api_versions(frame, ex.api_version)
+        if plan is _TAIL:
+            return self._tail_whole(ex, frame if type(frame) is memoryview else memoryview(frame))
+        return frame
 
     def _api_versions(self, frame: bytes | memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
@@ -1421,7 +1391,7 @@ class ConnectionCore:
             return None
         if new is None:
             return frame
-        self._api_versions_rewrites[0] += 1
+        self._api_versions_rewrites.n += 1
         return new
 
     def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:

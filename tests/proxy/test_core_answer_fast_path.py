@@ -93,9 +93,10 @@ def test_answer_out_of_order_still_closes_the_connection() -> None:
 
 
 def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
-    """``_track`` builds exchanges without ``__init__``; they must read exactly like built ones.
+    """``tracked_exchange`` (proxy/exchange.py) builds exchanges without ``__init__``; they must read
+    exactly like built ones.
 
-    Compiled (tools/compile_hot.py) ``_track`` calls ``__init__`` (a native class cannot be built
+    Compiled (tools/compile_hot.py) it calls ``__init__`` (a native class cannot be built
     otherwise) and mypyc lists the attributes in ``__mypyc_attrs__`` instead of ``__slots__``.
     """
     core, _out = make_core()
@@ -115,7 +116,7 @@ def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
         "state",
         "plan",
         "response",
-    }, "a new Exchange attribute: set it in ConnectionCore._track too"
+    }, "a new Exchange attribute: set it in exchange.tracked_exchange too"
 
 
 def metadata_answer(cid: int) -> bytes:
@@ -156,12 +157,12 @@ def test_metadata_answers_count_as_rewrites_in_the_cluster_metrics() -> None:
     rewrites = core.cluster.metrics.rewrites
     core.receive_client(metadata(1))
     core.receive_broker(metadata_answer(1))  # whole: the shortcut
-    assert rewrites[int(ApiKey.METADATA)] == [1]
+    assert rewrites[int(ApiKey.METADATA)].n == 1
     core.receive_client(metadata(2))
     answer = metadata_answer(2)
     core.receive_broker(answer[:5])  # in two reads: _response
     core.receive_broker(answer[5:])
-    assert rewrites[int(ApiKey.METADATA)] == [2]
+    assert rewrites[int(ApiKey.METADATA)].n == 2
     assert answer_cids(out.client.data) == [1, 2]
 
 
@@ -215,8 +216,8 @@ def test_api_versions_answer_through_the_shortcut_reads_as_through_the_frame_spl
     assert answer_cids(whole_out.client.data) == [5, 6]
     assert bytes(whole_out.client.data) == bytes(split_out.client.data)
     assert api_versions_answer(5) not in bytes(whole_out.client.data), "the answer was not capped"
-    rewrites = whole_core.cluster.metrics.rewrites[int(ApiKey.API_VERSIONS)]
-    assert rewrites == split_core.cluster.metrics.rewrites[int(ApiKey.API_VERSIONS)] == [2]
+    rewrites = whole_core.cluster.metrics.rewrites[int(ApiKey.API_VERSIONS)].n
+    assert rewrites == split_core.cluster.metrics.rewrites[int(ApiKey.API_VERSIONS)].n == 2
     assert not whole_core.pending and not whole_core.upstream_waiting
 
 
