@@ -44,6 +44,14 @@ if TYPE_CHECKING:
     from kgate.proxy.tls import ReloadingContext
 
 log: Final = logging.getLogger("kgate.connection")
+# phases and steps as Final names: compiled, an enum member read through its class is a getattr
+_IDLE: Final = Phase.IDLE
+_CONNECTED: Final = Phase.CONNECTED
+_TORN_DOWN: Final = Phase.TORN_DOWN
+_FIRST_BYTES: Final = Step.FIRST_BYTES
+_ADOPTED: Final = Step.ADOPTED
+_UPSTREAM_LOST: Final = Step.UPSTREAM_LOST
+_TEARDOWN: Final = Step.TEARDOWN
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
 
 
@@ -94,7 +102,7 @@ class UpstreamProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # after the teardown (the usual order: the client left, then the gentle close ended) there
         # is nothing left to close
-        if self.adopted and self.conn.phase is not Phase.TORN_DOWN:
+        if self.adopted and self.conn.phase is not _TORN_DOWN:
             self.conn.upstream_lost(exc)
 
 
@@ -144,7 +152,7 @@ class ClientConnection(asyncio.Protocol):
         self._early: list[bytes | memoryview] | None = None  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] | None = None  # pending filter decisions (made on first use)
         self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
-        self.phase = Phase.IDLE  # the broker connection's phase (proxy/carrier_states.py)
+        self.phase = _IDLE  # the broker connection's phase (proxy/carrier_states.py)
         self._timed_out = False  # the connect timer (not a teardown) cancelled the connecting task
         self._opened = 0.0  # loop time the connection was admitted
         self._close_reason = CloseReason.CLIENT_LEFT
@@ -195,7 +203,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _rebind_readers(self) -> None:
         """After the core's observer may have changed (a reload): point both transports at the right reader."""
-        if self.phase is Phase.TORN_DOWN:
+        if self.phase is _TORN_DOWN:
             return
         self.data_received = self.client_reader()  # type: ignore[method-assign, assignment]
         upstream = self.upstream
@@ -205,8 +213,10 @@ class ClientConnection(asyncio.Protocol):
                 protocol.data_received = self.broker_reader()  # type: ignore[method-assign, assignment]
 
     def _tick(self) -> None:
-        """The time, for an event other than a read (rare: always given)."""
-        self.core.now_ns = time.monotonic_ns()
+        """The time, for an event other than a read, while the core observes exchanges."""
+        core = self.core
+        if core.observed:
+            core.now_ns = time.monotonic_ns()
 
     def switch_chain(self, retired: RetiredChain | None) -> None:
         """A reload (VirtualCluster.replace_chain): the core reads the next request with the new chain."""
@@ -366,7 +376,7 @@ class ClientConnection(asyncio.Protocol):
     def _first_write(self, data: bytes | memoryview) -> None:
         """The first bytes for the broker: hold them, stop reading, and connect now."""
         core = self.core
-        self._step(Step.FIRST_BYTES)  # from now on held in _early until the upstream is adopted
+        self._step(_FIRST_BYTES)  # from now on held in _early until the upstream is adopted
         if core.closed:
             return
         self.gate.pause("connecting")  # more bytes stay in the kernel until the broker is there
@@ -468,7 +478,7 @@ class ClientConnection(asyncio.Protocol):
             if self._early:
                 transport.writelines(self._early)
                 self._early.clear()
-            self._step(Step.ADOPTED)
+            self._step(_ADOPTED)
             self.gate.resume("connecting")
             return
         self.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
@@ -487,9 +497,9 @@ class ClientConnection(asyncio.Protocol):
         core.write_client = self.send_client if transport is None else transport.write
         phase = self.phase
         upstream = self.upstream
-        if phase is Phase.CONNECTED and upstream is not None:
+        if phase is _CONNECTED and upstream is not None:
             core.write_up = upstream.write
-        elif phase is Phase.IDLE:
+        elif phase is _IDLE:
             core.write_up = self._first_write
         else:
             core.write_up = self.send_upstream
@@ -505,7 +515,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self.phase is Phase.TORN_DOWN:
+        if self.phase is _TORN_DOWN:
             return  # kgate closed it: the core is detached (and must stay so: see _teardown)
         self._tick()
         self._bind_writes()
@@ -523,7 +533,7 @@ class ClientConnection(asyncio.Protocol):
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.upstream is not None:
             self.upstream = None
-            self._step(Step.UPSTREAM_LOST)
+            self._step(_UPSTREAM_LOST)
             self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
         self._tick()
@@ -531,9 +541,9 @@ class ClientConnection(asyncio.Protocol):
 
     # -- teardown ----------------------------------------------------------------------------
     def _teardown(self) -> None:
-        if self.phase is Phase.TORN_DOWN:
+        if self.phase is _TORN_DOWN:
             return
-        self.phase = advance(self.phase, Step.TEARDOWN)
+        self.phase = advance(self.phase, _TEARDOWN)
         core = self.core  # closed: nothing more is written either way
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them

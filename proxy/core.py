@@ -195,6 +195,11 @@ class NoActions:
 _DETACHED: Final = NoActions()
 
 
+def _no_node(node_id: int, host: str, port: int) -> Address | None:
+    """A detached core's node mapper: it serves no node."""
+    return None
+
+
 class Suspension:
     """A hook run that awaits: what the core needs back when it ends (``hook_done``)."""
 
@@ -242,6 +247,7 @@ class ConnectionCore:
         "_held_told",
         "_inflight_paused",
         "_learn",
+        "_map_node",
         "_max_frame",
         "_max_inflight",
         "_max_queued",
@@ -292,7 +298,10 @@ class ConnectionCore:
         # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
         self._metadata_rewrites = cluster.metrics.metadata_rewrites
         self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
-        self._learn = cluster.learn_node  # bound to the cluster, not to this core: no cycle (see detach)
+        self._learn = cluster.learn_node
+        # the node mapper handed to every rewrite, bound once (a bound method per answer costs); it
+        # points back at this core, a cycle ``detach`` breaks at teardown
+        self._map_node: rewrite.NodeMapper = self._node_address
         self._answers = cluster.answers
         settings = cluster.settings
         self.settings = settings
@@ -395,6 +404,7 @@ class ConnectionCore:
         """
         self.out = _DETACHED
         self.write_up = self.write_client = _DETACHED.send_upstream
+        self._map_node = _no_node
         if self._old is not None or self._behind is not None:
             self._release_old()  # torn down before it closed (it always closes first; defensive)
 
@@ -1175,7 +1185,18 @@ class ConnectionCore:
                         and cid == ex.cid
                     ):
                         waiting.popleft()
-                        answer = data if plan is _PASS else self._plain_answer(ex, data)
+                        answer: bytes | memoryview | None = data
+                        if plan is _BROKERS_ONLY:
+                            # _plain_answer's Metadata branch, inline: the one copy kept, as the
+                            # call costs the Metadata round trip measurably compiled (docs/performance.md)
+                            try:
+                                answer = self._answers.metadata(data, ex.api_version, self._map_node)
+                            except (HeaderError, api.CodecError) as exc:
+                                self._undecodable_metadata(ex, exc)
+                                return
+                            self._metadata_rewrites.n += 1
+                        elif plan is not _PASS:
+                            answer = self._plain_answer(ex, data)
                         if answer is None:
                             return  # unreadable: the connection is closed
                         pending.popleft()
@@ -1314,7 +1335,7 @@ class ConnectionCore:
     def _tail_whole(self, ex: Exchange, frame: memoryview) -> bytes | memoryview | None:
         """A whole answer with node endpoints in its tail, rewritten; None: unreadable, connection closed."""
         try:
-            new = response_tail.spec(ex.api_key, ex.api_version).rewrite_frame(frame, self._node_address)
+            new = response_tail.spec(ex.api_key, ex.api_version).rewrite_frame(frame, self._map_node)
         except WalkError as exc:
             self._unwalkable(ex.api_key, ex.api_version, exc)
             return None
@@ -1332,7 +1353,7 @@ class ConnectionCore:
         assert ts is not None
         try:
             sent = ts.piece(piece)
-            end = ts.finish(self._node_address) if self._stream_left == 0 else b""
+            end = ts.finish(self._map_node) if self._stream_left == 0 else b""
         except WalkError as exc:
             self._tail = None
             self._stream_left = 0
@@ -1367,11 +1388,9 @@ class ConnectionCore:
         plan = ex.plan
         if plan is _BROKERS_ONLY:
             try:
-                answer = self._answers.metadata(frame, ex.api_version, self._node_address)
+                answer = self._answers.metadata(frame, ex.api_version, self._map_node)
             except (HeaderError, api.CodecError) as exc:
-                self.close(
-                    CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}"
-                )
+                self._undecodable_metadata(ex, exc)
                 return None
             self._metadata_rewrites.n += 1
             return answer
@@ -1380,6 +1399,9 @@ class ConnectionCore:
         if plan is _TAIL:
             return self._tail_whole(ex, frame if type(frame) is memoryview else memoryview(frame))
         return frame
+
+    def _undecodable_metadata(self, ex: Exchange, exc: Exception) -> None:
+        self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
 
     def _api_versions(self, frame: bytes | memoryview, version: int) -> bytes | memoryview | None:
         """The capped ApiVersions answer; None (connection closed) if it cannot be read."""
@@ -1411,7 +1433,7 @@ class ConnectionCore:
             else:
                 ex.response = frame  # only watched for topic names: pass it on untouched
             return
-        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self._node_address)
+        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self._map_node)
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
