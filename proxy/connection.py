@@ -205,12 +205,20 @@ class ClientConnection(asyncio.Protocol):
         """After the core's observer may have changed (a reload): point both transports at the right reader."""
         if self.phase is _TORN_DOWN:
             return
-        self.data_received = self.client_reader()  # type: ignore[method-assign, assignment]
+        reader = self.client_reader()
+        if reader == self.data_received:
+            return  # unchanged (the common reload: observation stays as it was)
+        self.data_received = reader  # type: ignore[method-assign, assignment]
+        # uvloop reads a protocol's data_received once, when the protocol is set: set it again
+        transport = self.transport
+        if transport is not None:
+            transport.set_protocol(self)
         upstream = self.upstream
         if upstream is not None:
             protocol = upstream.get_protocol()
             if isinstance(protocol, UpstreamProtocol):
                 protocol.data_received = self.broker_reader()  # type: ignore[method-assign, assignment]
+                upstream.set_protocol(protocol)
 
     def _tick(self) -> None:
         """The time, for an event other than a read, while the core observes exchanges."""
