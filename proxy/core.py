@@ -126,7 +126,6 @@ class _HookedRequest(Exception):
     """Raised by ``_track`` in raw mode: this request is one a hook must see (see ``_leave_raw``)."""
 
 
-_HOOKED: Final = _HookedRequest()
 _CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 #: Produce's request header version per version the codec knows (the peek reads one per request)
 _PRODUCE_HEADER: Final = {
@@ -375,6 +374,11 @@ class ConnectionCore:
         """
         self.out = _DETACHED
         self.write_up = self.write_client = _DETACHED.send_upstream
+        # A closed core reads nothing more: its partial frames go now, not when the last reference
+        # to the carrier does (a connect still delivering early bytes holds it for a while).
+        self.reader.discard()
+        self.upstream_reader.discard()
+        self.backlog = None
         if self._old is not None or self._behind is not None:
             self._release_old()  # torn down before it closed (it always closes first; defensive)
 
@@ -886,7 +890,9 @@ class ConnectionCore:
         route = self._routes.get((api_key, version))
         plan, answer_plan, count = self.plans.route(api_key, version) if route is None else route
         if plan is _FILTER or plan is _PEEK:
-            raise _HOOKED  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
+            # a new instance each time: a shared one keeps its last traceback, whose frames pin this core
+            # and its partial frame after the connection closed (docs/performance.md, "Memory given back")
+            raise _HookedRequest  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
         if plan is _REFUSE:
             limit = self.cluster.filter_limits.get(api_key)
             if limit is None:  # an api key the codec does not know, under a filter that must see everything

@@ -75,3 +75,13 @@ def test_limit_is_inclusive(limit: int) -> None:
     assert [bytes(f) for f in reader.feed(_frame(b"z" * limit))] == [_frame(b"z" * limit)]
     assert reader.feed(_frame(b"z" * (limit + 1))) == []
     assert reader.error is not None
+
+
+def test_discard_drops_a_partial_frame() -> None:
+    reader = FrameReader()
+    whole = _frame(b"p" * 100)
+    assert reader.feed(whole[:60]) == []
+    assert reader.buffered == 60
+    reader.discard()
+    assert reader.buffered == 0
+    assert [bytes(f) for f in reader.feed(_frame(b"next"))] == [_frame(b"next")]  # a fresh start
