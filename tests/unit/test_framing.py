@@ -57,7 +57,8 @@ def test_oversized_frame_is_refused_after_earlier_frames() -> None:
     good = _frame(b"ok")
     frames = reader.feed(good + struct.pack(">i", 0x7FFFFFFF) + b"junk")
     assert [bytes(f) for f in frames] == [good]
-    assert reader.error is not None and "exceeds the limit of 1024" in str(reader.error)
+    assert reader.error is not None
+    assert "exceeds the limit of 1024" in str(reader.error)
     assert reader.feed(_frame(b"later")) == []
 
 
@@ -66,7 +67,8 @@ def test_negative_size_is_refused_even_when_split() -> None:
     bad = struct.pack(">i", -5)
     assert reader.feed(bad[:3]) == []
     assert reader.feed(bad[3:]) == []
-    assert reader.error is not None and "negative" in str(reader.error)
+    assert reader.error is not None
+    assert "negative" in str(reader.error)
 
 
 @pytest.mark.parametrize("limit", [0, 10])
