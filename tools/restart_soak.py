@@ -36,6 +36,8 @@ def main() -> int:
     ap.add_argument(
         "--down-s", type=float, default=2.0, help="seconds the broker stays down (over 20: messages time out)"
     )
+    ap.add_argument("--direct", action="store_true", help="the producer straight at the broker (the control)")
+    ap.add_argument("--debug", help="librdkafka debug contexts (e.g. broker,metadata), logged to stderr")
     ap.add_argument("--kafka", choices=["4.3.1", "4.0.2"], default="4.3.1")
     args = ap.parse_args()
     dist = kafka_broker.KAFKA_43 if args.kafka == "4.3.1" else kafka_broker.KAFKA_40
@@ -59,11 +61,12 @@ def main() -> int:
 
     producer = Producer(
         {
-            "bootstrap.servers": gate.bootstrap,
+            "bootstrap.servers": broker.bootstrap if args.direct else gate.bootstrap,
             "enable.idempotence": True,
             "acks": "all",
             "message.timeout.ms": 20000,
             "linger.ms": 5,
+            **({"debug": args.debug} if args.debug else {}),
         }
     )
     stop = threading.Event()
