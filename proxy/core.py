@@ -119,7 +119,6 @@ class _HookedRequest(Exception):
     """Raised by ``_track`` in raw mode: this request is one a hook must see (see ``_leave_raw``)."""
 
 
-_HOOKED: Final = _HookedRequest()
 #: Produce's request header version per version the codec knows (the peek reads one per request)
 _PRODUCE_HEADER: Final = {
     v: api.request_header_version(PRODUCE, v)
@@ -405,6 +404,11 @@ class ConnectionCore:
         self.out = _DETACHED
         self.write_up = self.write_client = _DETACHED.send_upstream
         self._map_node = _no_node
+        # A closed core reads nothing more: its partial frames go now, not when the last reference
+        # to the carrier does (a connect still delivering early bytes holds it for a while).
+        self.reader.discard()
+        self.upstream_reader.discard()
+        self.backlog = None
         if self._old is not None or self._behind is not None:
             self._release_old()  # torn down before it closed (it always closes first; defensive)
 
@@ -901,7 +905,7 @@ class ConnectionCore:
         """A new exchange, with the plan for its answer fixed now (proxy/plans.py)."""
         return Exchange(cid, api_key, version, request, state, self.plans.response(api_key, version, bool(state)))
 
-    def _track(self, frame: bytes | memoryview) -> None:
+    def _track(self, frame: bytes | memoryview) -> None:  # noqa: C901 - per-request hot path, kept whole
         """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
         if self.sasl.raw:
             if self.sasl.is_raw_token(memoryview(frame)):
@@ -916,7 +920,9 @@ class ConnectionCore:
         route = self._routes.get((api_key, version))
         plan, answer_plan, count = self.plans.route(api_key, version) if route is None else route
         if plan is _FILTER or plan is _PEEK:
-            raise _HOOKED  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
+            # a new instance each time: a shared one keeps its last traceback, whose frames pin this core
+            # and its partial frame after the connection closed (docs/performance.md, "Memory given back")
+            raise _HookedRequest  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
         if plan is _REFUSE:
             limit = self.cluster.filter_limits.get(api_key)
             if limit is None:  # an api key the codec does not know, under a filter that must see everything
@@ -1152,7 +1158,7 @@ class ConnectionCore:
         self.write_up(frame)
 
     # -- broker to client ---------------------------------------------------------------------
-    def receive_broker(self, data: bytes | memoryview) -> None:
+    def receive_broker(self, data: bytes | memoryview) -> None:  # noqa: C901 - per-answer hot path, kept whole
         """Bytes from the broker."""
         self.up_chunks += 1
         if self.closed:
@@ -1612,7 +1618,8 @@ class ConnectionCore:
 
     def _end_stream(self) -> None:
         """A streamed answer's last byte went (or the connection closed first: pieces missing)."""
-        assert self._streamed is not None and self._observer is not None
+        assert self._streamed is not None
+        assert self._observer is not None
         ex, pieces, size, end_ns = self._streamed
         self._streamed = None
         self._observer(ex, self.info, pieces, size, end_ns)

@@ -157,7 +157,8 @@ class FrontDoor(asyncio.BufferedProtocol):
         except ProxyProtocolError as exc:
             self._refuse("proxy_protocol_malformed", f"bad PROXY protocol header: {exc}")
             return
-        assert header is not None and header.length == len(self._buf)
+        assert header is not None
+        assert header.length == len(self._buf)
         transport = self.transport
         assert transport is not None
         transport.pause_reading()
@@ -188,7 +189,8 @@ class FrontDoor(asyncio.BufferedProtocol):
         """
         tls = self.cluster.client_tls
         transport = self.transport
-        assert tls is not None and transport is not None
+        assert tls is not None
+        assert transport is not None
         conn = ClientConnection(self.cluster, self.node_id, self.loop)
         starting = self.loop.start_tls(
             transport, conn, tls.current, server_side=True, ssl_handshake_timeout=self.cluster.settings.frame_timeout_s

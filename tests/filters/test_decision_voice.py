@@ -107,7 +107,8 @@ def test_every_api_label_is_spelled_as_kafka_names_the_api() -> None:
     f = authz()
     f.report.counts[("test", ApiKey.METADATA, True)] += 1
     labels = {k[3] for k in _samples()}
-    assert "Metadata" in labels and "METADATA" not in labels
+    assert "Metadata" in labels
+    assert "METADATA" not in labels
     assert labels <= {info.name for info in api.API_INFO.values()}
 
 

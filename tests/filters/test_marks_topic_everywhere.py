@@ -416,5 +416,6 @@ async def test_answers_leave_it_out() -> None:
         message = testing.round_trip_response(key, version, message)
         ctx = testing.FakeContext(key, version)
         decision = run_hooks(chain.hooks("response", key, version, False), ctx, message)
-        assert isinstance(decision, Decision) and decision.verdict is Verdict.FORWARD
+        assert isinstance(decision, Decision)
+        assert decision.verdict is Verdict.FORWARD
         assert names(decision.message) == ["orders"], ApiKey(key).name

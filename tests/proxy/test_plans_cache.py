@@ -23,7 +23,8 @@ def test_pairs_the_codec_knows_are_remembered_and_counted() -> None:
     core, _out = make_core()
     plans = core.plans
     plan, _answer, count = plans.route(int(ApiKey.PRODUCE), 9)
-    assert plan is RequestPlan.TRACK and count.n == 0
+    assert plan is RequestPlan.TRACK
+    assert count.n == 0
     assert (int(ApiKey.PRODUCE), 9) in plans.routes
     assert plans.route(int(ApiKey.PRODUCE), 9) is plans.routes[(int(ApiKey.PRODUCE), 9)]
 

@@ -31,7 +31,8 @@ PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 def test_cap_names_the_first_topics_and_counts_the_rest_as_other() -> None:
     cap = TopicCap(2)
     assert [cap.label(t) for t in ("a", "b", "a", "c", "b", "d", "c")] == ["a", "b", "a", OTHER, "b", OTHER, OTHER]
-    assert cap.overflowed == 3 and cap.seen == {"a", "b"}
+    assert cap.overflowed == 3
+    assert cap.seen == {"a", "b"}
 
 
 class Names:
