@@ -58,7 +58,7 @@ from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequ
 from kgate.codec.generated.delete_topics import DeleteTopicsRequest
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.config import UpstreamAuth
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "filters"))
 from idtools import FETCH, PRODUCE, fetch_request, topic_id

@@ -20,8 +20,8 @@ from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated import fetch as F
 from kgate.codec.generated import produce as PR
-from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.plans import ResponsePlan
+from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.plans import ResponsePlan
 from kgate.testing.frames import request_bytes
 
 FETCH, PRODUCE = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
@@ -56,7 +56,7 @@ def _fetch_request(cid: int, version: int = 17) -> bytes:
 
 def _core(**proxy: Any) -> tuple[Any, Any]:
     core, out = make_core(**proxy)
-    # the nodes' listeners are bound already (binding is proxy/cluster.py's business, not this test's)
+    # the nodes' listeners are bound already (binding is proxy/runtime/cluster.py's business, not this test's)
     core.cluster.node_ports.update({0: 19100, 1: 19101})
     return core, out
 

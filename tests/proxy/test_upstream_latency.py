@@ -21,8 +21,8 @@ from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
-from kgate.proxy.core import ConnectionCore
-from kgate.proxy.exchange_metrics import ExchangeMetrics, _ExchangeCollector
+from kgate.proxy.control.exchange_metrics import ExchangeMetrics, _ExchangeCollector
+from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
 
 METADATA, PRODUCE, FETCH = int(ApiKey.METADATA), int(ApiKey.PRODUCE), int(ApiKey.FETCH)
