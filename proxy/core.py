@@ -40,7 +40,7 @@ from struct import Struct
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from uuid import UUID
 
-from kgate.api import Close, ConnectionInfo, ErrorCode, Respond, error_response
+from kgate.api import FORWARD, Close, ConnectionInfo, ErrorCode, Forward, Respond, error_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated.produce import TopicProduceData
@@ -57,6 +57,7 @@ from kgate.codec.headers import (
 from kgate.codec.headers import (
     frame as make_frame,
 )
+from kgate.codec.metadata_walk import metadata_answer
 from kgate.codec.peek import produce_prefix
 from kgate.codec.tail_walk import WalkError
 from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
@@ -133,6 +134,17 @@ _PRODUCE_HEADER: Final = {
     v: api.request_header_version(PRODUCE, v)
     for v in range(api.API_INFO[PRODUCE].min_version, api.API_INFO[PRODUCE].max_version + 1)
 }
+
+
+def _screened(screens: Any, ctx: MessageContext, body: memoryview) -> bool:
+    """Whether every screen forwards a request from its body's bytes (an exception: undecided)."""
+    try:
+        for screen in screens:
+            if screen(ctx, body) is not FORWARD:
+                return False
+    except Exception:  # the hook will run on the decoded request and report its failure
+        return False
+    return True
 
 
 class Actions(Protocol):
@@ -701,21 +713,23 @@ class ConnectionCore:
             return False
         if prefix.topic_count != 1:
             return False
-        peeked = api.API_INFO[PRODUCE].request_class(
-            transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
-        )
-        peeked.topic_data = [
-            TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
-        ]
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
         ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
-        try:
-            if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
+        screens = self.chain.screens("request", PRODUCE, version)
+        if screens is None or not _screened(screens, ctx, head[header.body_offset :]):
+            peeked = api.API_INFO[PRODUCE].request_class(
+                transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
+            )
+            peeked.topic_data = [
+                TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
+            ]
+            try:
+                if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
+                    return False
+            except Exception:  # the full request will run the hook again and report its failure
                 return False
-        except Exception:  # the full request will run the hook again and report its failure
-            return False
         count[0] += 1
         self.frames_in += 1
         out = head if joined is None else joined
@@ -972,8 +986,13 @@ class ConnectionCore:
             self._track(frame)
             self.write_up(frame)
             return
-        if plan is RequestPlan.PEEK and self._peek_produce(frame):
-            return  # decided from its topic alone: no full decode of the partitions
+        if plan is RequestPlan.PEEK:
+            if self._peek_produce(frame):
+                return  # decided from its topic alone: no full decode of the partitions
+        else:
+            screens = self.chain.screens("request", api_key, version)
+            if screens is not None and self._screened_request(frame, api_key, version, cid, screens):
+                return  # every hook's screen forwards it from its bytes: not decoded
         self.cluster.metrics.count_request(api_key, version)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
@@ -997,6 +1016,26 @@ class ConnectionCore:
             self.out.spawn(decision, suspension)  # type: ignore[arg-type]
             return
         self._apply_request(decision, frame, header, ctx)
+
+    def _screened_request(self, frame: memoryview, api_key: int, version: int, cid: int, screens: Any) -> bool:
+        """Forward a request its hooks' screens let through from its bytes (``on_request(screen=)``);
+        False: decode it and run the hooks."""
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+        except HeaderError:
+            return False  # the full path reports it
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        ctx.frame_bytes = len(frame)
+        if not _screened(screens, ctx, frame[header.body_offset :]):
+            return False
+        self.cluster.metrics.count_request(api_key, version)
+        ex = self._exchange(cid, api_key, version, None, ctx._state)
+        if self._observer is not None:
+            self._observe_start(ex, frame, len(frame))
+        self._forward(frame, ex)
+        return True
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
         backlog = self.backlog
@@ -1399,6 +1438,10 @@ class ConnectionCore:
     def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:
         api_key, version = ex.api_key, ex.api_version
         chain = self.chain if self._old is None else self._chain_of(ex)  # the chain that saw its request
+        if api_key == METADATA and chain.has_response_hooks:
+            screens = chain.screens("response", METADATA, version, bool(ex.state))
+            if screens is not None and self._screened_metadata(ex, frame, screens):
+                return
         hooks = chain.hooks("response", api_key, version, bool(ex.state)) if chain.has_response_hooks else ()
         must_rewrite = rewrite.needs_rewrite(api_key, version)
         try:
@@ -1435,6 +1478,39 @@ class ConnectionCore:
                 self.out.pause_broker("answers-blocked")
             return
         self._apply_response(decision, suspension)
+
+    def _screened_metadata(self, ex: Exchange, frame: memoryview, screens: Any) -> bool:
+        """A Metadata answer its hooks' screens decide from its bytes (``on_response(screen=)``): topic
+        names learnt from a walk of its topics, the screens' body sent with only the broker list
+        rewritten (the answer memo's path). False: decode it and run the hooks."""
+        version = ex.api_version
+        try:
+            offset = response_body_offset(frame, api.response_header_version(METADATA, version))
+            body = frame[offset:]
+            walked = metadata_answer(body, version)
+        except (HeaderError, api.CodecError):
+            return False  # the full path reports it
+        ctx = MessageContext(self.cluster, self.info, METADATA, version, ex.cid, ex.request, ex.state)
+        new: bytes | memoryview = body
+        try:
+            for screen in screens:
+                result = screen(ctx, new)
+                if result is FORWARD:
+                    continue
+                if type(result) is not Forward or not isinstance(result.message, bytes):
+                    return False
+                new = result.message
+        except Exception:  # the hook will run on the decoded answer and report its failure
+            return False
+        self.cluster.observe_response(METADATA, version, walked, ex.request)
+        answer: bytes | memoryview = frame if new is body else rewrite.reframe(frame, offset, new)
+        try:
+            ex.response = self._answers.metadata(answer, version, self._map_node)
+        except (HeaderError, api.CodecError) as exc:
+            self._undecodable_metadata(ex, exc)
+            return True
+        self._metadata_rewrites[0] += 1
+        return True
 
     def _apply_response(self, decision: Decision, s: Suspension) -> None:
         ex = s.exchange

@@ -53,6 +53,8 @@ from kgate.api import (
 )
 from kgate.codec import api
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.metadata_walk import metadata_ask
+from kgate.codec.peek import produce_prefix
 from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED, narrowed, operations_bitfield
@@ -83,6 +85,7 @@ from kgate.filters.builtin.authz.visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
     refuse_streams_groups_with_denied_topics,
+    screen_described_metadata,
     strip_assignment,
     topology_internal_topics,
     topology_topics,
@@ -136,6 +139,10 @@ PER_TOPIC_KEYS = (
     ApiKey.SHARE_ACKNOWLEDGE,
     ApiKey.ELECT_LEADERS,
 )
+
+
+#: the request hooks' screens (decided from the request's bytes where the common case allows)
+_SCREENS = {ApiKey.PRODUCE: "screen_produce", ApiKey.METADATA: "screen_metadata_request"}
 
 
 class Authorizer(Filter):
@@ -258,6 +265,55 @@ class Authorizer(Filter):
     def unchecked(self, ctx: FilterContext, request: Any) -> Result:
         """A codec-known api key that is neither in the table nor exempt: refused (fail closed)."""
         return self._refuse_whole(ctx, request, CLUSTER_DENIED)
+
+    # -- screens: the hot requests and answers decided from their bytes (on_request / on_response screen=) --
+    def screen_produce(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """A single-topic Produce whose topic (and transactional id) this client may write: FORWARD from the
+        fields before its records, without the request objects a peek builds; else None (the hook decides).
+        What ``_produce`` answers for such a request, counted as ``check`` counts it."""
+        prefix = produce_prefix(body, 0, ctx.api_version)  # HeaderError: not all here yet (undecided)
+        if prefix.topic_count != 1:
+            return None
+        who = self._who(ctx.connection)
+        allowed = self.rules.allowed
+        txn = prefix.transactional_id
+        if txn is not None and not allowed(who, Res.TRANSACTIONAL_ID, txn, Op.WRITE):
+            return None
+        topic_id = prefix.topic_id
+        name = prefix.topic_name if topic_id is None else (ctx.cached_topic_name(topic_id) if topic_id.int else None)
+        if name is None or not allowed(who, Res.TOPIC, name, Op.WRITE):
+            return None
+        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+        return FORWARD
+
+    def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """A Metadata request ``_metadata`` forwards unchanged, found from its bytes: every topic (null, or
+        v0's empty list), or names this client may describe and, where it asks to create missing ones, may
+        create; no ids, no ``*_authorized_operations`` asked (the answer's screen then needs no request)."""
+        version = ctx.api_version
+        ask = metadata_ask(body, version)
+        if ask.include_topic_operations or ask.include_cluster_operations:
+            return None
+        topics = ask.topics
+        if topics is None or (not topics and version == 0):
+            self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+            return FORWARD
+        if not topics:
+            return None  # v1+ asks for no topic: its answer is emptied by the hook, which needs the request
+        who = self._who(ctx.connection)
+        allowed = self.rules.allowed
+        create = ask.allow_auto_topic_creation and version >= 4
+        for name, topic_id in topics:
+            if name is None or topic_id.int or not allowed(who, Res.TOPIC, name, Op.DESCRIBE):
+                return None
+            if create and not self._may_create(who, name):
+                return None
+        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+        return FORWARD
+
+    def screen_metadata_response(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """``described_topics`` for a Metadata answer, from its bytes (``screen_described_metadata``)."""
+        return screen_described_metadata(ctx, body, self._describe(ctx), narrows=True)
 
     # -- whole-request checks --------------------------------------------------------------------
     def _refuse_whole(self, ctx: FilterContext, request: Any, code: int) -> Result:
@@ -679,11 +735,13 @@ class Authorizer(Filter):
         if ctx.api_key == ApiKey.METADATA:
             if ctx.api_version < 8:
                 return False  # no such fields
-            if request is not None and not (
+            if request is None or not (
                 request.include_topic_authorized_operations
                 or getattr(request, "include_cluster_authorized_operations", False)
             ):
-                return False  # the metadata refreshes of every client: nothing asked, nothing to do
+                # the metadata refreshes of every client: nothing asked, nothing to do (no request: its
+                # screen let it through, which it does only when neither flag is set)
+                return False
         who = self._who(ctx.connection)
         changed = False
         for t in response.topics:
@@ -823,11 +881,11 @@ class Authorizer(Filter):
         if _key in UNCHECKED:
             continue
         if _key in TABLE:
-            check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)
+            check = on_request(_key, peek=_key == ApiKey.PRODUCE, screen=_SCREENS.get(_key, ""))(check)
         else:  # pragma: no cover - the table is total (tests/filters/test_acl_table.py)
             unchecked = on_request(_key)(unchecked)
-    for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS):
-        described_topics = on_response(_key)(described_topics)
+    described_topics = on_response(ApiKey.METADATA, screen="screen_metadata_response")(described_topics)
+    described_topics = on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)(described_topics)
     created_topics = on_response(ApiKey.CREATE_TOPICS)(created_topics)
     offset_fetch_response = on_response(ApiKey.OFFSET_FETCH)(offset_fetch_response)
     transactions = on_response(ApiKey.DESCRIBE_TRANSACTIONS)(transactions)
