@@ -976,6 +976,7 @@ class ConnectionCore:
         api_key, version, cid = peek_request(frame)
         plan = self.plans.request(api_key, version)
         checked = None
+        screened: MessageContext | None = None
         if self.settings.validate_requests:
             problem, checked = check_request(frame, api_key, version)
             if problem is not None:
@@ -991,8 +992,10 @@ class ConnectionCore:
                 return  # decided from its topic alone: no full decode of the partitions
         else:
             screens = self.chain.screens("request", api_key, version)
-            if screens is not None and self._screened_request(frame, api_key, version, cid, screens):
-                return  # every hook's screen forwards it from its bytes: not decoded
+            if screens is not None:
+                screened = self._screened_request(frame, api_key, version, cid, screens)
+                if screened is None:
+                    return  # every hook's screen forwards it from its bytes: not decoded
         self.cluster.metrics.count_request(api_key, version)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
@@ -1005,7 +1008,8 @@ class ConnectionCore:
             return
         if header.client_id is not None:
             self.info.client_id = header.client_id
-        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        # the screens' context when they declined: a filter may know it screened this one (its counts)
+        ctx = screened if screened is not None else MessageContext(self.cluster, self.info, api_key, version, cid)
         ctx.frame_bytes = len(frame)
         decision = run_hooks(self.chain.hooks("request", api_key, version), ctx, msg)
         if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
@@ -1017,25 +1021,27 @@ class ConnectionCore:
             return
         self._apply_request(decision, frame, header, ctx)
 
-    def _screened_request(self, frame: memoryview, api_key: int, version: int, cid: int, screens: Any) -> bool:
-        """Forward a request its hooks' screens let through from its bytes (``on_request(screen=)``);
-        False: decode it and run the hooks."""
+    def _screened_request(
+        self, frame: memoryview, api_key: int, version: int, cid: int, screens: Any
+    ) -> MessageContext | None:
+        """Forward a request its hooks' screens let through from its bytes (``on_request(screen=)``): None.
+        Otherwise the context the screens saw, for the hooks that run on the decoded request."""
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
         except HeaderError:
-            return False  # the full path reports it
+            return ctx  # the full path reports it
         if header.client_id is not None:
             self.info.client_id = header.client_id
-        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
         ctx.frame_bytes = len(frame)
         if not _screened(screens, ctx, frame[header.body_offset :]):
-            return False
+            return ctx
         self.cluster.metrics.count_request(api_key, version)
         ex = self._exchange(cid, api_key, version, None, ctx._state)
         if self._observer is not None:
             self._observe_start(ex, frame, len(frame))
         self._forward(frame, ex)
-        return True
+        return None
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
         backlog = self.backlog

@@ -52,7 +52,7 @@ def _check_answer(body: bytes, version: int) -> None:
         assert [t.operations for t in answer.topics] == [t.topic_authorized_operations for t in decoded.topics]
     if 8 <= version <= 10:
         assert answer.cluster_operations == decoded.cluster_authorized_operations
-    for i, t in enumerate(answer.topics):  # each span holds exactly its topic
+    for i in range(len(answer.topics)):  # each span holds exactly its topic
         alone = md.MetadataResponse.decode(answer.without(set(range(len(answer.topics))) - {i}), version)
         assert alone.topics == [decoded.topics[i]]
 
@@ -257,20 +257,22 @@ def test_metadata_screens_take_the_common_answers() -> None:
     """Without the screens in use, the comparison above would compare the slow path with itself."""
     request = md.MetadataRequest(topics=[md.MetadataRequestTopic(name="orders", topic_id=uuid.UUID(int=0))])
     listing = md.MetadataRequest(topics=None)
-    answer = md.MetadataResponse(
-        brokers=[md.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9, rack=None)],
-        topics=[_topic(12, n, 0, 2, NOT_REQUESTED, True) for n in ("orders", "secret-data", "logs")],
-    )
     for req in (request, listing):
+        names = ("orders",) if req is request else ("orders", "secret-data", "logs")
+        answer = md.MetadataResponse(
+            brokers=[md.MetadataResponseBroker(node_id=1, host="127.0.0.1", port=9, rack=None)],
+            topics=[_topic(12, n, 0, 2, NOT_REQUESTED, True) for n in names],
+        )
         core, out = make_core(_filters("authorizer"))
         calls: list[str] = []
+        record = calls.append
         for attr in ("screen_metadata_request", "screen_metadata_response"):
             f = core.chain.filters[0]
             orig = getattr(f, attr)
 
-            def spy(ctx: Any, body: Any, orig: Any = orig, attr: str = attr) -> Any:
+            def spy(ctx: Any, body: Any, orig: Any = orig, attr: str = attr, record: Any = record) -> Any:
                 result = orig(ctx, body)
-                calls.append(f"{attr}:{'FORWARD' if result is FORWARD else type(result).__name__}")
+                record(f"{attr}:{'FORWARD' if result is FORWARD else type(result).__name__}")
                 return result
 
             setattr(f, attr, spy)
@@ -285,9 +287,7 @@ def test_metadata_screens_take_the_common_answers() -> None:
             "screen_metadata_response:FORWARD" if req is request else "screen_metadata_response:Forward"
         )
         shown = md.MetadataResponse.decode(out.client.data[9:], 12)
-        assert [t.name for t in shown.topics] == (
-            ["orders", "secret-data", "logs"] if req is request else ["orders", "logs"]
-        )
+        assert [t.name for t in shown.topics] == (["orders"] if req is request else ["orders", "logs"])
 
 
 @st.composite

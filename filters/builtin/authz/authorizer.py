@@ -173,6 +173,7 @@ class Authorizer(Filter):
         self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
         self._describe_size = 0  # entries in all of them
         self._denials = 0  # checks refused so far; a request's count decides its decision label
+        self._screen_counted: FilterContext | None = None  # the request a screen counted last (_count)
         self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
@@ -235,7 +236,16 @@ class Authorizer(Filter):
         return False
 
     def _count(self, ctx: FilterContext, denials_before: int) -> None:
+        if ctx is self._screen_counted:  # its screen counted it; a later filter's screen then declined
+            self._screen_counted = None
+            return
         self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, self._denials == denials_before)] += 1
+
+    def _count_screened(self, ctx: FilterContext) -> None:
+        """Count a request a screen forwards, once: kgate calls the hooks with the same context when a
+        later filter's screen declines (then ``_count`` leaves it out)."""
+        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+        self._screen_counted = ctx
 
     # -- the one request hook ----------------------------------------------------------------------
     def check(self, ctx: FilterContext, request: Any) -> Any:
@@ -283,7 +293,7 @@ class Authorizer(Filter):
         name = prefix.topic_name if topic_id is None else (ctx.cached_topic_name(topic_id) if topic_id.int else None)
         if name is None or not allowed(who, Res.TOPIC, name, Op.WRITE):
             return None
-        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+        self._count_screened(ctx)
         return FORWARD
 
     def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
@@ -296,7 +306,7 @@ class Authorizer(Filter):
             return None
         topics = ask.topics
         if topics is None or (not topics and version == 0):
-            self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+            self._count_screened(ctx)
             return FORWARD
         if not topics:
             return None  # v1+ asks for no topic: its answer is emptied by the hook, which needs the request
@@ -308,7 +318,7 @@ class Authorizer(Filter):
                 return None
             if create and not self._may_create(who, name):
                 return None
-        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+        self._count_screened(ctx)
         return FORWARD
 
     def screen_metadata_response(self, ctx: FilterContext, body: memoryview) -> Result | None:
