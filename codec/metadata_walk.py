@@ -159,24 +159,39 @@ def _skip_int32s(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
     return pos + 4 * max(n, 0)
 
 
-_last: tuple[object, int, MetadataAnswer] | None = None
+#: answers and requests walked last, by (version, body bytes): a client that polls Metadata gets the
+#: same answer again and again (the correlation id is in the header, not the body), and the walk of
+#: an answer is a pure function of its bytes; small bodies only (a copy and a compare per call)
+_ANSWERS: dict[tuple[int, bytes], MetadataAnswer] = {}
+_ASKS: dict[tuple[int, bytes], MetadataAsk] = {}
+_REMEMBER_MAX = 16 * 1024  # bytes of a body kept
+_REMEMBERED = 64  # walks kept (the oldest goes first)
+
+
+def _remember(cache: dict, key: tuple[int, bytes], value: object) -> None:
+    if len(cache) >= _REMEMBERED:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 def metadata_answer(body: bytes | memoryview, version: int) -> MetadataAnswer:
     """Walk a Metadata response body (after the response header) of ``version`` (0-13).
 
-    The walk of the body object seen last is kept: kgate walks an answer to learn its topic names
-    and each filter's screen walks the same ``body`` object again (an answer is read-only here).
+    A small body walked before is not walked again (``_ANSWERS``): kgate walks an answer to learn
+    its topic names and each filter's screen asks for the same walk. The answer is read-only.
     """
-    global _last
-    last = _last
-    if last is not None and last[0] is body and last[1] == version:
-        return last[2]
+    small = len(body) <= _REMEMBER_MAX
+    if small:
+        key = (version, bytes(body))
+        found = _ANSWERS.get(key)
+        if found is not None:
+            return found
     try:
-        answer = _answer(body, version)
+        answer = _answer(key[1] if small else body, version)
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise CodecError(f"Metadata v{version} response does not walk: {exc}") from exc
-    _last = (body, version, answer)
+    if small:
+        _remember(_ANSWERS, key, answer)
     return answer
 
 
@@ -285,11 +300,22 @@ class MetadataAsk:
 
 
 def metadata_ask(body: bytes | memoryview, version: int) -> MetadataAsk:
-    """Walk a Metadata request body (after the request header) of ``version`` (0-13)."""
+    """Walk a Metadata request body (after the request header) of ``version`` (0-13); read-only.
+
+    A small body walked before is not walked again (a client asks the same again and again)."""
+    small = len(body) <= _REMEMBER_MAX
+    if small:
+        key = (version, bytes(body))
+        found = _ASKS.get(key)
+        if found is not None:
+            return found
     try:
-        return _ask(body, version)
+        ask = _ask(body, version)
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise CodecError(f"Metadata v{version} request does not walk: {exc}") from exc
+    if small:
+        _remember(_ASKS, key, ask)
+    return ask
 
 
 def _ask(buf: bytes | memoryview, version: int) -> MetadataAsk:
