@@ -713,23 +713,21 @@ class ConnectionCore:
             return False
         if prefix.topic_count != 1:
             return False
+        peeked = api.API_INFO[PRODUCE].request_class(
+            transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
+        )
+        peeked.topic_data = [
+            TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
+        ]
         if header.client_id is not None:
             self.info.client_id = header.client_id
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
         ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
-        screens = self.chain.screens("request", PRODUCE, version)
-        if screens is None or not _screened(screens, ctx, head[header.body_offset :]):
-            peeked = api.API_INFO[PRODUCE].request_class(
-                transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
-            )
-            peeked.topic_data = [
-                TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
-            ]
-            try:
-                if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
-                    return False
-            except Exception:  # the full request will run the hook again and report its failure
+        try:
+            if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
                 return False
+        except Exception:  # the full request will run the hook again and report its failure
+            return False
         count[0] += 1
         self.frames_in += 1
         out = head if joined is None else joined
@@ -1497,10 +1495,10 @@ class ConnectionCore:
         except (HeaderError, api.CodecError):
             return False  # the full path reports it
         ctx = MessageContext(self.cluster, self.info, METADATA, version, ex.cid, ex.request, ex.state)
-        new: bytes | memoryview = body
+        new: bytes | None = None  # the body a screen returned, if any did
         try:
             for screen in screens:
-                result = screen(ctx, new)
+                result = screen(ctx, body if new is None else new)
                 if result is FORWARD:
                     continue
                 if type(result) is not Forward or not isinstance(result.message, bytes):
@@ -1509,7 +1507,7 @@ class ConnectionCore:
         except Exception:  # the hook will run on the decoded answer and report its failure
             return False
         self.cluster.observe_response(METADATA, version, walked, ex.request)
-        answer: bytes | memoryview = frame if new is body else rewrite.reframe(frame, offset, new)
+        answer: bytes | memoryview = frame if new is None else rewrite.reframe(frame, offset, new)
         try:
             ex.response = self._answers.metadata(answer, version, self._map_node)
         except (HeaderError, api.CodecError) as exc:

@@ -1,6 +1,6 @@
 """The authorizer's and topic-policy's byte-level fast paths ("screens") against their decoded hooks.
 
-A screen decides a Metadata request or answer, or a single-topic Produce, from its bytes
+A screen decides a Metadata request or answer, from its bytes
 (``codec.metadata_walk``, ``codec.peek``) instead of the full decode the hooks get. These tests hold
 the fast path to the slow one: the Metadata walk against the codec's decode (generated answers of
 every version, with unknown tagged fields, and the real frames of ``../shared/corpus-tansu``), and
@@ -22,14 +22,12 @@ from kgate.api import FORWARD
 from kgate.codec import api
 from kgate.codec.errors import CodecError
 from kgate.codec.generated import metadata as md
-from kgate.codec.generated import produce as pm
 from kgate.codec.metadata_walk import NOT_REQUESTED, metadata_answer, metadata_ask
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.testing.frames import request_bytes, response_bytes
 from tests.codec.test_hypothesis_roundtrip import struct_strategy
 from tests.support.core_driver import make_core
-from tests.support.wire import record_batch
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
 VERSIONS = range(md.MetadataResponse.MIN_VERSION, md.MetadataResponse.MAX_VERSION + 1)
@@ -288,60 +286,3 @@ def test_metadata_screens_take_the_common_answers() -> None:
         )
         shown = md.MetadataResponse.decode(out.client.data[9:], 12)
         assert [t.name for t in shown.topics] == (["orders"] if req is request else ["orders", "logs"])
-
-
-@st.composite
-def produce_exchanges(draw: Any) -> tuple[bytes, bytes]:
-    version = draw(st.sampled_from([3, 7, 9, 10, 11, 12]))
-    names = draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))
-    txn = draw(st.sampled_from([None, "tx-1"]))
-    acks = draw(st.sampled_from([-1, 1, 0]))
-    req = pm.ProduceRequest(
-        acks=acks,
-        timeout_ms=1000,
-        transactional_id=txn,
-        topic_data=[
-            pm.TopicProduceData(name=n, partition_data=[pm.PartitionProduceData(index=0, records=record_batch([b"x"]))])
-            for n in names
-        ],
-    )
-    resp = pm.ProduceResponse(
-        responses=[
-            pm.TopicProduceResponse(name=n, partition_responses=[pm.PartitionProduceResponse(index=0, base_offset=7)])
-            for n in names
-            if not n.startswith("secret-")
-        ]
-    )
-    cid = draw(st.integers(1, 1000))
-    answer = response_bytes(0, version, resp, correlation_id=cid) if acks != 0 else b""
-    return request_bytes(0, version, req, correlation_id=cid, client_id="p"), answer
-
-
-@pytest.mark.parametrize("kind", ["authorizer", "topic-policy", "both"])
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(exchange=produce_exchanges())
-def test_produce_screens_answer_what_the_hooks_answer(kind: str, exchange: tuple[bytes, bytes]) -> None:
-    fast = _exchange(kind, True, [exchange])
-    slow = _exchange(kind, False, [exchange])
-    assert fast == slow
-
-
-def test_produce_screen_forwards_an_allowed_topic_and_declines_the_rest() -> None:
-    f = _filters("authorizer")[0]
-    core, _out = make_core([f])
-    screen = core.chain.screens("request", 0, 7)
-    assert screen is not None and screen[0].__name__ == "screen_produce"
-    from kgate.proxy.context import MessageContext
-
-    def body(name: str) -> memoryview:
-        req = pm.ProduceRequest(
-            acks=1,
-            timeout_ms=1000,
-            topic_data=[pm.TopicProduceData(name=name, partition_data=[pm.PartitionProduceData(index=0, records=b"")])],
-        )
-        frame = request_bytes(0, 7, req, correlation_id=1, client_id="p")
-        return memoryview(frame)[4 + 8 + 2 + 1 :]
-
-    ctx = MessageContext(core.cluster, core.info, 0, 7, 1)
-    assert f.screen_produce(ctx, body("orders")) is FORWARD
-    assert f.screen_produce(ctx, body("secret-data")) is None

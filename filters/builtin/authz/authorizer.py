@@ -54,7 +54,6 @@ from kgate.api import (
 from kgate.codec import api
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.metadata_walk import metadata_ask
-from kgate.codec.peek import produce_prefix
 from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED, narrowed, operations_bitfield
@@ -142,7 +141,7 @@ PER_TOPIC_KEYS = (
 
 
 #: the request hooks' screens (decided from the request's bytes where the common case allows)
-_SCREENS = {ApiKey.PRODUCE: "screen_produce", ApiKey.METADATA: "screen_metadata_request"}
+_SCREENS: dict[int, str] = {ApiKey.METADATA: "screen_metadata_request"}
 
 
 class Authorizer(Filter):
@@ -277,25 +276,6 @@ class Authorizer(Filter):
         return self._refuse_whole(ctx, request, CLUSTER_DENIED)
 
     # -- screens: the hot requests and answers decided from their bytes (on_request / on_response screen=) --
-    def screen_produce(self, ctx: FilterContext, body: memoryview) -> Result | None:
-        """A single-topic Produce whose topic (and transactional id) this client may write: FORWARD from the
-        fields before its records, without the request objects a peek builds; else None (the hook decides).
-        What ``_produce`` answers for such a request, counted as ``check`` counts it."""
-        prefix = produce_prefix(body, 0, ctx.api_version)  # HeaderError: not all here yet (undecided)
-        if prefix.topic_count != 1:
-            return None
-        who = self._who(ctx.connection)
-        allowed = self.rules.allowed
-        txn = prefix.transactional_id
-        if txn is not None and not allowed(who, Res.TRANSACTIONAL_ID, txn, Op.WRITE):
-            return None
-        topic_id = prefix.topic_id
-        name = prefix.topic_name if topic_id is None else (ctx.cached_topic_name(topic_id) if topic_id.int else None)
-        if name is None or not allowed(who, Res.TOPIC, name, Op.WRITE):
-            return None
-        self._count_screened(ctx)
-        return FORWARD
-
     def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
         """A Metadata request ``_metadata`` forwards unchanged, found from its bytes: every topic (null, or
         v0's empty list), or names this client may describe and, where it asks to create missing ones, may

@@ -163,9 +163,6 @@ class TopicPolicy(Filter):
         return self._admin.merge(ctx, response)
 
     # -- screens: the authorizer's, with this filter's rules (filters.builtin.authz.authorizer) ----------
-    def screen_produce(self, ctx: FilterContext, body: memoryview) -> Result | None:
-        return self._admin.screen_produce(ctx, body)
-
     def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
         return self._admin.screen_metadata_request(ctx, body)
 
@@ -274,11 +271,10 @@ class TopicPolicy(Filter):
         if _key != ApiKey.CREATE_TOPICS:
             admin_merge = on_response(_key, needs_state=True)(admin_merge)
     for _key in _KEYS:
-        peek = _key == ApiKey.PRODUCE  # decides from topics alone
-        check = on_request(_key, peek=peek, screen="screen_produce" if peek else "")(check)
+        check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
     for _key in _WHOLE_KEYS:
         check = on_request(_key, screen="screen_metadata_request" if _key == ApiKey.METADATA else "")(check)
     for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS):
         keep_request = on_request(_key)(keep_request)
-    del _key, peek
+    del _key
