@@ -165,7 +165,7 @@ def _skip_int32s(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
 _ANSWERS: dict[tuple[int, bytes], MetadataAnswer] = {}
 _ASKS: dict[tuple[int, bytes], MetadataAsk] = {}
 _REMEMBER_MAX = 16 * 1024  # bytes of a body kept
-_REMEMBERED = 64  # walks kept (the oldest goes first)
+_REMEMBERED = 16  # walks kept (the oldest goes first): at most 256 KiB of bodies per cache
 
 
 def _remember(cache: dict, key: tuple[int, bytes], value: object) -> None:
