@@ -31,7 +31,8 @@ def _compiled_module() -> Any:
     """kgate/proxy/compiled.py on its own (it imports only the standard library): the list of hot
     modules and the stamp's rules, without importing kgate (or its dependencies) at build time."""
     spec = importlib.util.spec_from_file_location("_kgate_compiled", ROOT / "proxy" / "compiled.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -189,7 +189,8 @@ def run_workload(target: Target, workload: str, topic: str, params: dict[str, An
     for k, v in params.items():
         argv += [f"--{k}", str(v)]
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    assert p.stdin is not None and p.stdout is not None
+    assert p.stdin is not None
+    assert p.stdout is not None
 
     def expect(word: str) -> str:
         while True:

@@ -151,7 +151,8 @@ def main() -> None:
     )
     pctx = testing.FakeContext(ApiKey.PRODUCE, 9, principal="team3", client_id="team3-app")
     fctx = testing.FakeContext(ApiKey.FETCH, 12, principal="team3", client_id="team3-app")
-    assert f.check(pctx, produce) is not None and f.check(fctx, fetch) is not None
+    assert f.check(pctx, produce) is not None
+    assert f.check(fctx, fetch) is not None
     print(f"authorizer hook, Produce (1 topic):  {per_call_ns(lambda: f.check(pctx, produce), n) / 1000:.2f} us")
     print(f"authorizer hook, Fetch (5 topics):   {per_call_ns(lambda: f.check(fctx, fetch), n) / 1000:.2f} us")
     from kgate.filters.builtin.authz.topic_policy import TopicPolicy
@@ -189,7 +190,8 @@ def metadata(f: Authorizer, topics: int, n: int) -> None:
     request = api.API_INFO[key].request_class(topics=None, allow_auto_topic_creation=True)
     ctx = testing.FakeContext(key, version, request=request, principal="team3", client_id="team3-app")
     decoded = api.decode_response(key, version, body)
-    assert f.check(ctx, request) is FORWARD and f.described_topics(ctx, decoded) is FORWARD
+    assert f.check(ctx, request) is FORWARD
+    assert f.described_topics(ctx, decoded) is FORWARD
     decode = per_call_ns(lambda: api.decode_response(key, version, body), n) / 1000
     req_hook = per_call_ns(lambda: f.check(ctx, request), n) / 1000
     resp_hook = per_call_ns(lambda: f.described_topics(ctx, decoded), n) / 1000

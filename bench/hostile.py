@@ -9,6 +9,9 @@ Scenarios (each bounded in count and time, every process stopped by PID):
   frame header; reports how many kgate still holds open after ``--seconds``.
 - ``halfopen``: ``--clients`` connections that send nothing; how many are still open after
   ``--seconds``.
+- ``bigpartial``: 6 connections each send 60 MiB of a 100 MiB CreateTopics frame (held whole
+  for guardrails, unlike a streamed Produce) and close; kgate's RSS before, at the peak, and
+  ``--seconds`` after they closed (what the process gives back).
 
 kgate runs from the source tree given by ``--src`` (default: this checkout), so an A/B run
 compares two builds in one invocation: ``--src /tmp/kgate-old --src .``.
@@ -129,6 +132,32 @@ def noread(port: int, pid: int, seconds: float, topic: str) -> dict:
     }
 
 
+def bigpartial(port: int, pid: int, seconds: float) -> dict:
+    base = rss_kib(pid)
+    peak = base
+    header = (100 * 1024 * 1024).to_bytes(4, "big") + bytes([0, 19, 0, 2, 0, 0, 0, 1, 0, 0])
+    chunk = b"\0" * (1024 * 1024)
+    socks = [socket.create_connection(("127.0.0.1", port)) for _ in range(6)]
+    for s in socks:
+        s.sendall(header)
+    for _ in range(60):  # interleaved, so all six hold their partial frame at once
+        for s in socks:
+            s.sendall(chunk)
+        peak = max(peak, rss_kib(pid))
+    time.sleep(1)
+    peak = max(peak, rss_kib(pid))
+    for s in socks:
+        s.close()
+    time.sleep(seconds)
+    after = rss_kib(pid)
+    return {
+        "rss_start_mib": round(base / 1024, 1),
+        "rss_peak_mib": round(peak / 1024, 1),
+        "rss_after_close_mib": round(after / 1024, 1),
+        "after_minus_start_mib": round((after - base) / 1024, 1),
+    }
+
+
 def _open_count(socks: list[socket.socket]) -> int:
     n = 0
     for s in socks:
@@ -175,7 +204,7 @@ def halfopen(port: int, clients: int, seconds: float) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("scenarios", nargs="+", choices=["noread", "slowloris", "halfopen"])
+    ap.add_argument("scenarios", nargs="+", choices=["noread", "slowloris", "halfopen", "bigpartial"])
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--clients", type=int, default=300)
     ap.add_argument("--src", action="append", help="kgate source tree(s) to run (A/B); default this checkout")
@@ -198,6 +227,8 @@ def main() -> int:
                     try:
                         if scenario == "noread":
                             out = noread(port, proc.pid, args.seconds, topic)
+                        elif scenario == "bigpartial":
+                            out = bigpartial(port, proc.pid, args.seconds)
                         elif scenario == "slowloris":
                             out = slowloris(port, args.clients, args.seconds)
                         else:

@@ -206,7 +206,8 @@ def produce(target: Target, topic: str, n: int, size: int) -> tuple[float, float
                 break
             except BufferError:
                 p.poll(0.05)
-    assert p.flush(120) == 0 and not errors, errors[:3]
+    assert p.flush(120) == 0, errors[:3]
+    assert not errors, errors[:3]
     return time.perf_counter() - t0, target.cpu() - cpu0, n * size / 1e6
 
 

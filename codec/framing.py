@@ -52,6 +52,12 @@ class FrameReader:
             return self._feed_pending(data)
         return self._split(data)
 
+    def discard(self) -> None:
+        """Drop a partial frame: the connection is gone and its bytes would only hold memory."""
+        self._chunks = []
+        self.buffered = 0
+        self._need = 0
+
     def _check(self, size: int) -> bool:
         if size < 0:
             self.error = FramingError(f"negative frame size {size}")

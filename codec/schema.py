@@ -566,7 +566,7 @@ class _Gen:
             return self.const(f.struct, "_S") + "()"
         return self.const(f.default_value(), "_D")
 
-    def dec_struct(self, ind, cls, obj, end, depth):
+    def dec_struct(self, ind, cls, obj, end, depth):  # noqa: C901 - emits one struct's decoder: a branch per field kind, in one place
         """Emit code decoding an instance of cls at pos into the local variable obj."""
         regular, tagged = self.split(cls)
         saved, self.cls = self.cls, cls

@@ -174,7 +174,7 @@ class FrameWalker:
         except (IndexError, ValueError) as exc:
             raise WalkError(f"malformed frame at byte {base + i}: {exc}") from exc
 
-    def _walk(self, data: Any, i: int, n: int, base: int) -> None:
+    def _walk(self, data: Any, i: int, n: int, base: int) -> None:  # noqa: C901 - the op interpreter's loop: state in locals on the streamed hot path
         stack = self._stack
         total = self.total
         frame = stack[-1]

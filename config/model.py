@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from kgate.config.memory_limit import default_max_held_bytes
+
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 
 
@@ -202,9 +204,11 @@ class ProxySettings:
     (proxy/validate.py). Off by default, from its measured cost (docs/performance.md, "Request
     validation"): each request is held whole and decoded, and a Produce under a peeking filter is
     no longer streamed, which costs large produce throughput and proxy CPU on every produce."""
-    max_held_bytes: int = 512 * 1024 * 1024
+    max_held_bytes: int = field(default_factory=default_max_held_bytes)
     """Request bytes held whole across all connections (frames a filter must see, backlog) before
-    kgate pauses reading from all but the longest-holding one (proxy/held_bytes.py)."""
+    kgate pauses reading from all but the longest-holding one (proxy/held_bytes.py). Default: a
+    quarter of the memory the process may use (the cgroup's limit, else RAM), between 64 MiB and
+    512 MiB (config/memory_limit.py)."""
     idle_timeout_s: float = 600.0
     """A connection with nothing owed and no byte in either direction for this long is closed
     (Kafka's own ``connections.max.idle.ms`` default, which clients already handle)."""

@@ -6,19 +6,19 @@ dict whether any hook wants a frame; frames nobody wants are never decoded.
 ``run_hooks`` calls hooks in configured order and returns one typed ``Decision`` for requests
 and responses alike. As long as hooks return plain values it stays synchronous (no task, no
 future: a passthrough-with-policy request costs one call per hook). The first hook that returns
-an awaitable turns the rest of the run into a coroutine; ``settle`` awaits it with the timeout
-and maps a timeout or an exception to a ``Decision`` too, so the connection core handles every
-way a hook run can end in one place per direction.
+an awaitable turns the rest of the run into a coroutine; the carrier's ``settle``
+(proxy/settle.py: this module imports no asyncio, so the sans-IO core does not either) awaits it
+with the timeout and maps a timeout or an exception to a ``Decision`` too, so the connection core
+handles every way a hook run can end in one place per direction.
 
 Every decision that is not a plain forward names the filter that made it (``Decision.filter``),
 so ``kgate_filter_*`` metrics and logs can say which filter refused, failed or timed out. A
 suspended run is a ``PendingRun`` that remembers which filter it is waiting on, since a timeout
-is decided outside the run (``settle``) and must still be laid at one filter's door.
+is decided outside the run (proxy/settle.py) and must still be laid at one filter's door.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -219,20 +219,6 @@ def run_hooks(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> D
     except Exception as exc:
         return Decision(Verdict.FAILED, message, changed, error=exc, filter=filter_name(hook))
     return Decision(Verdict.FORWARD, message, changed)
-
-
-async def settle(pending: Awaitable[Decision], timeout_s: float, message: Any) -> Decision:
-    """Await a suspended hook run: its ``Decision``, or TIMED_OUT / FAILED (never an exception)."""
-    try:
-        return await asyncio.wait_for(pending, timeout_s)
-    except TimeoutError:
-        return Decision(Verdict.TIMED_OUT, message, filter=_waiting_on(pending))
-    except Exception as exc:  # a filter bug must not leave the connection hanging
-        return Decision(Verdict.FAILED, message, error=exc, filter=_waiting_on(pending))
-
-
-def _waiting_on(pending: Awaitable[Decision]) -> str:
-    return filter_name(pending.hook) if isinstance(pending, PendingRun) else "unknown"
 
 
 def peek_forwards(hooks: Sequence[BoundHook], ctx: FilterContext, message: Any) -> bool:

@@ -35,11 +35,12 @@ from kgate.config import (
 from kgate.config.tls_context import TlsFileError
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver, fan_out
-from kgate.proxy import frozen_heap, rewrite
-from kgate.proxy.answer_memo import AnswerMemo
+from kgate.proxy import frozen_heap
 from kgate.proxy.chain_handover import RetiredChain
+from kgate.proxy.chain_tables import ChainTables, names_in_use
 from kgate.proxy.client_metrics import ClientMetrics
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_port import OPEN_LISTENER, OpenListener
 from kgate.proxy.cluster_services import ClusterServicesImpl
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.front_door import FrontDoor, RefusalLog
@@ -47,7 +48,6 @@ from kgate.proxy.gentle_close import GentleCloser
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.metrics import ClusterMetrics
 from kgate.proxy.own_listeners import OWN_LISTENERS
-from kgate.proxy.plans import Plans
 from kgate.proxy.proxy_protocol import SourceFilter
 from kgate.proxy.timeouts import sweep_forever
 from kgate.proxy.tls import ReloadingContext
@@ -177,18 +177,12 @@ class VirtualCluster:
 
     def _use_chain(self, chain: FilterChain) -> None:
         """Make ``chain`` the one new connections (and connections handed over) use, with what derives from it."""
+        tables = ChainTables(chain, self.metrics.request_count)
         self.chain = chain
-        #: per api key, the versions clients may use through this cluster (ApiVersions is capped to it)
-        self.version_limits = rewrite.version_limits(chain.version_limits())
-        #: ApiVersions and Metadata broker-list rewrites, remembered (proxy/answer_memo.py)
-        self.answers = AnswerMemo(self.version_limits, chain.refuses_unknown_api_keys)
-        #: api keys filters must see -> the versions they (and the codec) handle; others are refused
-        self.filter_limits = {
-            key: (max(lo, api.API_INFO[key].min_version), min(hi, api.API_INFO[key].max_version))
-            for key, (lo, hi) in chain.version_limits().items()
-        }
-        #: what the data path does with each request and response (decided once per api key and version)
-        self.plans = Plans(chain, self.filter_limits, self.names_in_use, self.metrics.request_count)
+        self.version_limits = tables.version_limits
+        self.answers = tables.answers
+        self.filter_limits = tables.filter_limits
+        self.plans = tables.plans
 
     def replace_chain(self, chain: FilterChain) -> None:
         """Configuration reload: ``chain`` for every request read from now on (proxy/chain_handover.py).
@@ -206,7 +200,7 @@ class VirtualCluster:
             f.start(self.services)
         self.retired_chains.append(old)
         for conn in list(self.connections):
-            conn.core.switch_chain(old)
+            conn.switch_chain(old)
         old.release()  # the reload's own hold: the chain closes now if no exchange had started on it
         if not old.done:
             loop = asyncio.get_running_loop()
@@ -445,7 +439,15 @@ class VirtualCluster:
 
     # -- node map --------------------------------------------------------------------------
     def client_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
-        """Learn a node's broker address and return the address clients must use for it.
+        """Learn a node's broker address and return the address clients must use for it, binding
+        its listener now if it needs one (discovery and readiness; a connection's core asks
+        ``learn_node`` and has its carrier bind: ``ClientConnection.open_listener``)."""
+        addr = self.learn_node(node_id, host, port)
+        return self.open_node_listener(node_id) if addr is OPEN_LISTENER else addr  # type: ignore[return-value]
+
+    def learn_node(self, node_id: int, host: str, port: int) -> tuple[str, int] | OpenListener | None:
+        """Learn a node's broker address; the address clients must use for it, ``OPEN_LISTENER`` when
+        its listener is not bound yet (the caller binds it: ``open_node_listener``), or None.
 
         Only ever called with addresses a broker sent (never with a message kgate already
         rewrote: see ``mapped_address``). An address that is one of kgate's own listeners or
@@ -486,7 +488,7 @@ class VirtualCluster:
         kport = self._node_ports.get(node_id)
         if kport is not None:
             return advertised, kport
-        return self._open_node_listener(node_id)
+        return OPEN_LISTENER
 
     def mapped_address(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
         """The client-facing address of a node kgate already routes, learning nothing.
@@ -508,7 +510,7 @@ class VirtualCluster:
         if not task.cancelled() and task.exception() is not None and not self.stopping:
             log.error("cluster %s: node %d listener failed to start: %s", self.name, node_id, task.exception())
 
-    def _open_node_listener(self, node_id: int) -> tuple[str, int] | None:
+    def open_node_listener(self, node_id: int) -> tuple[str, int] | None:
         if self.stopping:
             return None  # shutting down: no new listeners
         if node_id in self._bind_retry:
@@ -587,7 +589,7 @@ class VirtualCluster:
             return
         addr = self.upstream_nodes.get(node_id)
         if addr is not None:
-            self._open_node_listener(node_id)
+            self.open_node_listener(node_id)
 
     def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
         """Let the topic-name service learn from a decoded response passing by.
@@ -600,7 +602,7 @@ class VirtualCluster:
     @property
     def names_in_use(self) -> bool:
         """Whether any filter may ask for topic names (passive learning is worth its cost)."""
-        return (self.chain.has_request_hooks or self.chain.has_response_hooks) and self.chain.uses_topic_names
+        return names_in_use(self.chain)
 
     def upstream_targets(self, node_id: int | None) -> Sequence[tuple[str, int]]:
         """Where a client connection of this listener goes, in the order to try."""

@@ -13,14 +13,42 @@ filter needs nothing from kgate's proxy package to handle them.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kgate.api import TopicNameError
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.config import ProxySettings, VirtualClusterConfig
+    from kgate.proxy.metrics import ClusterMetrics
+    from kgate.proxy.tls import ReloadingContext
+    from kgate.topic_ids import TopicNameResolver
+
+
+class ServicesCluster(Protocol):
+    """What ``ClusterServicesImpl`` reads of its cluster (``VirtualCluster``; a protocol, so this
+    module does not import proxy/cluster.py, which imports it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def cfg(self) -> VirtualClusterConfig: ...
+    @property
+    def settings(self) -> ProxySettings: ...
+    @property
+    def metrics(self) -> ClusterMetrics: ...
+    @property
+    def own_client(self) -> UpstreamClient: ...
+    @property
+    def topic_names(self) -> TopicNameResolver: ...
+    @property
+    def upstream_tls(self) -> ReloadingContext | None: ...
+    @property
+    def upstream_server_hostname(self) -> str | None: ...
+    def upstream_targets(self, node_id: int | None) -> Sequence[tuple[str, int]]: ...
 
 
 class FilterUpstreamError(ConnectionError):
@@ -30,7 +58,7 @@ class FilterUpstreamError(ConnectionError):
 class ClusterServicesImpl:
     """One per virtual cluster; handed to every filter's ``start``."""
 
-    def __init__(self, cluster: VirtualCluster) -> None:
+    def __init__(self, cluster: ServicesCluster) -> None:
         self._cluster = cluster
         self._node_clients: dict[int, UpstreamClient] = {}
 

@@ -29,6 +29,7 @@ HOT_MODULES = (
     "kgate.codec.headers",
     "kgate.proxy.plans",
     "kgate.proxy.exchange",
+    "kgate.proxy.counter",
     "kgate.proxy.core",
     "kgate.proxy.answer_memo",
     "kgate.proxy.metadata_brokers",
@@ -38,6 +39,7 @@ HOT_MODULES = (
     # every connection and request, so compiling it cuts instructions on both (docs/performance.md,
     # "the connection objects in the optional compiled build").
     "kgate.proxy.connection",
+    "kgate.proxy.carrier_states",  # its phase table, read at each phase change of a connection
     # What a connection's set-up and teardown call besides: its read gates, the gentle upstream
     # close and the close reasons: fewer instructions per connection and a few per request
     # (docs/performance.md, "Figures moved out of code comments"). (proxy.states cannot join as it

@@ -17,27 +17,62 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from kgate.filters.chain import Decision, settle
+from kgate.filters.chain import Decision
+from kgate.proxy.carrier_states import Phase, Step, advance
 from kgate.proxy.client_info import ClientInfo
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_port import ClusterPort
 from kgate.proxy.core import ConnectionCore, Suspension
 from kgate.proxy.flow import ReadGate
 from kgate.proxy.held_bytes import HELD
 from kgate.proxy.logs import CONNECTION_LINES, LeanRecords
 from kgate.proxy.own_listeners import OWN_LISTENERS
+from kgate.proxy.settle import settle
 from kgate.proxy.timeouts import Snapshot
 from kgate.proxy.tls import tls_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Callable, Sequence
 
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.chain_handover import RetiredChain
+    from kgate.proxy.gentle_close import GentleCloser
+    from kgate.proxy.metrics import ClusterMetrics
+    from kgate.proxy.tls import ReloadingContext
 
 log: Final = logging.getLogger("kgate.connection")
+# phases and steps as Final names: compiled, an enum member read through its class is a getattr
+_IDLE: Final = Phase.IDLE
+_CONNECTED: Final = Phase.CONNECTED
+_TORN_DOWN: Final = Phase.TORN_DOWN
+_FIRST_BYTES: Final = Step.FIRST_BYTES
+_ADOPTED: Final = Step.ADOPTED
+_UPSTREAM_LOST: Final = Step.UPSTREAM_LOST
+_TEARDOWN: Final = Step.TEARDOWN
 _close_lines: Final = LeanRecords(log)  # the close line, without Logger.info's record making
+
+
+class CarrierCluster(ClusterPort, Protocol):
+    """What a ``ClientConnection`` asks of its cluster beyond what its core does (``VirtualCluster``:
+    a protocol, so this module does not import proxy/cluster.py, which makes connections)."""
+
+    @property
+    def metrics(self) -> ClusterMetrics: ...
+    @property
+    def connections(self) -> set[ClientConnection]: ...
+    @property
+    def gentle(self) -> GentleCloser: ...
+    @property
+    def upstream_tls(self) -> ReloadingContext | None: ...
+    @property
+    def upstream_server_hostname(self) -> str | None: ...
+    def admit(self, node_id: int | None, peer: str) -> bool: ...
+    def release(self, node_id: int | None) -> None: ...
+    def upstream_targets(self, node_id: int | None) -> Sequence[tuple[str, int]]: ...
+    def open_node_listener(self, node_id: int) -> tuple[str, int] | None: ...
 
 
 class UpstreamProtocol(asyncio.Protocol):
@@ -53,7 +88,7 @@ class UpstreamProtocol(asyncio.Protocol):
     def __init__(self, conn: ClientConnection) -> None:
         self.conn = conn
         self.adopted = False
-        self.data_received = conn.core.receive_broker  # type: ignore[method-assign]
+        self.data_received = conn.broker_reader()  # type: ignore[method-assign, assignment]
 
     def eof_received(self) -> bool:
         return False
@@ -67,7 +102,7 @@ class UpstreamProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         # after the teardown (the usual order: the client left, then the gentle close ended) there
         # is nothing left to close
-        if self.adopted and not self.conn._torn_down:
+        if self.adopted and self.conn.phase is not _TORN_DOWN:
             self.conn.upstream_lost(exc)
 
 
@@ -85,7 +120,6 @@ class ClientConnection(asyncio.Protocol):
         "_opened",
         "_tasks",
         "_timed_out",
-        "_torn_down",
         "cluster",
         "core",
         "data_received",
@@ -93,6 +127,7 @@ class ClientConnection(asyncio.Protocol):
         "info",
         "loop",
         "node_id",
+        "phase",
         "settings",
         "transport",
         "upstream",
@@ -100,7 +135,7 @@ class ClientConnection(asyncio.Protocol):
     )
 
     def __init__(
-        self, cluster: VirtualCluster, node_id: int | None, loop: asyncio.AbstractEventLoop | None = None
+        self, cluster: CarrierCluster, node_id: int | None, loop: asyncio.AbstractEventLoop | None = None
     ) -> None:
         self.cluster = cluster
         self.loop = loop  # the listener's loop, looked up once (on 3.11 each lookup is a getpid syscall)
@@ -112,12 +147,12 @@ class ClientConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.upstream: asyncio.Transport | None = None
         self.core = ConnectionCore(cluster, self.info, self)
-        self.data_received = self.core.receive_client  # type: ignore[method-assign]
+        self.data_received = self.client_reader()  # type: ignore[method-assign, assignment]
         self._connect_task: asyncio.Task[None] | None = None
         self._early: list[bytes | memoryview] | None = None  # client bytes received before the upstream connected
         self._tasks: set[asyncio.Task[Any]] | None = None  # pending filter decisions (made on first use)
         self._held_reported = 0  # what proxy/held_bytes.py was last told this connection holds
-        self._torn_down = False
+        self.phase = _IDLE  # the broker connection's phase (proxy/carrier_states.py)
         self._timed_out = False  # the connect timer (not a teardown) cancelled the connecting task
         self._opened = 0.0  # loop time the connection was admitted
         self._close_reason = CloseReason.CLIENT_LEFT
@@ -143,10 +178,65 @@ class ClientConnection(asyncio.Protocol):
     def inflight_count(self) -> int:
         return self.core.inflight_count
 
+    # -- the core's events, with the time while it observes exchanges --------------------------
+    def client_reader(self) -> Callable[[bytes], None]:
+        """What the client transport calls with each read: the core itself, unless it needs the time.
+
+        Unobserved (the common case) the core's own bound method, so a read costs no extra call;
+        observed, a wrapper that hands the core the time first (the core reads no clock).
+        """
+        return self._timed_client_data if self.core.observed else self.core.receive_client
+
+    def broker_reader(self) -> Callable[[bytes], None]:
+        """As ``client_reader``, for the broker side."""
+        return self._timed_broker_data if self.core.observed else self.core.receive_broker
+
+    def _timed_client_data(self, data: bytes) -> None:
+        core = self.core
+        core.now_ns = time.monotonic_ns()
+        core.receive_client(data)
+
+    def _timed_broker_data(self, data: bytes) -> None:
+        core = self.core
+        core.now_ns = time.monotonic_ns()
+        core.receive_broker(data)
+
+    def _rebind_readers(self) -> None:
+        """After the core's observer may have changed (a reload): point both transports at the right reader."""
+        if self.phase is _TORN_DOWN:
+            return
+        reader = self.client_reader()
+        if reader == self.data_received:
+            return  # unchanged (the common reload: observation stays as it was)
+        self.data_received = reader  # type: ignore[method-assign, assignment]
+        # uvloop reads a protocol's data_received once, when the protocol is set: set it again
+        transport = self.transport
+        if transport is not None:
+            transport.set_protocol(self)
+        upstream = self.upstream
+        if upstream is not None:
+            protocol = upstream.get_protocol()
+            if isinstance(protocol, UpstreamProtocol):
+                protocol.data_received = self.broker_reader()  # type: ignore[method-assign, assignment]
+                upstream.set_protocol(protocol)
+
+    def _tick(self) -> None:
+        """The time, for an event other than a read, while the core observes exchanges."""
+        core = self.core
+        if core.observed:
+            core.now_ns = time.monotonic_ns()
+
+    def switch_chain(self, retired: RetiredChain | None) -> None:
+        """A reload (VirtualCluster.replace_chain): the core reads the next request with the new chain."""
+        self._tick()
+        self.core.switch_chain(retired)
+        self._rebind_readers()
+
     def begin_drain(self) -> None:
         self.gate.pause("draining")
 
     def close(self, reason: CloseReason, detail: str = "") -> None:
+        self._tick()
         self.core.close(reason, detail)
 
     def timeout_snapshot(self) -> Snapshot:
@@ -218,6 +308,7 @@ class ClientConnection(asyncio.Protocol):
             metrics.suspended[direction] -= 1
             metrics.suspensions[direction].observe(loop.time() - began)
         try:
+            self._tick()
             self.core.hook_done(suspension, decision)
         except Exception:  # a bug in kgate: this connection only, never the process
             log.exception("finishing a suspended message for %s failed", self.peer)
@@ -234,6 +325,9 @@ class ClientConnection(asyncio.Protocol):
             return  # torn down (and released) while this read was processed: never re-enter the account
         self._held_reported = held
         HELD.update(self, held)
+
+    def open_listener(self, node_id: int) -> tuple[str, int] | None:
+        return self.cluster.open_node_listener(node_id)  # binds now: the answer naming it goes out after
 
     def close_sockets(self, reason: CloseReason) -> None:
         self._close_reason = reason
@@ -258,14 +352,13 @@ class ClientConnection(asyncio.Protocol):
             return
         s = self.settings
         transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
-        # The core writes to the transports directly while they are open (ConnectionCore.write_up and
-        # write_client); each is pointed back at this object's send_* before its transport goes away.
-        self.core.write_client = transport.write  # type: ignore[attr-defined]
         loop = self.loop or self._loop()  # set by the listener: no call
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
         if self.core.chain is not self.cluster.chain:  # a reload during its TLS handshake / PROXY header
+            self._tick()
             self.core.adopt_chain()
+            self._rebind_readers()
         metrics = self.cluster.metrics
         metrics.open_connections += 1
         metrics.accepted_connections += 1
@@ -286,12 +379,12 @@ class ClientConnection(asyncio.Protocol):
         # The broker connection waits for the first bytes that go to it: a client that connects and
         # never sends (a port scan, a hostile or stuck client) costs no broker connection and half
         # the memory; a Kafka client sends ApiVersions at once, so it waits one connect at most.
-        self.core.write_up = self._first_write
+        self._bind_writes()
 
     def _first_write(self, data: bytes | memoryview) -> None:
         """The first bytes for the broker: hold them, stop reading, and connect now."""
         core = self.core
-        core.write_up = self.send_upstream  # holds in _early until the upstream is adopted
+        self._step(_FIRST_BYTES)  # from now on held in _early until the upstream is adopted
         if core.closed:
             return
         self.gate.pause("connecting")  # more bytes stay in the kernel until the broker is there
@@ -306,7 +399,7 @@ class ClientConnection(asyncio.Protocol):
             raise
         except Exception:
             log.exception("connecting upstream for %s failed", self.peer)
-            self.core.close(CloseReason.INTERNAL, "internal error while connecting upstream")
+            self.close(CloseReason.INTERNAL, "internal error while connecting upstream")
 
     async def _connect_once(self, host: str, port: int) -> tuple[asyncio.Transport, UpstreamProtocol]:
         """``create_connection`` bounded by ``connect_timeout_s``.
@@ -393,10 +486,31 @@ class ClientConnection(asyncio.Protocol):
             if self._early:
                 transport.writelines(self._early)
                 self._early.clear()
-            self.core.write_up = transport.write
+            self._step(_ADOPTED)
             self.gate.resume("connecting")
             return
-        self.core.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
+        self.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
+
+    def _step(self, step: Step) -> None:
+        self.phase = advance(self.phase, step)
+        self._bind_writes()
+
+    def _bind_writes(self) -> None:
+        """Point the core's two hot writes (``ConnectionCore.write_up`` / ``write_client``) where the
+        phase says (proxy/carrier_states.py): straight at a transport's ``write`` while it is open,
+        at this object's wrappers otherwise. The one place that binds them: called on every phase
+        change and when the client's transport comes or goes."""
+        core = self.core
+        transport = self.transport
+        core.write_client = self.send_client if transport is None else transport.write
+        phase = self.phase
+        upstream = self.upstream
+        if phase is _CONNECTED and upstream is not None:
+            core.write_up = upstream.write
+        elif phase is _IDLE:
+            core.write_up = self._first_write
+        else:
+            core.write_up = self.send_upstream
 
     def eof_received(self) -> bool:
         return False
@@ -409,9 +523,10 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self._torn_down:
+        if self.phase is _TORN_DOWN:
             return  # kgate closed it: the core is detached (and must stay so: see _teardown)
-        self.core.write_client = self.send_client
+        self._tick()
+        self._bind_writes()
         if self.core.closed:
             self._teardown()
         elif self.upstream is None and not self.core.suspended:
@@ -426,16 +541,17 @@ class ClientConnection(asyncio.Protocol):
     def upstream_lost(self, exc: Exception | None) -> None:
         if self.upstream is not None:
             self.upstream = None
-            self.core.write_up = self.send_upstream
+            self._step(_UPSTREAM_LOST)
             self.cluster.metrics.open_upstream_connections -= 1
         detail = f"broker closed the connection ({exc})" if exc else "broker closed the connection"
+        self._tick()
         self.core.close(CloseReason.BROKER_CLOSED, detail)
 
     # -- teardown ----------------------------------------------------------------------------
     def _teardown(self) -> None:
-        if self._torn_down:
+        if self.phase is _TORN_DOWN:
             return
-        self._torn_down = True
+        self.phase = advance(self.phase, _TEARDOWN)
         core = self.core  # closed: nothing more is written either way
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
@@ -454,6 +570,7 @@ class ClientConnection(asyncio.Protocol):
             self.cluster.release(self.node_id)
             if log.isEnabledFor(logging.INFO):
                 self._log_closed()
+        self.data_received = core.receive_client  # type: ignore[method-assign]  # not a method of this object (a cycle)
         # Last: the core lets go of this object, so reference counting frees the connection once its
         # transports let go of it (ConnectionCore.detach: not the cycle collector, later).
         core.detach()

@@ -10,7 +10,7 @@ from kgate.api import ConnectionInfo
 
 if TYPE_CHECKING:
     from kgate.api import TopicNameError
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.cluster_port import HookServices
 
 
 class MessageContext:
@@ -29,7 +29,7 @@ class MessageContext:
 
     def __init__(
         self,
-        cluster: VirtualCluster,
+        cluster: HookServices,
         connection: ConnectionInfo,
         api_key: int,
         api_version: int,

@@ -33,7 +33,6 @@ Bad input closes only this connection, with a ``CloseReason`` and a log line nam
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from struct import Struct
@@ -63,9 +62,10 @@ from kgate.codec.tail_walk import WalkError
 from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
 from kgate.proxy import response_tail, rewrite
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster_port import OPEN_LISTENER
 from kgate.proxy.context import MessageContext
 from kgate.proxy.deadlines import FRAME_KEPT
-from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused
+from kgate.proxy.exchange import RAW_SASL, Exchange, VersionRefused, tracked_exchange
 from kgate.proxy.metadata_brokers import rewrite_brokers
 from kgate.proxy.plans import (
     METADATA,
@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from kgate.filters.chain import FilterChain
     from kgate.filters.exchanges import ExchangeObserver
     from kgate.proxy.chain_handover import RetiredChain
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.cluster_port import Address, ClusterPort
 
 # Module constants are ``Final``: compiled (tools/compile_hot.py), mypyc keeps a Final name in a C
 # static, where any other module-level name is a lookup in the module's dict on every use (~190
@@ -93,42 +93,33 @@ _ZERO: Final = UUID(int=0)
 REQUEST_TIMED_OUT: Final = int(ErrorCode.REQUEST_TIMED_OUT)
 
 
-def _exchange_maker() -> Any:
-    """``object.__new__`` when an ``Exchange`` can be made without its ``__init__`` (see _track)."""
-    try:
-        object.__new__(Exchange)
-    except TypeError:  # Exchange compiled (tools/compile_hot.py): a native class is built by its __init__ only
-        return None
-    return object.__new__
-
-
-_bare_exchange: Final[Any] = _exchange_maker()
 _I32: Final = Struct(">i")  # a request frame's size
 _SIZE_CID: Final = Struct(">ii")  # a response frame's size and correlation id, in one call
 _REQ_HEAD: Final = Struct(">hhi")  # a request's api key, version and correlation id, right after its size
 _ACKS_TIMEOUT: Final = Struct(">hi")  # a Produce's acks and timeout_ms, read in one call
+# The plans and the close reason the data path compares with, once each as ``Final`` names (see
+# above; an enum member read through its class is two lookups): the core uses these, never
+# ``ResponsePlan.X`` / ``RequestPlan.X`` / ``CloseReason.CLIENT_LEFT``, on any path.
 _PASS: Final = ResponsePlan.PASS
 _WATCH_FETCH: Final = ResponsePlan.WATCH_FETCH
 _BROKERS_ONLY: Final = ResponsePlan.BROKERS_ONLY
 _CAP_VERSIONS: Final = ResponsePlan.CAP_VERSIONS
-_DECODE: Final = ResponsePlan.DECODE
 _TAIL: Final = ResponsePlan.TAIL
 _WATCH_TAIL: Final = ResponsePlan.WATCH_TAIL
 _RAW_SASL_PLAN: Final = ResponsePlan.RAW_SASL
 _TRACK: Final = RequestPlan.TRACK
-_FRAME_KEPT: Final = FRAME_KEPT
 _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
 _FILTER: Final = RequestPlan.FILTER
+_CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
+_FRAME_KEPT: Final = FRAME_KEPT  # imported names are dict lookups compiled, as above
 
 
 class _HookedRequest(Exception):
     """Raised by ``_track`` in raw mode: this request is one a hook must see (see ``_leave_raw``)."""
 
 
-_HOOKED: Final = _HookedRequest()
-_CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 #: Produce's request header version per version the codec knows (the peek reads one per request)
 _PRODUCE_HEADER: Final = {
     v: api.request_header_version(PRODUCE, v)
@@ -161,6 +152,10 @@ class Actions(Protocol):
 
     def report_held(self, held: int) -> None:
         """The bytes this connection now holds in kgate (for the process-wide cap)."""
+
+    def open_listener(self, node_id: int) -> Address | None:
+        """Bind node ``node_id``'s listener now, before the answer naming it reaches the client;
+        its client-facing address, or None if it cannot be bound (the node is left out)."""
 
     def close_sockets(self, reason: CloseReason) -> None:
         """The core has closed: close both sockets (answers already written go first)."""
@@ -201,11 +196,19 @@ class NoActions:
     def report_held(self, held: int) -> None:
         pass
 
+    def open_listener(self, node_id: int) -> Address | None:
+        return None
+
     def close_sockets(self, reason: CloseReason) -> None:
         pass
 
 
 _DETACHED: Final = NoActions()
+
+
+def _no_node(node_id: int, host: str, port: int) -> Address | None:
+    """A detached core's node mapper: it serves no node."""
+    return None
 
 
 class Suspension:
@@ -254,6 +257,7 @@ class ConnectionCore:
         "_held_need",
         "_held_told",
         "_inflight_paused",
+        "_learn",
         "_map_node",
         "_max_frame",
         "_max_inflight",
@@ -277,6 +281,7 @@ class ConnectionCore:
         "cluster",
         "frames_in",
         "info",
+        "now_ns",
         "out",
         "pending",
         "plans",
@@ -294,17 +299,20 @@ class ConnectionCore:
         "write_up",
     )
 
-    def __init__(self, cluster: VirtualCluster, info: ConnectionInfo, out: Actions) -> None:
+    def __init__(self, cluster: ClusterPort, info: ConnectionInfo, out: Actions) -> None:
         self.cluster = cluster
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
         # kgate_address_rewrites' Metadata and ApiVersions counter cells and the node mapper, bound once:
-        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` and bound ``cluster.client_address`` per answer
+        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` per answer
         # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
         self._metadata_rewrites = cluster.metrics.metadata_rewrites
         self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
-        self._map_node = cluster.client_address
+        self._learn = cluster.learn_node
+        # the node mapper handed to every rewrite, bound once (a bound method per answer costs); it
+        # points back at this core, a cycle ``detach`` breaks at teardown
+        self._map_node: rewrite.NodeMapper = self._node_address
         self._answers = cluster.answers
         settings = cluster.settings
         self.settings = settings
@@ -373,6 +381,26 @@ class ConnectionCore:
         #: a replaced chain whose request hook this connection is still awaiting (switches in hook_done)
         self._behind: RetiredChain | None = None
         self.close_detail = ""
+        #: the time of the event being handled (time.monotonic_ns() units), which the carrier sets
+        #: before each event while ``observed``: the core never reads a clock (tests set it), and
+        #: only exchange observers need one
+        self.now_ns = 0
+
+    @property
+    def observed(self) -> bool:
+        """Whether an exchange observer is installed (the carrier then sets ``now_ns`` per event)."""
+        return self._observer is not None
+
+    def _node_address(self, node_id: int, host: str, port: int) -> Address | None:
+        """The client-facing address of a node a broker's answer names (rewrite.NodeMapper).
+
+        Learning is the cluster's bookkeeping; a node with no listener yet is bound by the
+        carrier (``Actions.open_listener``) before the answer that names it is sent.
+        """
+        addr = self._learn(node_id, host, port)
+        if addr is OPEN_LISTENER:
+            return self.out.open_listener(node_id)
+        return addr  # type: ignore[return-value]
 
     def detach(self) -> None:
         """Let go of the carrier once the connection is torn down (proxy/connection.py calls it).
@@ -387,6 +415,12 @@ class ConnectionCore:
         """
         self.out = _DETACHED
         self.write_up = self.write_client = _DETACHED.send_upstream
+        self._map_node = _no_node
+        # A closed core reads nothing more: its partial frames go now, not when the last reference
+        # to the carrier does (a connect still delivering early bytes holds it for a while).
+        self.reader.discard()
+        self.upstream_reader.discard()
+        self.backlog = None
         if self._old is not None or self._behind is not None:
             self._release_old()  # torn down before it closed (it always closes first; defensive)
 
@@ -499,7 +533,7 @@ class ConnectionCore:
             self._req_observed = None
             self._backlog_arrived = None
         elif not was_observed and self.backlog and len(self._backlog_arrived or ()) != len(self.backlog):
-            now = time.monotonic_ns()  # frames queued while nothing observed: read no later than now
+            now = self.now_ns  # frames queued while nothing observed: read no later than now
             self._backlog_arrived = deque([now] * len(self.backlog))
 
     def _release_old(self) -> None:
@@ -547,7 +581,7 @@ class ConnectionCore:
             return
         if self.pending:
             log.debug("client %s went away with %d request(s) in flight", self.peer, len(self.pending))
-        self.close(CloseReason.CLIENT_LEFT, "client closed the connection")
+        self.close(_CLIENT_LEFT, "client closed the connection")
 
     def close(self, reason: CloseReason, detail: str = "") -> None:
         """Close both sides; answers already made for the client are written first."""
@@ -595,7 +629,7 @@ class ConnectionCore:
             self._to(Event.FINISHED)
             if self._old is not None or self._behind is not None:
                 self._release_old()
-            self.out.close_sockets(CloseReason.CLIENT_LEFT)
+            self.out.close_sockets(_CLIENT_LEFT)
 
     # -- client to broker ---------------------------------------------------------------------
     def receive_client(self, data: bytes) -> None:
@@ -728,7 +762,7 @@ class ConnectionCore:
                 return False
         except Exception:  # the full request will run the hook again and report its failure
             return False
-        count[0] += 1
+        count.n += 1
         self.frames_in += 1
         out = head if joined is None else joined
         if prefix.acks == 0:
@@ -883,7 +917,7 @@ class ConnectionCore:
         """A new exchange, with the plan for its answer fixed now (proxy/plans.py)."""
         return Exchange(cid, api_key, version, request, state, self.plans.response(api_key, version, bool(state)))
 
-    def _track(self, frame: bytes | memoryview) -> None:
+    def _track(self, frame: bytes | memoryview) -> None:  # noqa: C901 - per-request hot path, kept whole
         """Bookkeeping for a request forwarded as is: what answer, if any, to wait for."""
         if self.sasl.raw:
             if self.sasl.is_raw_token(memoryview(frame)):
@@ -898,7 +932,9 @@ class ConnectionCore:
         route = self._routes.get((api_key, version))
         plan, answer_plan, count = self.plans.route(api_key, version) if route is None else route
         if plan is _FILTER or plan is _PEEK:
-            raise _HOOKED  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
+            # a new instance each time: a shared one keeps its last traceback, whose frames pin this core
+            # and its partial frame after the connection closed (docs/performance.md, "Memory given back")
+            raise _HookedRequest  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
         if plan is _REFUSE:
             limit = self.cluster.filter_limits.get(api_key)
             if limit is None:  # an api key the codec does not know, under a filter that must see everything
@@ -906,7 +942,7 @@ class ConnectionCore:
             raise VersionRefused(
                 f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
             )
-        count[0] += 1  # kgate_requests
+        count.n += 1  # kgate_requests
         if api_key == PRODUCE:
             at = produce_acks_offset(frame, version)
             if len(frame) < at + 6:
@@ -923,20 +959,7 @@ class ConnectionCore:
                 self._observe_sasl_request(memoryview(frame), api_key, version)
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(memoryview(frame), api_key, version)
-        if _bare_exchange is None:  # compiled: a direct C call
-            ex = Exchange(cid, api_key, version, request, None, answer_plan)
-        else:
-            # Exchange(cid, api_key, version, request, None, answer_plan) without the __init__ call:
-            # ~900 fewer instructions per request (valgrind, docs/performance.md). Every attribute
-            # that __init__ sets is set here too (tests/proxy/test_core_answer_fast_path.py checks).
-            ex = _bare_exchange(Exchange)
-            ex.cid = cid
-            ex.api_key = api_key
-            ex.api_version = version
-            ex.request = request
-            ex.state = None
-            ex.plan = answer_plan
-            ex.response = None
+        ex = tracked_exchange(cid, api_key, version, request, answer_plan)
         # what the sweep reads the request's own wait from, should the broker be slow (proxy/deadlines.py)
         if api_key == PRODUCE:
             ex.wait = timeout
@@ -985,7 +1008,7 @@ class ConnectionCore:
             self._track(frame)
             self.write_up(frame)
             return
-        if plan is RequestPlan.PEEK:
+        if plan is _PEEK:
             if self._peek_produce(frame):
                 return  # decided from its topic alone: no full decode of the partitions
         else:
@@ -1014,7 +1037,7 @@ class ConnectionCore:
             self._to(Event.SUSPEND)
             suspension = Suspension(frame, msg, ctx, header=header)
             if self._observer is not None:
-                suspension.arrived_ns = self._arrived_ns or time.monotonic_ns()
+                suspension.arrived_ns = self._arrived_ns or self.now_ns
             self.out.spawn(decision, suspension)  # type: ignore[arg-type]
             return
         self._apply_request(decision, frame, header, ctx)
@@ -1050,7 +1073,7 @@ class ConnectionCore:
             arrived = self._backlog_arrived
             if arrived is None:
                 arrived = self._backlog_arrived = deque()
-            arrived.append(time.monotonic_ns())
+            arrived.append(self.now_ns)
         self._backlog_bytes += len(frame)
         if self._backlog_full():
             self.out.pause_client("backlog-full")
@@ -1178,7 +1201,7 @@ class ConnectionCore:
         self.write_up(frame)
 
     # -- broker to client ---------------------------------------------------------------------
-    def receive_broker(self, data: bytes | memoryview) -> None:
+    def receive_broker(self, data: bytes | memoryview) -> None:  # noqa: C901 - per-answer hot path, kept whole
         """Bytes from the broker."""
         self.up_chunks += 1
         if self.closed:
@@ -1196,13 +1219,10 @@ class ConnectionCore:
         if not reader.buffered and n >= 8:
             size, cid = _SIZE_CID.unpack_from(data)
             if size + 4 == n <= self._max_frame:
-                # One whole answer in one read (see receive_client). When it passes as is and is the
-                # next one the client is owed, it goes straight out: what _response and _flush would
-                # do, without their calls and checks. A Metadata answer (only its broker list
-                # rewritten, from the answer memo) goes the same way once rewritten; a rewrite that
-                # fails closes the connection, as _response would. User-space instructions per request
-                # (callgrind, bench/request_cost.py --instructions): Produce 42,300 -> 37,700, Metadata
-                # 44,200 -> 41,300; the raw relay spends 9,000 (docs/performance.md).
+                # One whole answer in one read (see receive_client), next in line for the client: it
+                # goes straight out, made by _response's own helper (_plain_answer), without
+                # _response's checks and _flush's loop (the saving is in docs/performance.md); _flush
+                # runs only when something more is ready or a pause may lift.
                 waiting = self.upstream_waiting
                 if waiting and self._observer is None and not self.client_gone:
                     ex = waiting[0]
@@ -1214,24 +1234,20 @@ class ConnectionCore:
                         and cid == ex.cid
                     ):
                         waiting.popleft()
-                        answer: bytes | memoryview = data
-                        if plan is _BROKERS_ONLY:  # _metadata_brokers_only, without its call
+                        answer: bytes | memoryview | None = data
+                        if plan is _BROKERS_ONLY:
+                            # _plain_answer's Metadata branch, inline: the one copy kept, as the
+                            # call costs the Metadata round trip measurably compiled (docs/performance.md)
                             try:
                                 answer = self._answers.metadata(data, ex.api_version, self._map_node)
                             except (HeaderError, api.CodecError) as exc:
                                 self._undecodable_metadata(ex, exc)
                                 return
-                            self._metadata_rewrites[0] += 1
-                        elif plan is _CAP_VERSIONS:
-                            capped = self._api_versions(data, ex.api_version)
-                            if capped is None:
-                                return  # unreadable: the connection is closed
-                            answer = capped
-                        elif plan is _TAIL:
-                            hinted = self._tail_whole(ex, memoryview(data))
-                            if hinted is None:
-                                return  # unreadable: the connection is closed
-                            answer = hinted
+                            self._metadata_rewrites.n += 1
+                        elif plan is not _PASS:
+                            answer = self._plain_answer(ex, data)
+                        if answer is None:
+                            return  # unreadable: the connection is closed
                         pending.popleft()
                         self.write_client(answer)
                         if (
@@ -1295,7 +1311,7 @@ class ConnectionCore:
             sent = head
         if self._observer is not None and ex.api_key != RAW_SASL:
             # reported once its last byte went: observers get every piece (not copied)
-            ex.up_ns = now = time.monotonic_ns()  # its first bytes arrived and went on at once
+            ex.up_ns = now = self.now_ns  # its first bytes arrived and went on at once
             self._streamed = (ex, [sent], size + 4, now)
         return True
 
@@ -1346,7 +1362,7 @@ class ConnectionCore:
                 return
         ex = self.upstream_waiting.popleft()
         if self._observer is not None:
-            ex.up_ns = time.monotonic_ns()  # the upstream latency ends here (proxy/exchange_metrics.py)
+            ex.up_ns = self.now_ns  # the upstream latency ends here (proxy/exchange_metrics.py)
         plan = ex.plan
         if plan is _PASS or plan is _RAW_SASL_PLAN:
             ex.response = frame
@@ -1355,12 +1371,8 @@ class ConnectionCore:
                 self._decoded_response(ex, frame)
             else:
                 ex.response = frame
-        elif plan is _BROKERS_ONLY:
-            self._metadata_brokers_only(ex, frame)
-        elif plan is _CAP_VERSIONS:
-            ex.response = self._api_versions(frame, ex.api_version)
-        elif plan is _TAIL:
-            ex.response = self._tail_whole(ex, frame)
+        elif plan is _BROKERS_ONLY or plan is _CAP_VERSIONS or plan is _TAIL:
+            ex.response = self._plain_answer(ex, frame)
         elif plan is _WATCH_TAIL:
             if len(frame) <= OBSERVE_FETCH_MAX and may_carry_unknown_topic(frame):
                 self._decoded_response(ex, frame)  # decoded whole: its endpoints are rewritten there
@@ -1414,14 +1426,28 @@ class ConnectionCore:
         detail = f"cannot walk {name} v{version} response to its node endpoints: {exc}"
         self.close(CloseReason.UNDECODABLE_RESPONSE, detail)
 
-    def _metadata_brokers_only(self, ex: Exchange, frame: memoryview) -> None:
-        """Rewrite the broker list and copy the rest (see proxy.metadata_brokers)."""
-        try:
-            ex.response = self._answers.metadata(frame, ex.api_version, self._map_node)
-        except (HeaderError, api.CodecError) as exc:
-            self._undecodable_metadata(ex, exc)
-            return
-        self._metadata_rewrites[0] += 1
+    def _plain_answer(self, ex: Exchange, frame: bytes | memoryview) -> bytes | memoryview | None:
+        """The answer for a plan that needs no decoding beyond addresses and versions: BROKERS_ONLY
+        (the broker list rewritten, the rest copied: proxy/metadata_brokers.py), CAP_VERSIONS, TAIL,
+        PASS (as it came). None: unreadable, the connection is closed.
+
+        The one implementation for both ways an answer arrives: whole in one read, next in line
+        (``receive_broker``'s fast path) and any other (``_response``).
+        """
+        plan = ex.plan
+        if plan is _BROKERS_ONLY:
+            try:
+                answer = self._answers.metadata(frame, ex.api_version, self._map_node)
+            except (HeaderError, api.CodecError) as exc:
+                self._undecodable_metadata(ex, exc)
+                return None
+            self._metadata_rewrites.n += 1
+            return answer
+        if plan is _CAP_VERSIONS:
+            return self._api_versions(frame, ex.api_version)
+        if plan is _TAIL:
+            return self._tail_whole(ex, frame if type(frame) is memoryview else memoryview(frame))
+        return frame
 
     def _undecodable_metadata(self, ex: Exchange, exc: Exception) -> None:
         self.close(CloseReason.UNDECODABLE_RESPONSE, f"cannot decode Metadata v{ex.api_version} response: {exc}")
@@ -1436,7 +1462,7 @@ class ConnectionCore:
             return None
         if new is None:
             return frame
-        self._api_versions_rewrites[0] += 1
+        self._api_versions_rewrites.n += 1
         return new
 
     def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:
@@ -1460,7 +1486,7 @@ class ConnectionCore:
             else:
                 ex.response = frame  # only watched for topic names: pass it on untouched
             return
-        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self.cluster.client_address)
+        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self._map_node)
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
@@ -1513,7 +1539,7 @@ class ConnectionCore:
         except (HeaderError, api.CodecError) as exc:
             self._undecodable_metadata(ex, exc)
             return True
-        self._metadata_rewrites[0] += 1
+        self._metadata_rewrites.n += 1
         return True
 
     def _apply_response(self, decision: Decision, s: Suspension) -> None:
@@ -1582,7 +1608,7 @@ class ConnectionCore:
                 while pending and pending[0].response is not None:
                     gone = pending.popleft()
                     if self._observer is not None and gone.api_key != RAW_SASL:
-                        self._observer(gone, self.info, None, None, time.monotonic_ns())
+                        self._observer(gone, self.info, None, None, self.now_ns)
             return  # while a response streams through, nothing else may be written
         send = self.write_client
         if self._observer is None:
@@ -1613,7 +1639,7 @@ class ConnectionCore:
         the pieces it is forwarded in, completed by ``_request_piece`` (the buffers themselves,
         not copies).
         """
-        ex.sent_ns = now = time.monotonic_ns()
+        ex.sent_ns = now = self.now_ns
         ex.t0_ns = self._arrived_ns or now  # a request that waited on a hook (or behind one): when it was read
         ex.up_ns = 0
         ex.req_bytes = size
@@ -1634,7 +1660,7 @@ class ConnectionCore:
             if acks0:
                 self._observer(ex, self.info, None, None, ex.t0_ns)  # type: ignore[misc]
             else:
-                ex.sent_ns = time.monotonic_ns()  # the broker can answer only once it has it all
+                ex.sent_ns = self.now_ns  # the broker can answer only once it has it all
 
     def _note_acks0(self, cid: int) -> None:
         """Remember an acks=0 Produce's correlation id: a broker that answers it anyway is not believed."""
@@ -1668,11 +1694,12 @@ class ConnectionCore:
             answer = ex.response
             send(answer)
             if ex.api_key != RAW_SASL:
-                observe(ex, info, answer, len(answer), time.monotonic_ns())  # type: ignore[arg-type]
+                observe(ex, info, answer, len(answer), self.now_ns)  # type: ignore[arg-type]
 
     def _end_stream(self) -> None:
         """A streamed answer's last byte went (or the connection closed first: pieces missing)."""
-        assert self._streamed is not None and self._observer is not None
+        assert self._streamed is not None
+        assert self._observer is not None
         ex, pieces, size, end_ns = self._streamed
         self._streamed = None
         self._observer(ex, self.info, pieces, size, end_ns)
@@ -1687,7 +1714,7 @@ class ConnectionCore:
             ex = self._req_observed[0]
             self._req_observed = None
             observe(ex, self.info, None, None, ex.t0_ns)
-        now = time.monotonic_ns()
+        now = self.now_ns
         for ex in self.pending:
             if ex.api_key != RAW_SASL and ex.response is None:
                 observe(ex, self.info, None, None, now)

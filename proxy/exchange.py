@@ -17,8 +17,8 @@ class VersionRefused(HeaderError):
 class Exchange:
     """A request that expects an answer, the plan for that answer, and the answer once it is ready.
 
-    The header-only path (``ConnectionCore._track``) builds its exchanges without calling
-    ``__init__``, setting the same attributes itself: an attribute added here goes there too.
+    The header-only path builds its exchanges with ``tracked_exchange`` (below), which sets the
+    same attributes without calling ``__init__``: an attribute added here goes there too.
     """
 
     # ``t0_ns``, ``sent_ns``, ``up_ns``, ``req`` and ``req_bytes`` are set only while an exchange
@@ -65,3 +65,33 @@ class Exchange:
         self.state = state  # the request hooks' per-exchange scratch space, for the response hooks
         self.plan = plan  # what to do with the answer (proxy/plans.py), fixed when the request went out
         self.response: bytes | memoryview | None = None
+
+
+def _maker() -> Any:
+    """``object.__new__`` when an ``Exchange`` can be made without its ``__init__``; None compiled."""
+    try:
+        object.__new__(Exchange)
+    except TypeError:  # compiled (tools/compile_hot.py): a native class is built by its __init__ only
+        return None
+    return object.__new__
+
+
+_new: Final[Any] = _maker()
+
+
+def tracked_exchange(cid: int, api_key: int, api_version: int, request: Any, plan: ResponsePlan) -> Exchange:
+    """``Exchange(cid, api_key, api_version, request, None, plan)`` for the header-only path, made the
+    cheapest way this build allows."""
+    if _new is None:
+        return Exchange(cid, api_key, api_version, request, None, plan)  # compiled: a direct C call
+    # pure Python: without the class call, which runs __init__ through type.__call__ (the cost is in
+    # docs/performance.md); the same attributes (tests/proxy/test_core_answer_fast_path.py checks)
+    ex: Exchange = _new(Exchange)
+    ex.cid = cid
+    ex.api_key = api_key
+    ex.api_version = api_version
+    ex.request = request
+    ex.state = None
+    ex.plan = plan
+    ex.response = None
+    return ex

@@ -30,14 +30,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from kgate.proxy.connection import ClientConnection
+from kgate.proxy.connection import CarrierCluster, ClientConnection
 from kgate.proxy.proxy_protocol import ProxyProtocolError, parse, safe_read_size
 from kgate.proxy.tls import principal_of
 
 if TYPE_CHECKING:
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.config.model import ProxyProtocolConfig
+    from kgate.proxy.proxy_protocol import SourceFilter
+    from kgate.proxy.tls import ReloadingContext
 
 log = logging.getLogger("kgate.connection")
 LOG_EVERY_S = 10.0  # refusals of one kind: one warning per cluster per this, with the count since
@@ -74,11 +76,28 @@ def adopt_tls_principal(conn: ClientConnection, transport: asyncio.BaseTransport
     conn.info.principal = conn.core.sasl.principal = principal_of(transport)
 
 
+class ListenerCluster(CarrierCluster, Protocol):
+    """What a ``FrontDoor`` reads of its cluster (``VirtualCluster``; a protocol: no import cycle)."""
+
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def doors(self) -> set[FrontDoor]: ...
+    @property
+    def client_tls(self) -> ReloadingContext | None: ...
+    @property
+    def proxy_protocol(self) -> ProxyProtocolConfig | None: ...
+    @property
+    def proxy_sources(self) -> SourceFilter: ...
+    @property
+    def refusals(self) -> RefusalLog: ...
+
+
 class FrontDoor(asyncio.BufferedProtocol):
     """Reads a PROXY header if the cluster wants one, then the TLS handshake if the cluster has TLS,
     then hands over (module doc)."""
 
-    def __init__(self, cluster: VirtualCluster, node_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, cluster: ListenerCluster, node_id: int | None, loop: asyncio.AbstractEventLoop) -> None:
         self.cluster = cluster
         self.node_id = node_id
         self.loop = loop
@@ -138,7 +157,8 @@ class FrontDoor(asyncio.BufferedProtocol):
         except ProxyProtocolError as exc:
             self._refuse("proxy_protocol_malformed", f"bad PROXY protocol header: {exc}")
             return
-        assert header is not None and header.length == len(self._buf)
+        assert header is not None
+        assert header.length == len(self._buf)
         transport = self.transport
         assert transport is not None
         transport.pause_reading()
@@ -169,7 +189,8 @@ class FrontDoor(asyncio.BufferedProtocol):
         """
         tls = self.cluster.client_tls
         transport = self.transport
-        assert tls is not None and transport is not None
+        assert tls is not None
+        assert transport is not None
         conn = ClientConnection(self.cluster, self.node_id, self.loop)
         starting = self.loop.start_tls(
             transport, conn, tls.current, server_side=True, ssl_handshake_timeout=self.cluster.settings.frame_timeout_s

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from kgate.codec import api
 from kgate.codec.generated.api_keys import ApiKey
+from kgate.proxy.counter import Count
 
 CLOSED_ERRORS = Counter(
     "kgate_connections_closed_on_error_total",
@@ -142,35 +143,35 @@ class ClusterMetrics:
         #: the list (``Plans.route``) and bumps ``cell[0]``, a list store where ``counts[label] += 1``
         #: hashed a tuple twice on every request (docs/performance.md, "constants, counters, repeated
         #: answers")
-        self.requests: dict[tuple[int, int], list[int]] = {}
+        self.requests: dict[tuple[int, int], Count] = {}
         #: kgate_address_rewrites: api key -> its count, in a one-item list (as ``requests``: the core
         #: holds Metadata's and bumps ``cell[0]``)
-        self.rewrites: dict[int, list[int]] = {}
+        self.rewrites: dict[int, Count] = {}
         #: the cells of the two answers every connection's core rewrites, made once here (proxy/core.py)
         self.metadata_rewrites = self.rewrite_count(int(ApiKey.METADATA))
         self.api_versions_rewrites = self.rewrite_count(int(ApiKey.API_VERSIONS))
         _LIVE.add(self)
 
-    def request_count(self, api_key: int, api_version: int) -> list[int]:
+    def request_count(self, api_key: int, api_version: int) -> Count:
         """The counter cell of the ``kgate_requests`` label a request of this api key and version counts under."""
         label = request_label(api_key, api_version)
         cell = self.requests.get(label)
         if cell is None:
-            cell = self.requests[label] = [0]
+            cell = self.requests[label] = Count()
         return cell
 
     def count_request(self, api_key: int, api_version: int) -> None:
-        self.request_count(api_key, api_version)[0] += 1
+        self.request_count(api_key, api_version).n += 1
 
-    def rewrite_count(self, api_key: int) -> list[int]:
+    def rewrite_count(self, api_key: int) -> Count:
         """The counter cell of ``kgate_address_rewrites`` for answers of this api key."""
         cell = self.rewrites.get(api_key)
         if cell is None:
-            cell = self.rewrites[api_key] = [0]
+            cell = self.rewrites[api_key] = Count()
         return cell
 
     def count_rewrite(self, api_key: int) -> None:
-        self.rewrite_count(api_key)[0] += 1
+        self.rewrite_count(api_key).n += 1
 
     def count_filter(self, filter_name: str, direction: str, verdict: str) -> None:
         """A filter's decision that was not a plain forward (or its error, or its timeout)."""
@@ -227,13 +228,13 @@ class _DataPathCollector(Collector):
         counts: dict[tuple[str, str, str], int] = defaultdict(int)
         for m in list(_LIVE):
             for (key, version), cell in list(m.requests.items()):
-                counts[(m.cluster, api_name(key), _label(version))] += cell[0]
+                counts[(m.cluster, api_name(key), _label(version))] += cell.n
         for labels, n in sorted(counts.items()):
             requests.add_metric(list(labels), n)
         rewritten: dict[tuple[str, str], int] = defaultdict(int)
         for m in list(_LIVE):
             for key, cell in list(m.rewrites.items()):
-                rewritten[(m.cluster, api_name(key))] += cell[0]
+                rewritten[(m.cluster, api_name(key))] += cell.n
         for key_labels, n in sorted(rewritten.items()):
             rewrites.add_metric(list(key_labels), n)
         yield requests

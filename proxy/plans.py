@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from kgate.filters.chain import FilterChain
+    from kgate.proxy.counter import Count
 
 PRODUCE: Final = int(ApiKey.PRODUCE)
 FETCH: Final = int(ApiKey.FETCH)
@@ -73,7 +74,7 @@ class Plans:
         chain: FilterChain,
         filter_limits: dict[int, tuple[int, int]],
         names_in_use: bool,
-        request_count: Callable[[int, int], list[int]],
+        request_count: Callable[[int, int], Count],
     ) -> None:
         self._chain = chain
         self._count = request_count  # ClusterMetrics.request_count: the cell a route's requests are counted in
@@ -87,11 +88,11 @@ class Plans:
         #: header, and a client sending garbage headers (each on a new connection, as a broker closes
         #: on an unknown api key) grew them without bound. Any other pair's plan is worked out again
         #: each time (such a request is refused or forwarded as is, and rare).
-        self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, list[int]]] = {}
+        self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, Count]] = {}
 
-    def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, list[int]]:
+    def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, Count]:
         """A request's plan, its answer's plan (no hook state), and its ``kgate_requests`` counter cell
-        (``count[0] += 1`` counts one), in one lookup: the header-only path runs this for every request."""
+        (``count.n += 1`` counts one), in one lookup: the header-only path runs this for every request."""
         key = (api_key, version)
         found = self.routes.get(key)
         if found is None:

@@ -26,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import Counter, Gauge
 
@@ -39,7 +39,22 @@ from kgate.proxy.cluster import VirtualCluster, _bind
 from kgate.proxy.readiness import UpstreamState
 
 if TYPE_CHECKING:
-    from kgate.proxy.server import Proxy
+    from kgate.proxy.admin import AdminServer
+    from kgate.proxy.readiness import Readiness
+
+
+class Reloadable(Protocol):
+    """What a ``Reloader`` changes (``Proxy``, proxy/server.py; a protocol, as the server makes the
+    reloader: no import cycle)."""
+
+    config: KgateConfig
+    clusters: list[VirtualCluster]
+
+    @property
+    def readiness(self) -> Readiness: ...
+    @property
+    def admin(self) -> AdminServer | None: ...
+
 
 log = logging.getLogger("kgate.reload")
 
@@ -67,7 +82,7 @@ class ReloadResult:
 class Reloader:
     """Applies reloads to one ``Proxy``."""
 
-    def __init__(self, proxy: Proxy, source: ConfigSource | None) -> None:
+    def __init__(self, proxy: Reloadable, source: ConfigSource | None) -> None:
         self.proxy = proxy
         self.source = source
         self._lock = asyncio.Lock()

@@ -145,6 +145,40 @@ class Proxy:
             await self.admin.close()
 
 
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _add_signal_handlers(loop: asyncio.AbstractEventLoop, proxy: Proxy, stop: asyncio.Event) -> None:
+    """SIGTERM drains (a second one cuts the drain short), SIGHUP reloads; a ``--workers`` worker
+    ignores SIGINT (a terminal's Ctrl-C reaches the whole group; the parent forwards SIGTERM)."""
+
+    def on_stop_signal() -> None:
+        if stop.is_set():
+            proxy.forced.set()  # the second one: stop waiting for the drain
+        else:
+            stop.set()
+
+    reloads: set[asyncio.Task[ReloadResult]] = set()
+
+    def on_hup() -> None:
+        task = loop.create_task(proxy.reload("SIGHUP"))
+        reloads.add(task)  # held: a task only the loop references may be collected mid-reload
+        task.add_done_callback(reloads.discard)
+
+    def on_worker_int() -> None:
+        log.debug("SIGINT ignored: a --workers worker stops on the SIGTERM its parent forwards")
+
+    worker = worker_index() is not None
+    loop.add_signal_handler(signal.SIGTERM, on_stop_signal)
+    loop.add_signal_handler(signal.SIGINT, on_worker_int if worker else on_stop_signal)
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+
+
+def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
+    for sig in _SIGNALS:
+        loop.remove_signal_handler(sig)
+
+
 async def serve(
     config: KgateConfig,
     ready: asyncio.Event | None = None,
@@ -164,34 +198,13 @@ async def serve(
     loop = asyncio.get_running_loop()
     signals = stop is None
     stop = stop or asyncio.Event()
-
-    def on_stop_signal() -> None:
-        if stop.is_set():
-            proxy.forced.set()  # the second one: stop waiting for the drain
-        else:
-            stop.set()
-
-    reloads: set[asyncio.Task[ReloadResult]] = set()
-
-    def on_hup() -> None:
-        task = loop.create_task(proxy.reload("SIGHUP"))
-        reloads.add(task)  # held: a task only the loop references may be collected mid-reload
-        task.add_done_callback(reloads.discard)
-
-    def on_worker_int() -> None:
-        log.debug("SIGINT ignored: a --workers worker stops on the SIGTERM its parent forwards")
-
     if signals:  # before the listeners open: a signal that finds them open finds its handler too
-        worker = worker_index() is not None
-        loop.add_signal_handler(signal.SIGTERM, on_stop_signal)
-        loop.add_signal_handler(signal.SIGINT, on_worker_int if worker else on_stop_signal)
-        loop.add_signal_handler(signal.SIGHUP, on_hup)
+        _add_signal_handlers(loop, proxy, stop)
     try:
         await proxy.start()
     except BaseException:
         if signals:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
+            _remove_signal_handlers(loop)
         raise
     log.info("kgate ready")
     if freeze_heap:
@@ -213,8 +226,7 @@ async def serve(
         if watcher is not None:
             watcher.cancel()
         if signals:
-            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-                loop.remove_signal_handler(sig)
+            _remove_signal_handlers(loop)
         if not stop.is_set():
             await proxy.shutdown()  # an exception before the signal: still close what was opened
     log.info("kgate stopped")

@@ -10,6 +10,10 @@ Framing within a state (a request or response streaming through, a header held u
 whole) is not lifecycle: it is the byte counts in ``ConnectionCore`` (``_req_skip``,
 ``_req_stream_left``, ``_stream_left``, ``_held``), see docs/architecture.md.
 
+A client that leaves an OPEN connection is a CLOSE, not CLIENT_CLOSED: nothing it sent is left
+to finish, so ``ConnectionCore.client_closed`` closes (the table once listed OPEN + CLIENT_CLOSED
+too, an edge nothing fired; tests/proxy/test_core_states.py checks every edge is fired).
+
 An event the table does not list for a state is a bug in kgate, not in a peer's bytes:
 ``advance`` raises, and the tests (tests/proxy/test_core_states.py) drive every pair.
 """
@@ -45,7 +49,6 @@ S, E = State, Event
 
 TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.OPEN, E.SUSPEND): S.SUSPENDED,
-    (S.OPEN, E.CLIENT_CLOSED): S.CLOSED,
     (S.OPEN, E.CLOSE): S.CLOSED,
     (S.SUSPENDED, E.HOOK_DONE): S.OPEN,
     (S.SUSPENDED, E.CLIENT_CLOSED): S.GONE_SUSPENDED,

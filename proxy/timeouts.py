@@ -30,14 +30,39 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.deadlines import exchange_deadline
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from kgate.config import ProxySettings
-    from kgate.proxy.cluster import VirtualCluster
+    from kgate.proxy.metrics import ClusterMetrics
+
+
+class Swept(Protocol):
+    """A connection as the sweep sees it (``ClientConnection``)."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def client_gone(self) -> bool: ...
+    def timeout_snapshot(self) -> Snapshot: ...
+    def close(self, reason: CloseReason, detail: str = "") -> None: ...
+
+
+class SweptCluster(Protocol):
+    """What the sweep reads of its cluster (``VirtualCluster``; a protocol, so no import cycle)."""
+
+    @property
+    def settings(self) -> ProxySettings: ...
+    @property
+    def metrics(self) -> ClusterMetrics: ...
+    @property
+    def connections(self) -> Collection[Swept]: ...
+
 
 log = logging.getLogger("kgate.timeouts")
 
@@ -119,7 +144,7 @@ def sweep_interval(settings: ProxySettings) -> float:
     return min(1.0, settings.idle_timeout_s / 4, settings.frame_timeout_s / 4, settings.upstream_timeout_s / 4)
 
 
-async def sweep_forever(cluster: VirtualCluster) -> None:
+async def sweep_forever(cluster: SweptCluster) -> None:
     """The cluster's sweeper task: close connections whose time is up."""
     settings = cluster.settings
     interval = sweep_interval(settings)

@@ -84,7 +84,7 @@ async def watch_parent(stop: asyncio.Event) -> None:
     parent = int(os.environ.get(PARENT_ENV, "0"))
     if not parent:
         return
-    while os.getppid() == parent:
+    while os.getppid() == parent:  # noqa: ASYNC110 - no event tells a process its parent died
         await asyncio.sleep(1)
     log.warning("the supervising parent (pid %d) is gone: stopping", parent)
     stop.set()

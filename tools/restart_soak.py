@@ -8,7 +8,7 @@ that more than 500 new messages are acked within 60 s. On a stall it prints kgat
 exits 1. Messages that time out while the broker is down (``_MSG_TIMED_OUT``) are expected: a
 restart of Kafka takes 30-45 s on a loaded 2-core machine, longer than the 20 s message timeout.
 
-    .venv/bin/python tools/restart_soak.py --restarts 20 [--kill] [--kafka 4.0.2]
+    .venv/bin/python tools/restart_soak.py --restarts 20 [--kill] [--down-s 30] [--kafka 4.0.2]
 
 Needs ../shared (the Kafka distributions) and Java 17, like the suite's Kafka tests.
 """
@@ -33,6 +33,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--restarts", type=int, default=20)
     ap.add_argument("--kill", action="store_true", help="kill -9 the broker instead of a clean stop")
+    ap.add_argument(
+        "--down-s", type=float, default=2.0, help="seconds the broker stays down (over 20: messages time out)"
+    )
+    ap.add_argument("--direct", action="store_true", help="the producer straight at the broker (the control)")
+    ap.add_argument("--debug", help="librdkafka debug contexts (e.g. broker,metadata), logged to stderr")
     ap.add_argument("--kafka", choices=["4.3.1", "4.0.2"], default="4.3.1")
     args = ap.parse_args()
     dist = kafka_broker.KAFKA_43 if args.kafka == "4.3.1" else kafka_broker.KAFKA_40
@@ -56,11 +61,12 @@ def main() -> int:
 
     producer = Producer(
         {
-            "bootstrap.servers": gate.bootstrap,
+            "bootstrap.servers": broker.bootstrap if args.direct else gate.bootstrap,
             "enable.idempotence": True,
             "acks": "all",
             "message.timeout.ms": 20000,
             "linger.ms": 5,
+            **({"debug": args.debug} if args.debug else {}),
         }
     )
     stop = threading.Event()
@@ -81,7 +87,7 @@ def main() -> int:
         time.sleep(3)
         for attempt in range(args.restarts):
             (broker.kill if args.kill else broker.stop)()
-            time.sleep(2)
+            time.sleep(args.down_s)
             broker.start()
             started, base = time.monotonic(), acked[0]
             while acked[0] <= base + 500 and time.monotonic() - started < 60:

@@ -15,13 +15,24 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 if TYPE_CHECKING:
-    from kgate.topic_ids.resolver import TopicNameResolver
+    from kgate.topic_ids.cache import ResolverStats
+
+
+class Counted(Protocol):
+    """A resolver as these metrics read it (``TopicNameResolver``; a protocol, as the resolver
+    imports this module: no import cycle)."""
+
+    cluster: str
+    stats: ResolverStats
+
+    def __len__(self) -> int: ...
+
 
 LOOKUPS = Counter(
     "kgate_topic_names_lookups",
@@ -42,7 +53,7 @@ EVICTIONS = Counter(
 
 # Every live resolver, plus the final counts of closed ones, so that counters never go backwards
 # when a virtual cluster's resolver is replaced.
-_LIVE: weakref.WeakSet[TopicNameResolver] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Counted] = weakref.WeakSet()
 _RETIRED: dict[str, list[int]] = {}  # cluster -> [hits, misses]
 
 
@@ -82,11 +93,11 @@ class _HotPathCollector:
 REGISTRY.register(_HotPathCollector())
 
 
-def register(resolver: TopicNameResolver) -> None:
+def register(resolver: Counted) -> None:
     _LIVE.add(resolver)
 
 
-def retire(resolver: TopicNameResolver) -> None:
+def retire(resolver: Counted) -> None:
     """Fold a closed resolver's counts into the cluster's totals (counters stay monotonic)."""
     if resolver in _LIVE:
         _LIVE.discard(resolver)

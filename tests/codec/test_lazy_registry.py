@@ -59,7 +59,8 @@ def test_every_entry_matches_its_generated_classes() -> None:
         mod = importlib.import_module(f"kgate.codec.generated.{module}")
         req, resp = getattr(mod, req_name), getattr(mod, resp_name)
         assert (info.key, info.name) == (key, name)
-        assert info.request_class is req and info.response_class is resp
+        assert info.request_class is req
+        assert info.response_class is resp
         assert info.min_version == max(req.MIN_VERSION, resp.MIN_VERSION)
         assert info.max_version == min(req.MAX_VERSION, resp.MAX_VERSION)
         assert info.request_flexible_min == req.FLEXIBLE_MIN

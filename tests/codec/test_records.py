@@ -51,7 +51,8 @@ def test_kafka_python_reads_what_kgate_writes() -> None:
     batch = records.encode_batch([(b"a" * 300, b"b" * 200), (b"k", None)], timestamp_ms=1_700_000_000_000)
     oracle = default_records.DefaultRecordBatch(batch)
     assert oracle.validate_crc()
-    assert oracle.magic == 2 and oracle.compression_type == 0
+    assert oracle.magic == 2
+    assert oracle.compression_type == 0
     got = [(r.offset, r.key, r.value, r.timestamp) for r in oracle]
     assert got == [(0, b"a" * 300, b"b" * 200, 1_700_000_000_000), (1, b"k", None, 1_700_000_000_000)]
 
@@ -102,7 +103,8 @@ def test_corrupt_and_unsupported_batches_are_refused() -> None:
     old[16] = 1
     with pytest.raises(records.RecordsError, match="magic 1"):
         records.decode_batches(bytes(old))
-    assert records.decode_batches(None) == [] and records.next_offset(b"") is None
+    assert records.decode_batches(None) == []
+    assert records.next_offset(b"") is None
 
 
 def test_control_batches_are_skipped_but_counted_in_next_offset() -> None:
@@ -198,5 +200,6 @@ def test_a_broker_accepts_and_returns_what_kgate_writes(broker) -> None:
     assert asyncio.run(produce()) == 0  # Kafka checks the CRC-32C on append
     data = _fetch(broker.port, topic)
     oracle = default_records.DefaultRecordBatch(data)  # kafka-python's reader
-    assert oracle.validate_crc() and [r.value for r in oracle] == [b"v1", b"v2"]
+    assert oracle.validate_crc()
+    assert [r.value for r in oracle] == [b"v1", b"v2"]
     assert [(r.key, r.value) for r in records.decode_batches(data)] == [(b"k1", b"v1"), (b"k2", b"v2")]

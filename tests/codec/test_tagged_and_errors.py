@@ -75,7 +75,8 @@ def test_unknown_nested_tags_kept_and_ordered_with_known_ones():
     again = FetchResponse.decode(encoded, 16)
     p2 = again.responses[0].partitions[0]
     assert p2._unknown_tagged == [(3, b""), (99, b"\x01\x02")]
-    assert p2.current_leader.leader_id == 7 and p2.snapshot_id.epoch == 4
+    assert p2.current_leader.leader_id == 7
+    assert p2.snapshot_id.epoch == 4
     assert bytes(again.encode(16)) == encoded
     # The partition's tagged section lists tags in ascending order: known 1, 2 then unknown 3, 99.
     enc = get_encoder(PartitionData, 16, True)
@@ -97,7 +98,8 @@ def test_tagged_field_emitted_only_when_not_default():
     r.node_endpoints = [NodeEndpoint(node_id=1, host="h", port=1)]
     with_tag = bytes(r.encode(16))
     tags, end = parse_tags(with_tag, len(no_tags) - 1)
-    assert end == len(with_tag) and [t for t, _ in tags] == [0]
+    assert end == len(with_tag)
+    assert [t for t, _ in tags] == [0]
     assert FetchResponse.decode(with_tag, 16).node_endpoints[0].host == "h"
 
     av = ApiVersionsResponse()
@@ -170,8 +172,8 @@ def test_absurd_string_and_varint():
         api.decode_response(10, 0, struct.pack(">hi", 0, 1) + struct.pack(">h", 32767) + b"abc")
     with pytest.raises(CodecError):  # 6-byte varint
         api.decode_response(3, 12, b"\x00\x00\x00\x00" + b"\xff\xff\xff\xff\xff\x01")
+    bad = struct.pack(">hi", 0, 1) + struct.pack(">h", 2) + b"\xff\xfe" + b"\x00" * 8
     with pytest.raises(CodecError):  # invalid utf-8 in a string
-        bad = struct.pack(">hi", 0, 1) + struct.pack(">h", 2) + b"\xff\xfe" + b"\x00" * 8
         api.decode_response(10, 0, bad)
 
 
@@ -248,8 +250,10 @@ def test_api_info():
     info = api.API_INFO[3]
     assert (info.key, info.name) == (3, "Metadata")
     assert (info.min_version, info.max_version) == (0, 13)
-    assert info.request_flexible_min == 9 and info.response_flexible_min == 9
-    assert info.request_class is MetadataRequest and info.response_class is MetadataResponse
+    assert info.request_flexible_min == 9
+    assert info.response_flexible_min == 9
+    assert info.request_class is MetadataRequest
+    assert info.response_class is MetadataResponse
     assert api.API_INFO[17].request_flexible_min is None  # SaslHandshake: never flexible
     assert api.API_INFO[1].min_version == 4
     with pytest.raises(AttributeError):
@@ -258,11 +262,14 @@ def test_api_info():
 
 def test_defaults_and_construction():
     m = MetadataResponse()
-    assert m.controller_id == -1 and m.cluster_id is None and m.brokers == []
+    assert m.controller_id == -1
+    assert m.cluster_id is None
+    assert m.brokers == []
     assert MetadataResponse().brokers is not m.brokers  # fresh mutable defaults
     p = PartitionData()
     # records default to empty (what brokers send for a refused partition), never to null
-    assert p.records == b"" and p.current_leader.leader_id == -1
+    assert p.records == b""
+    assert p.current_leader.leader_id == -1
     assert FetchableTopicResponse().topic_id == uuid.UUID(int=0)
     assert "MetadataResponseBroker(node_id=1" in repr(sample_metadata_response())
     with pytest.raises(TypeError):

@@ -211,7 +211,7 @@ def test_host_port_str():
 
 @pytest.mark.parametrize("text", ["9092", "h:", ":9092", "::1:9092", "[::1]9092", "h:0", "h:65536", "h:x", "h:-1"])
 def test_host_port_parse_rejects(text):
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"host|port|IPv6"):
         HostPort.parse(text)
 
 

@@ -45,7 +45,9 @@ def test_valid_tls_both_ways(pki):
         ),
         "k.yaml",
     ).virtual_clusters[0]
-    assert isinstance(c.tls, ServerTlsConfig) and c.tls.client_auth == "required" and c.tls.min_version == "TLSv1.3"
+    assert isinstance(c.tls, ServerTlsConfig)
+    assert c.tls.client_auth == "required"
+    assert c.tls.min_version == "TLSv1.3"
     assert c.upstream_tls == UpstreamTlsConfig(ca_file=str(pki["ca"].cert_path), server_hostname="kafka.internal")
     assert c.proxy_protocol == ProxyProtocolConfig("v2", ("10.0.0.0/8", "192.168.1.7/32"))
 
@@ -56,7 +58,9 @@ def test_shorthands_and_defaults(pki):
     assert c.proxy_protocol == ProxyProtocolConfig("any", ("127.0.0.0/8", "::1/128"))
     off = yaml.safe_load("proxy_protocol: off")["proxy_protocol"]  # YAML 1.1 reads a bare off as false
     c = parse_config(cfg(proxy_protocol=off, tls=None), "k.yaml").virtual_clusters[0]
-    assert c.proxy_protocol is None and c.tls is None and c.upstream_tls is None
+    assert c.proxy_protocol is None
+    assert c.tls is None
+    assert c.upstream_tls is None
     assert parse_config(cfg(proxy_protocol={"mode": "off"}), "k.yaml").virtual_clusters[0].proxy_protocol is None
 
 

@@ -118,7 +118,8 @@ async def test_three_clients_audited(tansu: Any, kgate_factory: Any, tmp_path: P
     ]
     assert by_id, "librdkafka used no Fetch v13+"
     ours = [t for e in by_id for t in e["topics"] if t["id"] is not None and t["name"] == topic]
-    assert ours and all(t["name_status"] == "resolved" for t in ours)
+    assert ours
+    assert all(t["name_status"] == "resolved" for t in ours)
     assert _records(events, FETCH, topic, "rdkafka") >= 230
     # aiokafka fetches by name (Fetch v11)
     assert _records(events, FETCH, topic, "aiokafka") >= 230
@@ -126,10 +127,13 @@ async def test_three_clients_audited(tansu: Any, kgate_factory: Any, tmp_path: P
     # the denial, with its policy decision
     (denied,) = [e for e in events if e["client"]["id"] == "denied-client" and e["api"]["key"] == PRODUCE]
     assert denied["error_code"] == TOPIC_AUTHORIZATION_FAILED
-    assert denied["topics"][0]["name"] == secret and denied["topics"][0]["error_codes"] == [TOPIC_AUTHORIZATION_FAILED]
+    assert denied["topics"][0]["name"] == secret
+    assert denied["topics"][0]["error_codes"] == [TOPIC_AUTHORIZATION_FAILED]
     (decision,) = denied["policy"]
-    assert decision["filter"] == "topic-policy" and decision["resource"] == secret
-    assert decision["error_code"] == TOPIC_AUTHORIZATION_FAILED and decision["operation"] == "Produce"
+    assert decision["filter"] == "topic-policy"
+    assert decision["resource"] == secret
+    assert decision["error_code"] == TOPIC_AUTHORIZATION_FAILED
+    assert decision["operation"] == "Produce"
     assert all(e["policy"] is None for e in events if e is not denied)
 
 

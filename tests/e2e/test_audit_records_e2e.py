@@ -63,7 +63,8 @@ async def test_records_one_per_batch_are_billed_exactly(
     assert k.stop_and_check() == 0  # SIGTERM: the writer drains and publishes its last file
     published = [p.name for p in audit.iterdir() if not p.name.startswith(".")]
     suffix = ".parquet" if audit_format == "parquet" else ".jsonl.gz"
-    assert published and all(n.endswith(suffix) for n in published), published
+    assert published, published
+    assert all(n.endswith(suffix) for n in published), published
 
     out = tmp_path / "report"
     assert await asyncio.to_thread(main, ["report", "--input", str(audit), "--output", str(out), "--no-html"]) == 0

@@ -405,7 +405,8 @@ def fleet(secured: Broker, tmp_path: Path) -> Any:
     for k in started:
         rc = k.stop_and_check()
         text = k.log_text(tail=20_000)
-        assert rc == 0 and "Traceback (most recent call last)" not in text, f"{k.log_path}: rc {rc}\n{text}"
+        assert rc == 0, f"{k.log_path}: rc {rc}\n{text}"
+        assert "Traceback (most recent call last)" not in text, f"{k.log_path}: rc {rc}\n{text}"
 
 
 # The test's own run only: the first test on a worker to ask for ``spark`` starts the session's
@@ -442,7 +443,8 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     # raw-stale-b (bob, through B) fetches R by its id while R exists: B's writer names the id by a lookup
     stale_raw = raw(b, "raw-stale-b", "bob")
     codes, n = await fetch_codes(stale_raw, old_id)
-    assert codes == [0] and n == 5
+    assert codes == [0]
+    assert n == 5
     await asyncio.to_thread(until, mb.audited, 20, "B's writer to catch up")
     # rdk-stale (alice, through A) consumes R by id (its Metadata through A names the id in A's cache)
     stale = await asyncio.to_thread(StaleConsumer, a.bootstrap, rname, rdk("alice", "rdk-stale"))
@@ -458,12 +460,16 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
         stale_fetches = 3
         for _ in range(stale_fetches):
             codes, n = await fetch_codes(stale_raw, old_id)
-            assert len(codes) == 1 and codes[0] in GONE and n == 0, codes
+            assert len(codes) == 1, codes
+            assert codes[0] in GONE, codes
+            assert n == 0, codes
         codes, n = await fetch_codes(stale_raw, new_id)  # then moves on to the new id
-        assert codes == [0] and n == 4
+        assert codes == [0]
+        assert n == 4
         never = uuid.uuid4()  # and asks for an id no topic ever had
         codes, _n = await fetch_codes(stale_raw, never)
-        assert codes and codes[0] in GONE
+        assert codes
+        assert codes[0] in GONE
 
         # rdk-stale goes on fetching R by the id it holds: wait for a fetch sent after the deletion
         # (two more than were read before it ended), or for the Metadata refresh a failed fetch starts
@@ -508,7 +514,8 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
             - m.total("kgate_audit_events_dropped_total", reason="sampled_out"),
         }
         assert expect[inst]["dropped"] == 0
-    assert a.stop_and_check() == 0 and b.stop_and_check() == 0
+    assert a.stop_and_check() == 0
+    assert b.stop_and_check() == 0
     truth = {t: await asyncio.to_thread(stored_bytes, broker.tansu.port, t, n) for t, n in parts.items() if t != rname}
     assert {t: r for t, (_b, r, _id) in truth.items()} == {ta1: 120, ta2: 30, tb1: 40}
 
@@ -519,11 +526,13 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     tables = await asyncio.to_thread(report_tables, [str(audit_a), str(audit_b)], spark)
     took_inproc = time.monotonic() - start
     files = tables["input_files"]
-    assert files and all(f["malformed"] == 0 and f["unknown_schema"] == 0 and f["ok"] == f["lines"] for f in files)
+    assert files
+    assert all(f["malformed"] == 0 and f["unknown_schema"] == 0 and f["ok"] == f["lines"] for f in files)
     assert {Path(f["file"]).parent.name for f in files} == {"audit-a", "audit-b"}
     # published at SIGTERM: gzip files only, nothing left hidden, one event per request kgate read
     on_disk = sorted(str(p) for d in (audit_a, audit_b) for p in d.iterdir())
-    assert on_disk == sorted(f["file"] for f in files) and all(p.endswith(".jsonl.gz") for p in on_disk), on_disk
+    assert on_disk == sorted(f["file"] for f in files), on_disk
+    assert all(p.endswith(".jsonl.gz") for p in on_disk), on_disk
     assert sum(f["lines"] for f in files) == sum(sum(e["requests"].values()) for e in expect.values())
     check_instances(tables, expect)
     check_clients(tables, expect)  # first: learns the principals' spelling
@@ -631,7 +640,8 @@ def check_topics_and_chargeback(
     ):
         stored, n, _id = truth[topic]
         row = one(tables, "chargeback", client_id=client, topic_name=topic)
-        assert row["principal"] == principal(client) and row["cluster"] == "default"
+        assert row["principal"] == principal(client)
+        assert row["cluster"] == "default"
         want = {
             "produced_bytes": stored if produced else 0,
             "consumed_bytes": 0 if produced else stored,
@@ -686,10 +696,12 @@ def check_topic_ids(
 ) -> None:
     # the deleted-and-recreated topic: the old id replaced by the new one, with the unknown-id error
     hist_old = one(tables, "topic_id_history", topic_name=rname, topic_id=old)
-    assert hist_old["replaced_by"] == new and hist_old["first_unknown_id_error"] is not None
+    assert hist_old["replaced_by"] == new
+    assert hist_old["first_unknown_id_error"] is not None
     assert hist_old["replaced_at"] is not None
     hist_new = one(tables, "topic_id_history", topic_name=rname, topic_id=new)
-    assert hist_new["replaced_by"] is None and hist_new["first_unknown_id_error"] is None
+    assert hist_new["replaced_by"] is None
+    assert hist_new["first_unknown_id_error"] is None
     # who is still on the old id: the plain client exactly, librdkafka at least once before it moved on
     stale = {r["client_id"]: r for r in rows(tables, "stale_ids", topic_name=rname)}
     assert set(stale) == {"raw-stale-b", "rdk-stale"}, stale
@@ -698,7 +710,8 @@ def check_topic_ids(
     rb = stale["raw-stale-b"]
     assert (rb["requests"], rb["unknown_id_errors"], rb["instances"]) == (stale_fetches, stale_fetches, "e2e-b")
     rs = stale["rdk-stale"]
-    assert rs["requests"] >= rs["unknown_id_errors"] >= 1 and rs["instances"] == "e2e-a", rs
+    assert rs["requests"] >= rs["unknown_id_errors"] >= 1, rs
+    assert rs["instances"] == "e2e-a", rs
     # an id that never named a topic
     (un,) = rows(tables, "unresolved_ids", topic_id=never)
     assert (un["requests"], un["client_ids"]) == (1, "raw-stale-b")
@@ -708,14 +721,21 @@ def check_topic_ids(
     assert adoption["raw-stale-b"]["fetch_produce"] == adoption["raw-stale-b"]["with_ids"] == 1 + 3 + 1 + 1
     for client in ("raw-stale-b", "rdk-stale", "rdk-cons-a"):  # consumers by id (Fetch v13+)
         r = adoption[client]
-        assert r["share"] == 1.0 and r["max_fetch_version"] >= 13 and r["max_produce_version"] is None, r
+        assert r["share"] == 1.0, r
+        assert r["max_fetch_version"] >= 13, r
+        assert r["max_produce_version"] is None, r
     for client in ("aio-cons-b", "kp-cons-b"):  # fetch by name
         r = adoption[client]
-        assert r["share"] == 0.0 and r["with_ids"] == 0 and r["max_fetch_version"] < 13, r
+        assert r["share"] == 0.0, r
+        assert r["with_ids"] == 0, r
+        assert r["max_fetch_version"] < 13, r
     for client in ("rdk-prod-a", "kp-prod-a", "aio-prod-b", "denied-a", "denied-b"):  # Produce by name
         r = adoption[client]
-        assert r["share"] == 0.0 and r["max_produce_version"] < 13 and r["max_fetch_version"] is None, r
-    assert adoption["denied-a"]["fetch_produce"] == 2 and adoption["denied-b"]["fetch_produce"] == 1
+        assert r["share"] == 0.0, r
+        assert r["max_produce_version"] < 13, r
+        assert r["max_fetch_version"] is None, r
+    assert adoption["denied-a"]["fetch_produce"] == 2
+    assert adoption["denied-b"]["fetch_produce"] == 1
     assert all(r["principal"] == principal(c) for c, r in adoption.items())
     # per instance, its clients' Fetch/Produce requests and those by id add up to kgate's counters per version
     for inst, e in expect.items():
@@ -763,12 +783,14 @@ def check_cli_output(out: Path, tables: dict[str, list[dict[str, Any]]]) -> None
     import pyarrow.parquet as pq
 
     html = (out / "index.html").read_text()
-    assert "e2e-a" in html and "e2e-b" in html
+    assert "e2e-a" in html
+    assert "e2e-b" in html
     images = re.findall(r"<img src='([^']+)'", html)
     assert len(images) >= 6, images  # traffic, principals, errors, instances, latency, topic ids
     for src in images:
         png = (out / src).read_bytes()
-        assert png.startswith(b"\x89PNG") and len(png) > 1000, src
+        assert png.startswith(b"\x89PNG"), src
+        assert len(png) > 1000, src
     for name in TABLES:
         with open(out / "csv" / f"{name}.csv", newline="") as f:
             got = list(csv.DictReader(f))

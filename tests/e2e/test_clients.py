@@ -32,7 +32,8 @@ def test_metadata_advertises_kgate_port(tansu, kgate_mode):
     with RawClient(k.listen_port) as c:
         versions = c.api_versions()
         assert versions["error_code"] == 0
-        assert 3 in versions["api_keys"] and 0 in versions["api_keys"]
+        assert 3 in versions["api_keys"]
+        assert 0 in versions["api_keys"]
         md = c.metadata()
     assert [(b["node_id"], b["host"], b["port"]) for b in md["brokers"]] == [
         (TANSU_NODE_ID, "127.0.0.1", k.tansu_node_port)
@@ -85,10 +86,13 @@ def test_confluent_admin_create_describe_delete(tansu, kgate):
         assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(TANSU_NODE_ID, "127.0.0.1", kgate.listen_port)]
 
         res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        failure: Exception | None = None
         try:
             configs = admin.describe_configs([res], request_timeout=20)[res].result(timeout=30)
         except Exception as e:  # Tansu may not implement DescribeConfigs: the error must be Kafka's
-            assert "Broker" in str(e) or "KafkaError" in repr(e), repr(e)
+            failure = e
+        if failure is not None:
+            assert "Broker" in str(failure) or "KafkaError" in repr(failure), repr(failure)
         else:
             assert isinstance(configs, dict)
 

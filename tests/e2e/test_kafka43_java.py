@@ -165,7 +165,8 @@ def test_java_transactional_producer_commits(request, kgate_factory, tmp_path, w
     got = tools.console_consume(topic, n + 1, isolation="read_committed", idle_timeout_ms=6000)
     assert got == [str(i) for i in range(n)], f"{len(got)} committed records seen, expected {n}: {got[:5]}"
     end_txn = _versions_used(k, ApiKey.END_TXN)
-    assert end_txn and max(end_txn) >= 5, f"no EndTxn v5+ (transactions v2) through kgate: {end_txn}"
+    assert end_txn, f"no EndTxn v5+ (transactions v2) through kgate: {end_txn}"
+    assert max(end_txn) >= 5, f"no EndTxn v5+ (transactions v2) through kgate: {end_txn}"
     assert not _versions_used(k, ApiKey.ADD_PARTITIONS_TO_TXN), "the Java producer fell back to transactions v1"
     assert max(_versions_used(k, ApiKey.PRODUCE)) >= 12
 

@@ -28,9 +28,12 @@ def test_json_log_lines_and_the_connection_closed_line(tansu, kgate_factory) -> 
     assert {"time", "level", "logger", "message"} <= set(lines[0])
     # (the start-up port probe is a connection too: pick this client's line)
     (closed,) = [r for r in lines if r.get("event") == "connection_closed" and r["peer"] == peer]
-    assert closed["level"] == "info" and closed["logger"] == "kgate.connection"
-    assert closed["reason"] == "client-left" and closed["cluster"] == "default"
-    assert closed["requests"] == 1 and closed["listener"] == "bootstrap"
+    assert closed["level"] == "info"
+    assert closed["logger"] == "kgate.connection"
+    assert closed["reason"] == "client-left"
+    assert closed["cluster"] == "default"
+    assert closed["requests"] == 1
+    assert closed["listener"] == "bootstrap"
     assert not [r for r in lines if r.get("event") == "connection_opened"], "opens are debug lines"
 
 

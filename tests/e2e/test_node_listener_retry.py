@@ -55,7 +55,8 @@ def test_node_listener_bind_is_retried(tansu, tmp_path) -> None:
         log = k.log_text()
         failures = log.count(f"cannot listen on 127.0.0.1:{node_port} for node {procs.TANSU_NODE_ID}")
         assert 2 <= failures <= 6, f"{failures} bind-failure log lines in a few seconds"
-        assert "bound on" in log and "after retrying" in log
+        assert "bound on" in log
+        assert "after retrying" in log
     finally:
         blocker.close()
         rc = k.stop_and_check()

@@ -54,7 +54,8 @@ def topic_and_kgate(tansu: Any, tmp_path_factory: pytest.TempPathFactory) -> Any
     finally:
         rc = k.stop_and_check()
         log = k.log_text(tail=10_000_000)
-        assert rc == 0 and "Traceback (most recent call last)" not in log, log[-5000:]
+        assert rc == 0, log[-5000:]
+        assert "Traceback (most recent call last)" not in log, log[-5000:]
 
 
 def _flat_out(bootstrap: str, topic: str, client_id: str, seconds: float, out: dict[str, Any]) -> None:
@@ -124,7 +125,8 @@ def test_heavy_producer_held_to_its_quota_unlimited_one_runs_free(topic_and_kgat
         for line in metrics.splitlines()
         if line.startswith("kgate_client_throttle_seconds_total") and 'client_id="heavy"' in line
     ]
-    assert throttled and float(throttled[0].split()[-1]) > 1.0, throttled
+    assert throttled, throttled
+    assert float(throttled[0].split()[-1]) > 1.0, throttled
     assert not any(
         'client_id="free"' in line
         for line in metrics.splitlines()
@@ -140,7 +142,8 @@ def test_heavy_producer_held_to_its_quota_unlimited_one_runs_free(topic_and_kgat
         for labels, v in k.metric_values("kgate_client_bytes_total")
         if 'client_id="free"' in labels and 'direction="in"' in labels
     ]
-    assert free_in and free_in[0] > 3 * 6e6, free_in
+    assert free_in, free_in
+    assert free_in[0] > 3 * 6e6, free_in
     assert '"decision": "throttle"' not in k.log_text()  # text logs: the JSON form is tested in unit tests
     assert "over produce_bytes_per_s: throttled" in k.log_text()
 
@@ -247,14 +250,16 @@ def test_java_producer_is_throttled(topic_and_kgate: Any) -> None:
     )
     assert run.returncode == 0, run.stderr[-3000:]
     summaries = re.findall(r"(\d+) records sent, [\d.]+ records/sec \(([\d.]+) MB/sec\)", run.stdout)
-    assert summaries and int(summaries[-1][0]) == records, run.stdout[-3000:]  # the last line: the whole run
+    assert summaries, run.stdout[-3000:]
+    assert int(summaries[-1][0]) == records, run.stdout[-3000:]  # the last line: the whole run
     mb_per_s = float(summaries[-1][1])
     print(f"java producer {mb_per_s} MB/s")
     assert mb_per_s <= 2 * SMALL_RATE / 1e6, run.stdout[-2000:]
     throttle = re.search(
         r"producer-metrics:produce-throttle-time-max:\{client-id=java-heavy\}\s*:\s*([\d.]+)", run.stdout
     )
-    assert throttle and float(throttle.group(1)) > 0, run.stdout[-4000:]
+    assert throttle, run.stdout[-4000:]
+    assert float(throttle.group(1)) > 0, run.stdout[-4000:]
 
 
 @pytest.mark.timeout(60)
@@ -273,4 +278,6 @@ def test_json_close_line_names_the_client(tansu: Any, kgate_factory: Any) -> Non
         time.sleep(0.05)
     lines = [json.loads(line) for line in k.log_text().splitlines() if line.strip()]
     (closed,) = [r for r in lines if r.get("event") == "connection_closed" and r.get("connection") == peer]
-    assert closed["client_id"] == "kgate-e2e" and closed["principal"] is None and closed["cluster"] == "default"
+    assert closed["client_id"] == "kgate-e2e"
+    assert closed["principal"] is None
+    assert closed["cluster"] == "default"

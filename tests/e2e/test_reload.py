@@ -152,7 +152,8 @@ def test_sighup_and_post_reload_change_the_policy_while_a_producer_keeps_produci
     allowed, secret = w.unique("reload-ok"), w.unique("reload-secret")
     w.confluent_create_topic(k.bootstrap, allowed, partitions=1)
     w.confluent_create_topic(k.bootstrap, secret, partitions=1)
-    assert reloads(k, "success") == 0 and reloads(k, "failure") == 0
+    assert reloads(k, "success") == 0
+    assert reloads(k, "failure") == 0
     started_at = k.metric_values("kgate_config_last_reload_success_timestamp_seconds")[0][1]
     assert abs(started_at - time.time()) < 120
 
@@ -300,7 +301,8 @@ def test_reload_adds_and_removes_a_virtual_cluster(tansu, kgate_factory) -> None
         wait_for(lambda: not _connects(extra_port), message="the removed cluster still accepts connections")
         wait_for(lambda: "cluster extra: removed and drained" in k.log_text())
         body = k.http("/readyz")[1]
-        assert "extra" not in body and k.http("/readyz")[0] == 200, body
+        assert "extra" not in body, body
+        assert k.http("/readyz")[0] == 200, body
         steady.wait_acked(100)
 
         # added again on the same port (its listener was closed): a reload may reuse it

@@ -258,10 +258,12 @@ async def test_200_concurrent_connections(kgate, topic):
         av_cid, md_cid = (struct.unpack(">i", f[:4])[0] for f in out)
         assert (av_cid, md_cid) == (cid, cid + 1)
         av = wire.parse_api_versions_response(out[0][4:], 0)
-        assert av["error_code"] == 0 and wire.METADATA in av["api_keys"]
+        assert av["error_code"] == 0
+        assert wire.METADATA in av["api_keys"]
         md = wire.decode_metadata_response(out[1][4:], 1)
         assert [(b["node_id"], b["port"]) for b in md["brokers"]] == [(TANSU_NODE_ID, kgate.listen_port)]
-        assert md["topics"][0]["name"] == topic and md["topics"][0]["error_code"] == 0
+        assert md["topics"][0]["name"] == topic
+        assert md["topics"][0]["error_code"] == 0
         return i
 
     done = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(n))), 90)
@@ -431,4 +433,5 @@ def test_metrics_endpoint_serves_prometheus_text(kgate, topic):
     with wire.RawClient(kgate.listen_port) as c:
         c.metadata(1, [topic])
     text = kgate.metrics()
-    assert "# TYPE" in text and "# HELP" in text
+    assert "# TYPE" in text
+    assert "# HELP" in text

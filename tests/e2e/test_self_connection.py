@@ -52,7 +52,8 @@ def test_changed_metadata_answer_does_not_teach_kgate_its_own_address(tansu, kga
 
     kgate = kgate_factory(tansu.bootstrap, bootstrap_serves_node=False, extra=POLICY)
     listed = AdminClient({"bootstrap.servers": kgate.bootstrap}).list_topics(timeout=10)
-    assert shown in listed.topics and secret not in listed.topics  # the hook really changed the answer
+    assert shown in listed.topics
+    assert secret not in listed.topics
     [broker] = listed.brokers.values()
     assert (broker.host, broker.port) == ("127.0.0.1", kgate.node_port(procs.TANSU_NODE_ID))
 
@@ -128,7 +129,8 @@ def test_wildcard_listener_is_reached_through_any_loopback_address(tmp_path: Pat
         timeout=30,
         cwd=procs.REPO,
     )
-    assert res.returncode == 2 and "kgate would connect to itself" in res.stderr, res
+    assert res.returncode == 2, res
+    assert "kgate would connect to itself" in res.stderr, res
 
 
 @pytest.mark.timeout(60)

@@ -163,7 +163,8 @@ def confluent_roundtrip(bootstrap: str, conf: dict[str, Any], n: int = 20, size:
     errors: list[Any] = []
     for v in values:
         p.produce(topic, v, partition=0, on_delivery=lambda err, msg: err and errors.append(err))
-    assert p.flush(60) == 0 and not errors, errors
+    assert p.flush(60) == 0, errors
+    assert not errors, errors
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False, **conf})
     got: list[bytes] = []
     try:
@@ -460,4 +461,5 @@ def test_tls_handshake_failures_are_counted_and_logged(pki, tls_broker, kgate_fa
     assert _scraped(admin_port, "kgate_tls_handshake_failures_total", labels) == 2
     lines = [r.getMessage() for r in caplog.records if "TLS handshake failed" in r.getMessage()]
     assert len(lines) == 1, lines  # rate-limited: the second failure within 10 s is only counted
-    assert peer in lines[0] and "cluster tls-fail" in lines[0], lines[0]
+    assert peer in lines[0], lines[0]
+    assert "cluster tls-fail" in lines[0], lines[0]

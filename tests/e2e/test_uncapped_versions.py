@@ -71,16 +71,19 @@ def test_api_versions_through_kgate_are_the_brokers(broker, kgate_factory) -> No
         # only where kgate must read an answer does its codec bound the range (none, with 4.3.1)
         expect[key] = (lo, min(hi, info.max_version)) if info is not None and key in (0, 1, 78, 79) else (lo, hi)
     assert through == expect
-    assert through[PRODUCE][1] >= 10 and through[FETCH][1] >= 16  # no cap below KIP-951's versions
+    assert through[PRODUCE][1] >= 10
+    assert through[FETCH][1] >= 16
 
 
 @pytest.mark.timeout(120)
 def test_kafka_43_offers_share_and_streams_apis(kafka, kgate_factory) -> None:
     k = kgate_factory(kafka.bootstrap, bootstrap_serves_node=True)
     through = _api_versions(k.listen_port)
-    assert through[PRODUCE][1] == 13 and through[FETCH][1] >= 17  # Produce v13: topic ids only
+    assert through[PRODUCE][1] == 13
+    assert through[FETCH][1] >= 17
     for key in (76, 78, 79):  # ShareGroupHeartbeat, ShareFetch, ShareAcknowledge
-        assert key in through and through[key][1] >= 1, (key, through.get(key))
+        assert key in through, (key, through.get(key))
+        assert through[key][1] >= 1, (key, through.get(key))
     assert {88, 89} <= set(through)  # StreamsGroupHeartbeat/Describe: new to the codec, offered
 
 
@@ -102,7 +105,8 @@ def test_librdkafka_streams_fetch_v16_through_kgate(tansu, kgate_factory, leader
     assert len(reports) == len(values)
     watch.assert_clean(must_use={k.listen_port})
     fetch, produce = _versions_used(k, FETCH), _versions_used(k, PRODUCE)
-    assert max(fetch) >= 16 and max(produce) >= 10, (fetch, produce)
+    assert max(fetch) >= 16, (fetch, produce)
+    assert max(produce) >= 10, (fetch, produce)
     warned = "proxy.leader_hints is deprecated and has no effect" in k.log_text()
     assert warned == (leader_hints is not None)
 
@@ -141,7 +145,8 @@ def test_java_clients_use_produce_v13_and_fetch_v18(kafka, kgate_factory) -> Non
     assert out.stdout.split() == lines, out.stderr[-2000:]
     watch.assert_clean(must_use={k.listen_port})
     fetch, produce = _versions_used(k, FETCH), _versions_used(k, PRODUCE)
-    assert 13 in produce and max(fetch) >= 17, (fetch, produce)
+    assert 13 in produce, (fetch, produce)
+    assert max(fetch) >= 17, (fetch, produce)
 
 
 POLLER = Path(__file__).resolve().parents[1] / "support" / "rdk_poller.py"
@@ -271,5 +276,6 @@ def test_a_deleted_ids_answer_carries_no_hint_list_like_kafkas(tansu, kafka, kga
     tansus = _fetch_v16(tansu.port, t.topic_id)
     assert _tail_tags(tansus) == [0]  # the condition: if Tansu changes, this test must be looked at again
     got = _fetch_v16(k.listen_port, t.topic_id)
-    assert len(got) == len(tansus) and got[:-4] == tansus[:-4]
+    assert len(got) == len(tansus)
+    assert got[:-4] == tansus[:-4]
     assert _tail_tags(got) == [0x7F]

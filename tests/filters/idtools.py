@@ -124,7 +124,8 @@ def produce(bootstrap: str, topic: str, vals: list[bytes], partition: int = 0) -
     for v in vals:
         p.produce(topic, value=v, partition=partition, on_delivery=report)
     left = p.flush(30)
-    assert left == 0 and not errors, (left, errors[:3])
+    assert left == 0, (left, errors[:3])
+    assert not errors, (left, errors[:3])
     assert len(delivered) == len(vals)
 
 

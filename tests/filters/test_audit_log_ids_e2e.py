@@ -70,11 +70,18 @@ async def test_fetch_by_id_named_then_stale_after_delete(broker: Any, tmp_path: 
 
     sid = base64.urlsafe_b64encode(tid.bytes).rstrip(b"=").decode()
     (t,) = first["topics"]
-    assert t["id"] == sid and t["name"] == name and t["name_status"] == "resolved"
-    assert t["partitions"] == 2 and t["records"] == 3 and first["error_code"] == 0
+    assert t["id"] == sid
+    assert t["name"] == name
+    assert t["name_status"] == "resolved"
+    assert t["partitions"] == 2
+    assert t["records"] == 3
+    assert first["error_code"] == 0
     (t,) = last["topics"]
-    assert t["id"] == sid and t["name"] == name and t["name_status"] == "resolved"  # the name kgate knew
-    assert t["error_codes"] == codes[:1] and last["error_code"] == codes[0]
+    assert t["id"] == sid
+    assert t["name"] == name
+    assert t["name_status"] == "resolved"
+    assert t["error_codes"] == codes[:1]
+    assert last["error_code"] == codes[0]
 
 
 @pytest.mark.timeout(120)
@@ -110,7 +117,8 @@ async def test_stalled_disk_never_stalls_clients(tansu: Any, tmp_path: Path) -> 
             took = time.monotonic() - start
         finally:
             c.close()
-        assert f.counters.queue_full >= 1000 - 100 and f.counters.written == 0
+        assert f.counters.queue_full >= 1000 - 100
+        assert f.counters.written == 0
         assert took < 30, took  # 1000 round trips with the disk stuck: not held up by it
         gate.set()
         assert await asyncio.to_thread(f.writer.wait_drained, 20)

@@ -93,26 +93,37 @@ def test_produce_event_counts_bytes_records_and_errors_per_topic() -> None:
     req, resp = _produce_frames(9, batches, {"audit": 29})
     ex = _exchange(PRODUCE, 9, req)
     e = _event(Captured(ex, INFO, memoryview(resp), len(resp), ex.t0_ns + 1_840_000))
-    assert e["schema"] == 1 and e["instance"] == "i-1" and e["cluster"] == "default"
+    assert e["schema"] == 1
+    assert e["instance"] == "i-1"
+    assert e["cluster"] == "default"
     assert e["client"] == {"address": "10.0.0.7:53122", "id": "prod-1", "principal": "User:alice"}
     assert e["api"] == {"key": 0, "name": "Produce", "version": 9}
-    assert e["correlation_id"] == 7 and e["latency_us"] == 1840 and e["time_us"] == 1_000_000
-    assert e["request_bytes"] == len(req) and e["response_bytes"] == len(resp)
+    assert e["correlation_id"] == 7
+    assert e["latency_us"] == 1840
+    assert e["time_us"] == 1_000_000
+    assert e["request_bytes"] == len(req)
+    assert e["response_bytes"] == len(resp)
     assert e["error_code"] == 29  # the first non-zero, from the audit topic's partition
     orders, audit = e["topics"]
-    assert orders["name"] == "orders" and orders["name_status"] == "given" and orders["partitions"] == 2
-    assert orders["records"] == 3 and orders["bytes"] == len(record_batch([b"a" * 10, b"b" * 10])) + len(
-        record_batch([b"c" * 5])
-    )
-    assert orders["error_codes"] == [0] and audit["error_codes"] == [29] and audit["records"] == 1
+    assert orders["name"] == "orders"
+    assert orders["name_status"] == "given"
+    assert orders["partitions"] == 2
+    assert orders["records"] == 3
+    assert orders["bytes"] == len(record_batch([b"a" * 10, b"b" * 10])) + len(record_batch([b"c" * 5]))
+    assert orders["error_codes"] == [0]
+    assert audit["error_codes"] == [29]
+    assert audit["records"] == 1
 
 
 def test_acks0_and_unanswered_exchanges_have_no_answer_fields() -> None:
     req, _resp = _produce_frames(9, {"t": [[b"v"]]}, {})
     ex = _exchange(PRODUCE, 9, req)
     e = _event(Captured(ex, INFO, None, None, ex.t0_ns))
-    assert e["error_code"] is None and e["latency_us"] is None and e["response_bytes"] is None
-    assert e["topics"][0]["error_codes"] == [] and e["topics"][0]["records"] == 1
+    assert e["error_code"] is None
+    assert e["latency_us"] is None
+    assert e["response_bytes"] is None
+    assert e["topics"][0]["error_codes"] == []
+    assert e["topics"][0]["records"] == 1
 
 
 def test_fetch_by_id_resolves_names_and_counts_response_records() -> None:
@@ -142,9 +153,14 @@ def test_fetch_by_id_resolves_names_and_counts_response_records() -> None:
     assert set(topic_ids_of(c)) == {tid, dead}
     e = _event(c, {tid: "orders", dead: TopicNameError(100, "unknown", False)})
     live, gone = e["topics"]
-    assert live["name"] == "orders" and live["name_status"] == "resolved" and live["records"] == 3
-    assert live["bytes"] == len(batch) and live["error_codes"] == [0]
-    assert gone["name"] is None and gone["name_status"] == "unresolved" and gone["error_codes"] == [3]
+    assert live["name"] == "orders"
+    assert live["name_status"] == "resolved"
+    assert live["records"] == 3
+    assert live["bytes"] == len(batch)
+    assert live["error_codes"] == [0]
+    assert gone["name"] is None
+    assert gone["name_status"] == "unresolved"
+    assert gone["error_codes"] == [3]
     assert e["error_code"] == 3
     import base64
 
@@ -159,8 +175,10 @@ def test_streamed_fetch_answer_has_top_level_code_only() -> None:
     rq = request_bytes(FETCH, 13, req)
     c = Captured(_exchange(FETCH, 13, rq), INFO, memoryview(rs)[:30], len(rs) + 1000, 2_000_000_000)
     e = _event(c, {tid: TopicNameError(-1, "timeout", True)})
-    assert e["response_bytes"] == len(rs) + 1000 and e["error_code"] == 0
-    assert e["topics"][0]["bytes"] is None and e["topics"][0]["name_status"] == "lookup_failed"
+    assert e["response_bytes"] == len(rs) + 1000
+    assert e["error_code"] == 0
+    assert e["topics"][0]["bytes"] is None
+    assert e["topics"][0]["name_status"] == "lookup_failed"
 
 
 def test_streamed_fetch_answer_is_walked_across_its_pieces() -> None:
@@ -186,7 +204,9 @@ def test_streamed_fetch_answer_is_walked_across_its_pieces() -> None:
         c = Captured(_exchange(FETCH, 15, rq), INFO, pieces, len(rs), 2_000_000_000)
         e = _event(c, {tid: "t"})
         (t,) = e["topics"]
-        assert t["records"] == 21 and t["bytes"] == sum(map(len, batches)) and t["error_codes"] == [0], cuts
+        assert t["records"] == 21, cuts
+        assert t["bytes"] == sum(map(len, batches)), cuts
+        assert t["error_codes"] == [0], cuts
 
 
 def test_policy_decisions_come_from_the_exchange_state() -> None:
@@ -260,7 +280,8 @@ def test_rotation_by_size_publishes_gzip_files_with_every_event(tmp_path: Path) 
     assert len(names) > 3, names
     assert all(n.startswith("kgate-audit-inst_1-") and n.endswith(".jsonl.gz") for n in names), names
     assert sorted(e["correlation_id"] for e in events) == list(range(100))
-    assert counters.written == 100 and counters.queue_full == 0
+    assert counters.written == 100
+    assert counters.queue_full == 0
 
 
 def test_rotation_by_age_without_gzip_and_hidden_while_open(tmp_path: Path) -> None:
@@ -271,12 +292,15 @@ def test_rotation_by_age_without_gzip_and_hidden_while_open(tmp_path: Path) -> N
         w.offer(c)
     assert w.wait_drained(10)
     names, _ = _read_all(tmp_path)
-    assert len(names) == 1 and names[0].startswith(".kgate-audit-"), names  # still being written: hidden
+    assert len(names) == 1, names
+    assert names[0].startswith(".kgate-audit-"), names  # still being written: hidden
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not any(not n.startswith(".") for n in os.listdir(tmp_path)):
         time.sleep(0.05)  # the idle writer rotates the old file on its own
     names, events = _read_all(tmp_path)
-    assert len(names) == 1 and names[0].endswith(".jsonl") and not names[0].startswith("."), names
+    assert len(names) == 1, names
+    assert names[0].endswith(".jsonl"), names
+    assert not names[0].startswith("."), names
     assert len(events) == 5
     w.stop()
 
@@ -339,7 +363,8 @@ def test_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     for c in _captured(1000):
         w.offer(c)
     took = time.perf_counter() - start
-    assert counters.queue_full == 990 and len(w._q) == 10
+    assert counters.queue_full == 990
+    assert len(w._q) == 10
     assert took < 0.5
 
 
@@ -348,7 +373,8 @@ def test_queue_bytes_bound_drops_large_frames(tmp_path: Path) -> None:
     w = _writer(tmp_path, counters, max_queue_bytes=50_000)
     for c in _captured(20, size=10_000):
         w.offer(c)
-    assert 1 <= len(w._q) <= 5 and counters.queue_full == 20 - len(w._q)
+    assert 1 <= len(w._q) <= 5
+    assert counters.queue_full == 20 - len(w._q)
 
 
 def test_stalled_disk_drops_events_while_the_offerer_runs_on(tmp_path: Path) -> None:
@@ -374,7 +400,8 @@ def test_stalled_disk_drops_events_while_the_offerer_runs_on(tmp_path: Path) -> 
         t = time.perf_counter()
         w.offer(c)
         slowest = max(slowest, time.perf_counter() - t)
-    assert counters.queue_full == 499 - 50 and slowest < 0.05
+    assert counters.queue_full == 499 - 50
+    assert slowest < 0.05
     gate.set()
     assert w.wait_drained(10)
     w.stop()
@@ -400,7 +427,8 @@ def test_full_disk_counts_write_errors_and_recovers(tmp_path: Path) -> None:
             for c in batch[i : i + 10]:
                 w.offer(c)
             assert w.wait_drained(10)
-        assert counters.write_errors > 0 and counters.written > 0
+        assert counters.write_errors > 0
+        assert counters.written > 0
         assert counters.written + counters.write_errors == 400
         for p in mnt.iterdir():
             p.unlink()  # room again
@@ -429,7 +457,8 @@ def test_read_only_directory_counts_write_errors(tmp_path: Path) -> None:
         for c in _captured(10):
             w.offer(c)
         assert w.wait_drained(10)
-        assert counters.write_errors == 10 and counters.written == 0
+        assert counters.write_errors == 10
+        assert counters.written == 0
     finally:
         os.chmod(tmp_path, 0o700)
         w.stop()
@@ -445,7 +474,8 @@ def test_sampling_per_api_key(tmp_path: Path) -> None:
     for _ in range(50):
         observe(_exchange(PRODUCE, 9, req), INFO, resp, len(resp), 0)
         observe(_exchange(FETCH, 12, req), INFO, resp, len(resp), 0)
-    assert len(w._q) == 50 and all(item[0].api_key == FETCH for item in w._q)  # type: ignore[index]
+    assert len(w._q) == 50
+    assert all(item[0].api_key == FETCH for item in w._q)
     assert f.counters.sampled_out == 50
     half = AuditLog(AuditLog.validate_config({"directory": "/tmp/x", "sample": {"default": 0.5}}))
     w2 = _writer(tmp_path, half.counters)
@@ -481,10 +511,15 @@ def test_config_errors_name_the_key(config: dict[str, Any], message: str) -> Non
 
 def test_config_defaults() -> None:
     c = AuditLog.validate_config({"directory": "/var/log/kgate"})
-    assert c["max_file_bytes"] == 128 << 20 and c["max_file_age_s"] == 300 and c["gzip"] is True
-    assert c["queue_size"] == 10_000 and c["sample"] == {"default": 1.0, "rates": {}} and c["kafka"] is None
+    assert c["max_file_bytes"] == 128 << 20
+    assert c["max_file_age_s"] == 300
+    assert c["gzip"] is True
+    assert c["queue_size"] == 10_000
+    assert c["sample"] == {"default": 1.0, "rates": {}}
+    assert c["kafka"] is None
     host, pid = c["instance_id"].rsplit(":", 1)
-    assert host and int(pid) == os.getpid()
+    assert host
+    assert int(pid) == os.getpid()
 
 
 def test_config_error_in_yaml_names_the_filter_and_key() -> None:
@@ -505,7 +540,8 @@ def test_config_error_in_yaml_names_the_filter_and_key() -> None:
             },
             "t.yaml",
         )
-    assert "filters[0]" in str(info.value) and "sample.Fetch" in str(info.value)
+    assert "filters[0]" in str(info.value)
+    assert "sample.Fetch" in str(info.value)
 
 
 # -- the walkers agree with the codec on every version kgate reads --------------------------------
@@ -575,7 +611,8 @@ def test_metadata_topics_named_or_not(version: int) -> None:
         e = _event(Captured(_exchange(3, version, rq), INFO, memoryview(rs), len(rs), 2_000_000_000))
         assert [t["name"] for t in e["topics"]] == expect
         if expect:
-            assert e["topics"][0]["error_codes"] == [3, 5] and e["error_code"] == 3
+            assert e["topics"][0]["error_codes"] == [3, 5]
+            assert e["error_code"] == 3
         else:
             assert e["error_code"] == 0  # no topic named: nothing of the answer is attributed
 
@@ -614,7 +651,8 @@ def test_records_counted_past_256_batches() -> None:
         rq = request_bytes(FETCH, 13, req)
         for answer in (memoryview(rs), [memoryview(rs)[:100], memoryview(rs)[100:]]):
             e = _event(Captured(_exchange(FETCH, 13, rq), INFO, answer, len(rs), 2_000_000_000), {tid: "t"})
-            assert e["topics"][0]["records"] == records and e["topics"][0]["bytes"] == len(data)
+            assert e["topics"][0]["records"] == records
+            assert e["topics"][0]["bytes"] == len(data)
 
 
 @pytest.mark.parametrize("version", [1, 2])

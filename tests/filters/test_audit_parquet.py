@@ -52,13 +52,16 @@ def test_rotated_files_are_parquet_of_the_event_schema(tmp_path: Path) -> None:
     files.write([_line(i) for i in range(1000)])
     files.close()
     published = sorted(p.name for p in tmp_path.iterdir())
-    assert len(published) == 1 and published[0].startswith("kgate-audit-") and published[0].endswith(".parquet")
+    assert len(published) == 1
+    assert published[0].startswith("kgate-audit-")
+    assert published[0].endswith(".parquet")
     t = pq.read_table(tmp_path / published[0])
     assert t.schema.equals(event_schema(), check_metadata=False)
     assert t.num_rows == 1000
     assert pq.ParquetFile(tmp_path / published[0]).metadata.row_group(0).column(0).compression == "ZSTD"
     rows = t.to_pylist()
-    assert rows[0]["topics"][0]["records"] is None and rows[5]["topics"][0]["records"] == 3
+    assert rows[0]["topics"][0]["records"] is None
+    assert rows[5]["topics"][0]["records"] == 3
     assert rows[1]["client"]["id"] == "c\ufffd"  # a lone surrogate escape, as the pipeline reads it
 
 

@@ -161,7 +161,8 @@ def test_create_topics_of_a_new_denied_name_creates_nothing(setup) -> None:
     _fails_with(futures[new_secret], TOPIC_DENIED)
     futures[new_ok].result(30)  # the allowed one of the same request is created
     topics = s.direct().list_topics(timeout=10).topics
-    assert new_secret not in topics and new_ok in topics
+    assert new_secret not in topics
+    assert new_ok in topics
 
 
 def test_kafka_python_admin(authz) -> None:
@@ -274,13 +275,17 @@ def test_produce_consume_and_groups(authz) -> None:
     s = authz
     assert [e for e in _produce(s.k.bootstrap, s.shown) if e is not None] == []
     denied = _produce(s.k.bootstrap, s.secret)
-    assert denied and all(e is not None and e.code() == TOPIC_DENIED for e in denied)
+    assert denied
+    assert all(e is not None and e.code() == TOPIC_DENIED for e in denied)
     got, err = _consume_error(s.k.bootstrap, s.shown, f"ok-{uuid.uuid4().hex[:6]}", want=5)
     assert (got, err) == (5, None)
     got, err = _consume_error(s.k.bootstrap, s.shown, f"secret-{uuid.uuid4().hex[:6]}", want=1, timeout=30)
-    assert got == 0 and err is not None and err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert got == 0
+    assert err is not None
+    assert err.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
     topics = s.via().list_topics(timeout=10).topics
-    assert s.shown in topics and s.secret not in topics
+    assert s.shown in topics
+    assert s.secret not in topics
 
 
 def test_transactional_id_denied(authz) -> None:
@@ -307,7 +312,10 @@ def test_decisions_are_counted_and_denials_logged(authz) -> None:
     samples = dict(s.k.metric_values("kgate_authz_decisions_total"))
     deny = [v for labels, v in samples.items() if 'decision="deny"' in labels and 'api="DescribeConfigs"' in labels]
     allow = [v for labels, v in samples.items() if 'decision="allow"' in labels and 'api="DescribeConfigs"' in labels]
-    assert deny and deny[0] >= 1 and allow and allow[0] >= 1, samples
+    assert deny, samples
+    assert deny[0] >= 1, samples
+    assert allow, samples
+    assert allow[0] >= 1, samples
     assert 'filter="authorizer"' in next(iter(samples))
     deadline = time.monotonic() + 5
     line = f"resource=topic:{s.secret} operation=describe_configs"

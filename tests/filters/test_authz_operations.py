@@ -124,7 +124,8 @@ def test_metadata_without_the_flag_costs_nothing_and_hidden_topics_lose_the_brok
     asked = rq(topics=[struct(rq, "topics", name="secret-pay")], include_topic_authorized_operations=True)
     broker = rc(topics=[struct(rc, "topics", name="secret-pay", topic_authorized_operations=KAFKA_TOPIC_ALL)])
     (t,) = seen(key, version, authorizer().described_topics(ctx(key, version, asked), broker)).topics
-    assert t.error_code == 29 and t.topic_authorized_operations == NOT_REQUESTED
+    assert t.error_code == 29
+    assert t.topic_authorized_operations == NOT_REQUESTED
 
 
 def test_describe_topic_partitions_operations() -> None:
@@ -138,7 +139,8 @@ def test_describe_topic_partitions_operations() -> None:
 
 
 @pytest.mark.parametrize(
-    "key, version", [(ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.SHARE_GROUP_DESCRIBE, 1)]
+    ("key", "version"),
+    [(ApiKey.DESCRIBE_GROUPS, 5), (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.SHARE_GROUP_DESCRIBE, 1)],
 )
 def test_group_operations(key: int, version: int) -> None:
     rc = api.API_INFO[key].response_class

@@ -177,7 +177,8 @@ def test_regex_subscription_is_assigned_only_describable_topics(kafka, k) -> Non
         assert assigned == {open_topic, hidden}
     finally:
         c.close()
-    assert [m.topic() for m in seen] == [open_topic] and seen[0].value() == f"m-{open_topic}".encode()
+    assert [m.topic() for m in seen] == [open_topic]
+    assert seen[0].value() == f"m-{open_topic}".encode()
     assert not [e for e in errors if e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
 
 

@@ -38,7 +38,8 @@ from kgate.filters.builtin.audit.filter import AuditLog
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 MARKS = "__kgate_internal_topics"

@@ -79,7 +79,8 @@ async def test_produce_v13_refused_by_two_filters_answers_each_topic_once() -> N
     first = await call(policy.check, ctx, produce_v13(OK, HIDDEN, SECRET))
     assert isinstance(first, Forward)
     second = await call(authz.check, ctx, first.message)
-    assert isinstance(second, Forward) and [t.topic_id for t in second.message.topic_data] == [OK]
+    assert isinstance(second, Forward)
+    assert [t.topic_id for t in second.message.topic_data] == [OK]
     broker = ProduceResponse(
         responses=[
             TopicProduceResponse(

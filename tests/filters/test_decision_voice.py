@@ -23,7 +23,8 @@ from kgate.api import ApiKey, Filter
 from kgate.codec import api
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 
 def policy() -> TopicPolicy:
@@ -106,7 +107,8 @@ def test_every_api_label_is_spelled_as_kafka_names_the_api() -> None:
     f = authz()
     f.report.counts[("test", ApiKey.METADATA, True)] += 1
     labels = {k[3] for k in _samples()}
-    assert "Metadata" in labels and "METADATA" not in labels
+    assert "Metadata" in labels
+    assert "METADATA" not in labels
     assert labels <= {info.name for info in api.API_INFO.values()}
 
 

@@ -21,7 +21,8 @@ from kgate.codec.generated import describe_topic_partitions as dtp
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 MARKS = "__kgate_internal_topics"
 BROKER = {  # name -> partitions
@@ -160,7 +161,8 @@ async def test_paging_never_names_a_hidden_topic(which: str, limit: int) -> None
         cursor = dtp.Cursor(topic_name=nxt.topic_name, partition_index=nxt.partition_index)
     want = [(n, p) for n in sorted(BROKER) if n not in hidden for p in range(BROKER[n])]
     assert seen == want
-    assert all(n == limit for n in pages[:-1]) and 0 < pages[-1] <= limit, pages
+    assert all(n == limit for n in pages[:-1]), pages
+    assert 0 < pages[-1] <= limit, pages
 
 
 @pytest.mark.parametrize("which", ["topic-policy", "authorizer", "all"])
@@ -175,7 +177,8 @@ async def test_explicit_topics_denied_ones_never_reach_the_broker(which: str) ->
         ("b-secret-1", 29, 0, 0),
         ("secret-data", 29, 0, 0),
     ]
-    assert answer.next_cursor.topic_name == "c-open" and sent == 1
+    assert answer.next_cursor.topic_name == "c-open"
+    assert sent == 1
     cursor = dtp.Cursor(topic_name="c-open", partition_index=0)
     answer, _ = await ask(
         chain, dtp.DescribeTopicPartitionsRequest(topics=asked, response_partition_limit=2, cursor=cursor)
@@ -184,13 +187,15 @@ async def test_explicit_topics_denied_ones_never_reach_the_broker(which: str) ->
     assert answer.next_cursor is None
     only_denied = [dtp.TopicRequest(name="b-secret-1")]
     answer, sent = await ask(chain, dtp.DescribeTopicPartitionsRequest(topics=only_denied))
-    assert [(t.name, t.error_code) for t in answer.topics] == [("b-secret-1", 29)] and sent == 0
+    assert [(t.name, t.error_code) for t in answer.topics] == [("b-secret-1", 29)]
+    assert sent == 0
 
 
 async def test_a_page_nothing_was_hidden_from_asks_the_broker_once() -> None:
     chain = FilterChain([policy()])
     answer, asked = await ask(chain, dtp.DescribeTopicPartitionsRequest(topics=[], response_partition_limit=1))
-    assert [t.name for t in answer.topics] == [MARKS] and asked == 1
+    assert [t.name for t in answer.topics] == [MARKS]
+    assert asked == 1
     assert answer.next_cursor.topic_name == "a-open"
 
 

@@ -147,7 +147,8 @@ async def test_produce_v13_by_id_through_an_instance_that_never_saw_the_ids(kafk
             assert produced(resp) == {ha_id: 0, secret: TOPIC_AUTHORIZATION_FAILED, hidden: TOPIC_AUTHORIZATION_FAILED}
         assert lookups_metric() - before == 1  # single flight: 20 requests, three cold ids, one lookup
         assert len(await at_broker(kafka, ha_id)) == 20
-        assert await at_broker(kafka, secret) == [] and await at_broker(kafka, hidden) == []
+        assert await at_broker(kafka, secret) == []
+        assert await at_broker(kafka, hidden) == []
     finally:
         a.stop()
         b.stop()
@@ -197,7 +198,8 @@ async def test_share_group_heartbeat_and_fetch(kafka) -> None:
         group, join = unique("sg"), share_heartbeat("", ok)
         join.group_id = group
         _v, joined = await c.request(ApiKey.SHARE_GROUP_HEARTBEAT, join, 1)
-        assert joined.error_code == 0 and joined.member_epoch >= 1, joined  # the broker's answer
+        assert joined.error_code == 0, joined
+        assert joined.member_epoch >= 1, joined  # the broker's answer
 
         _v, fetched = await c.request(ApiKey.SHARE_FETCH, share_fetch(group, join.member_id, ok_id, secret_id), 1)
         codes = {t.topic_id: t.partitions[0].error_code for t in fetched.responses}

@@ -111,7 +111,8 @@ def test_per_virtual_cluster_a_chain_of_its_own_replaces_the_default() -> None:
     a, b, c = (cfg.chain_for(vc) for vc in cfg.virtual_clusters)
     assert a[0].config["partitions"]["max_per_topic"] == 64
     assert names(b) == []
-    assert names(c) == ["guardrails"] and c[0].config["partitions"]["max_per_topic"] == 10_000
+    assert names(c) == ["guardrails"]
+    assert c[0].config["partitions"]["max_per_topic"] == 10_000
 
 
 def test_check_config_reports_the_file_and_the_key_path(tmp_path: Path) -> None:

@@ -94,11 +94,13 @@ async def test_share_fetch_of_the_marks_topic_is_refused_per_topic() -> None:
         )
 
     ctx = testing.FakeContext(ApiKey.SHARE_FETCH, 2)
-    assert await run(f.share_data, ctx, fetch(PLAIN_ID, OFFSETS_ID)) is FORWARD and not ctx.lookups
+    assert await run(f.share_data, ctx, fetch(PLAIN_ID, OFFSETS_ID)) is FORWARD
+    assert not ctx.lookups
     req = fetch(PLAIN_ID, MARKS_ID)
     ctx = testing.FakeContext(ApiKey.SHARE_FETCH, 2, request=req)
     result = await run(f.share_data, ctx, req)
-    assert isinstance(result, Forward) and [t.topic_id for t in result.message.topics] == [PLAIN_ID]
+    assert isinstance(result, Forward)
+    assert [t.topic_id for t in result.message.topics] == [PLAIN_ID]
     broker = sf.ShareFetchResponse(
         responses=[
             sf.ShareFetchableTopicResponse(
@@ -129,7 +131,8 @@ async def test_share_group_offsets_never_show_or_change_the_marks_topic() -> Non
     )
     ctx = testing.FakeContext(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, request=req)
     result = await run(f.share_offsets, ctx, req)
-    assert isinstance(result, Forward) and [t.topic_name for t in result.message.topics] == ["orders"]
+    assert isinstance(result, Forward)
+    assert [t.topic_name for t in result.message.topics] == ["orders"]
     merged = f.share_offsets_merge(ctx.for_response(), asgo.AlterShareGroupOffsetsResponse(responses=[]))
     assert [(t.topic_name, t.partitions[0].error_code) for t in merged.message.responses] == [(MARKS, AUTHZ)]
 

@@ -63,8 +63,10 @@ def test_refusals_follow_kip_619(api_key: int, system: int | None, user: int | N
 
 
 def test_listed_as_internal() -> None:
-    assert is_internal(Kind.SYSTEM) and is_internal(Kind.USER)
-    assert not is_internal(None) and not is_internal(Kind.KGATE)
+    assert is_internal(Kind.SYSTEM)
+    assert is_internal(Kind.USER)
+    assert not is_internal(None)
+    assert not is_internal(Kind.KGATE)
 
 
 @pytest.mark.parametrize(
@@ -78,7 +80,8 @@ def test_internal_config_values(value: str | None, parsed: bool | None) -> None:
 def test_defaults_work_with_no_config() -> None:
     cfg = InternalTopics.validate_config({})
     assert cfg["system_topics"] == ["__consumer_offsets", "__transaction_state"]
-    assert cfg["user_topics"] == [] and cfg["marks_topic"] == "__kgate_internal_topics"
+    assert cfg["user_topics"] == []
+    assert cfg["marks_topic"] == "__kgate_internal_topics"
     assert cfg["poll_interval_ms"] == 1000
     InternalTopics(cfg)
 
@@ -103,7 +106,9 @@ def test_config_errors_name_the_key(config: dict[str, Any], message: str) -> Non
 def test_mark_record_format() -> None:
     tid = uuid.uuid4()
     key = mark_key(tid)
-    assert len(key) == 17 and key[0] == 1 and key[1:] == tid.bytes
+    assert len(key) == 17
+    assert key[0] == 1
+    assert key[1:] == tid.bytes
     assert parse_mark(key, mark_value("orders", at_ms=5, by="kgate/a")) == (tid, "orders")
     assert parse_mark(key, None) == (tid, None)  # tombstone: unmarked
     assert parse_mark(key, b'{"name":"orders","internal":false}') == (tid, None)
@@ -116,12 +121,14 @@ def test_a_recreated_topic_does_not_inherit_the_mark() -> None:
     old, new = uuid.uuid4(), uuid.uuid4()
     table = MarkTable()
     table.apply(old, "orders")
-    assert table.marked_id(old) and not table.marked_id(new)
+    assert table.marked_id(old)
+    assert not table.marked_id(new)
     assert table.marked_name("orders")  # current id unknown: the name's mark counts
     assert not table.marked_name("orders", current_id=new)  # kgate knows the name now has a new id
     assert table.marked_name("orders", current_id=old)
     table.apply(old, None)
-    assert not table.marked_name("orders") and table.by_id == {}
+    assert not table.marked_name("orders")
+    assert table.by_id == {}
 
 
 # -- hooks on spec-built frames: Produce v13 and DeleteTopics v6 by id ---------------------------
@@ -160,7 +167,8 @@ async def test_produce_v13_by_id_refuses_system_topics_and_passes_user_ones() ->
     f = _filter()
     ctx = testing.FakeContext(ApiKey.PRODUCE, 13, cache={MARKED_ID: NAMES[MARKED_ID]}, cluster=NAMES)
     result, suspended = await _run(f.check, ctx, _produce(OFFSETS_ID, MARKED_ID))
-    assert suspended and ctx.lookups == [[OFFSETS_ID]]  # the unknown id is looked up, the known one not
+    assert suspended
+    assert ctx.lookups == [[OFFSETS_ID]]
     resp = testing.round_trip_response(ApiKey.PRODUCE, 13, _merged(f, ctx, result))
     codes = {t.topic_id: t.partition_responses[0].error_code for t in resp.responses}
     assert codes == {OFFSETS_ID: INVALID_TOPIC, MARKED_ID: 0}
@@ -194,7 +202,8 @@ async def test_produce_by_known_names_decides_synchronously() -> None:
     f = _filter()
     ctx = testing.FakeContext(ApiKey.PRODUCE, 13, cache=NAMES)
     result, suspended = await _run(f.check, ctx, _produce(PLAIN_ID, MARKED_ID))
-    assert result is FORWARD and not suspended
+    assert result is FORWARD
+    assert not suspended
 
 
 def _produce_v9(name: str) -> Any:
@@ -244,7 +253,8 @@ async def test_single_topic_produce_by_id(topic_id: uuid.UUID, cached: bool, cod
     cache = {topic_id: NAMES[topic_id]} if cached else {}
     ctx = testing.FakeContext(ApiKey.PRODUCE, 13, cache=cache, cluster=NAMES)
     result, suspended = await _run(f.check, ctx, _produce(topic_id))
-    assert suspended == looked_up and ctx.lookups == ([[topic_id]] if looked_up else [])
+    assert suspended == looked_up
+    assert ctx.lookups == ([[topic_id]] if looked_up else [])
     if code is None:
         assert result is FORWARD
     else:
@@ -350,7 +360,8 @@ async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() 
     resp = testing.round_trip_response(ApiKey.CREATE_TOPICS, 7, result.message)
     (t,) = resp.topics
     assert t.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
-    assert "could not record internal=true" in t.error_message and "IncrementalAlterConfigs" in t.error_message
+    assert "could not record internal=true" in t.error_message
+    assert "IncrementalAlterConfigs" in t.error_message
 
 
 def test_check_config_reports_the_key_path(tmp_path: Any, capsys: Any) -> None:

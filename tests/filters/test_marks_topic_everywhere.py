@@ -23,7 +23,8 @@ from kgate.codec.generated import describe_transactions as dtx
 from kgate.filters.builtin.authz.acl_rules import Res
 from kgate.filters.builtin.authz.acl_table import TABLE
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
-from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks, settle
+from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
+from kgate.proxy.settle import settle
 
 MARKS = "__kgate_internal_topics"
 MARKS_ID = uuid.uuid5(uuid.NAMESPACE_DNS, MARKS)
@@ -415,5 +416,6 @@ async def test_answers_leave_it_out() -> None:
         message = testing.round_trip_response(key, version, message)
         ctx = testing.FakeContext(key, version)
         decision = run_hooks(chain.hooks("response", key, version, False), ctx, message)
-        assert isinstance(decision, Decision) and decision.verdict is Verdict.FORWARD
+        assert isinstance(decision, Decision)
+        assert decision.verdict is Verdict.FORWARD
         assert names(decision.message) == ["orders"], ApiKey(key).name

@@ -104,7 +104,8 @@ async def test_offset_fetch_by_name_answers_denied_topics_with_errors(version: i
     ctx = FakeContext(OFFSET_FETCH, version, request)
     response = response_through_frames(OFFSET_FETCH, version, _v7_response("orders", "secret-pay"))
     result, suspended = await run_response_hook(policy().offset_fetch, ctx, response)
-    assert not suspended and isinstance(result, Forward)
+    assert not suspended
+    assert isinstance(result, Forward)
     out = response_through_frames(OFFSET_FETCH, version, result.message)
     assert _v7_offsets(out) == {"orders": [(0, 42, 0)], "secret-pay": [(0, -1, AUTHZ)]}  # no offset leaks
     assert out.topics[1].partitions[0].metadata == ""
@@ -198,7 +199,8 @@ async def test_offset_fetch_v10_resolves_ids_and_hides_denied_and_unresolvable_o
     response = response_through_frames(OFFSET_FETCH, 10, OffsetFetchResponse(groups=[_group_response(10, "g", ids)]))
     ctx = FakeContext(OFFSET_FETCH, 10, request)
     result, suspended = await run_response_hook(policy().offset_fetch, ctx, response)
-    assert suspended and ctx.lookups == [[LATE_ID, GONE_ID]]  # only the uncached ids, in one lookup
+    assert suspended
+    assert ctx.lookups == [[LATE_ID, GONE_ID]]
     out = response_through_frames(OFFSET_FETCH, 10, result.message)
     assert _group_offsets(out, 10)["g"] == {
         OK_ID: [(0, 100, 0), (1, 101, 0)],
@@ -246,7 +248,8 @@ def test_heartbeat_subscribing_to_a_denied_topic_is_refused(api_key: int, versio
     result = p.check(FakeContext(api_key, version), refused)
     assert isinstance(result, Respond)
     out = response_through_frames(api_key, version, result.message)
-    assert out.error_code == AUTHZ and out.assignment is None
+    assert out.error_code == AUTHZ
+    assert out.assignment is None
     for names in (["orders", "orders-eu"], None):  # allowed, or no subscription change in this heartbeat
         assert p.check(FakeContext(api_key, version), through_frames(api_key, version, make(names))) is FORWARD
 
@@ -293,7 +296,9 @@ def test_describe_refuses_groups_assigned_a_denied_topic(api_key: int, response_
     assert isinstance(result, Forward)
     out = response_through_frames(api_key, version, result.message)
     fine, leaky = out.groups
-    assert fine.group_id == "fine" and fine.error_code == 0 and fine.members[0].member_id == "m"
+    assert fine.group_id == "fine"
+    assert fine.error_code == 0
+    assert fine.members[0].member_id == "m"
     assert (leaky.group_id, leaky.error_code, leaky.error_message, leaky.members) == (
         "leaky",
         AUTHZ,
@@ -379,7 +384,8 @@ async def test_name_keyed_rpcs_refuse_denied_topics_and_keep_the_rest(api_key: i
     req = through_frames(api_key, version, _name_keyed_request(api_key, ["orders", "secret-pay"]))
     ctx = FakeContext(api_key, version)
     result, suspended = await run_check(p, ctx, req)
-    assert not suspended and isinstance(result, Forward)  # names: decided synchronously
+    assert not suspended
+    assert isinstance(result, Forward)
     sent = through_frames(api_key, version, result.message)
     name_attr = "topic" if api_key == OFFSET_FOR_LEADER_EPOCH else "name"
     assert [getattr(t, name_attr) for t in sent.topics] == ["orders"]  # the denied topic never goes upstream

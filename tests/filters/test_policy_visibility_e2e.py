@@ -72,7 +72,8 @@ def test_committed_offsets_of_a_denied_topic_are_hidden(broker, kgate, topics) -
     assert _committed(broker.bootstrap, group, shown, hidden) == {shown: (5, None), hidden: (7, None)}  # control
     via = _committed(kgate.bootstrap, group, shown, hidden)
     assert via[shown] == (5, None)
-    assert via[hidden][1] == KafkaError.TOPIC_AUTHORIZATION_FAILED and via[hidden][0] != 7
+    assert via[hidden][1] == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert via[hidden][0] != 7
 
     assert _listed(broker.bootstrap, group) == {shown: 5, hidden: 7}  # control: the group has both
     assert _listed(kgate.bootstrap, group) == {shown: 5}

@@ -57,7 +57,7 @@ def test_bucket_holds_a_flat_out_sender_to_the_rate_over_any_long_interval() -> 
 
 
 def test_bucket_rejects_a_zero_rate() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="rate must be positive"):
         TokenBucket(0, 1, 0)
 
 
@@ -96,11 +96,14 @@ def test_precedence_follows_kafkas_order_user_then_client_id_with_defaults() -> 
     # ... and before a rule that names nothing; the longer prefix first
     rules = parse_rules([{"requests_per_s": 1}, RULES[8], {"client_cidr": "10.2.0.0/16", "requests_per_s": 2}])
     found = resolve(rules, None, "x", ipaddress.ip_address("10.2.0.1"))[REQUESTS]
-    assert found is not None and found[0].index == 2
+    assert found is not None
+    assert found[0].index == 2
     found = resolve(rules, None, "x", ipaddress.ip_address("10.3.0.1"))[PRODUCE_BYTES]
-    assert found is not None and found[0].index == 1
+    assert found is not None
+    assert found[0].index == 1
     found = resolve(rules, None, "x", ipaddress.ip_address("11.0.0.1"))[REQUESTS]
-    assert found is not None and found[0].index == 0
+    assert found is not None
+    assert found[0].index == 0
 
 
 def test_each_kind_takes_the_most_specific_rule_that_sets_it() -> None:
@@ -113,10 +116,14 @@ def test_exact_values_share_one_budget_defaults_give_each_value_its_own() -> Non
     rules = parse_rules(RULES)
     a = resolve(rules, "bob", "x", None)[PRODUCE_BYTES]
     b = resolve(rules, "carol", "y", None)[PRODUCE_BYTES]
-    assert a is not None and b is not None and a[1] != b[1]  # principal "*": per user, as Kafka's <default>
+    assert a is not None
+    assert b is not None
+    assert a[1] != b[1]
     c = resolve(rules, None, "heavy", None)[PRODUCE_BYTES]
     d = resolve(rules, None, "heavy", ipaddress.ip_address("1.2.3.4"))[PRODUCE_BYTES]
-    assert c is not None and d is not None and c[1] == d[1]
+    assert c is not None
+    assert d is not None
+    assert c[1] == d[1]
 
 
 @pytest.mark.parametrize(
@@ -206,7 +213,8 @@ def test_produce_is_charged_as_read_and_mutes_the_connection_for_the_debt() -> N
     assert len(info.pauses) == 1
     clock.now += 0.2
     answer = _produce_answer(q, ctx2)
-    assert isinstance(answer, Forward) and answer.message.throttle_time_ms == 300  # the debt left
+    assert isinstance(answer, Forward)
+    assert answer.message.throttle_time_ms == 300
     assert _produce_answer(q, ctx, broker_ms=900) is FORWARD  # the broker's larger value stays
     clock.now += 1
     assert _produce_answer(q, ctx2) is FORWARD  # repaid: nothing to add
@@ -228,7 +236,8 @@ def test_unlimited_clients_are_not_touched() -> None:
     q = _quotas(Clock())
     info = Info("free")
     ctx = _produce(q, info, 1, 10_000_000)
-    assert info.pauses == [] and not ctx.state
+    assert info.pauses == []
+    assert not ctx.state
 
 
 class Exchange:
@@ -253,9 +262,11 @@ def test_a_fetch_answer_is_charged_by_its_hook_and_carries_the_throttle() -> Non
     )
     result = q.fetch_answer(ctx.for_response(), answer)
     assert heavy.pauses == [pytest.approx(2.0)]  # 3000 bytes against a 1000 burst at 1000/s
-    assert isinstance(result, Forward) and result.message.throttle_time_ms == 2000
+    assert isinstance(result, Forward)
+    assert result.message.throttle_time_ms == 2000
     free = FakeContext(ApiKey.FETCH, 12, connection=Info("free"))
-    assert q.fetch(free, api.API_INFO[ApiKey.FETCH].request_class(max_bytes=500)) is FORWARD and not free.state
+    assert q.fetch(free, api.API_INFO[ApiKey.FETCH].request_class(max_bytes=500)) is FORWARD
+    assert not free.state
 
 
 def test_requests_and_connections_are_counted_after_the_answer() -> None:
@@ -271,7 +282,8 @@ def test_requests_and_connections_are_counted_after_the_answer() -> None:
     third = Info("chatty")
     third.client_address = "10.0.0.1:5002"
     q.record(Exchange(ApiKey.METADATA), third, b"x", 10, 0)  # type: ignore[arg-type]
-    assert third.pauses and max(third.pauses) >= 1.0  # a second new connection in a 1/s budget
+    assert third.pauses
+    assert max(third.pauses) >= 1.0
 
 
 def test_a_fetch_limited_client_asks_for_at_most_one_burst() -> None:
@@ -279,7 +291,8 @@ def test_a_fetch_limited_client_asks_for_at_most_one_burst() -> None:
     request = api.API_INFO[ApiKey.FETCH].request_class(max_bytes=50_000_000)
     ctx = FakeContext(ApiKey.FETCH, 12, connection=Info("heavy"))
     result = q.fetch(ctx, request)
-    assert isinstance(result, Forward) and result.message.max_bytes == 1000
+    assert isinstance(result, Forward)
+    assert result.message.max_bytes == 1000
     assert q.fetch(FakeContext(ApiKey.FETCH, 12, connection=Info("free")), request) is FORWARD
 
 
@@ -291,9 +304,13 @@ def test_the_throttle_line_carries_structured_fields(caplog: pytest.LogCaptureFi
         _produce(q, info, 2, 5000)  # within LOG_EVERY_S: no second line
     (record,) = [r for r in caplog.records if r.name == "kgate.quotas"]
     line = json.loads(JsonFormatter().format(record))
-    assert line["client_id"] == "heavy" and line["decision"] == "throttle" and line["api"] == "PRODUCE"
-    assert line["resource"] == "produce_bytes_per_s" and line["connection"] == "10.0.0.1:5000"
-    assert line["cluster"] == "c" and line["throttle_ms"] == 4000
+    assert line["client_id"] == "heavy"
+    assert line["decision"] == "throttle"
+    assert line["api"] == "PRODUCE"
+    assert line["resource"] == "produce_bytes_per_s"
+    assert line["connection"] == "10.0.0.1:5000"
+    assert line["cluster"] == "c"
+    assert line["throttle_ms"] == 4000
 
 
 def test_kind_constants_follow_the_config_names() -> None:

@@ -157,7 +157,8 @@ async def test_streams_heartbeat_needs_describe_on_every_topology_topic() -> Non
     ):
         ctx, request = request_ctx(HB, join(topo=topo), principal="bob")
         out = answered(HB, await hook(authorizer().check, ctx, request))
-        assert out.error_code == TOPIC_DENIED and "secret-" in out.error_message
+        assert out.error_code == TOPIC_DENIED
+        assert "secret-" in out.error_message
         assert not ctx.sent  # nothing upstream, not even the existence check
 
 
@@ -173,7 +174,8 @@ async def test_streams_internal_topics_need_create_only_when_missing() -> None:
     f = authorizer()
     # bob may create: forwarded with no question asked
     ctx, request = request_ctx(HB, join(), principal="bob")
-    assert await hook(f.check, ctx, request) is FORWARD and not ctx.sent
+    assert await hook(f.check, ctx, request) is FORWARD
+    assert not ctx.sent
     # alice may not create, but both internal topics exist: forwarded after one Metadata by name
     ctx, request = request_ctx(
         HB, join(), upstream={ApiKey.METADATA: metadata_of("app-store-changelog", "app-rekey-repartition")}
@@ -197,7 +199,8 @@ async def test_topic_policy_refuses_a_topology_naming_a_denied_topic() -> None:
     p = policy()
     ctx, request = request_ctx(HB, join(topo=topology(changelog="secret-store-changelog")), principal=None)
     out = answered(HB, p.check(ctx, request))
-    assert out.error_code == TOPIC_DENIED and "secret-store-changelog" in out.error_message
+    assert out.error_code == TOPIC_DENIED
+    assert "secret-store-changelog" in out.error_message
     ctx, request = request_ctx(HB, join(), principal=None)
     assert p.check(ctx, request) is FORWARD
 
@@ -253,7 +256,8 @@ async def test_streams_describe_refuses_denied_groups_and_groups_using_denied_to
         sgd.StreamsGroupDescribeRequest(group_ids=["app", "secret-app", "leaky"], include_authorized_operations=True),
     )
     result = await hook(f.check, ctx, request)
-    assert isinstance(result, Forward) and result.message.group_ids == ["app", "leaky"]
+    assert isinstance(result, Forward)
+    assert result.message.group_ids == ["app", "leaky"]
     broker = testing.round_trip_response(
         SD, 0, sgd.StreamsGroupDescribeResponse(groups=[described("app", "orders"), described("leaky", "secret-pay")])
     )
@@ -324,7 +328,8 @@ async def test_describe_share_group_offsets_hides_denied_topics(v: int) -> None:
     request = testing.round_trip_request(DESC, v, asked)
     ctx = testing.FakeContext(DESC, v, request=request, principal="alice")
     result = await hook(f.check, ctx, request)
-    assert isinstance(result, Forward) and [x.group_id for x in result.message.groups] == ["sg", "whole"]
+    assert isinstance(result, Forward)
+    assert [x.group_id for x in result.message.groups] == ["sg", "whole"]
     answer = offsets_answer("sg", "orders", "secret-pay")
     answer.groups += offsets_answer("whole", "orders", "secret-pay").groups
     broker = testing.round_trip_response(DESC, v, answer)
@@ -376,7 +381,8 @@ async def test_alter_share_group_offsets_needs_read_on_group_and_topics() -> Non
     assert answered(ALTER, await hook(f.check, ctx, request)).error_code == GROUP_DENIED
     ctx, request = request_ctx(ALTER, alter("sg", "orders", "secret-pay"))
     result = await hook(f.check, ctx, request)
-    assert isinstance(result, Forward) and [t.topic_name for t in result.message.topics] == ["orders"]
+    assert isinstance(result, Forward)
+    assert [t.topic_name for t in result.message.topics] == ["orders"]
     rt = asgo.AlterShareGroupOffsetsResponseTopic
     broker = asgo.AlterShareGroupOffsetsResponse(
         responses=[
@@ -406,7 +412,8 @@ async def test_delete_share_group_offsets_needs_delete_on_the_group_and_read_on_
     assert answered(DELETE, await hook(f.check, ctx, request)).error_code == GROUP_DENIED
     ctx, request = request_ctx(DELETE, delete("sg", "orders", "secret-pay"), principal="bob")
     result = await hook(f.check, ctx, request)
-    assert isinstance(result, Forward) and [t.topic_name for t in result.message.topics] == ["orders"]
+    assert isinstance(result, Forward)
+    assert [t.topic_name for t in result.message.topics] == ["orders"]
     broker = dsgo.DeleteShareGroupOffsetsResponse(
         responses=[
             dsgo.DeleteShareGroupOffsetsResponseTopic(topic_name="orders", topic_id=id_of("orders"), error_code=0)
@@ -416,11 +423,12 @@ async def test_delete_share_group_offsets_needs_delete_on_the_group_and_read_on_
     assert [(t.topic_name, t.error_code) for t in out.responses] == [("orders", 0), ("secret-pay", TOPIC_DENIED)]
 
 
-@pytest.mark.parametrize("key, build", [(ALTER, alter), (DELETE, delete)])
+@pytest.mark.parametrize(("key", "build"), [(ALTER, alter), (DELETE, delete)])
 async def test_topic_policy_refuses_share_offsets_of_denied_topics(key: int, build: Any) -> None:
     p = policy()
     ctx, request = request_ctx(key, build("sg", "orders", "secret-pay"), principal=None)
     result = await hook(p.admin, ctx, request)
-    assert isinstance(result, Forward) and [t.topic_name for t in result.message.topics] == ["orders"]
+    assert isinstance(result, Forward)
+    assert [t.topic_name for t in result.message.topics] == ["orders"]
     ctx, request = request_ctx(key, build("sg", "orders"), principal=None)
     assert await hook(p.admin, ctx, request) is FORWARD

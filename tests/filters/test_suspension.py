@@ -176,7 +176,8 @@ async def test_synchronous_filter_bug_closes_only_that_connection(kgate, prefix)
         bad.close()
         good.close()
     assert resp.brokers
-    assert kgate.proxy is not None and kgate._thread.is_alive()
+    assert kgate.proxy is not None
+    assert kgate._thread.is_alive()
 
 
 async def test_sync_hooks_cost_no_task(kgate) -> None:

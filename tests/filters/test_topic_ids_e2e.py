@@ -99,7 +99,8 @@ async def test_thousand_concurrent_fetches_by_a_cold_id_make_one_lookup(broker, 
         # connect all 20 first (ApiVersions only: Tansu answers an empty Metadata topic list with
         # every topic, which would teach kgate the id passively)
         await asyncio.gather(*(c.request(API_VERSIONS, API_VERSIONS_V3, 3) for c in conns))
-        assert _stats(kg).lookups == 0 and _cached(kg, tid) is None
+        assert _stats(kg).lookups == 0
+        assert _cached(kg, tid) is None
         # Hold the lookup's answer until every connection's first Fetch has joined it: otherwise a
         # fast lookup can finish before the other connections' Fetches arrive (1 run in 3), and
         # nothing is left to coalesce. Each connection's later Fetches wait behind its first one.
@@ -203,7 +204,8 @@ async def test_delete_and_recreate_behind_kgates_back_evicts_the_old_id(broker, 
         first = await _fetch(c, [(id1, [0])])
         assert len(first) == 1
         _tid, part, code, recs = first[0]
-        assert part == 0 and recs == [], "the old id must never return the new topic's data"
+        assert part == 0, "the old id must never return the new topic's data"
+        assert recs == [], "the old id must never return the new topic's data"
         assert code in (UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION), first
 
         assert _cached(kg, id1) is None, (
@@ -253,8 +255,10 @@ async def test_unresolvable_id_is_refused_in_fetch_and_produce_v13(broker, unres
         ] == [(True, [(0, code), (3, code)])]
         # the same connection is still open and serves a later request
         _v, md = await c.request(API_VERSIONS, API_VERSIONS_V3, 3)
-        assert md.error_code == 0 and md.api_keys
-        assert c._transport is transport and not transport.is_closing()
+        assert md.error_code == 0
+        assert md.api_keys
+        assert c._transport is transport
+        assert not transport.is_closing()
         assert k.call(lambda: len(k.cluster.connections)) == 1
     finally:
         c.close()
@@ -278,6 +282,7 @@ async def test_fetch_mixing_a_known_topic_a_denied_topic_and_a_random_id(broker,
     assert set(by_id) == {rand, known, denied}
     assert by_id[rand] == [(0, UNKNOWN_TOPIC_ID, [])]
     assert by_id[denied] == [(0, TOPIC_AUTHORIZATION_FAILED, [])]  # name-based deny applied to an id
-    assert [p for p, code, _r in by_id[known]] == [0, 1] and all(code == 0 for _p, code, _r in by_id[known])
+    assert [p for p, code, _r in by_id[known]] == [0, 1]
+    assert all(code == 0 for _p, code, _r in by_id[known])
     assert sorted(r for _p, _c, recs in by_id[known] for r in recs) == sorted(vals)
     assert _cached(kg, known) == name

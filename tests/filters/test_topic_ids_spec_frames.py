@@ -100,7 +100,9 @@ async def test_produce_v13_allowed_ids_forward_the_original_bytes() -> None:
     req = through_frames(PRODUCE, 13, produce_v13((OK_ID, [0, 1])))
     assert request_topics(PRODUCE, req) == [OK_ID]
     result, suspended = await run_check(p, ctx, req)
-    assert result is FORWARD and not suspended and ctx.lookups == []  # cached: no task, no lookup
+    assert result is FORWARD
+    assert not suspended
+    assert ctx.lookups == []
     assert p.merge(ctx, ProduceResponse(responses=[])) is FORWARD  # nothing kept back to merge
 
 
@@ -113,8 +115,10 @@ async def test_produce_v13_split_refused_ids_and_merge_them_into_the_broker_answ
         produce_v13((OK_ID, [0, 1]), (SECRET_ID, [0]), (LATE_ID, [2]), (GONE_ID, [0, 5]), (FLAKY_ID, [1])),
     )
     result, suspended = await run_check(p, ctx, req)
-    assert suspended and ctx.lookups == [[LATE_ID, GONE_ID, FLAKY_ID]]  # only the misses, in one call
-    assert isinstance(result, Forward) and result.message is not None
+    assert suspended
+    assert ctx.lookups == [[LATE_ID, GONE_ID, FLAKY_ID]]
+    assert isinstance(result, Forward)
+    assert result.message is not None
 
     sent = through_frames(PRODUCE, 13, result.message)  # what the broker receives
     assert [t.topic_id for t in sent.topic_data] == [OK_ID, LATE_ID]
@@ -139,7 +143,8 @@ async def test_produce_v13_split_refused_ids_and_merge_them_into_the_broker_answ
     )
     broker = response_through_frames(PRODUCE, 13, broker)
     merged = p.merge(ctx, broker)
-    assert isinstance(merged, Forward) and merged.message is not None
+    assert isinstance(merged, Forward)
+    assert merged.message is not None
     out = response_through_frames(PRODUCE, 13, merged.message)
     assert produce_codes(out) == {
         OK_ID: [(0, 0), (1, 0)],
@@ -201,7 +206,8 @@ async def test_offset_commit_v10_split_and_merge() -> None:
     req = through_frames(OFFSET_COMMIT, 10, offset_commit_v10((OK_ID, [0]), (GONE_ID, [1]), (SECRET_ID, [0, 1])))
     assert request_topics(OFFSET_COMMIT, req) == [OK_ID, GONE_ID, SECRET_ID]
     result, suspended = await run_check(p, ctx, req)
-    assert suspended and ctx.lookups == [[GONE_ID]]
+    assert suspended
+    assert ctx.lookups == [[GONE_ID]]
     assert isinstance(result, Forward)
     sent = through_frames(OFFSET_COMMIT, 10, result.message)
     assert [(t.topic_id, [(q.partition_index, q.committed_offset) for q in t.partitions]) for t in sent.topics] == [
@@ -232,7 +238,9 @@ async def test_offset_commit_v10_all_allowed_and_all_refused() -> None:
     ctx = FakeContext(OFFSET_COMMIT, 10)
     req = through_frames(OFFSET_COMMIT, 10, offset_commit_v10((OK_ID, [0, 1]), (LATE_ID, [0])))
     result, suspended = await run_check(p, ctx, req)
-    assert result is FORWARD and suspended and ctx.lookups == [[LATE_ID]]
+    assert result is FORWARD
+    assert suspended
+    assert ctx.lookups == [[LATE_ID]]
 
     ctx = FakeContext(OFFSET_COMMIT, 10)
     req = through_frames(OFFSET_COMMIT, 10, offset_commit_v10((SECRET_ID, [0]), (FLAKY_ID, [2, 3])))
@@ -260,7 +268,8 @@ async def test_versions_before_ids_still_use_names() -> None:
     )
     req = through_frames(OFFSET_COMMIT, 9, req)
     result, suspended = await run_check(p, ctx, req)
-    assert not suspended and ctx.lookups == []
+    assert not suspended
+    assert ctx.lookups == []
     assert isinstance(result, Forward)
     assert [t.name for t in through_frames(OFFSET_COMMIT, 9, result.message).topics] == ["orders"]
     errors = ctx.state["kgate.refused"]
@@ -296,7 +305,8 @@ def test_policy_hooks_every_topic_carrying_rpc() -> None:
     for key in (ApiKey.CONSUMER_GROUP_DESCRIBE, ApiKey.SHARE_GROUP_DESCRIBE):
         assert ("response", key) in hooked
     for s in (s for _a, s in TopicPolicy.hooks):
-        assert s.min_version == 0 and s.max_version is None
+        assert s.min_version == 0
+        assert s.max_version is None
 
 
 def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
@@ -324,7 +334,8 @@ def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
         resp = error_response(CGH, version, got, AUTHZ)
         assert resp is not None
         out = response_through_frames(CGH, version, resp)
-        assert out.error_code == AUTHZ and out.assignment is None
+        assert out.error_code == AUTHZ
+        assert out.assignment is None
     # the response's assignment (ids) round-trips too
     resp_cls = api.API_INFO[CGH].response_class
     from kgate.codec.generated.consumer_group_heartbeat import Assignment

@@ -134,7 +134,8 @@ async def test_a_missing_marks_topic_is_created() -> None:
     cluster = FakeCluster(exists=False)
     store = _store(cluster)
     await store._ensure_topic()
-    assert ApiKey.CREATE_TOPICS in cluster.calls and cluster.exists
+    assert ApiKey.CREATE_TOPICS in cluster.calls
+    assert cluster.exists
 
 
 async def test_a_write_is_retried_through_a_leader_change_and_applied_locally() -> None:

@@ -59,7 +59,8 @@ async def test_records_frames_paired_and_decodable(kafka, tmp_path: Path) -> Non
     finally:
         c.close()
         relay.stop()
-    assert versions.error_code == ErrorCode.NONE and created.topics[0].error_code == ErrorCode.NONE
+    assert versions.error_code == ErrorCode.NONE
+    assert created.topics[0].error_code == ErrorCode.NONE
     assert tid.int != 0
 
     rows = [json.loads(line) for line in (tmp_path / "corpus" / "index.jsonl").read_text().splitlines()]

@@ -226,7 +226,8 @@ class Wire:
 async def sasl_v1(w: Wire, mechanism: str, user: str, password: str) -> Any:
     """SaslHandshake v1 + SaslAuthenticate v2; returns the last SaslAuthenticate response."""
     hs = await w.request(SASL_HANDSHAKE, 1, SaslHandshakeRequest(mechanism=mechanism))
-    assert hs.error_code == 0 and mechanism in hs.mechanisms, hs
+    assert hs.error_code == 0, hs
+    assert mechanism in hs.mechanisms, hs
 
     async def step(token: bytes) -> Any:
         return await w.request(SASL_AUTHENTICATE, 2, SaslAuthenticateRequest(auth_bytes=token))
@@ -246,7 +247,8 @@ async def sasl_v1(w: Wire, mechanism: str, user: str, password: str) -> Any:
 async def sasl_v0(w: Wire, mechanism: str, user: str, password: str) -> None:
     """SaslHandshake v0, then bare token frames (one for PLAIN, two round trips for SCRAM)."""
     hs = await w.request(SASL_HANDSHAKE, 0, SaslHandshakeRequest(mechanism=mechanism))
-    assert hs.error_code == 0 and mechanism in hs.mechanisms, hs
+    assert hs.error_code == 0, hs
+    assert mechanism in hs.mechanisms, hs
     if mechanism == "PLAIN":
         assert await w.token(plain_token(user, password)) == b""  # Kafka answers PLAIN with an empty frame
         return
@@ -290,8 +292,10 @@ async def test_gate_demands_authentication(gate) -> None:
     finally:
         bad.close()
     recs = gate.wait_for(lambda rs: len(rs) == 2 and not any(r.open for r in rs))
-    assert recs[0].refused_api_key == METADATA and not recs[0].authenticated
-    assert recs[1].claimed_user == "alice" and not recs[1].authenticated
+    assert recs[0].refused_api_key == METADATA
+    assert not recs[0].authenticated
+    assert recs[1].claimed_user == "alice"
+    assert not recs[1].authenticated
     assert "invalid proof" in (recs[1].failure or "")
 
 
@@ -315,8 +319,12 @@ async def test_own_connection_authenticates_with_upstream_auth(gate, secured, kg
     assert all(r.claimed_user == SVC for r in recs), recs  # only kgate's own connection so far
     assert any(r.user == SVC for r in recs)
     for r in recs:
-        assert r.authenticated and r.mechanism == mechanism and r.handshake_version == 1 and not r.raw_tokens, r
-        assert r.requests_before_auth[-1] == SASL_AUTHENTICATE and r.refused_api_key is None, r
+        assert r.authenticated, r
+        assert r.mechanism == mechanism, r
+        assert r.handshake_version == 1, r
+        assert not r.raw_tokens, r
+        assert r.requests_before_auth[-1] == SASL_AUTHENTICATE, r
+        assert r.refused_api_key is None, r
 
 
 @pytest.mark.parametrize("mechanism", MECHS)
@@ -337,14 +345,16 @@ async def test_own_connection_wrong_password(gate, secured, kgate_factory, caplo
         result = await on_kgate(k, k.cluster.topic_names.resolve([tid]))
         err = result[tid]
         assert isinstance(err, TopicNameError), result
-        assert err.code == LOOKUP_FAILED and err.retriable, err
+        assert err.code == LOOKUP_FAILED, err
+        assert err.retriable, err
         if attempt == 0:
             assert expected in err.message, err.message
     assert k.call(lambda: dict(k.cluster.upstream_nodes)) == {}  # discovery could not succeed
     assert all(r.exc_info is None for r in caplog.records)  # failures are logged, nothing raised
 
     recs = gate.records()
-    assert recs and all(not r.authenticated for r in recs), recs
+    assert recs, recs
+    assert all(not r.authenticated for r in recs), recs
     assert any(r.claimed_user == SVC and r.mechanism == mechanism and r.failure for r in recs), recs
 
     # kgate is still up and serving clients, who authenticate themselves
@@ -375,7 +385,7 @@ async def test_own_requests_wait_for_authentication(gate, secured, kgate_factory
         gate.clear()
         first = asyncio.ensure_future(client.request(METADATA, metadata, lo=1))
         # the gate got the new connection's ApiVersions: kgate is connected, not yet authenticated
-        while not any(r.requests_before_auth for r in gate.records()):
+        while not any(r.requests_before_auth for r in gate.records()):  # noqa: ASYNC110 - another thread's records
             await asyncio.sleep(0.0005)
         second = asyncio.ensure_future(client.request(METADATA, metadata, lo=1))
         lookup = asyncio.ensure_future(k.cluster.topic_names.resolve([tid]))
@@ -469,8 +479,11 @@ async def test_clients_authenticate_through_kgate(gate, secured, kgate_factory, 
     alice = [r for r in gate.records() if r.claimed_user == "alice"]
     assert len(alice) >= 4  # producer and consumer, bootstrap and node connection each
     for r in alice:
-        assert r.user == "alice" and r.mechanism == mechanism, r
-        assert r.handshake_version == 1 and not r.raw_tokens and r.failure is None, r  # librdkafka: v1
+        assert r.user == "alice", r
+        assert r.mechanism == mechanism, r
+        assert r.handshake_version == 1, r
+        assert not r.raw_tokens, r
+        assert r.failure is None, r  # librdkafka: v1
         assert r.tokens == (1 if mechanism == "PLAIN" else 2), r
 
 
@@ -496,7 +509,8 @@ async def test_client_wrong_password_fails_and_kgate_stays_up(gate, secured, kga
     await asyncio.to_thread(wait_auth_error)
     assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
     bob = [r for r in gate.records() if r.claimed_user == "bob"]
-    assert bob and all(not r.authenticated and "invalid proof" in (r.failure or "") for r in bob), bob
+    assert bob, bob
+    assert all(not r.authenticated and "invalid proof" in (r.failure or "") for r in bob), bob
     p.flush(0)
 
     # kgate is unharmed: a client with the right password works through the same kgate
@@ -524,8 +538,10 @@ async def test_handshake_v0_bare_tokens_pass_through(gate, kgate_factory, mechan
     finally:
         w.close()
     (rec,) = [r for r in gate.records() if r.claimed_user == "alice"]
-    assert rec.user == "alice" and rec.mechanism == mechanism, rec
-    assert rec.handshake_version == 0 and rec.raw_tokens, rec
+    assert rec.user == "alice", rec
+    assert rec.mechanism == mechanism, rec
+    assert rec.handshake_version == 0, rec
+    assert rec.raw_tokens, rec
     assert rec.tokens == (1 if mechanism == "PLAIN" else 2), rec
     assert rec.requests_before_auth == [API_VERSIONS, SASL_HANDSHAKE], rec
 
@@ -542,7 +558,8 @@ async def test_handshake_v0_wrong_password_closes_the_client(gate, kgate_factory
     finally:
         w.close()
     (rec,) = [r for r in gate.records() if r.claimed_user == "alice"]
-    assert not rec.authenticated and rec.raw_tokens, rec
+    assert not rec.authenticated, rec
+    assert rec.raw_tokens, rec
     assert k._thread.is_alive()
 
 

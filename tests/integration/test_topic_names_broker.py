@@ -102,10 +102,13 @@ async def test_resolve_ids_unknown_and_negative_cache(broker):
         unknown = uuid.uuid4()
         res = await r.resolve([unknown])
         err = res[unknown]
-        assert isinstance(err, TopicNameError) and err.code == UNKNOWN_TOPIC_ID and not err.retriable
+        assert isinstance(err, TopicNameError)
+        assert err.code == UNKNOWN_TOPIC_ID
+        assert not err.retriable
         assert r.stats.lookups == 2
         assert (await r.resolve([unknown]))[unknown].code == UNKNOWN_TOPIC_ID
-        assert r.stats.lookups == 2 and r.stats.negative_hits == 1  # negative-cached
+        assert r.stats.lookups == 2
+        assert r.stats.negative_hits == 1
     finally:
         await r.close()
         client.close()
@@ -167,12 +170,14 @@ async def test_delete_recreate_observed_responses(broker):
         assert resp.topics[0].error_code == 0, resp
         r.observe_create_topics_response(v, resp)
         new = resp.topics[0].topic_id
-        assert new != old and new.int != 0
+        assert new != old
+        assert new.int != 0
         lookups = r.stats.lookups
         assert r.cached(new) == name  # learnt passively, no lookup
         res = await r.resolve([old, new])
         assert res[new] == name
-        assert isinstance(res[old], TopicNameError) and res[old].code == UNKNOWN_TOPIC_ID
+        assert isinstance(res[old], TopicNameError)
+        assert res[old].code == UNKNOWN_TOPIC_ID
         assert r.stats.lookups == lookups  # old id negative-cached by the delete
         await wait_listed(client, name)
         assert (await ids_by_name(client, [name]))[name] == new
@@ -201,15 +206,18 @@ async def test_delete_recreate_unseen_sweep_evicts_old_id(broker):
         assert res[new] == name
 
         assert await r.sweep_once() == 1  # old id: Tansu says 3 -> dead
-        assert r.cached(old) is None and r.cached(new) == name
+        assert r.cached(old) is None
+        assert r.cached(new) == name
         res = await r.resolve([old])
-        assert isinstance(res[old], TopicNameError) and res[old].code == UNKNOWN_TOPIC_ID
+        assert isinstance(res[old], TopicNameError)
+        assert res[old].code == UNKNOWN_TOPIC_ID
         # after the negative TTL, a fresh lookup still says "does not exist"
         lookups = r.stats.lookups
         await asyncio.sleep(0.3)
         res = await r.resolve([old])
         assert r.stats.lookups == lookups + 1
-        assert isinstance(res[old], TopicNameError) and res[old].code == UNKNOWN_TOPIC_ID
+        assert isinstance(res[old], TopicNameError)
+        assert res[old].code == UNKNOWN_TOPIC_ID
     finally:
         await r.close()
         client.close()
@@ -226,7 +234,9 @@ async def test_broker_down_is_retriable_and_not_cached(tansu_factory):
         t.kill()
         res = await r.resolve([tid])
         err = res[tid]
-        assert isinstance(err, TopicNameError) and err.retriable and err.code == -1
+        assert isinstance(err, TopicNameError)
+        assert err.retriable
+        assert err.code == -1
         assert r.stats.lookup_failures >= 1
         res2 = await r.resolve([tid])
         assert res2[tid].retriable  # asked again, not answered from a negative cache

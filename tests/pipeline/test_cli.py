@@ -38,7 +38,8 @@ def test_user_mistakes_exit_2_with_a_clear_message(
     ]
     assert main(["report", *args]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("kgate report: error: ") and message in err, err
+    assert err.startswith("kgate report: error: "), err
+    assert message in err, err
     assert "Traceback" not in err
 
 
@@ -78,7 +79,8 @@ def test_a_report_run_writes_every_output(spark: Any, tmp_path: Path, capsys: py
     assert "consumer-old (User:bob)" in html  # the stale-id client is named in the summary
     assert "2 malformed and 1 of an unknown schema version skipped" in html
     for png in ("traffic", "principals", "errors", "instances", "latency", "topic_ids"):
-        assert f"src='{png}.png'" in html and (out / f"{png}.png").stat().st_size > 1000, png
+        assert f"src='{png}.png'" in html, png
+        assert (out / f"{png}.png").stat().st_size > 1000, png
 
 
 def test_tables_to_a_uri_are_written_by_spark(spark: Any, tmp_path: Path) -> None:
@@ -176,4 +178,5 @@ def test_conf_arguments() -> None:
     }
     with pytest.raises(UsageError, match="KEY=VALUE"):
         parse_conf(["no-equals"])
-    assert cluster_shuffle_partitions(8) == 16 and cluster_shuffle_partitions(0) == 2
+    assert cluster_shuffle_partitions(8) == 16
+    assert cluster_shuffle_partitions(0) == 2

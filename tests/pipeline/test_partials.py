@@ -83,7 +83,8 @@ def test_lines_arrow_cannot_take_as_they_are() -> None:
 
 def test_a_long_bad_line_keeps_only_a_sample() -> None:
     (_, [bad]) = decode.parse_block(b"x" * 100_000)
-    assert bad.status == MALFORMED and bad.sample == "x" * decode.SAMPLE_CHARS
+    assert bad.status == MALFORMED
+    assert bad.sample == "x" * decode.SAMPLE_CHARS
 
 
 def test_gzip_members_are_read_one_after_another() -> None:
@@ -96,18 +97,21 @@ def test_a_damaged_gzip_file_keeps_the_lines_before_the_damage() -> None:
     lines = _lines(*[event(T0 + i, topics=[topic("orders", bytes=10)]) for i in range(5000)])
     data = gzip.compress(lines)
     cut = data[: len(data) // 2]
-    got = b""
+    parts: list[bytes] = []
     with pytest.raises(decode.Truncated):
-        for block in decode.blocks(cut, gzipped=True, block_bytes=64 << 10):
-            got += block
-    assert got and lines.startswith(got) and got.endswith(b"\n")
+        parts.extend(decode.blocks(cut, gzipped=True, block_bytes=64 << 10))  # keeps what came before the raise
+    got = b"".join(parts)
+    assert got
+    assert lines.startswith(got)
+    assert got.endswith(b"\n")
 
     p = Partials()
     p.add_file("/x/cut.jsonl.gz", cut)
     files = pa.Table.from_batches(list(p.batches())).filter(pa.compute.equal(pa.compute.field("gid"), 0))
     slots = SLOTS["files"]
     by_status = {r[slots["status"]]: r[slots["lines"]] for r in files.to_pylist()}
-    assert by_status["ok"] == got.count(b"\n") and by_status[MALFORMED] == 1
+    assert by_status["ok"] == got.count(b"\n")
+    assert by_status[MALFORMED] == 1
     sample = next(r[slots["sample"]] for r in files.to_pylist() if r[slots["status"]] == MALFORMED)
     assert "gzip" in sample
 
@@ -115,7 +119,8 @@ def test_a_damaged_gzip_file_keeps_the_lines_before_the_damage() -> None:
 def test_plain_blocks_end_on_line_boundaries() -> None:
     data = _lines(*[event(T0 + i) for i in range(3000)])
     blocks = list(decode.blocks(data, gzipped=False, block_bytes=50_000))
-    assert len(blocks) > 5 and b"".join(blocks) == data
+    assert len(blocks) > 5
+    assert b"".join(blocks) == data
     assert all(b.endswith(b"\n") for b in blocks)
 
 
@@ -231,7 +236,8 @@ def test_a_null_policy_entry_still_makes_a_denial_row_key() -> None:
     p.add_block("/f", _lines({**event(T0), "policy": [None]}))
     t = pa.Table.from_batches(list(p.batches()))
     (client,) = t.filter(pa.compute.equal(t["gid"], GRAINS.index("client"))).to_pylist()
-    assert client[SLOTS["client"]["policy"]] == "[null]" and client[SLOTS["client"]["policy_events"]] == 1
+    assert client[SLOTS["client"]["policy"]] == "[null]"
+    assert client[SLOTS["client"]["policy_events"]] == 1
 
 
 def test_parquet_audit_files_roll_up_like_their_json_lines(tmp_path: Any) -> None:
@@ -267,4 +273,5 @@ def test_parquet_audit_files_roll_up_like_their_json_lines(tmp_path: Any) -> Non
     p = Partials()
     p.add_file("broken.parquet", b"PAR1 not really")
     (row,) = [r for b in p.batches() for r in pa.Table.from_batches([b]).to_pylist()]
-    assert row[SLOTS["files"]["status"]] == MALFORMED and row[SLOTS["files"]["lines"]] == 1
+    assert row[SLOTS["files"]["status"]] == MALFORMED
+    assert row[SLOTS["files"]["lines"]] == 1

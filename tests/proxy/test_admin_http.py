@@ -34,27 +34,36 @@ async def test_paths_methods_and_formats() -> None:
     port = server.port
     try:
         status, headers, body = await _raw(port, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert (status, body) == (200, b"ok\n") and headers["connection"] == "close"
+        assert (status, body) == (200, b"ok\n")
+        assert headers["connection"] == "close"
 
         status, _h, body = await _raw(port, b"GET /readyz?verbose HTTP/1.1\r\n\r\n")
-        assert status == 200 and body.startswith(b"ready\n")
+        assert status == 200
+        assert body.startswith(b"ready\n")
         stub.ready = False
         status, _h, body = await _raw(port, b"GET /readyz HTTP/1.0\r\n\r\n")
-        assert status == 503 and body.startswith(b"not ready\ndraining")
+        assert status == 503
+        assert body.startswith(b"not ready\ndraining")
 
         status, headers, body = await _raw(port, b"HEAD /livez HTTP/1.1\r\n\r\n")
-        assert status == 200 and body == b"" and headers["content-length"] == "3"
+        assert status == 200
+        assert body == b""
+        assert headers["content-length"] == "3"
 
         status, headers, _b = await _raw(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-        assert status == 405 and headers["allow"] == "GET, HEAD"
+        assert status == 405
+        assert headers["allow"] == "GET, HEAD"
         assert (await _raw(port, b"GET /admin HTTP/1.1\r\n\r\n"))[0] == 404
         assert (await _raw(port, b"garbage\r\n\r\n"))[0] == 400
 
         status, headers, body = await _raw(port, b"GET /metrics HTTP/1.1\r\n\r\n")
-        assert status == 200 and headers["content-type"].startswith("text/plain") and b"# TYPE" in body
+        assert status == 200
+        assert headers["content-type"].startswith("text/plain")
+        assert b"# TYPE" in body
         accept = b"Accept: application/openmetrics-text; version=1.0.0\r\n"
         status, headers, body = await _raw(port, b"GET /metrics HTTP/1.1\r\n" + accept + b"\r\n")
-        assert headers["content-type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+        assert headers["content-type"].startswith("application/openmetrics-text")
+        assert body.endswith(b"# EOF\n")
     finally:
         await server.close()
 
@@ -109,13 +118,16 @@ async def test_post_reload_answers_with_the_outcome_and_refuses_other_methods_an
     port = server.port
     try:
         status, headers, body = await _raw(port, b"POST /reload HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
-        assert status == 200 and headers["content-type"] == "application/json"
+        assert status == 200
+        assert headers["content-type"] == "application/json"
         assert json.loads(body) == {"result": "success", "message": "filter chains replaced: c"}
         status, _h, body = await _raw(port, b"POST /reload HTTP/1.1\r\n\r\n")
-        assert status == 500 and json.loads(body)["result"] == "failure"
+        assert status == 500
+        assert json.loads(body)["result"] == "failure"
         assert json.loads(body)["message"] == "kgate.yaml: filters[0].name: no filter"
         status, headers, _b = await _raw(port, b"GET /reload HTTP/1.1\r\n\r\n")
-        assert status == 405 and headers["allow"] == "POST"
+        assert status == 405
+        assert headers["allow"] == "POST"
         assert len(calls) == 2  # GET reloaded nothing
 
         other = _own_non_loopback_address()

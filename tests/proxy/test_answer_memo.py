@@ -214,7 +214,8 @@ def test_api_versions_hit_keeps_this_frames_correlation_id() -> None:
     second = memo.api_versions(_api_versions(wide, 42), 3)
     assert first == rewrite.cap_api_versions(_api_versions(wide, 1), 3, limits)
     assert second == rewrite.cap_api_versions(_api_versions(wide, 42), 3, limits)
-    assert second is not None and int.from_bytes(second[4:8], "big") == 42
+    assert second is not None
+    assert int.from_bytes(second[4:8], "big") == 42
 
 
 def test_api_versions_unchanged_stays_unchanged() -> None:

@@ -11,18 +11,30 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from support.core_driver import make_core
+from support.core_driver import RecordingActions, make_core
 
-from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request, on_response
+from kgate.api import (
+    ApiKey,
+    ConnectionInfo,
+    ErrorCode,
+    Filter,
+    FilterContext,
+    Respond,
+    error_response,
+    on_request,
+    on_response,
+)
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
 from kgate.codec.generated.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
+from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, Verdict
 from kgate.proxy.chain_handover import RetiredChain
 from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.core import ConnectionCore
 
 MD, PR = int(ApiKey.METADATA), int(ApiKey.PRODUCE)
@@ -123,7 +135,7 @@ class Reload:
         cluster = core.cluster
         self.idle: list[RetiredChain] = []
         self.old = RetiredChain(cluster.chain, cluster.exchange_observer, self.idle.append)
-        cluster._use_chain(FilterChain(list(filters)))
+        cluster.use_chain(FilterChain(list(filters)))
         cluster.exchange_observer = observer
         core.switch_chain(self.old)
         self.old.release()
@@ -138,15 +150,19 @@ def test_an_exchange_started_on_a_gets_its_response_hooks_and_state_from_a_after
     core, actions = make_core([a])
     core.receive_client(metadata_request(1))
     reload = Reload(core, b)
-    assert core.chain.filters == [b] and not reload.released
+    assert core.chain.filters == [b]
+    assert not reload.released
     core.receive_client(metadata_request(2))  # read after the switch: chain B, while 1 is still owed
-    assert cids(actions.upstream.data, 8) == [1, 2] and not actions.client_paused
+    assert cids(actions.upstream.data, 8) == [1, 2]
+    assert not actions.client_paused
 
     core.receive_broker(metadata_answer(1))
-    assert a.answered == [("A", "A", 1)] and b.answered == []
+    assert a.answered == [("A", "A", 1)]
+    assert b.answered == []
     assert reload.released, "A's last exchange ended: A is let go"
     core.receive_broker(metadata_answer(2))
-    assert b.answered == [("B", "B", 2)] and a.answered == [("A", "A", 1)]
+    assert b.answered == [("B", "B", 2)]
+    assert a.answered == [("A", "A", 1)]
     assert cids(actions.client.data, 4) == [1, 2]
     assert reload.idle == [reload.old], "released exactly once"
     assert actions.close_reason is None
@@ -173,7 +189,8 @@ def test_a_request_half_forwarded_finishes_on_its_chain() -> None:
     core.receive_client(frame[20:])
     assert bytes(actions.upstream.data) == frame
     core.receive_broker(produce_answer(1))
-    assert cids(actions.client.data, 4) == [1] and reload.released
+    assert cids(actions.client.data, 4) == [1]
+    assert reload.released
 
 
 def test_old_chain_released_after_the_last_of_several_exchanges() -> None:
@@ -187,7 +204,8 @@ def test_old_chain_released_after_the_last_of_several_exchanges() -> None:
     core.receive_broker(metadata_answer(2))
     assert not reload.released
     core.receive_broker(metadata_answer(3))
-    assert reload.released and [c for _t, _s, c in a.answered] == [1, 2, 3]
+    assert reload.released
+    assert [c for _t, _s, c in a.answered] == [1, 2, 3]
 
 
 def test_a_closing_connection_lets_go_of_the_old_chain_once() -> None:
@@ -214,7 +232,8 @@ def test_a_suspended_request_hook_finishes_on_its_chain_and_the_backlog_takes_th
     counter = ResponseCounter({})
     core, actions = make_core([SlowGate({}), counter])
     core.receive_client(metadata_request(1))  # suspended in SlowGate
-    assert core.suspended and len(actions.spawned) == 1
+    assert core.suspended
+    assert len(actions.spawned) == 1
     core.receive_client(metadata_request(2))  # behind it, in the backlog
     reload = Reload(core, Refuser({}))
     assert core.chain is not core.cluster.chain, "a hook of the old chain is still running"
@@ -240,7 +259,8 @@ def test_two_reloads_in_a_row_each_chain_keeps_its_exchanges() -> None:
     for cid in (1, 2, 3):
         core.receive_broker(metadata_answer(cid))
     assert (a.answered, b.answered, c.answered) == ([("A", "A", 1)], [("B", "B", 2)], [("C", "C", 3)])
-    assert first.released and second.released
+    assert first.released
+    assert second.released
 
 
 def test_observers_report_each_exchange_to_its_own_chain() -> None:
@@ -269,15 +289,22 @@ def test_an_observer_only_on_the_old_chain_goes_once_its_exchanges_end() -> None
     reload = Reload(core)
     core.receive_client(metadata_request(2))
     core.receive_broker(metadata_answer(1))
-    assert seen_a == [1] and reload.released and core._observer is None
+    assert seen_a == [1]
+    assert reload.released
+    assert core._observer is None
     core.receive_broker(metadata_answer(2))
-    assert seen_a == [1] and cids(actions.client.data, 4) == [1, 2]
+    assert seen_a == [1]
+    assert cids(actions.client.data, 4) == [1, 2]
 
 
 async def test_replace_chain_closes_the_old_filters_exactly_once_after_their_last_exchange() -> None:
     a, b = Tagger("A"), Tagger("B")
-    core, _actions = make_core([a])
-    cluster = core.cluster
+    # the cluster's own replace_chain is under test here: a real VirtualCluster (no listener opened)
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
+    )
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([a]), cfg.topic_names)
+    core = ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "t"), RecordingActions())
     cluster.connections.add(core_conn(core))
     core.receive_client(metadata_request(1))
     cluster.replace_chain(FilterChain([b]))
@@ -287,7 +314,8 @@ async def test_replace_chain_closes_the_old_filters_exactly_once_after_their_las
     core.receive_broker(metadata_answer(1))
     for _ in range(5):
         await asyncio.sleep(0)
-    assert a.closes == 1 and cluster.retired_chains == []
+    assert a.closes == 1
+    assert cluster.retired_chains == []
     core.receive_broker(metadata_answer(2))
     core.close(CloseReason.SHUTDOWN)
     await cluster.wait_closed()
@@ -303,6 +331,7 @@ def core_conn(core: ConnectionCore) -> Any:
 
     conn = Conn()
     conn.core = core  # type: ignore[attr-defined]
+    conn.switch_chain = core.switch_chain  # type: ignore[attr-defined]  # ClientConnection's, minus the clock
     return conn
 
 
@@ -350,4 +379,5 @@ def test_api_versions_after_the_switch_are_capped_by_the_new_chain() -> None:
     core.receive_client(api_versions_request(2))
     core.receive_broker(api_versions_answer(2))
     first, second = advertised_produce(actions.client.data)
-    assert first[0] == 0 and second == (3, 7)
+    assert first[0] == 0
+    assert second == (3, 7)

@@ -115,7 +115,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.core, self.out = make_core(
             self.filters, max_queued_requests=MAX_QUEUED, max_inflight_requests=MAX_INFLIGHT
         )
-        self.core.cluster._node_ports[7] = 20007  # node 7's listener is bound (no socket in this test)
+        self.core.cluster.node_ports[7] = 20007  # node 7's listener is bound (no socket in this test)
         self.sent: list[Sent] = []
         self.client_bytes = b""  # sent by the model client, not yet fed to the core
         self.broker_bytes = b""  # answered by the model broker, not yet fed to the core
@@ -349,7 +349,7 @@ class ReloadingCoreMachine(CoreMachine):
         cluster = self.core.cluster
         old = RetiredChain(cluster.chain, cluster.exchange_observer, self.released.append)
         filters = self.new_filters()
-        cluster._use_chain(FilterChain(filters))
+        cluster.use_chain(FilterChain(filters))
         self.core.switch_chain(old)
         old.release()
         event(f"reload: suspended={self.core.suspended}, in flight={len(self.core.pending)}")

@@ -7,10 +7,19 @@ and must be loud rather than leave a connection in a state nothing expects.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+from typing import Any
 
 import pytest
+from support.core_driver import make_core
 
+from kgate.api import ApiKey, Filter, FilterContext, on_request
+from kgate.codec.generated.metadata import MetadataRequest
+from kgate.codec.headers import parse_request_header
+from kgate.filters.chain import Decision, Verdict
+from kgate.proxy import states
+from kgate.proxy.close_reason import CloseReason
 from kgate.proxy.states import (
     CLIENT_GONE_STATES,
     SUSPENDED_STATES,
@@ -20,6 +29,7 @@ from kgate.proxy.states import (
     TransitionError,
     advance,
 )
+from kgate.testing.frames import request_bytes
 
 ALL_PAIRS = list(itertools.product(State, Event))
 
@@ -76,3 +86,73 @@ def test_a_hook_cannot_end_twice() -> None:
     for state in (State.OPEN, State.CLIENT_GONE):
         with pytest.raises(TransitionError):
             advance(state, Event.HOOK_DONE)
+
+
+# -- every edge of the table is one the core fires (no dead edge) ------------------------------
+class _SlowMetadata(Filter):
+    """A Metadata request hook that awaits: the test ends each run itself (``hook_done``)."""
+
+    name = "test-slow-metadata"
+
+    @on_request(ApiKey.METADATA)
+    async def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        await asyncio.sleep(0)
+        return None
+
+
+def _metadata(cid: int) -> bytes:
+    return request_bytes(int(ApiKey.METADATA), 12, MetadataRequest(topics=[]), correlation_id=cid)
+
+
+class _Recording(dict[tuple[State, Event], State]):
+    """The table, remembering each pair ``advance`` looked up (proxy/states.py reads it per event)."""
+
+    def __init__(self, table: dict[tuple[State, Event], State]) -> None:
+        super().__init__(table)
+        self.fired: set[tuple[State, Event]] = set()
+
+    def __getitem__(self, key: tuple[State, Event]) -> State:
+        self.fired.add(key)
+        return super().__getitem__(key)
+
+
+def _walk(steps: list[str], table: _Recording) -> None:
+    """Drive a core through ``steps`` (the table records every transition taken)."""
+    core, out = make_core([_SlowMetadata({})])
+    cid = 0
+    for step in steps:
+        if step == "request":
+            cid += 1
+            core.receive_client(_metadata(cid))
+        elif step == "hook-done":
+            s = out.spawned.pop(0)
+            core.hook_done(s, Decision(Verdict.FORWARD, s.message))
+        elif step == "unreadable":  # a Metadata request whose body does not decode
+            cid += 1
+            head = _metadata(cid)
+            head = head[: parse_request_header(head, 2).body_offset] + b"\xff"  # the body: one stray byte
+            core.receive_client((len(head) - 4).to_bytes(4, "big") + head[4:])
+        elif step == "client-closed":
+            core.client_closed()
+        else:
+            core.close(CloseReason.SHUTDOWN)
+
+
+def test_the_core_fires_every_edge_of_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each transition the table lists is one some sequence of events takes: an edge nothing fires
+    is a state machine that says more than the code does (OPEN + CLIENT_CLOSED was one)."""
+    table = _Recording(states.TRANSITIONS)
+    monkeypatch.setattr(states, "TRANSITIONS", table)
+    walks = [
+        ["request", "hook-done", "close"],  # OPEN -> SUSPENDED -> OPEN -> CLOSED
+        ["request", "close"],  # SUSPENDED -> CLOSED
+        ["request", "client-closed", "close"],  # SUSPENDED -> GONE_SUSPENDED -> CLOSED
+        # GONE_SUSPENDED -> CLIENT_GONE -> (the backlog suspends again) GONE_SUSPENDED -> ... FINISHED
+        ["request", "request", "client-closed", "hook-done", "hook-done"],
+        # CLIENT_GONE -> CLOSED (CLOSE): the backlog's next request cannot be read
+        ["request", "unreadable", "client-closed", "hook-done"],
+    ]
+    for walk in walks:
+        _walk(walk, table)
+    live = {pair for pair in TRANSITIONS if pair[0] is not State.CLOSED}
+    assert live - table.fired == set(), "edges nothing fires"

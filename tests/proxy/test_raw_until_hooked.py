@@ -116,4 +116,5 @@ def test_without_hooks_a_split_header_is_still_forwarded_once_tracked() -> None:
     core.receive_client(frame[5:20])
     core.receive_client(frame[20:])
     assert bytes(actions.upstream.data) == frame
-    assert core.raw_requests and [ex.cid for ex in core.pending] == [1]
+    assert core.raw_requests
+    assert [ex.cid for ex in core.pending] == [1]

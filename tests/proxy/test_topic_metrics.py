@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from typing import Any
 from uuid import UUID, uuid4
 
 from support.core_driver import RecordingActions
+from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ConnectionInfo, TopicNameError
@@ -18,7 +20,6 @@ from kgate.codec.generated.fetch import FetchableTopicResponse, FetchRequest, Fe
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
-from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.core import ConnectionCore
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.topic_metrics import OTHER, UNRESOLVED, TopicCap, TopicMetrics, _TopicCollector
@@ -30,7 +31,8 @@ PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 def test_cap_names_the_first_topics_and_counts_the_rest_as_other() -> None:
     cap = TopicCap(2)
     assert [cap.label(t) for t in ("a", "b", "a", "c", "b", "d", "c")] == ["a", "b", "a", OTHER, "b", OTHER, OTHER]
-    assert cap.overflowed == 3 and cap.seen == {"a", "b"}
+    assert cap.overflowed == 3
+    assert cap.seen == {"a", "b"}
 
 
 class Names:
@@ -56,11 +58,11 @@ def _core(name: str, names: Names, max_topics: int = 100) -> tuple[ConnectionCor
     cfg = parse_config(
         {"virtual_clusters": [{"name": name, "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
     )
-    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
+    cluster = FakeCluster(cfg.proxy, FilterChain([]), cfg.virtual_clusters[0].name)
     metrics = ExchangeMetrics(name)
     metrics.topics = TopicMetrics(name, max_topics, names)
     cluster.exchange_observer = metrics.observe
-    return ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", name), RecordingActions()), metrics.topics
+    return ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", name), RecordingActions(cluster)), metrics.topics
 
 
 def _produce(version: int, cid: int, topics: dict[str | UUID, list[bytes]], acks: int = -1) -> bytes:
@@ -147,8 +149,11 @@ def test_ids_are_named_from_the_cache_and_looked_up_in_the_background() -> None:
     names.cache[known] = "known"
     batch = record_batch([b"v" * 10])
 
+    kept: list[Any] = []  # the metrics are reported while their core lives (a weak set): kept to the end
+
     async def run() -> None:
         core, _ = _core("tm-4", names)
+        kept.append(core)
         core.receive_client(_produce(13, 1, {orders: [batch], known: [batch]}, acks=0))
         core.receive_client(_produce(13, 2, {orders: [batch]}, acks=0))  # still unknown: asked once only
         await asyncio.sleep(0)  # let the background lookup run (one loop turn: it does not block)

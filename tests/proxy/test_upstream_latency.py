@@ -7,12 +7,12 @@ or the first bytes of one that streams through); nothing for what kgate answers 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
 from support.core_driver import RecordingActions
+from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ConnectionInfo, Filter, FilterContext, Respond, on_request
@@ -21,7 +21,6 @@ from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse
 from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
-from kgate.proxy.cluster import VirtualCluster
 from kgate.proxy.core import ConnectionCore
 from kgate.proxy.exchange_metrics import ExchangeMetrics, _ExchangeCollector
 from kgate.testing.frames import request_bytes, response_bytes
@@ -31,22 +30,33 @@ MS = 1_000_000
 
 
 class Clock:
-    """Stands in for ``time.monotonic_ns``: whatever the test set."""
+    """The time the carrier hands the core with each event (``ConnectionCore.now_ns``): whatever the
+    test set, given to every core made while the test runs (the core reads no clock itself)."""
 
     def __init__(self) -> None:
-        self.now = 0
+        self._now = 0
+        self.cores: list[ConnectionCore] = []
 
-    def monotonic_ns(self) -> int:
-        return self.now
+    @property
+    def now(self) -> int:
+        return self._now
+
+    @now.setter
+    def now(self, value: int) -> None:
+        self._now = value
+        for core in self.cores:
+            core.now_ns = value
+
+
+_CLOCKS: list[Clock] = []
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+def clock() -> Iterator[Clock]:
     c = Clock()
-    # the time module's function, not the core's ``time`` name: compiled (tools/compile_hot.py), the
-    # core binds its imports at build time, but still reads ``time.monotonic_ns`` on each call
-    monkeypatch.setattr(time, "monotonic_ns", c.monotonic_ns)
-    return c
+    _CLOCKS.append(c)
+    yield c
+    _CLOCKS.remove(c)
 
 
 class AnswersMetadata(Filter):
@@ -63,11 +73,14 @@ def _core(name: str, filters: Sequence[Filter] = ()) -> tuple[ConnectionCore, Re
     cfg = parse_config(
         {"virtual_clusters": [{"name": name, "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
     )
-    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain(list(filters)), cfg.topic_names)
-    cluster.exchange_metrics = ExchangeMetrics(name)
-    cluster.exchange_observer = cluster.exchange_metrics.observe
-    actions = RecordingActions()
-    return ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", name), actions), actions
+    cluster = FakeCluster(cfg.proxy, FilterChain(list(filters)), name)
+    cluster.exchange_observer = ExchangeMetrics(name).observe
+    actions = RecordingActions(cluster)
+    core = ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", name), actions)
+    for c in _CLOCKS:
+        c.cores.append(core)
+        core.now_ns = c.now
+    return core, actions
 
 
 def _samples(cluster: str, metric: str) -> dict[tuple[str, str], float]:
@@ -102,7 +115,8 @@ def test_broker_time_is_separate_from_kgate_time(clock: Clock) -> None:
     up = _samples("up-1", "kgate_upstream_request_duration_seconds_sum")
     assert up == {("Metadata", ""): pytest.approx(0.003)}
     buckets = _samples("up-1", "kgate_upstream_request_duration_seconds_bucket")
-    assert buckets[("Metadata", "0.0025")] == 0 and buckets[("Metadata", "0.005")] == 1
+    assert buckets[("Metadata", "0.0025")] == 0
+    assert buckets[("Metadata", "0.005")] == 1
     client = _samples("up-1", "kgate_request_duration_seconds_sum")
     assert client == {("Metadata", ""): pytest.approx(0.003)}
 
@@ -111,7 +125,8 @@ def test_answers_kgate_makes_itself_have_no_upstream_time(clock: Clock) -> None:
     core, actions = _core("up-2", [AnswersMetadata({})])
     clock.now = 1 * MS
     core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=1))
-    assert actions.client.data and not actions.upstream.data  # answered by the filter
+    assert actions.client.data
+    assert not actions.upstream.data
     assert _samples("up-2", "kgate_request_duration_seconds_count") == {("Metadata", ""): 1}
     assert _samples("up-2", "kgate_upstream_request_duration_seconds_count") == {}
 
@@ -167,12 +182,13 @@ def test_no_observer_no_stamps() -> None:
     cfg = parse_config(
         {"virtual_clusters": [{"name": "up-6", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
     )
-    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
-    core = ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "up-6"), RecordingActions())
+    cluster = FakeCluster(cfg.proxy, FilterChain([]), "up-6")
+    core = ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "up-6"), RecordingActions(cluster))
     core.receive_client(request_bytes(METADATA, 12, MetadataRequest(topics=[]), correlation_id=1))
     (ex,) = core.pending
     core.receive_broker(response_bytes(METADATA, 12, MetadataResponse(brokers=[], topics=[]), correlation_id=1))
-    assert not hasattr(ex, "sent_ns") and not hasattr(ex, "up_ns")
+    assert not hasattr(ex, "sent_ns")
+    assert not hasattr(ex, "up_ns")
 
 
 class AwaitsOnMetadata(Filter):

@@ -18,8 +18,9 @@ from kgate.api import ConnectionInfo, Filter
 from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, PendingRun
 from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.cluster import VirtualCluster
+from kgate.proxy.cluster_port import Address
 from kgate.proxy.core import ConnectionCore, Suspension
+from support.fake_cluster import FakeCluster
 
 
 class Sink:
@@ -35,7 +36,8 @@ class Sink:
 
 
 class RecordingActions:
-    def __init__(self) -> None:
+    def __init__(self, cluster: FakeCluster | None = None) -> None:
+        self.cluster = cluster  # binds the listeners the core asks for (open_listener)
         self.client = Sink()
         self.upstream = Sink()
         self.client_paused: set[str] = set()
@@ -74,6 +76,9 @@ class RecordingActions:
     def report_held(self, held: int) -> None:
         self.held.append(held)
 
+    def open_listener(self, node_id: int) -> Address | None:
+        return None if self.cluster is None else self.cluster.bind(node_id)
+
     def close_sockets(self, reason: CloseReason) -> None:
         assert self.close_reason is None, "closed twice"
         self.close_reason = reason
@@ -85,7 +90,7 @@ def make_core(filters: Sequence[Filter] = (), **proxy: Any) -> tuple[ConnectionC
         {"proxy": proxy, "virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]},
         "test",
     )
-    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain(list(filters)), cfg.topic_names)
-    actions = RecordingActions()
+    cluster = FakeCluster(cfg.proxy, FilterChain(list(filters)))
+    actions = RecordingActions(cluster)
     core = ConnectionCore(cluster, ConnectionInfo(client_address="127.0.0.1:1", virtual_cluster="t"), actions)
     return core, actions

@@ -180,7 +180,11 @@ class JavaTools:
             ],
         )
         sent = re.search(r"^(\d+) records sent", run.stdout, re.MULTILINE)
-        assert sent is not None and int(sent.group(1)) == records and "Exception" not in run.stderr, (
+        assert sent is not None, f"the transactional producer did not send all {records} records:\n{run.describe()}"
+        assert int(sent.group(1)) == records, (
+            f"the transactional producer did not send all {records} records:\n{run.describe()}"
+        )
+        assert "Exception" not in run.stderr, (
             f"the transactional producer did not send all {records} records:\n{run.describe()}"
         )
         return run

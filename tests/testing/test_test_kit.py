@@ -31,15 +31,19 @@ def test_it_is_a_filter_context() -> None:
 
 async def test_names_come_from_the_cache_then_the_cluster() -> None:
     ctx = context()
-    assert ctx.cached_topic_name(KNOWN) == "orders" and ctx.cached_topic_name(LATE) is None
+    assert ctx.cached_topic_name(KNOWN) == "orders"
+    assert ctx.cached_topic_name(LATE) is None
     assert await ctx.topic_names([KNOWN]) == {KNOWN: "orders"}
     assert ctx.lookups == []  # a cache hit asks nobody
     got = await ctx.topic_names([KNOWN, LATE, GONE, FLAKY])
     assert ctx.lookups == [[LATE, GONE, FLAKY]]
     assert got[LATE] == "orders-eu"
     gone, flaky = got[GONE], got[FLAKY]
-    assert isinstance(gone, TopicNameError) and gone.code == ErrorCode.UNKNOWN_TOPIC_ID and not gone.retriable
-    assert isinstance(flaky, TopicNameError) and flaky.retriable
+    assert isinstance(gone, TopicNameError)
+    assert gone.code == ErrorCode.UNKNOWN_TOPIC_ID
+    assert not gone.retriable
+    assert isinstance(flaky, TopicNameError)
+    assert flaky.retriable
     assert ctx.cached_topic_name(LATE) == "orders-eu"  # learned, as kgate's cache learns
 
 
@@ -65,13 +69,17 @@ def test_the_response_context_shares_the_exchange() -> None:
     ctx = context(request="the request")
     ctx.state["seen"] = 1
     rctx = ctx.for_response()
-    assert rctx.request == "the request" and rctx.state is ctx.state and rctx.connection is ctx.connection
+    assert rctx.request == "the request"
+    assert rctx.state is ctx.state
+    assert rctx.connection is ctx.connection
 
 
 def test_round_trips_go_through_real_frames() -> None:
     req = FetchRequest(max_wait_ms=500, topics=[FetchTopic(topic_id=KNOWN, partitions=[FetchPartition(partition=2)])])
     back = round_trip_request(ApiKey.FETCH, 13, req)
-    assert back is not req and back.topics[0].topic_id == KNOWN and back.topics[0].partitions[0].partition == 2
+    assert back is not req
+    assert back.topics[0].topic_id == KNOWN
+    assert back.topics[0].partitions[0].partition == 2
     # v12 has names, not ids: the id is not on the wire, so it does not come back
     assert round_trip_request(ApiKey.FETCH, 12, req).topics[0].topic_id.int == 0
     assert isinstance(request_class(ApiKey.FETCH)(), FetchRequest)

@@ -41,9 +41,12 @@ def test_negative_entries_expire_on_the_clock() -> None:
     assert cache.negative_error(A.int, clock()) is not None
     clock.now += 4.9
     err = cache.negative_error(A.int, clock())
-    assert isinstance(err, TopicNameError) and err.code == ErrorCode.UNKNOWN_TOPIC_ID and not err.retriable
+    assert isinstance(err, TopicNameError)
+    assert err.code == ErrorCode.UNKNOWN_TOPIC_ID
+    assert not err.retriable
     clock.now += 0.2
-    assert cache.negative_error(A.int, clock()) is None and A.int not in cache.negative  # dropped
+    assert cache.negative_error(A.int, clock()) is None
+    assert A.int not in cache.negative
 
 
 def test_sweep_offers_only_entries_idle_for_the_revalidation_window() -> None:
@@ -58,7 +61,8 @@ def test_sweep_offers_only_entries_idle_for_the_revalidation_window() -> None:
     assert cache.begin_sweep() == [A.int]
     gone = TopicNameError(ErrorCode.UNKNOWN_TOPIC_ID, "gone", False)
     assert cache.finish_sweep([A.int], {A.int: gone}) == 1
-    assert cache.cached(A) is None and cache.stats.evictions == {"sweep": 1}
+    assert cache.cached(A) is None
+    assert cache.stats.evictions == {"sweep": 1}
     assert cache.negative_error(A.int, clock()) is gone
 
 
@@ -68,9 +72,12 @@ def test_lru_bound_and_name_index() -> None:
     cache.learn(A.int, "t")
     cache.learn(B.int, "t")  # t recreated: a second id of the same name
     cache.learn(C.int, "u")
-    assert len(cache) == 2 and cache.cached(A) is None and evicted == ["lru"]
+    assert len(cache) == 2
+    assert cache.cached(A) is None
+    assert evicted == ["lru"]
     cache.kill_name("t", "deleted", 0)
-    assert cache.cached(B) is None and cache.by_name == {"u": {C.int}}
+    assert cache.cached(B) is None
+    assert cache.by_name == {"u": {C.int}}
 
 
 def test_lookup_requests_are_chunked_and_name_only_ids() -> None:
@@ -92,7 +99,9 @@ def test_parse_by_id_matches_zeroed_ids_by_position() -> None:
     out = lookup.parse_by_id([A.int, B.int], 12, resp)
     assert out[A.int] == "a"
     dead = out[B.int]
-    assert isinstance(dead, TopicNameError) and dead.code == ErrorCode.UNKNOWN_TOPIC_ID and not dead.retriable
+    assert isinstance(dead, TopicNameError)
+    assert dead.code == ErrorCode.UNKNOWN_TOPIC_ID
+    assert not dead.retriable
 
 
 def test_parse_by_id_passes_broker_errors_with_kafkas_retriability() -> None:
@@ -117,7 +126,8 @@ def test_parse_all_marks_missing_ids_dead() -> None:
         ]
     )
     out = lookup.parse_all([A.int, B.int], resp)
-    assert out[A.int] == "a" and out[C.int] == "c"  # C: free knowledge
+    assert out[A.int] == "a"
+    assert out[C.int] == "c"
     assert isinstance(out[B.int], TopicNameError)
 
 
@@ -141,4 +151,5 @@ def test_the_observer_table_teaches_and_kills() -> None:
         ]
     )
     OBSERVERS[ApiKey.FETCH](cache, 13, resp, req)
-    assert cache.cached(A) is None and A.int in cache.negative
+    assert cache.cached(A) is None
+    assert A.int in cache.negative

@@ -94,6 +94,8 @@ def test_fetch_fast_walk_agrees(version: int) -> None:
     generic = [(f[0], f[2]) for f in fetch_response_topics(frame, body, version)[1]]
     fast = fetch_topic_bytes(frame, body, version)
     assert fast == generic
-    assert fast[0][1] == len(A) + len(B) and fast[1][1] == 0 and len(fast) == 3
+    assert fast[0][1] == len(A) + len(B)
+    assert fast[1][1] == 0
+    assert len(fast) == 3
     with pytest.raises(WireError):
         fetch_topic_bytes(frame[: len(frame) - 50], body, version)

@@ -47,7 +47,8 @@ def test_a_heavy_newcomer_takes_the_series_of_a_quiet_client_and_totals_only_gro
     assert ("", "heavy") not in top.rows  # at most once per REBALANCE_S
     total_before = sum(r[2] for r in top.rows.values()) + top.other[2]
     top.rebalance(client_metrics.REBALANCE_S + 1)
-    assert ("", "heavy") in top.rows and len(top.rows) == 2
+    assert ("", "heavy") in top.rows
+    assert len(top.rows) == 2
     assert top.evicted == 1
     total_after = sum(r[2] for r in top.rows.values()) + top.other[2]
     assert total_after == total_before  # the evicted series' counts went to other
@@ -60,7 +61,8 @@ def test_space_saving_keeps_at_most_max_clients_candidates() -> None:
     for i in range(100):
         top.row(("", f"n{i}"), 1)
     top.row(("", "big"), 10_000)
-    assert len(top.sketch) == 3 and max(top.sketch, key=top.sketch.__getitem__) == ("", "big")
+    assert len(top.sketch) == 3
+    assert max(top.sketch, key=top.sketch.__getitem__) == ("", "big")
 
 
 def test_the_scrape_has_both_directions_other_and_connections_per_principal() -> None:

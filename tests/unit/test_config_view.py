@@ -63,7 +63,8 @@ def test_redaction_reaches_filter_configs_and_keeps_the_rest() -> None:
     assert doc["chains"] == {"a": ["audit-log"], "b": ["topic-policy"]}
     assert doc["version"]
     cluster = doc["config"]["virtual_clusters"][0]
-    assert cluster["listen"] == "127.0.0.1:19092" and cluster["upstream_auth"]["username"] == "kgate"
+    assert cluster["listen"] == "127.0.0.1:19092"
+    assert cluster["upstream_auth"]["username"] == "kgate"
     # "secret-*" is a topic pattern, not a secret: values are never judged, only keys
     assert doc["config"]["filters"][0]["config"]["deny"] == ["secret-*"]
     assert json.loads(config_json(cfg)) == doc

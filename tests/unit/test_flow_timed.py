@@ -78,7 +78,8 @@ def test_timed_pause_resumes_on_its_own_and_keeps_the_later_end() -> None:
     gate, t, loop = _gate()
     gate.pause_for(0.5, loop)  # type: ignore[arg-type]
     gate.pause_for(0.1, loop)  # type: ignore[arg-type]  # shorter: changes nothing
-    assert not t.reading and loop.pending == 1
+    assert not t.reading
+    assert loop.pending == 1
     loop.advance(0.3)
     assert not t.reading
     gate.pause_for(1.0, loop)  # type: ignore[arg-type]  # longer: moves the end (still one timer)
@@ -86,9 +87,11 @@ def test_timed_pause_resumes_on_its_own_and_keeps_the_later_end() -> None:
     loop.advance(0.5)
     assert not t.reading
     loop.advance(0.6)
-    assert t.reading and t.calls == ["pause", "resume"]
+    assert t.reading
+    assert t.calls == ["pause", "resume"]
     gate.pause_for(0, loop)  # type: ignore[arg-type]  # nothing to wait for
-    assert t.reading and loop.pending == 0
+    assert t.reading
+    assert loop.pending == 0
 
 
 def test_another_reason_still_holds_after_the_throttle_ends() -> None:
@@ -96,7 +99,8 @@ def test_another_reason_still_holds_after_the_throttle_ends() -> None:
     gate.pause("upstream-buffer-full")
     gate.pause_for(0.1, loop, THROTTLED)  # type: ignore[arg-type]
     loop.advance(0.2)
-    assert not t.reading and gate.paused
+    assert not t.reading
+    assert gate.paused
     gate.resume("upstream-buffer-full")
     assert t.reading
 

@@ -57,7 +57,8 @@ def test_oversized_frame_is_refused_after_earlier_frames() -> None:
     good = _frame(b"ok")
     frames = reader.feed(good + struct.pack(">i", 0x7FFFFFFF) + b"junk")
     assert [bytes(f) for f in frames] == [good]
-    assert reader.error is not None and "exceeds the limit of 1024" in str(reader.error)
+    assert reader.error is not None
+    assert "exceeds the limit of 1024" in str(reader.error)
     assert reader.feed(_frame(b"later")) == []
 
 
@@ -66,7 +67,8 @@ def test_negative_size_is_refused_even_when_split() -> None:
     bad = struct.pack(">i", -5)
     assert reader.feed(bad[:3]) == []
     assert reader.feed(bad[3:]) == []
-    assert reader.error is not None and "negative" in str(reader.error)
+    assert reader.error is not None
+    assert "negative" in str(reader.error)
 
 
 @pytest.mark.parametrize("limit", [0, 10])
@@ -75,3 +77,13 @@ def test_limit_is_inclusive(limit: int) -> None:
     assert [bytes(f) for f in reader.feed(_frame(b"z" * limit))] == [_frame(b"z" * limit)]
     assert reader.feed(_frame(b"z" * (limit + 1))) == []
     assert reader.error is not None
+
+
+def test_discard_drops_a_partial_frame() -> None:
+    reader = FrameReader()
+    whole = _frame(b"p" * 100)
+    assert reader.feed(whole[:60]) == []
+    assert reader.buffered == 60
+    reader.discard()
+    assert reader.buffered == 0
+    assert [bytes(f) for f in reader.feed(_frame(b"next"))] == [_frame(b"next")]  # a fresh start

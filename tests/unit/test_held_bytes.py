@@ -25,7 +25,9 @@ def test_under_the_cap_nobody_pauses() -> None:
     a, b = Conn("a"), Conn("b")
     h.update(a, 40)
     h.update(b, 60)
-    assert h.total == 100 and not a.paused and not b.paused
+    assert h.total == 100
+    assert not a.paused
+    assert not b.paused
 
 
 def test_over_the_cap_all_but_the_oldest_holder_pause_and_resume_in_order() -> None:
@@ -34,13 +36,18 @@ def test_over_the_cap_all_but_the_oldest_holder_pause_and_resume_in_order() -> N
     h.update(a, 60)
     h.update(b, 30)
     h.update(c, 20)  # 110 > 100: c pauses
-    assert c.paused and not a.paused and not b.paused
+    assert c.paused
+    assert not a.paused
+    assert not b.paused
     h.update(b, 45)  # b grows while over the cap: pauses too
     assert b.paused
     h.update(a, 90)  # the oldest holder always keeps reading (its frame must complete)
-    assert not a.paused and h.total == 155
+    assert not a.paused
+    assert h.total == 155
     h.update(a, 0)  # a's frame completed
-    assert h.total == 65 and not b.paused and not c.paused
+    assert h.total == 65
+    assert not b.paused
+    assert not c.paused
     assert h.peak == 155
 
 
@@ -50,11 +57,15 @@ def test_new_oldest_holder_resumes_even_while_over_the_cap() -> None:
     h.update(a, 40)
     h.update(b, 30)
     h.update(c, 30)
-    assert b.paused and c.paused
+    assert b.paused
+    assert c.paused
     h.release(a)  # 60 > 50 still, but b now holds the longest: it must progress
-    assert not b.paused and c.paused
+    assert not b.paused
+    assert c.paused
     h.release(b)
-    assert not c.paused and h.total == 30 and h.paused == 0
+    assert not c.paused
+    assert h.total == 30
+    assert h.paused == 0
 
 
 def test_a_closed_connection_never_reenters_the_account() -> None:

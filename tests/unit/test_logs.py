@@ -30,10 +30,16 @@ def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logg
 def test_json_line_has_the_fields_and_the_extras() -> None:
     line = JsonFormatter().format(_record("closed %s", "x", cluster="c", requests=3, reason="client-left"))
     out = json.loads(line)
-    assert out["level"] == "warning" and out["logger"] == "kgate.test" and out["message"] == "closed x"
-    assert out["cluster"] == "c" and out["requests"] == 3 and out["reason"] == "client-left"
-    assert out["time"].endswith("Z") and "T" in out["time"]
-    assert "args" not in out and "msg" not in out
+    assert out["level"] == "warning"
+    assert out["logger"] == "kgate.test"
+    assert out["message"] == "closed x"
+    assert out["cluster"] == "c"
+    assert out["requests"] == 3
+    assert out["reason"] == "client-left"
+    assert out["time"].endswith("Z")
+    assert "T" in out["time"]
+    assert "args" not in out
+    assert "msg" not in out
 
 
 def test_json_exception_stays_on_one_line() -> None:
@@ -120,7 +126,9 @@ def test_without_the_switches_lean_records_take_logger_info() -> None:
     logger, records = _captured("kgate.test.lean-off")
     logs.LeanRecords(logger).info("from %s", ("x",), {"event": "e"})
     (record,) = records
-    assert record.thread is not None and record.lineno > 0 and record.event == "e"  # type: ignore[attr-defined]
+    assert record.thread is not None
+    assert record.lineno > 0
+    assert record.event == "e"
 
 
 def test_lean_records_write_nothing_below_info(lean_switches: None) -> None:

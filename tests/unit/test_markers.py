@@ -61,4 +61,5 @@ def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest
 
 
 def test_this_module_is_unit(request: pytest.FixtureRequest) -> None:
-    assert "unit" in _marks(request.node) and "e2e" not in _marks(request.node)
+    assert "unit" in _marks(request.node)
+    assert "e2e" not in _marks(request.node)

@@ -60,7 +60,8 @@ def test_v1_tcp6_roundtrip(src, dst, sport, dport):
     header = f"PROXY TCP6 {src} {dst} {sport} {dport}\r\n".encode()
     got, consumed = read_exactly(header + TRAILER, "v1")
     assert consumed == len(header) <= V1_MAX
-    assert got is not None and got.source == (str(ipaddress.ip_address(src)), sport)
+    assert got is not None
+    assert got.source == (str(ipaddress.ip_address(src)), sport)
     assert got.source_text == f"[{got.source[0]}]:{sport}"
 
 
@@ -72,7 +73,9 @@ def test_v2_roundtrip_with_tlvs(src, sport, tlvs):
     header = v2(1, 0x11 if ip.version == 4 else 0x21, body)
     got, consumed = read_exactly(header + TRAILER, "any")
     assert consumed == len(header)
-    assert got is not None and got.source == (str(ip), sport) and got.destination == (str(other), 9092)
+    assert got is not None
+    assert got.source == (str(ip), sport)
+    assert got.destination == (str(other), 9092)
 
 
 def test_unknown_local_and_unspec_use_the_real_address():
@@ -163,6 +166,11 @@ def test_mutated_headers_never_crash_nor_overread(data):
 
 def test_source_filter():
     f = SourceFilter(("127.0.0.0/8", "::1/128", "10.1.0.0/16"))
-    assert f.trusted("127.0.0.1") and f.trusted("::1") and f.trusted("10.1.200.3")
+    assert f.trusted("127.0.0.1")
+    assert f.trusted("::1")
+    assert f.trusted("10.1.200.3")
     assert f.trusted("::ffff:10.1.0.9")  # an IPv4 peer on a dual-stack socket
-    assert not f.trusted("10.2.0.1") and not f.trusted("2001:db8::1") and not f.trusted("") and not f.trusted("x")
+    assert not f.trusted("10.2.0.1")
+    assert not f.trusted("2001:db8::1")
+    assert not f.trusted("")
+    assert not f.trusted("x")

@@ -26,14 +26,19 @@ def test_server_context_follows_its_files(tmp_path, caplog):
     shutil.copy(first.key, key)
     r = ReloadingContext.for_clients("c", ServerTlsConfig(cert_file=str(cert), key_file=str(key)))
     before = r.current
-    assert not r.check() and r.current is before
+    assert not r.check()
+    assert r.current is before
     shutil.copy(second.cert, cert)  # certificate without its key: not loadable yet
     with caplog.at_level(logging.ERROR, logger="kgate.tls"):
-        assert not r.check() and not r.check()
-    assert r.current is before and r.reload_failures == 1
+        assert not r.check()
+        assert not r.check()
+    assert r.current is before
+    assert r.reload_failures == 1
     assert len([rec for rec in caplog.records if "do not load" in rec.getMessage()]) == 1
     shutil.copy(second.key, key)
-    assert r.check() and r.current is not before and r.reloads == 1
+    assert r.check()
+    assert r.current is not before
+    assert r.reloads == 1
     assert not r.check()
 
 
@@ -46,4 +51,5 @@ def test_upstream_context_reloads_its_ca(tmp_path):
     bundle.write_bytes(ca1.cert_path.read_bytes() + ca2.cert_path.read_bytes())
     assert r.check()
     assert _serial(r.current) == {ca1.cert.serial_number, ca2.cert.serial_number}
-    assert r.current.verify_mode == ssl.CERT_REQUIRED and r.current.check_hostname
+    assert r.current.verify_mode == ssl.CERT_REQUIRED
+    assert r.current.check_hostname

@@ -125,7 +125,8 @@ async def test_single_flight_1000_concurrent_resolves_one_request(topics):
     r = await make(fake)
     tid = next(iter(topics))
     results = await asyncio.gather(*(r.resolve([tid]) for _ in range(1000)))
-    assert len(fake.metadata_calls) == 1 and r.stats.lookups == 1
+    assert len(fake.metadata_calls) == 1
+    assert r.stats.lookups == 1
     assert all(res == {tid: topics[tid]} for res in results)
     assert r.stats.coalesced == 999
     assert r.cached(tid) == topics[tid]
@@ -140,7 +141,8 @@ async def test_single_flight_joins_a_lookup_already_in_flight(topics):
     await on_the_wire(fake)
     assert len(fake.metadata_calls) == 1
     second = await r.resolve([tid])
-    assert second == {tid: topics[tid]} and (await first) == second
+    assert second == {tid: topics[tid]}
+    assert (await first) == second
     assert len(fake.metadata_calls) == 1
     await r.close()
 
@@ -159,7 +161,7 @@ async def test_misses_while_a_lookup_is_in_flight_share_the_next_request(topics)
         return await r.resolve([i])
 
     first = asyncio.ensure_future(r.resolve([ids[0]]))
-    while not fake.metadata_calls:
+    while not fake.metadata_calls:  # noqa: ASYNC110 - yields until the resolver's task has run
         await asyncio.sleep(0)
     later = await asyncio.gather(*(one(i, 0.002 * n) for n, i in enumerate([*ids[1:], unknown])))
     results = [await first, *later]
@@ -207,7 +209,8 @@ async def test_one_resolve_with_many_ids_is_one_request_and_dedups(topics):
     ids = list(topics)
     res = await r.resolve(ids + ids)
     assert res == topics
-    assert len(fake.metadata_calls) == 1 and len(fake.metadata_calls[0][1].topics) == len(ids)
+    assert len(fake.metadata_calls) == 1
+    assert len(fake.metadata_calls[0][1].topics) == len(ids)
     await r.close()
 
 
@@ -234,7 +237,8 @@ async def test_v12_lookup_by_id_unknown_is_100_whatever_the_broker_says(topics, 
     known, unknown = next(iter(topics)), uid()
     res = await r.resolve([known, unknown])
     assert res[known] == topics[known]
-    assert res[unknown].code == UNKNOWN_TOPIC_ID and res[unknown].retriable is False
+    assert res[unknown].code == UNKNOWN_TOPIC_ID
+    assert res[unknown].retriable is False
     assert [v for v, _ in fake.metadata_calls] == [12]
     await r.close()
 
@@ -248,7 +252,8 @@ async def test_without_v12_asks_all_topics_never_an_id(topics, metadata_max):
     res = await r.resolve([ids[0], unknown])
     assert len(fake.metadata_calls) == 1
     version, msg = fake.metadata_calls[0]
-    assert version == metadata_max and msg.topics is None  # all topics, no id in the request
+    assert version == metadata_max
+    assert msg.topics is None
     assert res[ids[0]] == topics[ids[0]]
     assert res[unknown].code == UNKNOWN_TOPIC_ID
     # the all-topics answer taught the other names too: no further lookup for them
@@ -292,9 +297,11 @@ async def test_zero_uuid_never_resolves_and_is_never_asked(topics):
     r = await make(fake)
     assert r.cached(ZERO) is None
     res = await r.resolve([ZERO])
-    assert res[ZERO] is ZERO_ID_ERROR and res[ZERO].code == UNKNOWN_TOPIC_ID
+    assert res[ZERO] is ZERO_ID_ERROR
+    assert res[ZERO].code == UNKNOWN_TOPIC_ID
     r.learn(ZERO, "nope")
-    assert r.cached(ZERO) is None and len(r) == 0
+    assert r.cached(ZERO) is None
+    assert len(r) == 0
     assert fake.calls == []
     await r.close()
 
@@ -306,8 +313,10 @@ async def test_negative_results_cached_until_ttl(topics):
     unknown = uid()
     for _ in range(5):
         res = await r.resolve([unknown])
-        assert res[unknown].code == UNKNOWN_TOPIC_ID and not res[unknown].retriable
-    assert len(fake.metadata_calls) == 1 and r.stats.negative_hits == 4
+        assert res[unknown].code == UNKNOWN_TOPIC_ID
+        assert not res[unknown].retriable
+    assert len(fake.metadata_calls) == 1
+    assert r.stats.negative_hits == 4
     await asyncio.sleep(0.15)
     await r.resolve([unknown])
     assert len(fake.metadata_calls) == 2
@@ -328,7 +337,9 @@ async def test_failures_are_retriable_and_not_cached(topics):
     for res in results:
         err = res[tid]
         assert isinstance(err, TopicNameError)
-        assert err.code == LOOKUP_FAILED and err.retriable and "boom" in err.message
+        assert err.code == LOOKUP_FAILED
+        assert err.retriable
+        assert "boom" in err.message
     assert r.stats.lookup_failures == 1
     fake.fail = None
     assert (await r.resolve([tid])) == {tid: topics[tid]}  # not negative-cached: asked again
@@ -341,7 +352,8 @@ async def test_lookup_timeout_is_a_retriable_failure(topics):
     r = await make(fake, lookup_timeout_s=0.05)
     tid = next(iter(topics))
     res = await asyncio.wait_for(r.resolve([tid]), 0.5)
-    assert res[tid].code == LOOKUP_FAILED and res[tid].retriable
+    assert res[tid].code == LOOKUP_FAILED
+    assert res[tid].retriable
     fake.latency = 0
     assert (await r.resolve([tid])) == {tid: topics[tid]}
     await r.close()
@@ -361,7 +373,8 @@ async def test_other_broker_errors_pass_through(topics):
     fake.request = request  # type: ignore[method-assign]
     r = await make(fake)
     res = await r.resolve([tid])
-    assert res[tid].code == 29 and not res[tid].retriable
+    assert res[tid].code == 29
+    assert not res[tid].retriable
     await r.close()
 
 
@@ -373,7 +386,8 @@ async def test_close_answers_waiters_with_retriable_error(topics):
     await asyncio.sleep(0.02)
     await r.close()
     res = await asyncio.wait_for(task, 1)
-    assert res[tid].code == LOOKUP_FAILED and res[tid].retriable
+    assert res[tid].code == LOOKUP_FAILED
+    assert res[tid].retriable
 
 
 # ---------------------------------------------------------------- LRU
@@ -386,11 +400,16 @@ async def test_lru_bound_evicts_least_recently_used():
     assert r.cached(a) == "a"  # a is now the most recent
     r.learn(d, "d")
     assert len(r) == 3
-    assert r.cached(b) is None and r.cached(a) == "a" and r.cached(c) == "c" and r.cached(d) == "d"
+    assert r.cached(b) is None
+    assert r.cached(a) == "a"
+    assert r.cached(c) == "c"
+    assert r.cached(d) == "d"
     found, missing = r.get_cached([a, c])  # c most recent, then a
-    assert found == {a: "a", c: "c"} and missing == []
+    assert found == {a: "a", c: "c"}
+    assert missing == []
     r.learn(e, "e")
-    assert r.cached(d) is None and r.stats.evictions == {"lru": 2}
+    assert r.cached(d) is None
+    assert r.stats.evictions == {"lru": 2}
     assert {r.cached(x) for x in (a, c, e)} == {"a", "c", "e"}
     await r.close()
 
@@ -414,7 +433,8 @@ async def test_get_cached_and_hit_miss_counts():
     a, b = uid(), uid()
     r.learn(a, "a")
     found, missing = r.get_cached([a, b, b])
-    assert found == {a: "a"} and missing == [b]
+    assert found == {a: "a"}
+    assert missing == [b]
     assert (r.stats.hits, r.stats.misses) == (1, 2)
     await r.close()
 
@@ -430,10 +450,12 @@ async def test_sweep_evicts_dead_ids_and_keeps_live_ones(topics):
     assert await r.sweep_once() == 1
     assert len(fake.metadata_calls) == 1  # one batched lookup for all idle entries
     assert len(fake.metadata_calls[0][1].topics) == len(topics) + 1
-    assert r.cached(dead) is None and all(r.cached(i) == n for i, n in topics.items())
+    assert r.cached(dead) is None
+    assert all(r.cached(i) == n for i, n in topics.items())
     assert r.stats.evictions == {"sweep": 1}
     res = await r.resolve([dead])  # negative-cached by the sweep
-    assert res[dead].code == UNKNOWN_TOPIC_ID and len(fake.metadata_calls) == 1
+    assert res[dead].code == UNKNOWN_TOPIC_ID
+    assert len(fake.metadata_calls) == 1
     await r.close()
 
 
@@ -443,14 +465,16 @@ async def test_sweep_only_revalidates_idle_entries(topics):
     ids = list(topics)
     for i in ids:
         r.learn(i, topics[i])
-    assert await r.sweep_once() == 0 and fake.metadata_calls == []  # nothing idle for 0.1 s yet
+    assert await r.sweep_once() == 0
+    assert fake.metadata_calls == []
     await asyncio.sleep(0.12)
     r.cached(ids[0])  # used recently: not idle
     assert await r.sweep_once() == 0
     assert len(fake.metadata_calls) == 1
     asked = {t.topic_id for t in fake.metadata_calls[0][1].topics}
     assert asked == set(ids[1:])
-    assert await r.sweep_once() == 0 and len(fake.metadata_calls) == 1  # just validated
+    assert await r.sweep_once() == 0
+    assert len(fake.metadata_calls) == 1
     await r.close()
 
 
@@ -475,7 +499,8 @@ async def test_periodic_sweep_task(topics):
         await asyncio.sleep(0.01)
         if r.stats.evictions.get("sweep"):
             break
-    assert r.stats.evictions.get("sweep") == 1 and len(r) == 0
+    assert r.stats.evictions.get("sweep") == 1
+    assert len(r) == 0
     await r.close()
 
 
@@ -519,9 +544,11 @@ async def test_observe_metadata_learns_and_evicts():
             MetadataResponseTopic(error_code=3, name=None, topic_id=b),
         ),
     )
-    assert r.cached(a) is None and r.cached(b) is None
+    assert r.cached(a) is None
+    assert r.cached(b) is None
     res = await r.resolve([a, b])
-    assert res[a].code == res[b].code == UNKNOWN_TOPIC_ID and fake.calls == []
+    assert res[a].code == res[b].code == UNKNOWN_TOPIC_ID
+    assert fake.calls == []
     # a lookup by name that says the name does not exist kills every id it had
     r.observe_metadata_response(10, md(10, MetadataResponseTopic(error_code=3, name="c", topic_id=ZERO)))
     assert r.cached(c) is None
@@ -555,7 +582,8 @@ async def test_observe_create_topics():
         ]
     )
     r.observe_create_topics_response(7, roundtrip(msg, 7))
-    assert r.cached(a) == "a" and r.cached(b) is None
+    assert r.cached(a) == "a"
+    assert r.cached(b) is None
     r.observe_create_topics_response(
         6, roundtrip(CreateTopicsResponse(topics=[CreatableTopicResult(name="c", error_code=0)]), 6)
     )
@@ -564,7 +592,8 @@ async def test_observe_create_topics():
         roundtrip(CreateTopicsResponse(topics=[CreatableTopicResult(name="c", topic_id=c, error_code=0)]), 7),
         validate_only=True,
     )
-    assert r.cached(c) is None and len(r) == 1
+    assert r.cached(c) is None
+    assert len(r) == 1
     await r.close()
 
 
@@ -577,18 +606,21 @@ async def test_observe_delete_topics_by_id_and_by_name():
     r.observe_delete_topics_response(
         6, roundtrip(DeleteTopicsResponse(responses=[DeletableTopicResult(name=None, topic_id=a, error_code=0)]), 6)
     )
-    assert r.cached(a) is None and r.cached(c) == "c"
+    assert r.cached(a) is None
+    assert r.cached(c) == "c"
     r.observe_delete_topics_response(
         5, roundtrip(DeleteTopicsResponse(responses=[DeletableTopicResult(name="b", error_code=0)]), 5)
     )
-    assert r.cached(old_b) is None and r.cached(new_b) is None
+    assert r.cached(old_b) is None
+    assert r.cached(new_b) is None
     r.observe_delete_topics_response(
         6, roundtrip(DeleteTopicsResponse(responses=[DeletableTopicResult(name="c", topic_id=c, error_code=41)]), 6)
     )  # failed delete: kept
     assert r.cached(c) == "c"
     assert r.stats.evictions == {"deleted": 3}
     res = await r.resolve([a, old_b])
-    assert res[a].code == res[old_b].code == UNKNOWN_TOPIC_ID and fake.calls == []
+    assert res[a].code == res[old_b].code == UNKNOWN_TOPIC_ID
+    assert fake.calls == []
     await r.close()
 
 
@@ -600,10 +632,12 @@ async def test_observe_unknown_id_and_forget(topics):
     r.learn(b, topics[b])
     r.observe_unknown_id(a)
     assert r.cached(a) is None
-    assert (await r.resolve([a]))[a].code == UNKNOWN_TOPIC_ID and fake.calls == []  # negative-cached
+    assert (await r.resolve([a]))[a].code == UNKNOWN_TOPIC_ID
+    assert fake.calls == []
     r.forget(b, "test")
     assert r.cached(b) is None
-    assert (await r.resolve([b])) == {b: topics[b]} and len(fake.metadata_calls) == 1  # asked again
+    assert (await r.resolve([b])) == {b: topics[b]}
+    assert len(fake.metadata_calls) == 1
     r.learn(a, topics[a])  # a fresh response says it exists: the negative entry goes
     assert (await r.resolve([a])) == {a: topics[a]}
     assert r.stats.evictions == {"unknown_id": 1, "test": 1}
@@ -623,7 +657,8 @@ async def test_delete_seen_while_lookup_in_flight_wins(topics):
         ),
     )
     res = await task
-    assert res[tid].code == UNKNOWN_TOPIC_ID and r.cached(tid) is None
+    assert res[tid].code == UNKNOWN_TOPIC_ID
+    assert r.cached(tid) is None
     await r.close()
 
 

@@ -49,7 +49,8 @@ def test_a_forged_array_count_is_refused() -> None:
     assert check_request(memoryview(data), 3, 1)[0] is None
     forged = data[:body_at] + struct.pack(">i", 0x7FFFFFFF) + data[body_at + 4 :]
     problem, _ = check_request(memoryview(forged), 3, 1)
-    assert problem is not None and "does not decode" in problem
+    assert problem is not None
+    assert "does not decode" in problem
 
 
 @needs_corpus

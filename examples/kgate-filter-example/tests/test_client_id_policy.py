@@ -110,8 +110,11 @@ def test_bad_config_names_the_key(config: dict[str, Any], names: str) -> None:
 def test_frozen_config_from_kgate_is_accepted() -> None:
     # kgate hands the constructor validate_config's result frozen: lists become tuples
     f = ClientIdPolicy({"allow": ("svc-*",), "topics": ("orders-*",)})
-    assert f.client_allowed("svc-billing") and not f.client_allowed("other") and not f.client_allowed(None)
-    assert f.guards("orders-eu") and not f.guards("audit")
+    assert f.client_allowed("svc-billing")
+    assert not f.client_allowed("other")
+    assert not f.client_allowed(None)
+    assert f.guards("orders-eu")
+    assert not f.guards("audit")
 
 
 # -- request and response hooks --------------------------------------------------------------------
@@ -149,7 +152,8 @@ async def test_only_guarded_topics_are_refused_and_merged_into_the_answer() -> N
     ctx = produce_context("intruder")
     req = produce(("orders-eu", {0: 2}), ("audit", {0: 5, 1: 1}))
     result = f.check_produce(ctx, req)
-    assert isinstance(result, Forward) and result.message is req
+    assert isinstance(result, Forward)
+    assert result.message is req
     assert [t.name for t in req.topic_data] == ["audit"]  # what goes upstream
     resp = broker_answer(req)  # the broker answers the topics it got
     merged = await run_hook(f.count_produce, ctx.for_response(), resp)
@@ -176,7 +180,8 @@ async def test_cached_names_decide_synchronously() -> None:
     req = produce((ORDERS_ID, {0: 1}), (AUDIT_ID, {0: 1}))
     result = f.check_produce(ctx, req)
     assert not inspect.isawaitable(result)  # no task, no future
-    assert isinstance(result, Forward) and [t.topic_id for t in req.topic_data] == [AUDIT_ID]
+    assert isinstance(result, Forward)
+    assert [t.topic_id for t in req.topic_data] == [AUDIT_ID]
     assert ctx.lookups == []
 
 
@@ -188,7 +193,8 @@ async def test_unknown_ids_are_looked_up_and_unresolvable_ones_refused() -> None
     assert inspect.isawaitable(pending)  # kgate suspends this request only
     result = await pending
     assert ctx.lookups == [[ORDERS_ID, AUDIT_ID, GONE_ID]]
-    assert isinstance(result, Forward) and [t.topic_id for t in req.topic_data] == [AUDIT_ID]
+    assert isinstance(result, Forward)
+    assert [t.topic_id for t in req.topic_data] == [AUDIT_ID]
     merged = await run_hook(f.count_produce, ctx.for_response(), broker_answer(req))
     # fail closed: an id nobody can name is refused, not let through
     assert codes(merged.message) == {AUDIT_ID: [0], ORDERS_ID: [DENIED], GONE_ID: [DENIED]}

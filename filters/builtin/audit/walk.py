@@ -274,7 +274,7 @@ def fetch_request(buf: bytes | memoryview, p: int, v: int) -> list[tuple[str | U
 FetchTopic = tuple["str | UUID", int, int, int, list[int]]
 
 
-def fetch_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, list[FetchTopic]]:
+def fetch_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, list[FetchTopic]]:  # noqa: C901 - straight-line walker
     """A whole Fetch v4-18 answer: its top-level error code and, per topic entry, (name or id,
     partitions, record bytes, records, distinct partition error codes in order)."""
     flex = v >= 12
@@ -366,7 +366,7 @@ def metadata_request(buf: bytes | memoryview, p: int, v: int) -> list[str | UUID
     return out
 
 
-def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, list[tuple[str | UUID | None, list[int]]]]:
+def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, list[tuple[str | UUID | None, list[int]]]]:  # noqa: C901 - straight-line walker
     """A Metadata v1-13 answer: its top-level error code (v13+, else 0) and, per topic entry,
     (non-zero id, else name, else None; [topic error code, partition error codes...])."""
     flex = v >= 9
@@ -432,7 +432,7 @@ def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, lis
 # generic walkers above are kept for the classic versions. ~2x cheaper than the generic walkers.
 
 
-def _produce_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[ProduceTopic]:
+def _produce_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[ProduceTopic]:  # noqa: C901 - straight-line walker
     end = len(buf)
     n = buf[p]  # transactional_id
     if n & 0x80:
@@ -670,7 +670,7 @@ def _fetch_response_flex(buf: bytes | memoryview, p: int, v: int) -> tuple[int, 
     return top, out
 
 
-def _metadata_response_flex(
+def _metadata_response_flex(  # noqa: C901 - straight-line walker
     buf: bytes | memoryview, p: int, v: int
 ) -> tuple[int, list[tuple[str | UUID | None, list[int]]]]:
     end = len(buf)

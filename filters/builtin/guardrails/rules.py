@@ -84,7 +84,8 @@ def _int(value: Any, path: str, lo: int, hi: int, *, optional: bool = False) -> 
 def _bounds(section: Mapping[str, Any], path: str, lo_key: str, hi_key: str, lo: int, hi: int) -> tuple[int, int]:
     low = _int(section[lo_key], f"{path}.{lo_key}", lo, hi)
     high = _int(section[hi_key], f"{path}.{hi_key}", lo, hi)
-    assert low is not None and high is not None
+    assert low is not None
+    assert high is not None
     if low > high:
         raise FilterConfigError(f"{path}: {lo_key} ({low}) is above {hi_key} ({high})")
     return low, high
