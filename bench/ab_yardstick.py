@@ -6,7 +6,9 @@ Targets: ``direct``, ``python-relay``, ``kgate-old`` (kgate from ``--old-tree``,
 build to compare against: ``git worktree add --detach ../wt-old COMMIT``), ``kgate`` (this tree,
 passthrough), ``kgate-audit`` (``audit-log`` writing to a scratch directory) and ``kgate-acl``
 (the authorizer with five rules, default deny, plus ``internal-topics``); on request (``--targets``)
-``kgate-acl-old``, the old tree with the same filters; with ``--compiled-tree`` (a checkout built
+``kgate-acl-old``, the old tree with the same filters, and ``kgate-authz`` / ``kgate-policy`` (the
+authorizer's five rules alone, ``topic-policy`` denying ``secret-*``) with their ``-old`` twins;
+with ``--compiled-tree`` (a checkout built
 with ``tools/compile_hot.py``) ``kgate-compiled`` and ``kgate-acl-compiled``. Why a script: filter
 configs are JSON inside a shell command inside run.py's ``{placeholder}`` templates, so every
 brace must be doubled; building the argv here keeps the A/B repeatable. Run it on a quiet
@@ -56,12 +58,19 @@ def main() -> int:
     run = "cd {tree} && exec {{python}} -m kgate --listen {{listen}} --upstream {{upstream}}"
     new, old = run.format(tree=ROOT), run.format(tree=Path(args.old_tree).resolve())
     acl = " --filter 'authorizer=" + _template(ACL) + "' --filter internal-topics"
+    authz = " --filter 'authorizer=" + _template(ACL) + "'"
+    policy = " --filter 'topic-policy=" + _template({"deny": ["secret-*"]}) + "'"
     extras = {
         "kgate-old": old,
         "kgate": new,
         "kgate-audit": new + " --filter 'audit-log=" + _template({"directory": audit_dir}) + "'",
         "kgate-acl": new + acl,
         "kgate-acl-old": old + acl,
+        # issue 27 item 9: each policy filter alone against passthrough, both builds
+        "kgate-authz": new + authz,
+        "kgate-authz-old": old + authz,
+        "kgate-policy": new + policy,
+        "kgate-policy-old": old + policy,
     }
     if args.compiled_tree:
         compiled = run.format(tree=Path(args.compiled_tree).resolve())

@@ -107,16 +107,22 @@ class FilterChain:
         self.filters = list(filters)
         self._by_key: dict[tuple[str, int], list[tuple[int, int, BoundHook, bool]]] = {}
         self._no_peek: set[tuple[int, int, int]] = set()  # (api key, lo, hi) of request hooks that cannot peek
+        #: (direction, api key, hook) -> the hook's screen (``on_request`` / ``on_response`` ``screen=``)
+        self._screen_of: dict[tuple[str, int, BoundHook], BoundHook] = {}
         for f in self.filters:
             for attr, spec in f.hooks:
                 info = api.API_INFO[spec.api_key]
                 hi = info.max_version if spec.max_version is None else spec.max_version
+                hook = getattr(f, attr)
                 self._by_key.setdefault((spec.direction, spec.api_key), []).append(
-                    (spec.min_version, hi, getattr(f, attr), spec.needs_state)
+                    (spec.min_version, hi, hook, spec.needs_state)
                 )
+                if spec.screen:
+                    self._screen_of[(spec.direction, spec.api_key, hook)] = getattr(f, spec.screen)
                 if spec.direction == "request" and not spec.peek:
                     self._no_peek.add((spec.api_key, spec.min_version, hi))
         self._cache: dict[tuple[str, int, int, bool], tuple[BoundHook, ...]] = {}
+        self._screens: dict[tuple[str, int, int, bool], tuple[BoundHook, ...] | None] = {}
         self._peek_cache: dict[tuple[int, int], tuple[BoundHook, ...]] = {}
         self.has_request_hooks = any(d == "request" for d, _k in self._by_key)
         #: some filter must see every request: api keys the codec cannot decode are refused
@@ -133,6 +139,22 @@ class FilterChain:
             entries = self._by_key.get((direction, api_key), ())
             found = tuple(h for lo, hi, h, ns in entries if lo <= version <= hi and (has_state or not ns))
             self._cache[key] = found
+        return found
+
+    def screens(
+        self, direction: str, api_key: int, version: int, has_state: bool = True
+    ) -> tuple[BoundHook, ...] | None:
+        """The screens of a message's hooks, in chain order, when every one of its hooks has one; else None."""
+        key = (direction, api_key, version, has_state)
+        if key in self._screens:
+            return self._screens[key]
+        hooks = self.hooks(direction, api_key, version, has_state)
+        found: tuple[BoundHook, ...] | None = None
+        if hooks:
+            screens = [self._screen_of.get((direction, api_key, h)) for h in hooks]
+            if all(s is not None for s in screens):
+                found = tuple(s for s in screens if s is not None)
+        self._screens[key] = found
         return found
 
     def peek_hooks(self, api_key: int, version: int) -> tuple[BoundHook, ...]:

@@ -112,6 +112,7 @@ class HookSpec:
     max_version: int | None  # None: every version kgate's codec knows
     needs_state: bool = False  # response hooks: run only where a request hook stored ctx.state
     peek: bool = False  # Produce request hooks: may decide FORWARD from the topic list alone
+    screen: str = ""  # the filter's method that may decide from the message's bytes (see on_request)
 
 
 def _hook(
@@ -121,13 +122,14 @@ def _hook(
     max_version: int | None,
     needs_state: bool = False,
     peek: bool = False,
+    screen: str = "",
 ) -> Callable[[Any], Any]:
     if int(api_key) not in api.API_INFO:
         raise ValueError(f"unknown api key {api_key}")
 
     def mark(fn: Any) -> Any:
         specs = getattr(fn, "__kgate_hooks__", ())
-        spec = HookSpec(direction, int(api_key), min_version, max_version, needs_state, peek)
+        spec = HookSpec(direction, int(api_key), min_version, max_version, needs_state, peek, screen)
         fn.__kgate_hooks__ = (*specs, spec)
         return fn
 
@@ -135,7 +137,7 @@ def _hook(
 
 
 def on_request(
-    api_key: int, *, min_version: int = 0, max_version: int | None = None, peek: bool = False
+    api_key: int, *, min_version: int = 0, max_version: int | None = None, peek: bool = False, screen: str = ""
 ) -> Callable[[Any], Any]:
     """Mark a method as the hook for requests of ``api_key`` (versions inclusive).
 
@@ -146,14 +148,26 @@ def on_request(
     hook again with it. Only for hooks that decide from topics alone and have no side effects
     that must not happen twice. Applies when every request hook for that Produce version peeks,
     and when the request names a single topic (the others' names only come after the records).
+
+    ``screen="method_name"``: a method of the same filter, ``screen(ctx, body) -> Result | None``,
+    that kgate may call first with the request body's bytes (after the header; for a peeked Produce
+    possibly only its start). ``FORWARD`` says the hook would forward this request unchanged, so
+    kgate neither decodes it nor calls the hook (``ctx.request`` is then None in response hooks);
+    ``None`` (undecided) or anything else makes kgate decode it and call the hook as usual. Used
+    only when every request hook of that message has a screen. A screen must agree with its hook.
     """
     if peek and int(api_key) != ApiKey.PRODUCE:
         raise ValueError("peek is only available for Produce requests")
-    return _hook("request", api_key, min_version, max_version, peek=peek)
+    return _hook("request", api_key, min_version, max_version, peek=peek, screen=screen)
 
 
 def on_response(
-    api_key: int, *, min_version: int = 0, max_version: int | None = None, needs_state: bool = False
+    api_key: int,
+    *,
+    min_version: int = 0,
+    max_version: int | None = None,
+    needs_state: bool = False,
+    screen: str = "",
 ) -> Callable[[Any], Any]:
     """Mark a method as the hook for responses of ``api_key`` (versions inclusive).
 
@@ -161,8 +175,18 @@ def on_response(
     in ``ctx.state``. Responses nobody else needs are then never decoded (they stream through),
     which matters for Fetch: a policy that only patches the responses of requests it changed
     should not cost every Fetch response a decode.
+
+    ``screen="method_name"`` (Metadata only, for now): a method of the same filter, ``screen(ctx,
+    body) -> Result | None``, that kgate calls first with the response body's bytes: ``FORWARD``
+    (the hook would forward it unchanged) or ``forward(new_body_bytes)`` (the body the hook's
+    change encodes to) decides without a decode; ``None`` makes kgate decode it and call the hook.
+    Used only when every response hook of that message has a screen; the screens run in chain
+    order, each on the body the previous one returned. A screen must agree with its hook byte for
+    byte.
     """
-    return _hook("response", api_key, min_version, max_version, needs_state)
+    if screen and int(api_key) != ApiKey.METADATA:
+        raise ValueError("response screens are only available for Metadata")
+    return _hook("response", api_key, min_version, max_version, needs_state, screen=screen)
 
 
 # -- context ---------------------------------------------------------------------------------

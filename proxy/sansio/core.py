@@ -39,7 +39,7 @@ from struct import Struct
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from uuid import UUID
 
-from kgate.api import Close, ConnectionInfo, ErrorCode, Respond, error_response
+from kgate.api import FORWARD, Close, ConnectionInfo, ErrorCode, Forward, Respond, error_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated.produce import TopicProduceData
@@ -56,6 +56,7 @@ from kgate.codec.headers import (
 from kgate.codec.headers import (
     frame as make_frame,
 )
+from kgate.codec.metadata_walk import metadata_answer
 from kgate.codec.peek import produce_prefix
 from kgate.codec.tail_walk import WalkError
 from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
@@ -124,6 +125,17 @@ _PRODUCE_HEADER: Final = {
     v: api.request_header_version(PRODUCE, v)
     for v in range(api.API_INFO[PRODUCE].min_version, api.API_INFO[PRODUCE].max_version + 1)
 }
+
+
+def _screened(screens: Any, ctx: MessageContext, body: memoryview) -> bool:
+    """Whether every screen forwards a request from its body's bytes (an exception: undecided)."""
+    try:
+        for screen in screens:
+            if screen(ctx, body) is not FORWARD:
+                return False
+    except Exception:  # the hook will run on the decoded request and report its failure
+        return False
+    return True
 
 
 class Actions(Protocol):
@@ -985,6 +997,7 @@ class ConnectionCore:
         api_key, version, cid = peek_request(frame)
         plan = self.plans.request(api_key, version)
         checked = None
+        screened: MessageContext | None = None
         if self.settings.validate_requests:
             problem, checked = check_request(frame, api_key, version)
             if problem is not None:
@@ -995,8 +1008,15 @@ class ConnectionCore:
             self._track(frame)
             self.write_up(frame)
             return
-        if plan is _PEEK and self._peek_produce(frame):
-            return  # decided from its topic alone: no full decode of the partitions
+        if plan is _PEEK:
+            if self._peek_produce(frame):
+                return  # decided from its topic alone: no full decode of the partitions
+        else:
+            screens = self.chain.screens("request", api_key, version)
+            if screens is not None:
+                screened = self._screened_request(frame, api_key, version, cid, screens)
+                if screened is None:
+                    return  # every hook's screen forwards it from its bytes: not decoded
         self.cluster.metrics.count_request(api_key, version)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
@@ -1009,7 +1029,8 @@ class ConnectionCore:
             return
         if header.client_id is not None:
             self.info.client_id = header.client_id
-        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        # the screens' context when they declined: a filter may know it screened this one (its counts)
+        ctx = screened if screened is not None else MessageContext(self.cluster, self.info, api_key, version, cid)
         ctx.frame_bytes = len(frame)
         decision = run_hooks(self.chain.hooks("request", api_key, version), ctx, msg)
         if type(decision) is not Decision:  # run_hooks returned its coroutine (cheaper than isawaitable)
@@ -1020,6 +1041,28 @@ class ConnectionCore:
             self.out.spawn(decision, suspension)  # type: ignore[arg-type]
             return
         self._apply_request(decision, frame, header, ctx)
+
+    def _screened_request(
+        self, frame: memoryview, api_key: int, version: int, cid: int, screens: Any
+    ) -> MessageContext | None:
+        """Forward a request its hooks' screens let through from its bytes (``on_request(screen=)``): None.
+        Otherwise the context the screens saw, for the hooks that run on the decoded request."""
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        try:
+            header = parse_request_header(frame, api.request_header_version(api_key, version))
+        except HeaderError:
+            return ctx  # the full path reports it
+        if header.client_id is not None:
+            self.info.client_id = header.client_id
+        ctx.frame_bytes = len(frame)
+        if not _screened(screens, ctx, frame[header.body_offset :]):
+            return ctx
+        self.cluster.metrics.count_request(api_key, version)
+        ex = self._exchange(cid, api_key, version, None, ctx._state)
+        if self._observer is not None:
+            self._observe_start(ex, frame, len(frame))
+        self._forward(frame, ex)
+        return None
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
         backlog = self.backlog
@@ -1425,6 +1468,10 @@ class ConnectionCore:
     def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:
         api_key, version = ex.api_key, ex.api_version
         chain = self.chain if self._old is None else self._chain_of(ex)  # the chain that saw its request
+        if api_key == METADATA and chain.has_response_hooks:
+            screens = chain.screens("response", METADATA, version, bool(ex.state))
+            if screens is not None and self._screened_metadata(ex, frame, screens):
+                return
         hooks = chain.hooks("response", api_key, version, bool(ex.state)) if chain.has_response_hooks else ()
         must_rewrite = rewrite.needs_rewrite(api_key, version)
         try:
@@ -1461,6 +1508,39 @@ class ConnectionCore:
                 self.out.pause_broker("answers-blocked")
             return
         self._apply_response(decision, suspension)
+
+    def _screened_metadata(self, ex: Exchange, frame: memoryview, screens: Any) -> bool:
+        """A Metadata answer its hooks' screens decide from its bytes (``on_response(screen=)``): topic
+        names learnt from a walk of its topics, the screens' body sent with only the broker list
+        rewritten (the answer memo's path). False: decode it and run the hooks."""
+        version = ex.api_version
+        try:
+            offset = response_body_offset(frame, api.response_header_version(METADATA, version))
+            body = frame[offset:]
+            walked = metadata_answer(body, version)
+        except (HeaderError, api.CodecError):
+            return False  # the full path reports it
+        ctx = MessageContext(self.cluster, self.info, METADATA, version, ex.cid, ex.request, ex.state)
+        new: bytes | None = None  # the body a screen returned, if any did
+        try:
+            for screen in screens:
+                result = screen(ctx, body if new is None else new)
+                if result is FORWARD:
+                    continue
+                if type(result) is not Forward or not isinstance(result.message, bytes):
+                    return False
+                new = result.message
+        except Exception:  # the hook will run on the decoded answer and report its failure
+            return False
+        self.cluster.observe_response(METADATA, version, walked, ex.request)
+        answer: bytes | memoryview = frame if new is None else rewrite.reframe(frame, offset, new)
+        try:
+            ex.response = self._answers.metadata(answer, version, self._map_node)
+        except (HeaderError, api.CodecError) as exc:
+            self._undecodable_metadata(ex, exc)
+            return True
+        self._metadata_rewrites.n += 1
+        return True
 
     def _apply_response(self, decision: Decision, s: Suspension) -> None:
         ex = s.exchange

@@ -53,6 +53,7 @@ from kgate.api import (
 )
 from kgate.codec import api
 from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.metadata_walk import metadata_ask
 from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED, narrowed, operations_bitfield
@@ -83,6 +84,7 @@ from kgate.filters.builtin.authz.visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
     refuse_streams_groups_with_denied_topics,
+    screen_described_metadata,
     strip_assignment,
     topology_internal_topics,
     topology_topics,
@@ -138,6 +140,10 @@ PER_TOPIC_KEYS = (
 )
 
 
+#: the request hooks' screens (decided from the request's bytes where the common case allows)
+_SCREENS: dict[int, str] = {ApiKey.METADATA: "screen_metadata_request"}
+
+
 class Authorizer(Filter):
     name = "authorizer"
     refuses_unknown_api_keys = True  # an api key newer than kgate's codec would pass unseen
@@ -166,6 +172,7 @@ class Authorizer(Filter):
         self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
         self._describe_size = 0  # entries in all of them
         self._denials = 0  # checks refused so far; a request's count decides its decision label
+        self._screen_counted: FilterContext | None = None  # the request a screen counted last (_count)
         self._requests: dict[int, Callable[[FilterContext, Any, Identity], Any]] = {
             ApiKey.PRODUCE: self._produce,
             ApiKey.FETCH: self._fetch,
@@ -228,7 +235,16 @@ class Authorizer(Filter):
         return False
 
     def _count(self, ctx: FilterContext, denials_before: int) -> None:
+        if ctx is self._screen_counted:  # its screen counted it; a later filter's screen then declined
+            self._screen_counted = None
+            return
         self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, self._denials == denials_before)] += 1
+
+    def _count_screened(self, ctx: FilterContext) -> None:
+        """Count a request a screen forwards, once: kgate calls the hooks with the same context when a
+        later filter's screen declines (then ``_count`` leaves it out)."""
+        self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, True)] += 1
+        self._screen_counted = ctx
 
     # -- the one request hook ----------------------------------------------------------------------
     def check(self, ctx: FilterContext, request: Any) -> Any:
@@ -258,6 +274,36 @@ class Authorizer(Filter):
     def unchecked(self, ctx: FilterContext, request: Any) -> Result:
         """A codec-known api key that is neither in the table nor exempt: refused (fail closed)."""
         return self._refuse_whole(ctx, request, CLUSTER_DENIED)
+
+    # -- screens: the hot requests and answers decided from their bytes (on_request / on_response screen=) --
+    def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """A Metadata request ``_metadata`` forwards unchanged, found from its bytes: every topic (null, or
+        v0's empty list), or names this client may describe and, where it asks to create missing ones, may
+        create; no ids, no ``*_authorized_operations`` asked (the answer's screen then needs no request)."""
+        version = ctx.api_version
+        ask = metadata_ask(body, version)
+        if ask.include_topic_operations or ask.include_cluster_operations:
+            return None
+        topics = ask.topics
+        if topics is None or (not topics and version == 0):
+            self._count_screened(ctx)
+            return FORWARD
+        if not topics:
+            return None  # v1+ asks for no topic: its answer is emptied by the hook, which needs the request
+        who = self._who(ctx.connection)
+        allowed = self.rules.allowed
+        create = ask.allow_auto_topic_creation and version >= 4
+        for name, topic_id in topics:
+            if name is None or topic_id.int or not allowed(who, Res.TOPIC, name, Op.DESCRIBE):
+                return None
+            if create and not self._may_create(who, name):
+                return None
+        self._count_screened(ctx)
+        return FORWARD
+
+    def screen_metadata_response(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """``described_topics`` for a Metadata answer, from its bytes (``screen_described_metadata``)."""
+        return screen_described_metadata(ctx, body, self._describe(ctx), narrows=True)
 
     # -- whole-request checks --------------------------------------------------------------------
     def _refuse_whole(self, ctx: FilterContext, request: Any, code: int) -> Result:
@@ -679,11 +725,13 @@ class Authorizer(Filter):
         if ctx.api_key == ApiKey.METADATA:
             if ctx.api_version < 8:
                 return False  # no such fields
-            if request is not None and not (
+            if request is None or not (
                 request.include_topic_authorized_operations
                 or getattr(request, "include_cluster_authorized_operations", False)
             ):
-                return False  # the metadata refreshes of every client: nothing asked, nothing to do
+                # the metadata refreshes of every client: nothing asked, nothing to do (no request: its
+                # screen let it through, which it does only when neither flag is set)
+                return False
         who = self._who(ctx.connection)
         changed = False
         for t in response.topics:
@@ -823,11 +871,11 @@ class Authorizer(Filter):
         if _key in UNCHECKED:
             continue
         if _key in TABLE:
-            check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)
+            check = on_request(_key, peek=_key == ApiKey.PRODUCE, screen=_SCREENS.get(_key, ""))(check)
         else:  # pragma: no cover - the table is total (tests/filters/test_acl_table.py)
             unchecked = on_request(_key)(unchecked)
-    for _key in (ApiKey.METADATA, ApiKey.DESCRIBE_TOPIC_PARTITIONS):
-        described_topics = on_response(_key)(described_topics)
+    described_topics = on_response(ApiKey.METADATA, screen="screen_metadata_response")(described_topics)
+    described_topics = on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)(described_topics)
     created_topics = on_response(ApiKey.CREATE_TOPICS)(created_topics)
     offset_fetch_response = on_response(ApiKey.OFFSET_FETCH)(offset_fetch_response)
     transactions = on_response(ApiKey.DESCRIBE_TRANSACTIONS)(transactions)

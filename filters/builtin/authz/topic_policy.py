@@ -64,6 +64,7 @@ from kgate.filters.builtin.authz.visibility import (
     refuse_classic_groups_with_denied_assignments,
     refuse_groups_with_denied_assignments,
     refuse_streams_groups_with_denied_topics,
+    screen_described_metadata,
 )
 
 _ZERO = UUID(int=0)
@@ -161,6 +162,14 @@ class TopicPolicy(Filter):
     def merge(self, ctx: FilterContext, response: Any) -> Result:
         return self._admin.merge(ctx, response)
 
+    # -- screens: the authorizer's, with this filter's rules (filters.builtin.authz.authorizer) ----------
+    def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        return self._admin.screen_metadata_request(ctx, body)
+
+    def screen_metadata_response(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """``described_topics`` for a Metadata answer, from its bytes (no operations to narrow here)."""
+        return screen_described_metadata(ctx, body, self.allowed, narrows=False)
+
     # -- listings, offsets and groups (filters.builtin.topic_visibility) -----------------------
     def keep_request(self, ctx: FilterContext, request: Any) -> Result:
         """Nothing to refuse up front; declaring it makes kgate decode the request for the response hook
@@ -169,7 +178,7 @@ class TopicPolicy(Filter):
             return note_describe_rule(ctx, request, self.allowed)
         return FORWARD
 
-    @on_response(ApiKey.METADATA)
+    @on_response(ApiKey.METADATA, screen="screen_metadata_response")
     @on_response(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
     def described_topics(self, ctx: FilterContext, response: Any) -> Result | Any:
         """Hide denied topics, as Kafka's authorizer does: listed -> left out; asked for -> error 29.
@@ -265,7 +274,7 @@ class TopicPolicy(Filter):
         check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
         merge = on_response(_key, needs_state=True)(merge)
     for _key in _WHOLE_KEYS:
-        check = on_request(_key)(check)
+        check = on_request(_key, screen="screen_metadata_request" if _key == ApiKey.METADATA else "")(check)
     for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS):
         keep_request = on_request(_key)(keep_request)
     del _key

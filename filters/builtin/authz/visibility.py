@@ -39,6 +39,7 @@ from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward
 from kgate.codec import api
 from kgate.codec.generated.describe_topic_partitions import Cursor as _CURSOR
 from kgate.codec.generated.describe_topic_partitions import DescribeTopicPartitionsResponseTopic as _DTP_TOPIC
+from kgate.codec.metadata_walk import metadata_answer
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED
 
 _I16 = struct.Struct(">h")
@@ -446,6 +447,44 @@ def hide_undescribable(ctx: FilterContext, response: Any, allowed: Allowed) -> R
             return fill_pages(ctx, request, response, allowed, asked_for_all)
         changed |= _add_denied(ctx, response)
     return forward(response) if changed else FORWARD
+
+
+def screen_described_metadata(ctx: FilterContext, body: memoryview, allowed: Allowed, narrows: bool) -> Result | None:
+    """``hide_undescribable`` for a Metadata answer, decided from its bytes (an ``on_response`` screen).
+
+    FORWARD when no topic is hidden (the common answer: the original bytes go on); a listing with
+    hidden topics without their byte spans (``forward(body)``, what the hook's re-encoding would hold);
+    None (decode and run the hook) for the rare shapes: refused entries to merge, a denied topic asked
+    for by name or id, an empty v1+ topic list, and, where the filter narrows
+    ``*_authorized_operations`` (``narrows``), any operations the broker filled in. ``ctx.request`` is
+    None where the request's screen let it through: it asked for every topic, or for allowed names
+    with no operations (the authorizer's ``screen_metadata_request``), so nothing is asked by id.
+    """
+    if ctx.state:
+        return None  # entries a request hook refused, to merge back (merge_refused)
+    request = ctx.request
+    version = ctx.api_version
+    asked_for_all = request is None or request.topics is None or (version == 0 and not request.topics)
+    if not asked_for_all and (not request.topics or any(getattr(t, "topic_id", _ZERO).int for t in request.topics)):
+        return None
+    answer = metadata_answer(body, version)
+    if (
+        narrows
+        and version >= 8
+        and request is not None
+        and (
+            request.include_topic_authorized_operations
+            or getattr(request, "include_cluster_authorized_operations", False)
+        )
+        and (answer.cluster_operations != NOT_REQUESTED or any(t.operations != NOT_REQUESTED for t in answer.topics))
+    ):
+        return None  # the operations the client asked for are narrowed by the hook
+    denied = {i for i, t in enumerate(answer.topics) if t.name is not None and not allowed(t.name)}
+    if not denied:
+        return FORWARD
+    if not asked_for_all:
+        return None  # asked for by name: answered TOPIC_AUTHORIZATION_FAILED (the hook builds the entry)
+    return forward(answer.without(denied))
 
 
 def _partitions(topics: list[Any]) -> int:
