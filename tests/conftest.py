@@ -15,7 +15,7 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-from support import procs  # noqa: E402
+from support import ports, procs  # noqa: E402
 from support.spark import spark  # noqa: E402, F401  (the session's SparkSession, for any test that asks)
 
 _ALL_PROCS: list[procs.ManagedProcess] = []
@@ -133,8 +133,14 @@ def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None
     return None
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports."""
+    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports.
+
+    First among the hooks: xdist's worker reads the ``xdist_group`` marks in its own hook (it adds
+    ``@group`` to the node id, which is what ``--dist loadgroup`` schedules by); run after it, the
+    marks were there but ignored, and every worker started its own Kafka brokers and Spark.
+    """
     for item in items:
         rel = os.path.relpath(str(item.path), _TESTS).split(os.sep)
         names = item.fixturenames
@@ -367,6 +373,8 @@ def kgate_factory(tmp_path):
         elif not was_alive and rc not in (0,):
             bad.append((k.log_path, f"died before teardown with {rc}"))
     for k in started:
+        if not k.alive():  # its node ports are free for other tests and test runs on the machine
+            ports.release_range(k.node_base)
         if "Traceback (most recent call last)" in k.log_text(tail=10_000_000):
             bad.append((k.log_path, "logged an unhandled exception (Traceback)"))
     if bad:
