@@ -16,7 +16,7 @@ if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
 from support import ports, procs  # noqa: E402
-from support.spark import spark  # noqa: E402, F401  (the session's SparkSession, for any test that asks)
+from support.spark import _spark_test_settings, spark  # noqa: E402, F401  (the session's SparkSession, for any test)
 
 _ALL_PROCS: list[procs.ManagedProcess] = []
 

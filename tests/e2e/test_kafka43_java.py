@@ -245,7 +245,7 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     values = w.payloads(20, tag="secret")
     w.confluent_create_topic(open_gate.bootstrap, topic, 1)
     w.confluent_produce(open_gate.bootstrap, topic, values)
-    got, _ = w.confluent_consume(open_gate.bootstrap, topic, len(values))
+    got = w.confluent_read_topic(open_gate.bootstrap, topic, len(values))
     w.assert_exact(values, got)  # the records are there
     tools.set_group_config(group, share_auto_offset_reset="earliest")
 
