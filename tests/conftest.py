@@ -119,13 +119,20 @@ def _uses_kafka(item: pytest.Item) -> bool:
     return _module_uses(getattr(item, "module", None), _KAFKA_SUPPORT)
 
 
+#: Spark test modules of the second Spark group: the Spark tests are over half the suite's test
+#: time, too much for one worker's chain; two groups (two SparkSessions) keep both cores busy
+#: to the end. Split by the summed time of one full run (each side ~2,700 s at load ~28)
+_SPARK2_MODULES = frozenset({"test_cli.py", "test_browser.py", "test_audit_report_e2e.py", "test_audit_records_e2e.py"})
+
+
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
     """Tests that run a JVM share one xdist worker per kind: the session's broker (or SparkSession)
     starts once per run, not once per worker, and two cores never run three JVMs of one kind at once
-    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group).
-    Everything else is spread test by test (``--dist loadgroup``)."""
+    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group). Spark
+    has two groups (``_SPARK2_MODULES``). Everything else is spread test by test
+    (``--dist loadgroup``)."""
     if uses_spark:
-        return "spark"
+        return "spark2" if item.path.name in _SPARK2_MODULES else "spark"
     if kafka:
         names = item.fixturenames
         on_43 = "kafka" in names or _broker_param(item) == "kafka"

@@ -43,7 +43,8 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
 
 
 def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
-    """One Kafka 4.3 (or 4.0, or Spark) per run: their tests go to one worker, not one JVM each."""
+    """One Kafka 4.3 (or 4.0) per run, two SparkSessions: their tests go to one worker per group,
+    not one JVM each."""
     loadgroup = (
         getattr(request.config.option, "loadgroup", False) or request.config.getoption("dist", "no") == "loadgroup"
     )
@@ -53,7 +54,7 @@ def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest
         name = group.args[0] if group is not None else None
         marks = _marks(item)
         if "spark" in marks:
-            expected = "spark"
+            expected = name if name in ("spark", "spark2") else "spark"
         elif "kafka" in marks:
             expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
         else:
