@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import json
 import os
 import re
 import socket
 import sys
+import tempfile
 import threading
 import types
 
@@ -140,14 +144,64 @@ def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None
     return None
 
 
+# -- scheduling the groups ---------------------------------------------------------------------
+# xdist's ``--dist loadgroup`` schedules by an ``@group`` suffix its worker appends to each node id
+# (``item._nodeid``); pytest 9 builds ``nodeid`` from ``item._id``, so the suffix never showed and
+# every worker started its own Kafka brokers and Spark. Instead each worker writes the groups it
+# collected to a file its controller (the parent process) reads when it schedules.
+
+
+def _groups_file(controller_pid: int, worker: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"kgate-xdist-groups-{controller_pid}-{worker}.json")
+
+
+def _write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is None:
+        return
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    path = _groups_file(os.getppid(), worker)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(groups, f)
+    os.replace(path + ".tmp", path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` by the groups the workers wrote (see above), not by node id suffixes."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _GroupsFromWorkers(LoadGroupScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:  # called first once every worker has finished collecting
+                self._groups = {}
+                for path in glob.glob(_groups_file(os.getpid(), "*")):
+                    with open(path, encoding="utf-8") as f:
+                        self._groups.update(json.load(f))
+            group = self._groups.get(nodeid)
+            return f"@group:{group}" if group is not None else super()._split_scope(nodeid)
+
+    return _GroupsFromWorkers(config, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        for path in glob.glob(_groups_file(os.getpid(), "*")):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports.
-
-    First among the hooks: xdist's worker reads the ``xdist_group`` marks in its own hook (it adds
-    ``@group`` to the node id, which is what ``--dist loadgroup`` schedules by); run after it, the
-    marks were there but ignored, and every worker started its own Kafka brokers and Spark.
-    """
+    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports; on an
+    xdist worker, write the groups for the controller's scheduler."""
     for item in items:
         rel = os.path.relpath(str(item.path), _TESTS).split(os.sep)
         names = item.fixturenames
@@ -171,6 +225,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _xdist_group(item, kafka, uses_spark)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+    _write_groups(config, items)
 
 
 # A ``unit`` test must not start a process nor use a TCP socket: the fast loop (``-m unit``) stays
