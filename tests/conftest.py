@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
+import json
 import os
 import re
 import socket
 import sys
+import tempfile
 import threading
 import types
 
@@ -15,8 +19,8 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 if _TESTS not in sys.path:
     sys.path.insert(0, _TESTS)
 
-from support import procs  # noqa: E402
-from support.spark import spark  # noqa: E402, F401  (the session's SparkSession, for any test that asks)
+from support import ports, procs  # noqa: E402
+from support.spark import _spark_test_settings, spark  # noqa: E402, F401  (the session's SparkSession, for any test)
 
 _ALL_PROCS: list[procs.ManagedProcess] = []
 
@@ -119,13 +123,20 @@ def _uses_kafka(item: pytest.Item) -> bool:
     return _module_uses(getattr(item, "module", None), _KAFKA_SUPPORT)
 
 
+#: Spark test modules of the second Spark group: the Spark tests are over half the suite's test
+#: time, too much for one worker's chain; two groups (two SparkSessions) keep both cores busy
+#: to the end. Split by the summed time of one full run (each side ~2,700 s at load ~28)
+_SPARK2_MODULES = frozenset({"test_cli.py", "test_browser.py", "test_audit_report_e2e.py", "test_audit_records_e2e.py"})
+
+
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
     """Tests that run a JVM share one xdist worker per kind: the session's broker (or SparkSession)
     starts once per run, not once per worker, and two cores never run three JVMs of one kind at once
-    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group).
-    Everything else is spread test by test (``--dist loadgroup``)."""
+    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group). Spark
+    has two groups (``_SPARK2_MODULES``). Everything else is spread test by test
+    (``--dist loadgroup``)."""
     if uses_spark:
-        return "spark"
+        return "spark2" if item.path.name in _SPARK2_MODULES else "spark"
     if kafka:
         names = item.fixturenames
         on_43 = "kafka" in names or _broker_param(item) == "kafka"
@@ -133,8 +144,64 @@ def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None
     return None
 
 
+# -- scheduling the groups ---------------------------------------------------------------------
+# xdist's ``--dist loadgroup`` schedules by an ``@group`` suffix its worker appends to each node id
+# (``item._nodeid``); pytest 9 builds ``nodeid`` from ``item._id``, so the suffix never showed and
+# every worker started its own Kafka brokers and Spark. Instead each worker writes the groups it
+# collected to a file its controller (the parent process) reads when it schedules.
+
+
+def _groups_file(controller_pid: int, worker: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"kgate-xdist-groups-{controller_pid}-{worker}.json")
+
+
+def _write_groups(config: pytest.Config, items: list[pytest.Item]) -> None:
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if worker is None:
+        return
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None:
+            groups[item.nodeid] = str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+    path = _groups_file(os.getppid(), worker)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(groups, f)
+    os.replace(path + ".tmp", path)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadgroup`` by the groups the workers wrote (see above), not by node id suffixes."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class _GroupsFromWorkers(LoadGroupScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:  # called first once every worker has finished collecting
+                self._groups = {}
+                for path in glob.glob(_groups_file(os.getpid(), "*")):
+                    with open(path, encoding="utf-8") as f:
+                        self._groups.update(json.load(f))
+            group = self._groups.get(nodeid)
+            return f"@group:{group}" if group is not None else super()._split_scope(nodeid)
+
+    return _GroupsFromWorkers(config, log)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):
+        for path in glob.glob(_groups_file(os.getpid(), "*")):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports."""
+    """Mark each test unit or e2e (and kafka, spark) by its directory, fixtures and imports; on an
+    xdist worker, write the groups for the controller's scheduler."""
     for item in items:
         rel = os.path.relpath(str(item.path), _TESTS).split(os.sep)
         names = item.fixturenames
@@ -158,6 +225,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = _xdist_group(item, kafka, uses_spark)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+    _write_groups(config, items)
 
 
 # A ``unit`` test must not start a process nor use a TCP socket: the fast loop (``-m unit``) stays
@@ -367,6 +435,8 @@ def kgate_factory(tmp_path):
         elif not was_alive and rc not in (0,):
             bad.append((k.log_path, f"died before teardown with {rc}"))
     for k in started:
+        if not k.alive():  # its node ports are free for other tests and test runs on the machine
+            ports.release_range(k.node_base)
         if "Traceback (most recent call last)" in k.log_text(tail=10_000_000):
             bad.append((k.log_path, "logged an unhandled exception (Traceback)"))
     if bad:

@@ -18,7 +18,10 @@ What a ``docker build`` would do is done here the same way, outside a container:
 3. **Install**: kgate's wheel is built as the build stage builds it (a fresh venv with the lock and
    the build tools, ``BUILD_COMMAND``) and installed with the lock into another fresh venv, as the
    run stage does; ``pip check`` passes there, and that kgate imports every module of
-   ``HOT_MODULES`` compiled and none stale (proxy/runtime/compiled.py).
+   ``HOT_MODULES`` compiled and none stale (proxy/runtime/compiled.py). With ``--wheel-cache DIR`` a wheel
+   built before from the very same inputs (every file of the build context, the lock, the build
+   tools' pins, this Python) is taken from DIR instead of compiled again, and the output says so;
+   everything after the build runs as without it.
 4. **Commands**: that venv's ``kgate --version`` is the source's version, and ``kgate check-config``
    accepts the config the image ships.
 5. **Health check** (with ``--upstream``): that venv's kgate runs the image's config (its ports moved
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -60,6 +64,8 @@ IMAGE_CONFIG = "/etc/kgate/kgate.yaml"
 BUILD_REQUIREMENTS = ROOT / "docker" / "build-requirements.txt"
 #: how the build stage builds the wheel (setup.py: KGATE_WHEEL_COMPILED=1 compiles the hot modules)
 BUILD_COMMAND = "KGATE_WHEEL_COMPILED=1 pip wheel --no-deps --no-build-isolation"
+#: wheels a ``--wheel-cache`` keeps (the newest; one per distinct input)
+WHEEL_CACHE_KEEP = 4
 
 
 @dataclass
@@ -240,25 +246,91 @@ def check_lock(c: Checker) -> None:
         )
 
 
-def install(c: Checker, work: Path) -> Path | None:
-    """Step 3: the wheel, built as the build stage does, and a fresh venv with the lock; its bin dir."""
+def build_inputs_digest(src: Path) -> str:
+    """SHA-256 of everything a wheel build reads: each file of the build context (path and bytes)
+    but its top-level hidden entries (tool caches such as .mypy_cache, which no build reads: the
+    wheel takes ``kgate*`` packages and the project's metadata files), the build tools' pins, the
+    lock, the build command and this interpreter. Equal digests build the same wheel, so a cached
+    one stands for a new build."""
+    h = hashlib.sha256()
+    for extra in (BUILD_REQUIREMENTS, ROOT / "requirements.lock"):
+        h.update(extra.name.encode() + b"\0" + extra.read_bytes() + b"\0")
+    h.update(f"{BUILD_COMMAND}\0{sys.version}\0{sys.platform}\0{os.uname().machine}\0".encode())
+    for path in sorted(p for p in src.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(src).as_posix()
+        if rel.startswith("."):
+            continue
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def _cached_wheel(c: Checker, cache: Path, digest: str, wheels: Path) -> bool:
+    """Copy the wheel built before from inputs with ``digest`` into ``wheels``; False if none."""
+    found = sorted((cache / digest).glob("*.whl")) if (cache / digest).is_dir() else []
+    if len(found) != 1:
+        return False
+    wheels.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(found[0], wheels / found[0].name)
+    built = time.strftime("%Y-%m-%d %H:%M", time.gmtime(found[0].stat().st_mtime))
+    c.ok(
+        f"kgate's wheel ({BUILD_COMMAND}): {found[0].name}, built {built} UTC from these exact inputs "
+        f"(sha256 {digest[:16]}), taken from {cache}"
+    )
+    return True
+
+
+def _store_wheel(cache: Path, digest: str, wheels: Path) -> None:
+    """Keep the wheel just built for a later run with the same inputs (atomic: a rename)."""
+    built = sorted(wheels.glob("*.whl"))
+    if len(built) != 1:
+        return
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}-", dir=cache))
+    shutil.copy2(built[0], tmp / built[0].name)
+    try:
+        tmp.rename(cache / digest)
+    except OSError:  # another run stored the same inputs' wheel first
+        shutil.rmtree(tmp, ignore_errors=True)
+    kept = sorted((d for d in cache.iterdir() if d.is_dir() and not d.name.startswith(".")), key=os.path.getmtime)
+    for old in kept[:-WHEEL_CACHE_KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def install(c: Checker, work: Path, wheel_cache: Path | None = None) -> Path | None:
+    """Step 3: the wheel, built as the build stage does (or taken from ``wheel_cache``, built there
+    from the same inputs), and a fresh venv with the lock; its bin dir."""
     wheels = work / "wheels"
     src = build_context(work / "src")
+    digest = build_inputs_digest(src) if wheel_cache is not None else ""
+    if wheel_cache is None or not _cached_wheel(c, wheel_cache, digest, wheels):
+        if not _build_wheel(c, work, src, wheels):
+            return None
+        if wheel_cache is not None:
+            _store_wheel(wheel_cache, digest, wheels)
+    return _install_wheel(c, work, wheels)
+
+
+def _build_wheel(c: Checker, work: Path, src: Path, wheels: Path) -> bool:
+    """The build stage: a fresh venv with the lock and the pinned build tools, then ``BUILD_COMMAND``."""
     tools = work / "build-venv"  # the build stage's environment: the lock and the pinned build tools
     made = _run([sys.executable, "-m", "venv", str(tools)])
     if not c.check(made.returncode == 0, "a fresh venv for the build stage", made.stderr[-2000:]):
-        return None
+        return False
     tools_pip = [str(tools / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     lock, build_reqs = ROOT / "requirements.lock", BUILD_REQUIREMENTS
     got = _run([*tools_pip, "install", "--no-deps", "-r", str(lock), "-r", str(build_reqs)])
     if not c.check(got.returncode == 0, "the build stage's tools install (--no-deps)", got.stderr[-2000:]):
-        return None
+        return False
     variable, _pip, *wheel_args = BUILD_COMMAND.split()  # KGATE_WHEEL_COMPILED=1 pip wheel ...
     name, value = variable.split("=")
     built = _run([*tools_pip, *wheel_args, "--wheel-dir", str(wheels), str(src)], env={**_clean_env(), name: value})
     why = built.stdout[-2000:] + built.stderr[-2000:]
-    if not c.check(built.returncode == 0, f"kgate's wheel builds ({BUILD_COMMAND})", why):
-        return None
+    return c.check(built.returncode == 0, f"kgate's wheel builds ({BUILD_COMMAND})", why)
+
+
+def _install_wheel(c: Checker, work: Path, wheels: Path) -> Path | None:
+    """The run stage: a fresh venv with the lock and kgate's wheel, all --no-deps; its bin dir."""
     venv = work / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)])
     if not c.check(made.returncode == 0, "a fresh venv", made.stderr[-2000:]):
@@ -372,13 +444,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upstream", metavar="HOST:PORT", help="a Kafka broker for the live health check step")
     parser.add_argument("--dockerfile", default=str(ROOT / "Dockerfile"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory (printed)")
+    parser.add_argument(
+        "--wheel-cache",
+        metavar="DIR",
+        help="reuse a wheel built before from the same inputs (sha256 of the context, lock, pins), kept in DIR",
+    )
     args = parser.parse_args(argv)
     c = Checker()
     _ins, config, health = check_dockerfile(c, Path(args.dockerfile))
     check_lock(c)
     work = Path(tempfile.mkdtemp(prefix="kgate-image-"))
     try:
-        bin_dir = install(c, work)
+        bin_dir = install(c, work, Path(args.wheel_cache) if args.wheel_cache else None)
         if bin_dir is not None and config is not None:
             check_commands(c, bin_dir, config, work)
             if args.upstream and health is not None:

@@ -129,7 +129,7 @@ def test_metrics_follow_real_clients(tansu, kgate_factory) -> None:
     client_sum = _sample(k, "kgate_request_duration_seconds_sum", api="Produce")
     assert 0 < up_sum <= client_sum, (up_sum, client_sum)  # the broker's part of each exchange
 
-    got, _ = w.confluent_consume(k.bootstrap, topic, len(first + second))
+    got = w.confluent_read_topic(k.bootstrap, topic, len(first + second))
     assert sorted(got) == sorted(first + second)
     out = _sample(k, "kgate_topic_bytes_total", topic=topic, direction="out")
     out += _sample(k, "kgate_topic_bytes_total", topic="<unresolved>", direction="out")

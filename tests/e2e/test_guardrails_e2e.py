@@ -117,7 +117,7 @@ def test_a_normal_workload_is_unaffected(broker, kgate_factory) -> None:
     values = w.payloads(300, 200, tag=topic)
     reports = w.confluent_produce(k.bootstrap, topic, values, acks="all")
     assert len(reports) == 300
-    got, _offsets = w.confluent_consume(k.bootstrap, topic, 300)
+    got = w.confluent_read_topic(k.bootstrap, topic, 300)
     w.assert_exact(values, got)
     assert not k.metric_values("kgate_guardrail_refusals_total")  # nothing refused
 

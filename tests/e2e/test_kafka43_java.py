@@ -42,7 +42,19 @@ def _kgate(broker, kgate_factory, filters: list | None = None) -> Kgate:
 
 
 def _tools(broker, k: Kgate, tmp_path, dist: kafka_broker.Dist = kafka_broker.KAFKA_43) -> JavaTools:
-    return JavaTools(dist, k.bootstrap, forbidden_ports={broker.port}, must_use=k.listen_port, workdir=tmp_path)
+    return JavaTools(
+        dist,
+        k.bootstrap,
+        forbidden_ports={broker.port},
+        must_use=k.listen_port,
+        accepted=lambda: _accepted(k),
+        workdir=tmp_path,
+    )
+
+
+def _accepted(k: Kgate) -> float:
+    """kgate's count of accepted client connections (every cluster)."""
+    return sum(v for _labels, v in k.metric_values("kgate_accepted_connections_total"))
 
 
 def _versions_used(k: Kgate, key: ApiKey) -> dict[int, float]:
@@ -234,7 +246,7 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     values = w.payloads(20, tag="secret")
     w.confluent_create_topic(open_gate.bootstrap, topic, 1)
     w.confluent_produce(open_gate.bootstrap, topic, values)
-    got, _ = w.confluent_consume(open_gate.bootstrap, topic, len(values))
+    got = w.confluent_read_topic(open_gate.bootstrap, topic, len(values))
     w.assert_exact(values, got)  # the records are there
     tools.set_group_config(group, share_auto_offset_reset="earliest")
 

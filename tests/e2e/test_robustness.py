@@ -57,7 +57,7 @@ class Survivor:
         """Produce more on the same (old) connections, then consume everything exactly."""
         self.send(w.payloads(5, tag="after"))
         self.close()
-        got, _ = w.confluent_consume(self.bootstrap, self.topic, len(self.sent))
+        got = w.confluent_read_topic(self.bootstrap, self.topic, len(self.sent))
         w.assert_exact(self.sent, got)
 
     def close(self):
@@ -112,7 +112,7 @@ def test_acks0_producers_all_messages_arrive(compliant_kgate):
         finally:
             p.close(timeout=10)
         w.confluent_produce(kgate.bootstrap, topic, values[300:], acks=0, **{"linger.ms": 0, "batch.num.messages": 20})
-        got, _ = w.confluent_consume(kgate.bootstrap, topic, len(values))
+        got = w.confluent_read_topic(kgate.bootstrap, topic, len(values))
     w.assert_exact(values, got)
     watch.assert_clean(must_use={kgate.listen_port})
     _no_client_closed(kgate)
@@ -147,7 +147,7 @@ def test_acks0_connection_keeps_answering(compliant_kgate):
     topic = w.unique("acks0")
     w.confluent_create_topic(kgate.bootstrap, topic, 1)
     expected = _acks0_then_more(kgate.listen_port, topic)
-    got, _ = w.confluent_consume(kgate.bootstrap, topic, len(expected))
+    got = w.confluent_read_topic(kgate.bootstrap, topic, len(expected))
     w.assert_exact(expected, got)
     dropped = [e for e in relay.events() if e["event"] == "dropped_acks0_response"]
     assert len(dropped) == 3, "the relay should have swallowed Tansu's 3 acks=0 answers"
@@ -198,7 +198,7 @@ def test_acks0_with_tansu_unsolicited_answers(kgate, topic):
     """Same exchange straight against Tansu, which (unlike Kafka) answers acks=0 Produce: a robust
     proxy drops those answers (it knows the request had acks=0) and the connection goes on."""
     expected = _acks0_then_more(kgate.listen_port, topic)
-    got, _ = w.confluent_consume(kgate.bootstrap, topic, len(expected))
+    got = w.confluent_read_topic(kgate.bootstrap, topic, len(expected))
     w.assert_exact(expected, got)
     _no_client_closed(kgate)
 

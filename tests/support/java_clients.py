@@ -6,11 +6,12 @@ id only), commit transactions the KIP-890 part 2 way (no AddPartitionsToTxn when
 kafka-python and aiokafka do none of that yet, so only these tools show kgate carrying it.
 
 Each tool is one JVM launch (~5-10 s on two busy cores), so a test should use few of them. Every
-run has a hard timeout that fails with the tool's output, and while it runs a ConnectionWatcher
-samples the JVM's own sockets (the scripts ``exec`` java, so the child's pid is the JVM's): a
-client that learned the broker's real address would hold a connection to it for its lifetime,
-which the sampling sees. ``unavailable`` says why the tools cannot run here (no Java, no
-../shared), for a clear skip.
+run has a hard timeout that fails with the tool's output, and while it runs a sampler process
+(``netconn.ProcessWatcher``) samples the JVM's own sockets (the scripts ``exec`` java, so the
+child's pid is the JVM's): a client that learned the broker's real address would hold a connection
+to it for its lifetime, which the sampling sees. That the JVM reached kgate at all is read from
+kgate's own count of accepted connections (``accepted``), not sampled. ``unavailable`` says why the
+tools cannot run here (no Java, no ../shared), for a clear skip.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import kafka_broker
 from .kafka_broker import Dist
-from .netconn import ConnectionWatcher
+from .netconn import ProcessWatcher
 
 #: generous: a JVM start-up plus the client's own work on two cores shared with other test runs
 DEFAULT_TIMEOUT_S = 120.0
@@ -34,6 +35,10 @@ _JVM_ENV = {
     "KAFKA_HEAP_OPTS": "-Xms64m -Xmx256m",
     "KAFKA_JVM_PERFORMANCE_OPTS": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true",
 }
+
+
+#: the largest gap between two socket samples that still counts as watching a run
+_MAX_GAP_S = 1.0
 
 
 def unavailable(dist: Dist = kafka_broker.DEFAULT_DIST) -> str | None:
@@ -66,8 +71,11 @@ class JavaTools:
     """The tools of one Kafka distribution, run against ``bootstrap``.
 
     ``forbidden_ports``: ports no client JVM may connect to (the broker's own, behind kgate); a run
-    that did fails with the connections seen. ``must_use``: a port every run must be seen using
-    (kgate's), so a run that never reached kgate cannot pass the no-bypass check vacuously.
+    that did fails with the connections seen. ``must_use``: kgate's port, which every run must
+    use, so a run that never reached kgate cannot pass the no-bypass check vacuously; ``accepted``
+    reads kgate's count of accepted client connections (``kgate_accepted_connections_total``):
+    given, each run must raise it (kgate's own word, where sampling could miss a short connection);
+    without it, the sampler must have seen ``must_use``.
     """
 
     def __init__(
@@ -77,6 +85,7 @@ class JavaTools:
         *,
         forbidden_ports: Iterable[int] = (),
         must_use: int | None = None,
+        accepted: Callable[[], float] | None = None,
         workdir: Path | None = None,
     ) -> None:
         self.dist = dist
@@ -84,6 +93,7 @@ class JavaTools:
         self.bootstrap = bootstrap
         self.forbidden = set(forbidden_ports)
         self.must_use = must_use
+        self.accepted = accepted
         self.workdir = workdir
         self.runs: list[JavaRun] = []
         # KIP-1147 renamed the tools' client-property options (the old names print a deprecation
@@ -108,39 +118,54 @@ class JavaTools:
         """Run ``bin/<tool> args``; fails (AssertionError) on timeout, on a non-zero exit with
         ``check``, and on any socket to a forbidden port."""
         argv = [str(self.home / "bin" / tool), *args]
+        accepted_before = self.accepted() if self.accepted is not None else 0.0
         started = time.monotonic()
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self._env(),
-            start_new_session=True,
-        )
-        watch = ConnectionWatcher(self.forbidden, interval=0.05, pid=proc.pid)
-        with watch:
+        with ProcessWatcher(self.forbidden, interval=0.05) as watch:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self._env(),
+                start_new_session=True,
+            )
+            watch.watch(proc.pid)
             try:
                 out, err = proc.communicate(stdin, timeout=timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()  # the JVM itself (the script exec'd it): our own child, by its pid
                 out, err = proc.communicate()
-                run = JavaRun(argv, -9, out, err, time.monotonic() - started, set(watch.seen))
-                raise AssertionError(f"{tool} did not finish within {timeout:.0f}s:\n{run.describe()}") from None
-        run = JavaRun(argv, proc.returncode, out, err, time.monotonic() - started, set(watch.seen))
+                timed_out = True
+            else:
+                timed_out = False
+        run = JavaRun(argv, -9 if timed_out else proc.returncode, out, err, time.monotonic() - started, set(watch.seen))
+        if timed_out:
+            raise AssertionError(f"{tool} did not finish within {timeout:.0f}s:\n{run.describe()}")
         self.runs.append(run)
         # pytest shows it with a failing test's output: how long each JVM took, where it connected
-        print(f"{tool}: rc {run.returncode} in {run.seconds:.1f}s, connected to {sorted(run.peers)}")
+        print(
+            f"{tool}: rc {run.returncode} in {run.seconds:.1f}s, connected to {sorted(run.peers)} "
+            f"({watch.samples} samples, largest gap {watch.max_gap_s:.2f}s)"
+        )
         assert not watch.violations, (
             f"{tool} connected straight to the broker ({sorted(self.forbidden)}), bypassing kgate: "
             f"{watch.violations[:5]}\n{run.describe()}"
         )
         if check:
             assert run.returncode == 0, f"{tool} failed:\n{run.describe()}"
+        if self.accepted is not None:
+            accepted_after = self.accepted()
+            assert accepted_after > accepted_before, (
+                f"{tool} never connected to kgate: its accepted connections stayed at {accepted_before:.0f}\n"
+                f"{run.describe()}"
+            )
         if self.must_use is not None:
-            assert self.must_use in run.peers, (
+            # The no-bypass check is not vacuous: the sampler saw the JVM on kgate's port, or (its
+            # connections too short to catch) sampled at least every second while it ran
+            assert self.must_use in run.peers or (self.accepted is not None and watch.max_gap_s <= _MAX_GAP_S), (
                 f"{tool} was never seen connected to {self.must_use}; saw {sorted(run.peers)} in "
-                f"{watch.samples} samples over {run.seconds:.1f}s (2 samples: the watcher thread never ran)\n"
+                f"{watch.samples} samples over {run.seconds:.1f}s (largest gap {watch.max_gap_s:.2f}s)\n"
                 f"{run.describe()}"
             )
         return run

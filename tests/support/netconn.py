@@ -7,11 +7,16 @@ belong to the process are those whose inode appears as ``socket:[inode]`` among
 
 from __future__ import annotations
 
+import json
 import os
+import select
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 _STATES = {
@@ -170,3 +175,82 @@ class ConnectionWatcher:
         )
         missing = set(must_use) - self.seen
         assert not missing, f"expected client connections to {sorted(missing)}; saw only {sorted(self.seen)}"
+
+
+class ProcessWatcher:
+    """Samples another process's TCP connections from a small sampler process of its own.
+
+    For a child the test waits on (a Java client's JVM): the sampler is scheduled by the kernel like
+    any process, so nothing in the test process (the GIL held by a C extension, a busy thread an
+    earlier test left behind) can starve it. A thread sampler (``ConnectionWatcher``) once took no
+    sample at all during 4-9 s JVM runs in a full parallel run. Start it before the process to
+    watch (``watch(pid)`` right after spawning); ``with`` closes it, after which ``seen``,
+    ``violations``, ``samples`` and ``max_gap_s`` (the longest time between two samples while the
+    process ran) hold what it saw.
+    """
+
+    def __init__(self, forbidden_ports: Iterable[int], interval: float = 0.02) -> None:
+        self.forbidden = set(forbidden_ports)
+        self.seen: set[int] = set()
+        self.violations: list[Conn] = []
+        self.samples = 0
+        self.max_gap_s = 0.0
+        argv = [sys.executable, os.path.abspath(__file__), str(interval), *map(str, sorted(self.forbidden))]
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def watch(self, pid: int) -> None:
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(f"{pid}\n")
+        self._proc.stdin.flush()
+
+    def __enter__(self) -> ProcessWatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> bool:
+        out, _ = self._proc.communicate(timeout=60)  # closes stdin: the sampler's cue to finish
+        if self._proc.returncode == 0 and out.strip():
+            found = json.loads(out)
+            self.seen = set(found["seen"])
+            self.violations = [Conn(tuple(c[0]), tuple(c[1]), c[2], c[3]) for c in found["violations"]]
+            self.samples = found["samples"]
+            self.max_gap_s = found["max_gap_s"]
+        elif exc == (None, None, None):
+            raise AssertionError(f"the connection sampler failed (exit {self._proc.returncode}): {out[-2000:]}")
+        return False
+
+
+def _sampler_main(argv: list[str]) -> None:
+    """``ProcessWatcher``'s sampler: read a pid from stdin, sample its sockets until stdin closes."""
+    interval = float(argv[0])
+    forbidden = {int(p) for p in argv[1:]}
+    line = sys.stdin.readline()
+    seen: set[int] = set()
+    violations: list[Conn] = []
+    samples, max_gap, last = 0, 0.0, None
+    pid = int(line) if line.strip() else None
+    while pid is not None:
+        for c in tcp_connections(pid):
+            if c.state in ("ESTABLISHED", "SYN_SENT", "SYN_RECV"):
+                seen.add(c.remote[1])
+                if c.remote[1] in forbidden:
+                    violations.append(c)
+        now = time.monotonic()
+        if last is not None:
+            max_gap = max(max_gap, now - last)
+        samples, last = samples + 1, now
+        ready, _, _ = select.select([sys.stdin], [], [], interval)
+        if ready and not sys.stdin.readline():
+            break  # EOF: the watched process has exited and the test is done
+    json.dump(
+        {
+            "seen": sorted(seen),
+            "violations": [[list(c.local), list(c.remote), c.state, c.inode] for c in violations[:50]],
+            "samples": samples,
+            "max_gap_s": round(max_gap, 3),
+        },
+        sys.stdout,
+    )
+
+
+if __name__ == "__main__":
+    _sampler_main(sys.argv[1:])

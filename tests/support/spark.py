@@ -3,6 +3,11 @@
 Spark is optional for the rest of kgate's suite: without pyspark (or without Java 17+) a test that
 asks for it is skipped with the reason instead of failing the run. Registered for the whole suite by
 tests/conftest.py, so a test outside tests/pipeline gets the same session (one per run).
+
+The session is ``kgate report``'s own (``build_session``), sized for the tests' inputs of a few
+dozen events: one shuffle partition, a 1 GiB heap, and a JVM that starts fast (``TEST_JAVA_OPTS``).
+An in-process ``kgate report`` (``main(["report", ...])``) joins that session and sets the CLI's SQL
+settings on it (16 shuffle partitions), so the tests' ones are set again after every test.
 """
 
 from __future__ import annotations
@@ -13,6 +18,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+#: SQL settings a test's session runs with (runtime settings: an in-process report changes them)
+TEST_SQL = {"spark.sql.shuffle.partitions": "1"}
+#: the driver JVM (local mode: the executors too): C1 only and the serial collector. The tests'
+#: jobs are small and short, so the C2 compiler's and the parallel collector's threads mostly
+#: compete with the other tests for the two cores
+TEST_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
 def _java_major() -> int | None:
@@ -27,14 +39,40 @@ def _java_major() -> int | None:
     return None
 
 
+def settings_for_tests() -> dict[str, str]:
+    """``build_session``'s local settings as the tests change them (``extra``)."""
+    from kgate.pipeline.session import local_settings
+
+    java = local_settings()["spark.driver.extraJavaOptions"].replace("-XX:+UseParallelGC", TEST_JAVA_OPTS)
+    return {"spark.driver.extraJavaOptions": java}
+
+
+_session: Any = None
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    global _session
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -e '.[pipeline]')")
     major = _java_major()
     if major is None or major < 17:
         pytest.skip(f"PySpark 4 needs Java 17+ (found: {major}); dev/setup installs openjdk-17-jre-headless")
     from kgate.pipeline.session import build_session
 
-    session = build_session(shuffle_partitions=1, driver_memory="1g", app_name="kgate-pipeline-tests")
-    yield session
-    session.stop()
+    _session = build_session(
+        shuffle_partitions=1, driver_memory="1g", app_name="kgate-pipeline-tests", extra=settings_for_tests()
+    )
+    yield _session
+    _session.stop()
+    _session = None
+
+
+@pytest.fixture(autouse=True)
+def _spark_test_settings() -> Iterator[None]:
+    """After each test, the session's SQL settings are the tests' again: an in-process report in
+    the test set the CLI's (16 shuffle partitions), which every later test on the worker, and the
+    module fixtures that build tables, would otherwise run with."""
+    yield
+    if _session is not None:
+        for key, value in TEST_SQL.items():
+            _session.conf.set(key, value)

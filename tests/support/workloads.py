@@ -144,6 +144,45 @@ def confluent_consume(
     return got, offsets
 
 
+def confluent_read_topic(bootstrap: str, topic: str, n: int, timeout: float = 60, settle: float = 1.0) -> list[bytes]:
+    """Read every partition of ``topic`` from its start, by assignment (no group: no join, which
+    costs seconds on Tansu), until ``n`` messages and ``settle`` seconds more (extras are seen too).
+
+    For tests that check what a topic holds, not how a group consumes it. Fails on a short count."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("ro"),
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
+    got: list[bytes] = []
+    try:
+        md = c.list_topics(topic, timeout=min(timeout, 20))
+        parts = sorted(md.topics[topic].partitions)
+        assert parts, f"{topic}: no partitions in {md.topics[topic]}"
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        deadline = time.monotonic() + timeout
+        settle_until = None
+        while time.monotonic() < deadline:
+            msg = c.poll(0.1)
+            if msg is not None:
+                if msg.error():
+                    raise KafkaException(msg.error())
+                got.append(msg.value())
+                if len(got) >= n and settle_until is None:
+                    settle_until = time.monotonic() + settle
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+    finally:
+        c.close()
+    assert len(got) >= n, f"read {len(got)} of {n} within {timeout}s"
+    return got
+
+
 # ------------------------------------------------------------------ kafka-python
 def kp_produce(bootstrap: str, topic: str, values: list[bytes], **conf):
     from kafka import KafkaProducer

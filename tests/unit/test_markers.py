@@ -43,14 +43,15 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
 
 
 def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
-    """One Kafka 4.3 (or 4.0, or Spark) per run: their tests go to one worker, not one JVM each."""
+    """One Kafka 4.3 (or 4.0) per run, two SparkSessions: their tests go to one worker per group,
+    not one JVM each."""
     wrong = []
     for item in request.session.items:
         group = item.get_closest_marker("xdist_group")
         name = group.args[0] if group is not None else None
         marks = _marks(item)
         if "spark" in marks:
-            expected = "spark"
+            expected = name if name in ("spark", "spark2") else "spark"
         elif "kafka" in marks:
             expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
         else:
@@ -58,6 +59,23 @@ def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest
         if name != expected:
             wrong.append(f"{item.nodeid}: group {name}, expected {expected}")
     assert not wrong, wrong[:20]
+
+
+def test_an_xdist_worker_hands_its_groups_to_the_scheduler(request: pytest.FixtureRequest) -> None:
+    """``--dist loadgroup`` schedules by the groups a worker wrote at collection (conftest): every
+    grouped test is there under its node id (xdist's own node id suffix is lost on pytest 9)."""
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    if worker is None:
+        pytest.skip("not an xdist worker: nothing is scheduled by group")
+    import json
+
+    from conftest import _groups_file
+
+    with open(_groups_file(os.getppid(), worker), encoding="utf-8") as f:
+        written = json.load(f)
+    for item in request.session.items:
+        mark = item.get_closest_marker("xdist_group")
+        assert written.get(item.nodeid) == (mark.args[0] if mark is not None else None), item.nodeid
 
 
 def test_this_module_is_unit(request: pytest.FixtureRequest) -> None:
