@@ -1,29 +1,31 @@
 #!/usr/bin/env python3
-"""``kgate report`` throughput: the whole pipeline against Spark merely reading the same files.
+"""``kgate report`` end to end, cold, against DuckDB computing the six main tables from the same files.
 
-Targets (issue 10): on the 2-core machine, ≥ 200,000 events/s end to end (ingest + every report)
-in local mode, and the whole pipeline ≥ 0.5x the rate of ``spark.read.text(...).count()`` over the
-same files in the same run.
+Targets (issue 26, a quiet 2-core machine, Parquet input as the audit log's ``format: parquet``
+writes it): 10M events cold in <= 40 s end to end (>= 250,000 events/s); 10,000 events cold in
+<= 20 s with Spark's start; ``kgate report`` using <= 2x DuckDB's CPU at 10M events.
 
-1. Generate N audit events (default 10 million) as gzip JSONL, one file set per kgate instance,
-   with Spark itself (a Python loop would take longer than the pipeline): 8 instances, 500 clients
-   and 1,000 topics, both Zipf-like (log-uniform inverse CDF, s ~ 1: a few hot, a long tail), a mix
-   of api keys and versions (some clients on topic-id versions, most not), lognormal latencies,
-   0.5% errors, a few policy denials, rare never-resolving ids, and 20 topics deleted and recreated
-   at midday with some clients still fetching the old id (error 100). Events are written in
-   random time order within each file, as kgate writes them (by completion).
-2. Measure, in one SparkSession: the read-only rate (``spark.read.text(files).count()``), then
-   the pipeline (ingest + every report table to the driver + CSV and Parquet written), then the
-   HTML page with its charts separately; the read-only pass once more at the end (warm caches
-   favour whichever runs second; both are reported).
-3. Peak memory: the driver JVM's VmHWM (local mode runs the executors inside it) and this
-   Python process's max RSS; CPU seconds (JVM, its Python workers and this process) per phase, and
-   the pipeline's CPU against the read-only pass's (``cpu_ratio``): on a loaded machine the steadier ratio.
+1. Generate N audit events (default 10 million) with Spark itself (a Python loop would take longer
+   than the pipeline): 8 instances, 500 clients and 1,000 topics, both Zipf-like (log-uniform
+   inverse CDF, s ~ 1: a few hot, a long tail), a mix of api keys and versions (some clients on
+   topic-id versions, most not), lognormal latencies, 0.5% errors, a few policy denials, rare
+   never-resolving ids, and 20 topics deleted and recreated at midday with some clients still
+   fetching the old id (error 100). Events are in random time order within each file, as kgate
+   writes them (by completion). Written as gzip JSON lines; with ``--format parquet`` (the default)
+   each file is then converted by the audit log's own converter
+   (:func:`kgate.filters.builtin.audit.parquet.convert_file`: zstd, 128 Ki-row groups), so the
+   Parquet is byte for byte what ``format: parquet`` publishes.
+2. ``kgate report --input DIR --output OUT`` as a fresh process (cold: JVM start, every table, CSV,
+   Parquet and the HTML page; ``--no-html`` too with ``--no-html-run``), ``--reps`` times: wall time,
+   and CPU seconds of the process tree (``wait4``: the JVM and every Python process it reaped).
+3. DuckDB, also a fresh process, over the same files: the six main tables (topic_hourly,
+   chargeback, clients, instances, latency_api, api_errors) with the same keys and measures (exact
+   distinct counts and percentiles, which are dearer than the report's sketches), written as CSV.
+4. The 1-minute load average before and after each run: the machine is shared.
 
-Run: ``python bench/pipeline_bench.py [--events 10000000] [--dir /tmp/kgate-pipeline-bench]``;
+Run: ``python bench/pipeline_bench.py [--events 10000000] [--format parquet|jsonl] [--dir DIR]``;
 ``--reuse`` skips generation when the directory already holds the same number of events;
-``--parquet-store`` also times the ``--follow`` path (partial aggregates stored once, every report from them);
-``--conf KEY=VALUE`` (repeatable) tries a Spark setting without editing pipeline/session.py.
+``--conf KEY=VALUE`` (repeatable) passes a Spark setting to ``kgate report``.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -170,197 +172,234 @@ def generate(spark, out: Path, n: int, files: int) -> None:  # type: ignore[no-u
     (out / "_events").write_text(str(n))
 
 
-def _jvm_pid() -> int | None:
-    me = os.getpid()
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == me and "java" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                return int(pid)
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
+DUCKDB_SCRIPT = r"""
+import sys, time, duckdb
+src, out, fmt, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+t0 = time.perf_counter()
+con = duckdb.connect()
+con.execute(f"SET threads = {threads}")
+if fmt == "parquet":
+    con.execute(f"CREATE VIEW ev AS SELECT * FROM read_parquet('{src}/*.parquet')")
+else:
+    con.execute(f"CREATE VIEW ev AS SELECT * FROM read_json('{src}/*.jsonl.gz', format='newline_delimited', "
+                "columns={schema: 'INTEGER', time_us: 'BIGINT', instance: 'VARCHAR', cluster: 'VARCHAR', "
+                "client: 'STRUCT(address VARCHAR, id VARCHAR, principal VARCHAR)', "
+                "api: 'STRUCT(key INTEGER, name VARCHAR, version INTEGER)', correlation_id: 'INTEGER', "
+                "error_code: 'INTEGER', latency_us: 'BIGINT', request_bytes: 'BIGINT', response_bytes: 'BIGINT', "
+                "topics: 'STRUCT(id VARCHAR, name VARCHAR, name_status VARCHAR, partitions INTEGER, bytes BIGINT, "
+                "records BIGINT, error_codes INTEGER[])[]'})")
+con.execute("CREATE TEMP TABLE e AS SELECT time_us, instance, cluster, client.address AS address, "
+            "client.id AS client_id, client.principal AS principal, api.key AS api_key, api.name AS api_name, "
+            "error_code, latency_us, request_bytes, response_bytes, topics, "
+            "make_date(1970,1,1) + CAST(time_us // 86400000000 AS INTEGER) AS day FROM ev WHERE schema = 1")
+con.execute("CREATE TEMP TABLE t AS SELECT day, time_us // 3600000000 * 3600000000 AS hour, cluster, principal, "
+            "client_id, api_key, u.t.name AS topic_name, u.t.id AS topic_id, u.t.bytes AS bytes, "
+            "u.t.records AS records, u.t.error_codes AS codes FROM e, unnest(topics) AS u(t)")
+queries = {
+  "topic_hourly": "SELECT day, hour, cluster, topic_name, count(*) requests, count(*) FILTER (api_key=0) "
+    "produce_requests, count(*) FILTER (api_key=1) fetch_requests, sum(bytes) FILTER (api_key=0) produced_bytes, "
+    "sum(bytes) FILTER (api_key=1) consumed_bytes, sum(records) FILTER (api_key=0) produced_records, "
+    "sum(records) FILTER (api_key=1) consumed_records FROM t GROUP BY ALL",
+  "chargeback": "SELECT day, cluster, principal, client_id, topic_name, count(*) requests, count(*) FILTER "
+    "(api_key=0) produce_requests, count(*) FILTER (api_key=1) fetch_requests, sum(bytes) FILTER (api_key=0) "
+    "produced_bytes, sum(bytes) FILTER (api_key=1) consumed_bytes, sum(records) FILTER (api_key=0) "
+    "produced_records, sum(records) FILTER (api_key=1) consumed_records FROM t GROUP BY ALL",
+  "clients": "SELECT day, principal, client_id, count(*) requests, sum(request_bytes), sum(response_bytes), "
+    "count(*) FILTER (error_code <> 0) errors, count(DISTINCT instance) instances FROM e GROUP BY ALL",
+  "instances": "SELECT day, instance, count(*) requests, sum(request_bytes), sum(response_bytes), count(*) FILTER "
+    "(error_code <> 0) errors, count(DISTINCT address) client_addresses, count(DISTINCT client_id) client_ids, "
+    "min(time_us), max(time_us) FROM e GROUP BY ALL",
+  "latency_api": "SELECT day, api_key, api_name, count(latency_us) answered, quantile_disc(latency_us, [0.5, 0.95, "
+    "0.99]) p, max(latency_us), avg(latency_us) FROM e GROUP BY ALL",
+  "api_errors": "SELECT day, api_key, api_name, error_code, count(*) requests FROM e GROUP BY ALL",
+}
+rows = {}
+for name, q in queries.items():
+    con.execute(f"COPY ({q}) TO '{out}/{name}.csv' (HEADER)")
+    rows[name] = con.execute(f"SELECT count(*) FROM read_csv('{out}/{name}.csv')").fetchone()[0]
+print(rows, round(time.perf_counter() - t0, 2))
+"""
 
 
-def _cpu_s(pid: int | None) -> float:
-    """CPU seconds (user + system) the JVM, its Python workers and this Python process have used: a
-    shared, loaded machine stretches wall times by whatever else runs, CPU time much less.
+def _tree_cpu(root: int, seen: dict[tuple[int, str], float]) -> None:
+    """Record the CPU seconds so far of ``root`` and each of its descendants into ``seen``
+    ((pid, command name) -> seconds: the JVM and the Python processes apart).
 
-    The workers (``pyspark.daemon`` and the processes it forks) run the roll-up's map side, so every
-    descendant of the JVM counts, with what they reaped from their own exited children.
+    Sampled from /proc: the JVM that ``kgate report`` starts is never reaped by it (py4j's launcher), so
+    ``RUSAGE_CHILDREN`` misses it; a process keeps the last value sampled before it exited.
     """
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    total = own.ru_utime + own.ru_stime
-    if pid is None:
-        return total
-    stats: dict[int, list[str]] = {}
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    name: dict[int, str] = {}
+    tick = os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                stats[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                head, tail = (entry / "stat").read_text().rsplit(")", 1)
             except OSError:
                 continue
-    tree, grew = {pid}, True
+            f = tail.split()
+            name[int(entry.name)] = head.partition("(")[2]
+            parent[int(entry.name)] = int(f[1])
+            cpu[int(entry.name)] = (int(f[11]) + int(f[12])) / tick
+    tree, grew = {root}, True
     while grew:
-        more = {p for p, f in stats.items() if int(f[1]) in tree} - tree
+        more = {p for p, pp in parent.items() if pp in tree} - tree
         tree |= more
         grew = bool(more)
-    tick = os.sysconf("SC_CLK_TCK")
     for p in tree:
-        f = stats.get(p)
-        if f is not None:
-            total += (int(f[11]) + int(f[12]) + (int(f[13]) + int(f[14]) if p != pid else 0)) / tick
-    return total
+        if p in cpu:
+            seen[(p, name[p])] = max(seen.get((p, name[p]), 0.0), cpu[p])
 
 
-def _hwm_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024.0
-    return None
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run ``cmd`` to its end: wall seconds, CPU seconds of its process tree (sampled every 0.1 s), load."""
+    load0 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    seen: dict[tuple[int, str], float] = {}
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        proc = subprocess.Popen(cmd, stdout=out_f, stderr=err_f, env=env)
+        while proc.poll() is None:
+            _tree_cpu(proc.pid, seen)
+            time.sleep(0.1)
+        wall = time.perf_counter() - t0
+        out_f.seek(0)
+        err_f.seek(0)
+        out_b, err_b = out_f.read(), err_f.read()
+    return {
+        "wall_s": round(wall, 2),
+        "rc": proc.returncode,
+        "seen": seen,
+        "load_before": round(load0, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+        "stdout": out_b.decode(errors="replace")[-2000:],
+        "stderr": err_b.decode(errors="replace")[-2000:],
+    }
+
+
+def _runs(label: str, cmd: list[str], reps: int, env: dict[str, str] | None = None) -> list[dict[str, object]]:
+    runs = []
+    for i in range(reps):
+        r = _timed(cmd, env)
+        seen: dict[tuple[int, str], float] = r.pop("seen")  # type: ignore[assignment]
+        # every process of the tree, its last sample (a process's final 0.1 s may be missed)
+        r["cpu_s"] = round(sum(seen.values()), 2)
+        by_name: dict[str, float] = {}
+        for (_pid, comm), secs in seen.items():
+            by_name[comm] = round(by_name.get(comm, 0.0) + secs, 2)
+        r["cpu_s_by_process"] = by_name
+        if r["rc"] != 0:
+            print(f"{label} failed:\n{r['stderr']}", file=sys.stderr)
+            raise SystemExit(1)
+        print(
+            f"{label} run {i + 1}: {r['wall_s']} s wall, {r['cpu_s']} CPU-s {by_name}, load "
+            f"{r['load_before']} -> {r['load_after']}",
+            flush=True,
+        )
+        runs.append(r)
+    return runs
+
+
+def to_parquet(src: Path, dst: Path, workers: int = 2) -> None:
+    """Each gzip JSON-lines file of ``src`` through the audit log's own Parquet converter into ``dst``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    shutil.rmtree(dst, ignore_errors=True)
+    dst.mkdir(parents=True)
+    files = sorted(src.glob("*.jsonl.gz"))
+    with ProcessPoolExecutor(workers) as pool:
+        list(pool.map(_convert_one, files, [dst] * len(files)))
+    (dst / "_events").write_text((src / "_events").read_text())
+
+
+def _convert_one(gz: Path, dst: Path) -> None:
+    import gzip
+
+    from kgate.filters.builtin.audit.parquet import convert_file
+
+    hidden = dst / ("." + gz.name.removesuffix(".gz"))
+    with gzip.open(gz, "rb") as f_in, open(hidden, "wb") as f_out:
+        shutil.copyfileobj(f_in, f_out, 16 << 20)
+    convert_file(hidden)
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[1])
     ap.add_argument("--events", type=int, default=10_000_000)
-    ap.add_argument("--files", type=int, default=16, help="gzip files to write (one Spark task each)")
+    ap.add_argument("--files", type=int, default=16, help="files to write")
+    ap.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     ap.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "kgate-pipeline-bench"))
     ap.add_argument("--reuse", action="store_true", help="keep the generated files of an earlier run")
-    ap.add_argument("--driver-memory", default="3g")
+    ap.add_argument("--reps", type=int, default=1, help="cold runs of each side")
+    ap.add_argument("--no-duckdb", action="store_true")
+    ap.add_argument("--no-html-run", action="store_true", help="also time kgate report --no-html")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--generate-only", action="store_true", help="write the files and stop")
-    ap.add_argument(
-        "--parquet-store",
-        action="store_true",
-        help="also: partial aggregates into a Parquet store (what --follow keeps), then every report",
-    )
-    ap.add_argument("--shuffle-partitions", type=int, default=16)
     ap.add_argument(
         "--conf",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="an extra Spark setting for the session (repeatable; spark.driver.extraJavaOptions is "
-        "added to the local settings' options, not put in their place)",
+        help="an extra Spark setting for kgate report (repeatable)",
     )
     args = ap.parse_args()
 
-    from kgate.pipeline import ingest, tables
-    from kgate.pipeline.html import render
-    from kgate.pipeline.session import build_session, local_settings
-
-    extra = dict(item.split("=", 1) for item in args.conf)
-    java = "spark.driver.extraJavaOptions"
-    if java in extra:
-        extra[java] = f"{local_settings()[java]} {extra[java]}"
-    spark = build_session(
-        driver_memory=args.driver_memory,
-        app_name="kgate-pipeline-bench",
-        shuffle_partitions=args.shuffle_partitions,
-        extra=extra,
-    )
     base = Path(args.dir)
-    data = base / "audit"
-    out: dict[str, object] = {"events": args.events, "files": args.files, "cores": os.cpu_count(), "conf": extra}
+    data = base / f"audit-{args.events}"
     marker = data / "_events"
+    out: dict[str, object] = {"events": args.events, "format": args.format, "cores": os.cpu_count(), "conf": args.conf}
     if not (args.reuse and marker.exists() and marker.read_text() == str(args.events)):
+        from kgate.pipeline.session import build_session
+
+        spark = build_session(driver_memory="2g", app_name="kgate-pipeline-bench-generate")
         t0 = time.perf_counter()
         generate(spark, data, args.events, args.files)
+        spark.stop()
         out["generate_s"] = round(time.perf_counter() - t0, 1)
         print(f"generated {args.events:,} events in {out['generate_s']}s", flush=True)
+    src = data
+    if args.format == "parquet":
+        src = base / f"audit-{args.events}-parquet"
+        pmark = src / "_events"
+        if not (args.reuse and pmark.exists() and pmark.read_text() == str(args.events)):
+            t0 = time.perf_counter()
+            to_parquet(data, src)
+            print(f"converted to Parquet in {time.perf_counter() - t0:.1f}s", flush=True)
     if args.generate_only:
-        spark.stop()
         return 0
-    paths = ingest.resolve_inputs([str(data)])
-    out["files"] = len(paths)  # a reused set keeps the number it was generated with
-    out["gz_mb"] = round(sum(os.path.getsize(p) for p in paths) / 1e6, 1)
+    files = [f for f in src.iterdir() if not f.name.startswith(("_", "."))]
+    out["files"] = len(files)
+    out["input_mb"] = round(sum(f.stat().st_size for f in files) / 1e6, 1)
 
-    jvm = _jvm_pid()
-    cpu: dict[str, float] = {}
-
-    def read_only(phase: str) -> float:
-        t0, c0 = time.perf_counter(), _cpu_s(jvm)
-        lines = spark.read.text(paths).count()
-        assert lines == args.events, (lines, args.events)
-        cpu[phase] = round(_cpu_s(jvm) - c0, 2)
-        return time.perf_counter() - t0
-
-    read_s = read_only("read_only")
-    print(f"read only: {read_s:.1f}s = {args.events / read_s:,.0f} events/s", flush=True)
-
-    t0, c0 = time.perf_counter(), _cpu_s(jvm)
-    result = tables.build(spark, paths)
-    tables.write(result, str(base / "report"), spark)
-    pipe_s = time.perf_counter() - t0
-    cpu["pipeline"] = round(_cpu_s(jvm) - c0, 2)
-    ok = sum(r["ok"] for r in result.problems.to_pylist())
-    assert ok == args.events, (ok, args.events)
-    print(
-        f"pipeline (ingest + every report, CSV + Parquet, no HTML): {pipe_s:.1f}s = "
-        f"{args.events / pipe_s:,.0f} events/s",
-        flush=True,
-    )
-    t0 = time.perf_counter()
-    render(result, str(base / "report"))
-    html_s = time.perf_counter() - t0
-    read2_s = read_only("read_only_again")
-    print(f"html + charts: {html_s:.1f}s; read only again: {read2_s:.1f}s", flush=True)
-
-    if args.parquet_store:
-        # What --follow does: each file parsed and aggregated once into a store of partial aggregates;
-        # a refresh is then every report over it.
-        from kgate.pipeline import follow
-
-        store = base / "store"
-        shutil.rmtree(store, ignore_errors=True)
-        t0, c0 = time.perf_counter(), _cpu_s(jvm)
-        ingest.read_partials(spark, paths).write.parquet(str(store / "batch=0"))
-        out["store_write_s"] = round(time.perf_counter() - t0, 2)
-        cpu["store_write"] = round(_cpu_s(jvm) - c0, 2)
-        t0, c0 = time.perf_counter(), _cpu_s(jvm)
-        again = follow.refresh(spark, str(store), str(base / "report-from-store"), html=False)
-        out["from_store_s"] = round(time.perf_counter() - t0, 2)
-        cpu["from_store"] = round(_cpu_s(jvm) - c0, 2)
-        out["from_store_timings_s"] = {k: round(v, 2) for k, v in again.timings.items()}
-        out["store_mb"] = round(sum(f.stat().st_size for f in store.rglob("*.parquet")) / 1e6, 1)
-        print(
-            f"partial aggregates into Parquet: {out['store_write_s']}s ({out['store_mb']} MB); every report from it: "
-            f"{out['from_store_s']}s = {args.events / out['from_store_s']:,.0f} events/s",
-            flush=True,
+    report = base / "report"
+    kgate = [sys.executable, "-m", "kgate", "report", "--input", str(src), "--output", str(report)]
+    for c in args.conf:
+        kgate += ["--conf", c]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out["kgate"] = _runs("kgate report", kgate, args.reps, env)
+    if args.no_html_run:
+        out["kgate_no_html"] = _runs("kgate report --no-html", [*kgate, "--no-html"], args.reps, env)
+    if not args.no_duckdb:
+        ddir = base / "duckdb"
+        shutil.rmtree(ddir, ignore_errors=True)
+        ddir.mkdir(parents=True)
+        out["duckdb"] = _runs(
+            "duckdb (6 tables)",
+            [sys.executable, "-c", DUCKDB_SCRIPT, str(src), str(ddir), args.format, str(os.cpu_count() or 2)],
+            args.reps,
         )
-        read3_s = read_only("read_only_third")
-        out["read_only_third_s"] = round(read3_s, 2)
-        read2_s = min(read2_s, read3_s)
-    read_best = min(read_s, read2_s)
-    if "from_store_s" in out:
-        out["from_store_ratio"] = round(read_best / float(out["from_store_s"]), 3)  # type: ignore[arg-type]
-    out.update(
-        read_only_s=round(read_s, 2),
-        read_only_again_s=round(read2_s, 2),
-        read_only_events_per_s=round(args.events / read_best),
-        pipeline_s=round(pipe_s, 2),
-        pipeline_events_per_s=round(args.events / pipe_s),
-        ratio=round(read_best / pipe_s, 3),
-        html_s=round(html_s, 2),
-        shuffle_partitions=args.shuffle_partitions,
-        pipeline_with_html_events_per_s=round(args.events / (pipe_s + html_s)),
-        timings_s={k: round(v, 2) for k, v in result.timings.items()},
-        cpu_s=cpu,
-        cpu_ratio=round(min(cpu["read_only"], cpu["read_only_again"]) / cpu["pipeline"], 3),
-        driver_jvm_peak_rss_mb=_hwm_mb(jvm),
-        python_peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-        load_avg_1m=os.getloadavg()[0],
-        table_rows={k: v.num_rows for k, v in result.tables.items()},
-    )
+        k_cpu = min(float(r["cpu_s"]) for r in out["kgate"])  # type: ignore[arg-type, union-attr]
+        d_cpu = min(float(r["cpu_s"]) for r in out["duckdb"])  # type: ignore[arg-type, union-attr]
+        out["cpu_ratio_kgate_to_duckdb"] = round(k_cpu / d_cpu, 2)
+    best = min(float(r["wall_s"]) for r in out["kgate"])  # type: ignore[arg-type, union-attr]
+    out["kgate_events_per_s"] = round(args.events / best)
+    for runs in (v for k, v in out.items() if k in ("kgate", "kgate_no_html", "duckdb")):
+        for r in runs:  # type: ignore[union-attr]
+            r.pop("stdout", None)
+            r["stderr"] = str(r["stderr"]).strip().splitlines()[-1:] if r["stderr"] else []
     print(json.dumps(out, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
-    spark.stop()
     return 0
 
 

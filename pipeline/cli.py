@@ -150,6 +150,18 @@ def _quiet_stop(query: object) -> None:
         pass
 
 
+def _local_bytes(paths: Sequence[str]) -> int | None:
+    """The size of a batch run's input files, or None when any is remote (or for ``--follow``)."""
+    from kgate.pipeline.ingest import _is_uri
+
+    if not paths or any(_is_uri(p) for p in paths):
+        return None
+    try:
+        return sum(os.path.getsize(p) for p in paths)
+    except OSError:  # deleted since it was listed: Spark will say so
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     window = _window(args)
     conf = parse_conf(args.conf)
@@ -188,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     # thread: SparkSession.getActiveSession() is per thread, so a report run from a worker thread
     # took the caller's session for its own and stopped it, failing every Spark test after it.
     owned = SparkContext._active_spark_context is None
-    spark = build_session(args.master, driver_memory=args.driver_memory, extra=conf)
+    spark = build_session(args.master, driver_memory=args.driver_memory, extra=conf, input_bytes=_local_bytes(paths))
     try:
         if args.follow:
             from kgate.pipeline.follow import start

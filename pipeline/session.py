@@ -27,9 +27,33 @@ DEFAULT_MASTER = "local[2]"
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
 
-def local_settings(shuffle_partitions: int = 16, driver_memory: str = "2g", ui: bool = False) -> dict[str, str]:
-    """The settings of a local run (exposed so tests and the benchmark use exactly the same)."""
-    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2} -XX:+UseParallelGC"
+#: Local input below this many bytes (about 3 million events as gzip JSON lines or Parquet) makes a
+#: *small* run: its JVM costs more than its data (measured to 1M events; 10M keeps the full JIT).
+SMALL_INPUT_BYTES = 128 << 20
+#: Shuffle partitions of a small run: one per core; more only schedule empty tasks.
+SMALL_SHUFFLE_PARTITIONS = 2
+
+
+def is_small(input_bytes: int | None) -> bool:
+    """A run whose input (local files, ``input_bytes`` in all; None: unknown, remote) is small."""
+    return input_bytes is not None and input_bytes < SMALL_INPUT_BYTES
+
+
+def local_settings(
+    shuffle_partitions: int = 16, driver_memory: str = "2g", ui: bool = False, small: bool = False
+) -> dict[str, str]:
+    """The settings of a local run (exposed so tests and the benchmark use exactly the same).
+
+    ``small`` (:func:`is_small`): the JIT stops at its first tier and the collector is the serial
+    one. A short run spends much of its CPU in the optimizing compiler (C2) and the parallel
+    collector's threads; neither pays back within seconds (docs/performance.md, issue 26).
+    """
+    java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
+    if small:
+        java_opts += " -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+        shuffle_partitions = min(shuffle_partitions, SMALL_SHUFFLE_PARTITIONS)
+    else:
+        java_opts += " -XX:+UseParallelGC"
     return {
         "spark.driver.memory": driver_memory,
         "spark.driver.host": "127.0.0.1",
@@ -67,12 +91,14 @@ def build_session(
     driver_memory: str | None = None,
     ui: bool = False,
     extra: dict[str, str] | None = None,
+    input_bytes: int | None = None,
 ) -> SparkSession:
     """Start (or join) the SparkSession for a report run.
 
     ``master=None`` means local mode on two cores. ``driver_memory`` defaults to
     ``KGATE_REPORT_DRIVER_MEMORY`` or 2g: enough for ten million events cached in columnar form,
-    small enough for a machine shared with other work.
+    small enough for a machine shared with other work. ``input_bytes``: the size of the local input,
+    when known; a small one gets the settings of a short run (:func:`local_settings`).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -91,7 +117,7 @@ def build_session(
     local = master is None or master.startswith("local")
     if local:
         memory = driver_memory or os.environ.get("KGATE_REPORT_DRIVER_MEMORY", "2g")
-        settings.update(local_settings(shuffle_partitions, memory, ui))
+        settings.update(local_settings(shuffle_partitions, memory, ui, small=is_small(input_bytes)))
     settings.update(extra or {})
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
     for key, value in settings.items():

@@ -6,8 +6,11 @@ have and the easy cases do not: events out of time order within a file, null pri
 ids, unicode names, topics named by id only, record counts the audit log could not know (null with
 record bytes), unanswered exchanges (null error code, latency and response bytes), protocol-normal
 answer codes beside failures, an empty file, bad lines, and a gzip file. The expected tables are
-computed here in plain Python from the same event dicts (never through Spark, Arrow's hash
-aggregation or the pipeline's code), then compared row by row.
+computed independently from the same event dicts, never through Spark or the pipeline's code: the
+billing tables in plain Python, every other table by DuckDB (SQL over an Arrow table of the events),
+the topic-id tables in plain Python by the documented rules, then compared row by row. Latency
+percentiles are checked against the exact order statistic (the rank ``ceil(p x answered)``) with the
+documented bound; distinct client addresses (a HyperLogLog) against the exact count.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import json
+import math
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -51,6 +55,7 @@ def _fleet(seed: int = 26) -> list[dict[str, Any]]:
         if key in (0, 1, 3):
             for name in rng.sample(names, rng.randint(1, 2)):
                 by_id = key == 1 and version >= 13
+                tcode = 0 if by_id and code == 3 else code  # an id's lone code 3 is weighed by a rule of its own
                 nbytes = rng.choice([0, rng.randrange(1, 50_000)]) if key in (0, 1) else None
                 records = None if key == 3 else (None if rng.random() < 0.03 else rng.randrange(0, 400))
                 topics.append(
@@ -60,7 +65,7 @@ def _fleet(seed: int = 26) -> list[dict[str, Any]]:
                         status="resolved" if by_id else "given",
                         bytes=nbytes,
                         records=records,
-                        errors=[] if code is None else [code],
+                        errors=[] if tcode is None else [tcode],
                     )
                 )
         out.append(
@@ -79,13 +84,95 @@ def _fleet(seed: int = 26) -> list[dict[str, Any]]:
                 response_bytes=rng.randrange(20, 60_000) if answered else None,
                 topics=topics,
                 address=f"10.0.0.{rng.randrange(20)}:{rng.randrange(1000, 60000)}",
+                policy=[
+                    {
+                        "filter": "topic-policy",
+                        "decision": "deny",
+                        "operation": rng.choice(["Describe", "Write"]),
+                        "resource_type": "topic",
+                        "resource": rng.choice(["secret", "ßecret"]),
+                        "error_code": 29,
+                        "reason": "denied",
+                    }
+                ]
+                if key == 3 and rng.random() < 0.1
+                else None,
             )
         )
+    # a topic deleted and recreated at T0 + 30 h: app-1 moves to the new id; kliënt keeps fetching the old
+    # one without an error (stale by recency), app-2 gets UNKNOWN_TOPIC_ID (stale, gone); and an id that
+    # never resolves to a name
+    remade = T0 + 30 * HOUR
+    for i in range(60):
+        t = T0 + 20 * HOUR + i * 900 * S
+        old_after = t >= remade
+        out.append(
+            event(
+                t,
+                api="Fetch",
+                key=1,
+                version=13,
+                client_id="kliënt",
+                cluster="east",
+                topics=[topic("re-made", "OLDOLDOLDOLDOLDOLDOLD0", status="resolved", bytes=10, records=1)],
+            )
+        )
+        if old_after:
+            out.append(
+                event(
+                    t + S,
+                    api="Fetch",
+                    key=1,
+                    version=13,
+                    client_id="app-1",
+                    cluster="east",
+                    topics=[topic("re-made", "NEWNEWNEWNEWNEWNEWNEW0", status="resolved", bytes=5, records=1)],
+                )
+            )
+            out.append(
+                event(
+                    t + 2 * S,
+                    api="Fetch",
+                    key=1,
+                    version=13,
+                    client_id="app-2",
+                    cluster="east",
+                    instance="kgate-b",
+                    error_code=100,
+                    topics=[topic("re-made", "OLDOLDOLDOLDOLDOLDOLD0", status="resolved", errors=[100])],
+                )
+            )
+    out.append(
+        event(
+            T0 + 5 * HOUR,
+            api="Fetch",
+            key=1,
+            version=13,
+            client_id=None,
+            cluster="west",
+            topics=[topic(None, "GHOSTGHOSTGHOSTGHOST00", status="unresolved", errors=[100])],
+        )
+    )
     return out
 
 
-def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> None:
-    """Three files per instance-ish split; bad lines and an empty file beside them."""
+def _damaged_gzip(path: Path, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``events`` gzipped into ``path`` and cut off two thirds of the way (a copy cut short); returns
+    the events a reader can still get: every whole line before the cut, found with :mod:`zlib`
+    (never the pipeline's decoder)."""
+    import zlib
+
+    whole = gzip.compress(b"".join(json.dumps(e).encode() + b"\n" for e in events))
+    cut = whole[: len(whole) * 2 // 3]
+    path.write_bytes(cut)
+    text = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(cut)
+    return events[: text.count(b"\n")]
+
+
+def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> list[dict[str, Any]]:
+    """Three files per instance-ish split; bad lines, an empty file and (JSON lines) a gzip file cut
+    short beside them. Returns the events the report must count (those of the damaged file that
+    can still be read included)."""
     d.mkdir(parents=True)
     thirds = [events[0::3], events[1::3], events[2::3]]
     if as_parquet:
@@ -100,7 +187,10 @@ def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> No
         write_events(d / "b.jsonl.gz", thirds[1])
         with gzip.open(d / "c.jsonl.gz", "wt") as f:
             f.writelines(json.dumps(e) + "\n" for e in thirds[2])
+        extra = [{**e, "time_us": e["time_us"] + 1, "client": {**e["client"], "id": "cut-short"}} for e in events[:400]]
+        events = events + _damaged_gzip(d / "damaged.jsonl.gz", extra)
     (d / "empty.jsonl").write_text("")
+    return events
 
 
 def _expected(events: list[dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any]]]:
@@ -146,6 +236,236 @@ def _expected(events: list[dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any
     return {"chargeback": charge, "topic_hourly": hourly, "api_errors": api, "clients": clients}
 
 
+def _duck(events: list[dict[str, Any]]) -> Any:
+    """A DuckDB connection holding the events (``ev``, the v1 schema as an Arrow table) and the
+    protocol-normal codes (``normal``: the documented list, as data)."""
+    duckdb = pytest.importorskip("duckdb", reason="duckdb is a test dependency (pip install -e '.[test]')")
+    import pyarrow as pa
+
+    from kgate.pipeline.outcomes import ANY_API, PER_API
+    from kgate.pipeline.schema import event_schema
+
+    con = duckdb.connect()
+    ev = pa.Table.from_pylist(events, schema=event_schema())  # noqa: F841  (DuckDB reads it by name)
+    con.execute(
+        "CREATE TABLE e AS SELECT *, make_date(1970, 1, 1) + CAST(time_us // 86400000000 AS INTEGER) AS day FROM ev"
+    )
+    pairs = [(k, c) for k in range(100) for c in ANY_API] + [(k, c) for k, cs in PER_API.items() for c in cs]
+    con.execute("CREATE TABLE normal (api_key INTEGER, code INTEGER)")
+    con.executemany("INSERT INTO normal VALUES (?, ?)", pairs)
+    con.execute(
+        "CREATE VIEW x AS SELECT e.*, error_code IS NOT NULL AND error_code <> 0 AND n.code IS NOT NULL "
+        "AS is_normal, error_code IS NOT NULL AND error_code <> 0 AND n.code IS NULL AS is_failure FROM e "
+        "LEFT JOIN normal n ON n.api_key = e.api.key AND n.code = e.error_code"
+    )
+    return con
+
+
+def _naive(v: Any) -> Any:
+    """A time from Spark (UTC, aware) compared with one from DuckDB (UTC, naive)."""
+    return v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v
+
+
+def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
+    cur = con.execute(sql)
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def _keyed(rows: list[dict[str, Any]], keys: tuple[str, ...], cols: tuple[str, ...]) -> dict[Any, dict[str, Any]]:
+    out = {tuple(str(r[k]) if k == "day" else r[k] for k in keys): {c: r[c] for c in cols} for r in rows}
+    assert len(out) == len(rows), "duplicate keys"
+    return out
+
+
+def _check_duckdb_tables(t: dict[str, list[dict[str, Any]]], events: list[dict[str, Any]]) -> None:
+    """clients, instances, api_errors, id_adoption, policy_denials and both latency tables against DuckDB."""
+    con = _duck(events)
+    cols = ("requests", "request_bytes", "response_bytes", "errors", "normal_errors", "instances")
+    want = _rows(
+        con,
+        "SELECT day, client.principal AS principal, client.id AS client_id, count(*) AS requests, "
+        "sum(request_bytes) AS request_bytes, coalesce(sum(response_bytes), 0) AS response_bytes, "
+        "count(*) FILTER (is_failure) AS errors, count(*) FILTER (is_normal) AS normal_errors, "
+        "count(DISTINCT instance) AS instances FROM x GROUP BY ALL",
+    )
+    keys = ("day", "principal", "client_id")
+    assert _keyed(t["clients"], keys, cols) == _keyed(want, keys, cols)
+
+    cols = (
+        "requests",
+        "request_bytes",
+        "response_bytes",
+        "errors",
+        "normal_errors",
+        "client_ids",
+        "first_seen",
+        "last_seen",
+    )
+    want = _rows(
+        con,
+        "SELECT day, instance, count(*) AS requests, sum(request_bytes) AS request_bytes, "
+        "coalesce(sum(response_bytes), 0) AS response_bytes, count(*) FILTER (is_failure) AS errors, "
+        "count(*) FILTER (is_normal) AS normal_errors, count(DISTINCT client.id) AS client_ids, "
+        "make_timestamp(min(time_us)) AS first_seen, make_timestamp(max(time_us)) AS last_seen, "
+        "count(DISTINCT client.address) AS addresses FROM x GROUP BY ALL",
+    )
+    got = {(str(r["day"]), r["instance"]): r for r in t["instances"]}
+    assert set(got) == {(str(r["day"]), r["instance"]) for r in want}
+    for w in want:
+        g = got[(str(w["day"]), w["instance"])]
+        assert {c: _naive(g[c]) for c in cols} == {c: w[c] for c in cols}
+        # HyperLogLog, 4,096 registers, in its linear-counting range here: within 3 standard errors
+        # (sqrt(m (e^t - t - 1)) for t = n / m: ~1.1% at 500 addresses)
+        n, m = w["addresses"], 4096
+        assert abs(g["client_addresses"] - n) <= 1 + 3 * math.sqrt(m * (math.exp(n / m) - n / m - 1)), (g, w)
+
+    cols = ("requests", "outcome")
+    want = _rows(
+        con,
+        "SELECT day, api.key AS api_key, api.name AS api_name, error_code, count(*) AS requests, "
+        "CASE WHEN error_code = 0 THEN 'ok' WHEN bool_or(is_normal) THEN 'normal' "
+        "WHEN error_code IS NOT NULL THEN 'failure' END AS outcome FROM x "
+        "GROUP BY day, api.key, api.name, error_code",
+    )
+    keys = ("day", "api_key", "api_name", "error_code")
+    assert _keyed(t["api_errors"], keys, cols) == _keyed(want, keys, cols)
+
+    cols = ("fetch_produce", "with_ids", "max_fetch_version", "max_produce_version", "share")
+    want = _rows(
+        con,
+        "SELECT day, client.principal AS principal, client.id AS client_id, count(*) AS fetch_produce, "
+        "count(*) FILTER (api.version >= 13) AS with_ids, max(api.version) FILTER (api.key = 1) "
+        "AS max_fetch_version, max(api.version) FILTER (api.key = 0) AS max_produce_version, "
+        "round(count(*) FILTER (api.version >= 13) / count(*), 4) AS share FROM x "
+        "WHERE api.key IN (0, 1) GROUP BY ALL",
+    )
+    keys = ("day", "principal", "client_id")
+    assert _keyed(t["id_adoption"], keys, cols) == _keyed(want, keys, cols)
+
+    cols = ("denials", "client_ids", "first_seen", "last_seen")
+    want = _rows(
+        con,
+        "SELECT day, client.principal AS principal, p.resource_type, p.resource, p.operation, "
+        "p.filter, p.decision, p.error_code, count(*) AS denials, "
+        "string_agg(DISTINCT coalesce(client.id, ''), ',' ORDER BY coalesce(client.id, '')) "
+        "AS client_ids, "
+        "make_timestamp(min(time_us)) AS first_seen, make_timestamp(max(time_us)) AS last_seen "
+        "FROM (SELECT *, unnest(policy) AS p FROM x WHERE len(policy) > 0) GROUP BY ALL",
+    )
+    keys = ("day", "principal", "resource_type", "resource", "operation", "filter", "decision", "error_code")
+    got_p = {k: {c: _naive(v[c]) for c in cols} for k, v in _keyed(t["policy_denials"], keys, cols).items()}
+    assert got_p == _keyed(want, keys, cols)
+    assert got_p, "the fleet has denials"
+
+    for table, group in (("latency_api", "api.key AS api_key, api.name AS api_name"), ("latency_instance", "instance")):
+        want = _rows(
+            con,
+            f"SELECT day, {group}, count(latency_us) AS answered, max(latency_us) AS max_us, "
+            f"avg(latency_us) AS mean_us, list(latency_us ORDER BY latency_us) FILTER "
+            f"(latency_us IS NOT NULL) AS values FROM x WHERE latency_us IS NOT NULL GROUP BY ALL",
+        )
+        keys = ("day", "api_key", "api_name") if table == "latency_api" else ("day", "instance")
+        got = _keyed(t[table], keys, ("answered", "max_us", "mean_us", "p50_us", "p95_us", "p99_us"))
+        assert set(got) == set(_keyed(want, keys, ()))
+        for w in want:
+            g = got[tuple(str(w[k]) if k == "day" else w[k] for k in keys)]
+            assert (g["answered"], g["max_us"]) == (w["answered"], w["max_us"])
+            assert g["mean_us"] == pytest.approx(w["mean_us"], rel=1e-12)
+            values = w["values"]
+            for p, col in ((0.5, "p50_us"), (0.95, "p95_us"), (0.99, "p99_us")):
+                exact = values[math.ceil(p * len(values)) - 1]
+                # the documented bound: an observed latency, never below the exact order statistic and
+                # less than 1% above it (exact below 1,000 µs)
+                assert g[col] in values and exact <= g[col] < exact * 1.01 + (0 if exact >= 1000 else 1), (g, p, exact)
+                if exact < 1000:
+                    assert g[col] == exact
+
+
+def _check_id_tables(t: dict[str, list[dict[str, Any]]], events: list[dict[str, Any]]) -> None:
+    """topic_id_history, unresolved_ids and stale_ids by the documented rules, in plain Python (the fleet
+    answers by-id uses with 0 or 100 only, so UNKNOWN_TOPIC_OR_PARTITION's own rule does not arise)."""
+    uses = [(e, tp) for e in events for tp in e["topics"] if tp["id"] is not None]
+    first: dict[Any, int] = {}
+    for e, tp in uses:
+        if tp["name"] is not None:
+            k = (e["cluster"], tp["name"], tp["id"])
+            first[k] = min(first.get(k, e["time_us"]), e["time_us"])
+    newest: dict[Any, tuple[int, str]] = {}
+    for (cluster, name, tid), us in first.items():
+        newest[(cluster, name)] = max(newest.get((cluster, name), (us, tid)), (us, tid))
+    hist: dict[Any, dict[str, Any]] = {}
+    for e, tp in uses:
+        if tp["name"] is None:
+            continue
+        k = (e["cluster"], tp["name"], tp["id"])
+        h = hist.setdefault(k, {"requests": 0, "first": e["time_us"], "last": e["time_us"], "gone": None})
+        h["requests"] += 1
+        h["first"], h["last"] = min(h["first"], e["time_us"]), max(h["last"], e["time_us"])
+        if 100 in (tp["error_codes"] or []):
+            h["gone"] = e["time_us"] if h["gone"] is None else min(h["gone"], e["time_us"])
+    got = {(r["cluster"], r["topic_name"], r["topic_id"]): r for r in t["topic_id_history"]}
+    assert set(got) == set(hist)
+    for k, h in hist.items():
+        g = got[k]
+        new_us, new_id = newest[k[:2]]
+        replaced = new_id if new_id != k[2] else None
+        assert (g["requests"], g["first_seen"].timestamp() * S, g["last_seen"].timestamp() * S, g["replaced_by"]) == (
+            h["requests"],
+            h["first"],
+            h["last"],
+            replaced,
+        ), (k, g, h)
+        assert (g["replaced_at"] and g["replaced_at"].timestamp() * S) == (new_us if replaced else None)
+        assert (g["first_unknown_id_error"] and g["first_unknown_id_error"].timestamp() * S) == h["gone"]
+
+    resolved = {
+        (e["cluster"], tp["id"])
+        for e, tp in uses
+        if tp["name"] is not None and tp["name_status"] in ("given", "resolved")
+    }
+    never = [(e, tp) for e, tp in uses if (e["cluster"], tp["id"]) not in resolved]
+    got_never = [
+        (r["cluster"], r["topic_id"], r["requests"], r["statuses"], r["client_ids"]) for r in t["unresolved_ids"]
+    ]
+    assert got_never == [("west", "GHOSTGHOSTGHOSTGHOST00", len(never), "unresolved", "")]
+
+    stale: dict[Any, dict[str, Any]] = {}
+    for e, tp in uses:
+        if tp["name"] is None:
+            continue
+        new_us, new_id = newest[(e["cluster"], tp["name"])]
+        gone = 100 in (tp["error_codes"] or [])
+        if not gone and not (new_id != tp["id"] and e["time_us"] >= new_us):
+            continue
+        k = (_day(e["time_us"]), e["cluster"], tp["name"], tp["id"], e["client"]["principal"], e["client"]["id"])
+        r = stale.setdefault(
+            k,
+            {
+                "requests": 0,
+                "unknown_id_errors": 0,
+                "instances": set(),
+                "current_id": new_id if new_id != tp["id"] else None,
+            },
+        )
+        r["requests"] += 1
+        r["unknown_id_errors"] += gone
+        r["instances"].add(e["instance"])
+    want_stale = {k: {**v, "instances": ",".join(sorted(v["instances"]))} for k, v in stale.items()}
+    got_stale = {
+        (str(r["day"]), r["cluster"], r["topic_name"], r["topic_id"], r["principal"], r["client_id"]): {
+            c: r[c] for c in ("requests", "unknown_id_errors", "instances", "current_id")
+        }
+        for r in t["stale_ids"]
+    }
+    assert got_stale == want_stale
+    assert any(v["unknown_id_errors"] == 0 for v in want_stale.values())  # stale by recency
+
+
+def _day(us: int) -> str:
+    return str(dt.datetime.fromtimestamp(us / S, dt.UTC).date())
+
+
 BILLED = (
     "requests",
     "produce_requests",
@@ -163,8 +483,7 @@ BILLED = (
 def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Path, as_parquet: bool) -> None:
     from kgate.pipeline.tables import report_tables
 
-    events = _fleet()
-    _write_inputs(tmp_path / "in", events, as_parquet)
+    events = _write_inputs(tmp_path / "in", _fleet(), as_parquet)
     t = report_tables(tmp_path / "in", spark)
     want = _expected(events)
 
@@ -196,8 +515,15 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
     got_clients = {(str(r["day"]), r["principal"], r["client_id"]): {c: r[c] for c in cols} for r in t["clients"]}
     assert got_clients == {k: {c: v.get(c, 0) for c in cols} for k, v in want["clients"].items()}
 
+    _check_duckdb_tables(t, events)
+    _check_id_tables(t, events)
+
     files = {Path(r["file"]).name: (r["ok"], r["malformed"] + r["unknown_schema"]) for r in t["input_files"]}
     assert sum(ok for ok, _ in files.values()) == len(events)
     assert files["empty.jsonl"] == (0, 0)
     if not as_parquet:
         assert files["a.jsonl"][1] == 2
+        # the damaged gzip: its readable lines counted, the damage one malformed line
+        readable = sum(1 for e in events if e["client"]["id"] == "cut-short")
+        assert 0 < readable < 400
+        assert files["damaged.jsonl.gz"] == (readable, 1)
