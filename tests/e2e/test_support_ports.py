@@ -60,7 +60,8 @@ def test_a_range_claimed_elsewhere_is_waited_for_until_released(two_blocks: tupl
         text=True,
     )
     try:
-        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout is not None
+        assert holder.stdin is not None
         small, large = map(int, holder.stdout.readline().split())
         # a 16-port range takes a whole block: the 256-port one is in the other block, no overlap
         assert {small, large} == {lo, lo + ports._BLOCK}
