@@ -26,9 +26,9 @@ from kgate.api import (
 )
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import metadata as mm
-from kgate.codec.generated import produce as pm
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.data import metadata as mm
+from kgate.codec.generated.data import produce as pm
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, Verdict
