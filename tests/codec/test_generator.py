@@ -101,4 +101,5 @@ def test_plain_int_api_key_constants_match_the_enum():
 
     for member in api_keys.ApiKey:
         value = getattr(api_keys, member.name)
-        assert type(value) is int and value == member.value, member
+        assert type(value) is int, member
+        assert value == member.value, member
