@@ -15,7 +15,8 @@ from support.core_driver import RecordingActions
 from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
-from kgate.api import ApiKey, ConnectionInfo, TopicNameError
+from kgate.api import ConnectionInfo, TopicNameError
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
@@ -24,8 +25,6 @@ from kgate.proxy.core import ConnectionCore
 from kgate.proxy.exchange_metrics import ExchangeMetrics
 from kgate.proxy.topic_metrics import OTHER, UNRESOLVED, TopicCap, TopicMetrics, _TopicCollector
 from kgate.testing.frames import request_bytes, response_bytes
-
-PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 
 
 def test_cap_names_the_first_topics_and_counts_the_rest_as_other() -> None:
