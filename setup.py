@@ -2,7 +2,7 @@
 
 Everything else about the package is in pyproject.toml. Without the variable the wheel is pure
 Python (``py3-none-any``), as ``pip install .`` and ``dev/setup`` build it. With it, the modules of
-``HOT_MODULES`` (kgate/proxy/compiled.py) are compiled with mypyc into one extension group,
+``HOT_MODULES`` (kgate/proxy/runtime/compiled.py) are compiled with mypyc into one extension group,
 ``kgate.hot__mypyc`` (inside the package: nothing lands at the top of site-packages), and the
 wheel also carries the sources' SHA-256 record (``STAMP``), so ``kgate run`` can tell a current
 build from a stale one. The container image builds it this way (Dockerfile, build stage); the build
@@ -28,9 +28,9 @@ COMPILE = os.environ.get("KGATE_WHEEL_COMPILED") == "1"
 
 
 def _compiled_module() -> Any:
-    """kgate/proxy/compiled.py on its own (it imports only the standard library): the list of hot
+    """kgate/proxy/runtime/compiled.py on its own (it imports only the standard library): the list of hot
     modules and the stamp's rules, without importing kgate (or its dependencies) at build time."""
-    spec = importlib.util.spec_from_file_location("_kgate_compiled", ROOT / "proxy" / "compiled.py")
+    spec = importlib.util.spec_from_file_location("_kgate_compiled", ROOT / "proxy" / "runtime" / "compiled.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

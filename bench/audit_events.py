@@ -34,7 +34,7 @@ from uuid import UUID
 from kgate.api import TopicNameError
 from kgate.filters.builtin.audit import event as audit_event
 from kgate.filters.builtin.audit.event import Captured, event_line, topic_ids_of
-from kgate.proxy.exchange import Exchange
+from kgate.proxy.sansio.exchange import Exchange
 
 CORPUS = Path("/work/shared/corpus-tansu/frames")
 #: case -> (request file seq, answer file seq, answer piece size or 0 for whole)

@@ -3,7 +3,7 @@
 Each client holds one connection open and asks for Metadata; kgate needs two descriptors per client
 (client side and broker side). kgate is started with the soft RLIMIT_NOFILE set to ``--soft``
 (1,024 is a common default) and the hard limit left as it is: kgate raises its soft limit to the
-hard one at start (proxy/fd_limit.py). Before that, 503 of 1,000 clients were served.
+hard one at start (proxy/carrier/fd_limit.py). Before that, 503 of 1,000 clients were served.
 
     .venv/bin/python bench/capacity.py --clients 1000 --src /tmp/kgate-old --src .
 

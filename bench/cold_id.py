@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from kgate.codec import api  # noqa: E402
 from kgate.codec.generated.data import fetch as fetch_msgs  # noqa: E402
 from kgate.codec.generated.data import metadata as md  # noqa: E402
-from kgate.proxy.upstream_client import UpstreamClient  # noqa: E402
+from kgate.proxy.carrier.upstream_client import UpstreamClient  # noqa: E402
 from kgate.topic_ids import TopicNameResolver  # noqa: E402
 
 METADATA, FETCH, CREATE_TOPICS = 3, 1, 19

@@ -73,8 +73,8 @@ def _child(n: int, reps: int) -> dict[str, float]:
     )
     from kgate.config import parse_config
     from kgate.filters.chain import FilterChain
-    from kgate.proxy.cluster import VirtualCluster
-    from kgate.proxy.core import ConnectionCore
+    from kgate.proxy.runtime.cluster import VirtualCluster
+    from kgate.proxy.sansio.core import ConnectionCore
     from kgate.testing.frames import request_bytes, response_bytes
 
     b = DefaultRecordBatchBuilder(

@@ -21,7 +21,7 @@ from uuid import UUID
 
 from kgate.codec.generated.admin.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 _ZERO = UUID(int=0)
 

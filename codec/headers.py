@@ -205,7 +205,7 @@ def produce_acks_offset(frame: memoryview | bytes, api_version: int) -> int:
     """Where a Produce request frame's ``acks`` (int16, then ``timeout_ms``, int32) starts.
 
     The header-only path asks this of every Produce: it reads ``acks`` there, and the timeout
-    right after it when the request expects an answer (proxy/deadlines.py). The header is skipped
+    right after it when the request expects an answer (proxy/sansio/deadlines.py). The header is skipped
     rather than decoded; the int16s are read byte by byte (a negative length, i.e. null, skips
     nothing), not with ``Struct.unpack_from``: fewer instructions per Produce, as Python and
     compiled (docs/performance.md, "the hot path compiled with mypyc"). Raises ``HeaderError`` for

@@ -201,12 +201,12 @@ class ProxySettings:
     validate_requests: bool = False
     """Decode every request of a known api key and version (and walk a Produce's record batches)
     before forwarding it; a malformed one closes the connection and never reaches the broker
-    (proxy/validate.py). Off by default, from its measured cost (docs/performance.md, "Request
+    (proxy/sansio/validate.py). Off by default, from its measured cost (docs/performance.md, "Request
     validation"): each request is held whole and decoded, and a Produce under a peeking filter is
     no longer streamed, which costs large produce throughput and proxy CPU on every produce."""
     max_held_bytes: int = field(default_factory=default_max_held_bytes)
     """Request bytes held whole across all connections (frames a filter must see, backlog) before
-    kgate pauses reading from all but the longest-holding one (proxy/held_bytes.py). Default: a
+    kgate pauses reading from all but the longest-holding one (proxy/carrier/held_bytes.py). Default: a
     quarter of the memory the process may use (the cgroup's limit, else RAM), between 64 MiB and
     512 MiB (config/memory_limit.py)."""
     idle_timeout_s: float = 600.0
@@ -224,7 +224,7 @@ class ProxySettings:
 
     It used to cap clients at Produce v9 / Fetch v15 unless true, because rewriting KIP-951 node
     endpoints meant holding Fetch responses whole. kgate now walks those responses as they stream
-    and rewrites only their tail (proxy/response_tail.py), so every version is offered whatever
+    and rewrites only their tail (proxy/sansio/response_tail.py), so every version is offered whatever
     this says: a cap changes what clients do (transactions v2 need Produce v12+), and an opt-out
     would keep that defect for every configuration that copied ``leader_hints: false``.
     """
@@ -252,7 +252,7 @@ class MetricsConfig:
 
 @dataclass(frozen=True)
 class TopicMetricsConfig:
-    """Per-topic metrics (proxy/topic_metrics.py): ``kgate_topic_requests_total``, ``kgate_topic_bytes_total``."""
+    """Per-topic metrics (proxy/control/topic_metrics.py): ``kgate_topic_requests_total``, ``..._bytes_total``."""
 
     enabled: bool = True
     """On by default: with the cap, at most ~4 series per topic, and little CPU per Produce or Fetch
@@ -263,7 +263,7 @@ class TopicMetricsConfig:
 
 @dataclass(frozen=True)
 class ClientMetricsConfig:
-    """Per-client metrics (proxy/client_metrics.py): ``kgate_client_requests_total``, ``kgate_client_bytes_total``."""
+    """Per-client metrics (proxy/control/client_metrics.py): ``kgate_client_requests_total``, ``..._bytes_total``."""
 
     enabled: bool = True
     """On by default: one dict read and four adds per exchange, bounded series (docs/quotas.md)."""
@@ -273,7 +273,7 @@ class ClientMetricsConfig:
 
 @dataclass(frozen=True)
 class AdminConfig:
-    """The admin listener: ``/livez``, ``/readyz``, ``/metrics`` (proxy/admin.py)."""
+    """The admin listener: ``/livez``, ``/readyz``, ``/metrics`` (proxy/control/admin.py)."""
 
     listen: HostPort | None = None
     """None: no admin listener. The embedded default serves it on 127.0.0.1:9190."""
@@ -296,7 +296,7 @@ class KgateConfig:
     metrics: MetricsConfig = MetricsConfig()
     log_level: str = "INFO"
     log_format: str = "text"
-    """``text`` (human-readable) or ``json`` (one object per line); proxy/logs.py."""
+    """``text`` (human-readable) or ``json`` (one object per line); proxy/control/logs.py."""
     admin: AdminConfig = AdminConfig()
     filters: tuple[FilterConfig, ...] = ()
     """The default chain: for every cluster that sets no ``filters`` of its own."""

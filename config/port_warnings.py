@@ -4,7 +4,7 @@ The kernel picks the local port of every outgoing connection from
 ``net.ipv4.ip_local_port_range`` (32768-60999 by default on Linux). A kgate node port inside that
 range can be taken by one of kgate's own (or anyone's) outgoing connections, or stay unbindable
 while such a connection sits in TIME_WAIT: the node then cannot be served until the port frees
-up (kgate retries the bind, see proxy/cluster.py). Configurations doing it still work most of the
+up (kgate retries the bind, see proxy/runtime/cluster.py). Configurations doing it still work most of the
 time, hence a warning from ``kgate check-config`` rather than a refusal.
 """
 

@@ -9,7 +9,7 @@ its own address). The check runs three times, each with what it can know:
   loopback names and wildcard listeners treated as this machine);
 - when a broker address is learned from a response (same static comparison, against every
   port kgate has bound and every address it hands to clients);
-- after an upstream connect, on the socket's real addresses (``proxy.own_listeners``), which
+- after an upstream connect, on the socket's real addresses (``proxy.carrier.own_listeners``), which
   catches what names hide (a DNS name or a LAN address that leads back to kgate).
 
 Pure functions only: no sockets, no resolution.

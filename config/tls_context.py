@@ -3,7 +3,7 @@
 Building a context reads and checks its files (certificate parses, key matches it, CA bundle
 loads), so the loader builds one at load time and a bad file is a config error naming the key,
 before anything binds; the proxy builds them again when it starts and whenever the files change
-(proxy/tls.py). It lives in ``config`` because the loader may not import the proxy (layering).
+(proxy/carrier/tls.py). It lives in ``config`` because the loader may not import the proxy (layering).
 """
 
 from __future__ import annotations

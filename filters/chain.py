@@ -7,14 +7,14 @@ dict whether any hook wants a frame; frames nobody wants are never decoded.
 and responses alike. As long as hooks return plain values it stays synchronous (no task, no
 future: a passthrough-with-policy request costs one call per hook). The first hook that returns
 an awaitable turns the rest of the run into a coroutine; the carrier's ``settle``
-(proxy/settle.py: this module imports no asyncio, so the sans-IO core does not either) awaits it
+(proxy/carrier/settle.py: this module imports no asyncio, so the sans-IO core does not either) awaits it
 with the timeout and maps a timeout or an exception to a ``Decision`` too, so the connection core
 handles every way a hook run can end in one place per direction.
 
 Every decision that is not a plain forward names the filter that made it (``Decision.filter``),
 so ``kgate_filter_*`` metrics and logs can say which filter refused, failed or timed out. A
 suspended run is a ``PendingRun`` that remembers which filter it is waiting on, since a timeout
-is decided outside the run (proxy/settle.py) and must still be laid at one filter's door.
+is decided outside the run (proxy/carrier/settle.py) and must still be laid at one filter's door.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Finished exchanges, reported by the connection core to whoever observes them.
 
 An *exchange* is one request and its answer. Observers (the ``audit-log`` filter, the
-per-exchange Prometheus metrics in proxy/exchange_metrics.py) want one report per exchange:
+per-exchange Prometheus metrics in proxy/control/exchange_metrics.py) want one report per exchange:
 when the request was read, its bytes, the answer handed to the client and when. The core calls
 one ``ExchangeObserver`` per finished exchange, on the event loop, so an observer must be cheap
 (the audit log only appends to a bounded queue; decoding happens on its writer thread).
 
 Zero cost when nobody observes: the core holds ``None`` instead of an observer, and every
 observation point is one ``is not None`` test (the exchanges themselves get no extra attribute
-writes; see proxy/exchange.py). This module is internal (filter runtime), not ``kgate.api``:
+writes; see proxy/sansio/exchange.py). This module is internal (filter runtime), not ``kgate.api``:
 it exposes kgate's per-exchange plumbing, which plugins must not come to depend on.
 """
 
@@ -25,7 +25,7 @@ from kgate.codec import api
 
 
 class FinishedExchange(Protocol):
-    """What an observer may read of an exchange (``proxy.exchange.Exchange``)."""
+    """What an observer may read of an exchange (``proxy.sansio.exchange.Exchange``)."""
 
     cid: int
     api_key: int

@@ -2,7 +2,7 @@
 
 import sys
 
-from kgate.proxy.cli import main
+from kgate.proxy.runtime.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

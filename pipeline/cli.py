@@ -1,6 +1,6 @@
 """``kgate report``: the fleet report from audit-log files (docs/pipeline.md).
 
-Dispatched from ``kgate.proxy.cli`` before its own parser runs, so ``kgate run`` never imports
+Dispatched from ``kgate.proxy.runtime.cli`` before its own parser runs, so ``kgate run`` never imports
 this module, let alone Spark. Here too PySpark is imported only once the arguments are known to
 be good: a typo gets its answer without a JVM starting. User mistakes (a missing input, a bad
 time, --since after --until) exit 2 with the path or value named; a missing PySpark or Java

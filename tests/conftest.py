@@ -23,7 +23,7 @@ _ALL_PROCS: list[procs.ManagedProcess] = []
 
 def pytest_sessionstart(session):
     """Refuse to test old code: a compiled hot module built from an older source (tools/compile_hot.py)."""
-    from kgate.proxy.compiled import stale_modules
+    from kgate.proxy.runtime.compiled import stale_modules
 
     stale = stale_modules()
     if stale:

@@ -18,7 +18,7 @@ What a ``docker build`` would do is done here the same way, outside a container:
 3. **Install**: kgate's wheel is built as the build stage builds it (a fresh venv with the lock and
    the build tools, ``BUILD_COMMAND``) and installed with the lock into another fresh venv, as the
    run stage does; ``pip check`` passes there, and that kgate imports every module of
-   ``HOT_MODULES`` compiled and none stale (proxy/compiled.py).
+   ``HOT_MODULES`` compiled and none stale (proxy/runtime/compiled.py).
 4. **Commands**: that venv's ``kgate --version`` is the source's version, and ``kgate check-config``
    accepts the config the image ships.
 5. **Health check** (with ``--upstream``): that venv's kgate runs the image's config (its ports moved
@@ -272,7 +272,9 @@ def install(c: Checker, work: Path) -> Path | None:
         return None
     checked = _run([*pip, "check"])
     c.check(checked.returncode == 0, "pip check in the fresh venv", checked.stdout + checked.stderr)
-    probe = "from kgate.proxy.compiled import *; print(HOT_MODULES == tuple(compiled_modules()), stale_modules())"
+    probe = (
+        "from kgate.proxy.runtime.compiled import *; print(HOT_MODULES == tuple(compiled_modules()), stale_modules())"
+    )
     compiled = _run([str(venv / "bin" / "python"), "-c", probe], cwd=work)
     c.check(
         compiled.stdout == "True []\n",

@@ -10,7 +10,7 @@ Metadata 40,700 -> 28,300 (callgrind, bench/request_cost.py --instructions; docs
 
 Needs mypy (its mypyc; the test extra installs it) and a C compiler. The extensions are built for
 this interpreter only and are not tracked by git. The build records each source's SHA-256
-(proxy/compiled.py): after an edit of a compiled module, tests refuse to run and ``kgate run`` warns
+(proxy/runtime/compiled.py): after an edit of a compiled module, tests refuse to run and ``kgate run`` warns
 until it is rebuilt or cleaned, so old compiled code never runs unnoticed.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kgate.proxy.compiled import HOT_MODULES, STAMP, is_extension, source_path, stamp_text  # noqa: E402
+from kgate.proxy.runtime.compiled import HOT_MODULES, STAMP, is_extension, source_path, stamp_text  # noqa: E402
 
 PACKAGE = ROOT / "kgate"
 

@@ -23,7 +23,7 @@ from support.workloads import confluent_create_topic
 from kgate.codec import records
 from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 crc32c_oracle = pytest.importorskip("crc32c")
 default_records = pytest.importorskip("kafka.record.default_records")

@@ -46,7 +46,7 @@ def test_cluster_filter_errors_name_the_key_path() -> None:
 
 
 def test_check_config_summary_shows_a_cluster_chain() -> None:
-    from kgate.proxy.cli import summarize
+    from kgate.proxy.runtime.cli import summarize
 
     text = summarize(config([AUTHZ], "unset", top=[POLICY]), "kgate.yaml")
     assert "filters: authorizer (replaces the top-level list)" in text

@@ -1,4 +1,4 @@
-"""Tests for the kgate CLI (proxy.cli): check-config, run's config handling, quick mode."""
+"""Tests for the kgate CLI (proxy.runtime.cli): check-config, run's config handling, quick mode."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-import kgate.proxy.cli as cli
+import kgate.proxy.runtime.cli as cli
 from kgate.config import ConfigError, HostPort, KgateConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,11 +66,11 @@ def bad_file(tmp_path) -> Path:
 
 @pytest.fixture
 def fake_server(monkeypatch):
-    """Replace proxy.server with a recorder; also stop run from reconfiguring logging."""
+    """Replace proxy.runtime.server with a recorder; also stop run from reconfiguring logging."""
     calls: list[KgateConfig] = []
     sources: list[Any] = []
     levels: list[str] = []
-    mod = types.ModuleType("kgate.proxy.server")
+    mod = types.ModuleType("kgate.proxy.runtime.server")
 
     def run(config: KgateConfig, source: Any = None) -> int:
         calls.append(config)
@@ -78,7 +78,7 @@ def fake_server(monkeypatch):
         return 7
 
     mod.run = run  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "kgate.proxy.server", mod)
+    monkeypatch.setitem(sys.modules, "kgate.proxy.runtime.server", mod)
     monkeypatch.setattr(cli, "setup_logging", lambda level, fmt="text", worker=None: levels.append(level))
     return types.SimpleNamespace(calls=calls, levels=levels, sources=sources)
 
@@ -120,8 +120,8 @@ def test_check_config_requires_file(capsys):
 
 def test_check_config_does_not_import_server(good_file):
     code = (
-        "import sys; from kgate.proxy.cli import main; rc = main(['check-config', sys.argv[1]]);"
-        "assert 'kgate.proxy.server' not in sys.modules, 'server imported'; sys.exit(rc)"
+        "import sys; from kgate.proxy.runtime.cli import main; rc = main(['check-config', sys.argv[1]]);"
+        "assert 'kgate.proxy.runtime.server' not in sys.modules, 'server imported'; sys.exit(rc)"
     )
     r = subprocess.run([PY, "-c", code, str(good_file)], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -328,7 +328,7 @@ def test_help_and_version(capsys):
 
 SHIM = """\
 import json, os, runpy, sys, types
-fake = types.ModuleType("kgate.proxy.server")
+fake = types.ModuleType("kgate.proxy.runtime.server")
 def run(config, source=None):
     vc = config.virtual_clusters[0]
     with open(os.environ["KGATE_TEST_MARKER"], "w") as f:
@@ -336,7 +336,7 @@ def run(config, source=None):
                    "log_level": config.log_level}, f)
     return 3
 fake.run = run
-sys.modules["kgate.proxy.server"] = fake
+sys.modules["kgate.proxy.runtime.server"] = fake
 runpy.run_module("kgate", run_name="__main__", alter_sys=True)
 """
 

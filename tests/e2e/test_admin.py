@@ -144,7 +144,7 @@ def test_cli_takes_the_admin_listeners_base_url(tansu, kgate_factory, capsys) ->
     """``kgate healthcheck`` and ``kgate reload`` given only ``http://host:port`` ask /readyz and POST
     /reload there (an operator copies the listener's address, not each command's path), and print
     the answers as lines rather than raw JSON."""
-    from kgate.proxy import cli
+    from kgate.proxy.runtime import cli
 
     k = kgate_factory(tansu.bootstrap, admin=True)
     k.wait_ready(True)

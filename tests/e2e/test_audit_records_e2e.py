@@ -45,7 +45,7 @@ def _billed(out: Path, topic: str) -> dict[str, int | None]:
 async def test_records_one_per_batch_are_billed_exactly(
     audit_format: str, tansu: Any, kgate_factory: Any, spark: Any, tmp_path: Path
 ) -> None:
-    from kgate.proxy.cli import main
+    from kgate.proxy.runtime.cli import main
 
     audit = tmp_path / "audit"
     config: dict[str, Any] = {"directory": str(audit), "instance_id": "e2e-records"}

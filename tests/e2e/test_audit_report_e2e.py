@@ -58,7 +58,7 @@ from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopi
 from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.config import UpstreamAuth
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "filters"))
 from idtools import FETCH, PRODUCE, fetch_request, topic_id

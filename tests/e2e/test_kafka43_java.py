@@ -101,7 +101,7 @@ async def test_metadata_by_topic_id(request, kgate_factory, which: str) -> None:
     """Metadata v12 looks a topic up by id (KIP-516); through kgate the answer names it and every
     broker address is kgate's."""
     from kgate.codec.generated.data import metadata as md
-    from kgate.proxy.upstream_client import UpstreamClient
+    from kgate.proxy.carrier.upstream_client import UpstreamClient
 
     broker = request.getfixturevalue(which)
     k = _kgate(broker, kgate_factory)

@@ -24,7 +24,7 @@ from kgate.codec.generated.api_keys import METADATA
 from kgate.codec.headers import request_frame
 from kgate.config import parse_config
 from kgate.filters.registry import register_filter
-from kgate.proxy.proxy_protocol import V2_SIGNATURE
+from kgate.proxy.carrier.proxy_protocol import V2_SIGNATURE
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -6,7 +6,7 @@ Real brokers, kgate as a subprocess. Two behaviours a consumer group depends on:
   replaced 20 times (under produce load) gets its first record no later than 10 s after it would
   without reloads, sees no error, and consumes every acknowledged record; kgate closes nothing;
 - a JoinGroup the broker holds for a rebalance longer than ``upstream_timeout_s`` completes:
-  the deadline is the request's own rebalance timeout plus that margin (proxy/deadlines.py).
+  the deadline is the request's own rebalance timeout plus that margin (proxy/sansio/deadlines.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Before, kgate capped Produce at v9 and Fetch at v15 unless ``proxy.leader_hints: true``, because
 the KIP-951 node endpoints at the end of newer responses meant holding them whole. Now those
-responses stream through and only their tail is rewritten (proxy/response_tail.py), so the cap
+responses stream through and only their tail is rewritten (proxy/sansio/response_tail.py), so the cap
 is gone: ApiVersions through kgate says what the broker says (api keys 88-92 included), and
 librdkafka (Fetch v16 / Produce v10 against Tansu) and the Java clients of Kafka 4.3.1 (Produce
 v13 by topic id, Fetch v18) run through kgate with no loss, no duplicates and no client socket
@@ -35,7 +35,7 @@ from kgate.codec import api
 from kgate.codec.generated.data import fetch as F
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.tail_walk import read_tagged
-from kgate.proxy import response_tail
+from kgate.proxy.sansio import response_tail
 from kgate.testing.frames import request_bytes
 
 PRODUCE, FETCH = 0, 1

@@ -39,7 +39,7 @@ from kgate.filters.builtin.audit.files import AuditFiles
 from kgate.filters.builtin.audit.filter import AuditLog
 from kgate.filters.builtin.audit.writer import AuditCounters, AuditWriter
 from kgate.filters.exchanges import POLICY_STATE_KEY
-from kgate.proxy.exchange import Exchange
+from kgate.proxy.sansio.exchange import Exchange
 from kgate.testing.frames import request_bytes, response_bytes
 
 PRODUCE, FETCH = 0, 1

@@ -46,7 +46,7 @@ from kgate.codec.generated.data.produce import (
 )
 from kgate.filters.builtin.audit import event as audit_event
 from kgate.filters.builtin.audit.event import Captured, event_line, topic_ids_of
-from kgate.proxy.exchange import Exchange
+from kgate.proxy.sansio.exchange import Exchange
 from kgate.testing.frames import request_bytes, response_bytes
 
 CORPUS = Path("/work/shared/corpus-tansu")

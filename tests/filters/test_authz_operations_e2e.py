@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient
 from kgate.codec.generated.data import metadata as md
 from kgate.codec.generated.groups import consumer_group_heartbeat as cgh
 from kgate.codec.generated.groups import find_coordinator as fc
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -39,7 +39,7 @@ from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
-from kgate.proxy.settle import settle
+from kgate.proxy.carrier.settle import settle
 
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 MARKS = "__kgate_internal_topics"
@@ -170,7 +170,7 @@ async def run(result: Decision | Any) -> Decision:
 
 
 async def exchange(chain: FilterChain, api_key: int, version: int, request: Any) -> tuple[Any, Any]:
-    """(what reached the broker or None, the client's answer), as proxy/core.py runs the chain."""
+    """(what reached the broker or None, the client's answer), as proxy/sansio/core.py runs the chain."""
     ctx = testing.FakeContext(api_key, version, request=request, cache=IDS)
     decision = await run(run_hooks(chain.hooks("request", api_key, version), ctx, request))
     if decision.verdict is Verdict.RESPOND:

@@ -1,6 +1,6 @@
 """Two filters of one chain refusing different topics of the same request (topic-policy, then the
 authorizer): every refused topic is answered once, whether the rest goes to the broker or the second
-filter answers alone. The exchange's state is shared by the chain (proxy/context.py), and each filter
+filter answers alone. The exchange's state is shared by the chain (proxy/sansio/context.py), and each filter
 used to overwrite the other's kept-back error entries (found by the Produce v13 e2e test against Kafka
 4.3.1: a topic denied by topic-policy vanished from the answer when the authorizer denied another)."""
 

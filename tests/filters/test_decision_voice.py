@@ -24,7 +24,7 @@ from kgate.codec import api
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
-from kgate.proxy.settle import settle
+from kgate.proxy.carrier.settle import settle
 
 
 def policy() -> TopicPolicy:

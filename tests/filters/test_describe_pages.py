@@ -22,7 +22,7 @@ from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
-from kgate.proxy.settle import settle
+from kgate.proxy.carrier.settle import settle
 
 MARKS = "__kgate_internal_topics"
 BROKER = {  # name -> partitions

@@ -21,7 +21,7 @@ from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request, respon
 from kgate.codec import api
 from kgate.config import AdminConfig, HostPort
 from kgate.filters.registry import register_filter
-from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.proxy.carrier.upstream_client import UpstreamClient, UpstreamError
 
 METADATA, API_VERSIONS = 3, 18
 SLOW_S = 0.3

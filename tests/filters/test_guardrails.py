@@ -20,7 +20,7 @@ from kgate.filters.builtin.guardrails import report as guardrail_report
 from kgate.filters.builtin.guardrails.filter import Guardrails
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import POLICY_STATE_KEY
-from kgate.proxy.plans import Plans, RequestPlan
+from kgate.proxy.sansio.plans import Plans, RequestPlan
 
 HUGE = 1_111_556_097  # the partition count that made Tansu allocate 106 GB
 CT, CP = ApiKey.CREATE_TOPICS, ApiKey.CREATE_PARTITIONS
@@ -453,7 +453,7 @@ def test_the_default_chain_learns_no_topic_names_so_metadata_answers_stay_undeco
     every Metadata answer to learn names nobody asks for (callgrind: 5.5x the instructions per
     Metadata before ``uses_topic_names``). A chain with a name-using filter still learns them."""
     from kgate.filters.builtin.authz.topic_policy import TopicPolicy
-    from kgate.proxy.plans import ResponsePlan
+    from kgate.proxy.sansio.plans import ResponsePlan
 
     alone = FilterChain([guardrails()])
     assert not alone.uses_topic_names

@@ -366,7 +366,7 @@ async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() 
 
 def test_check_config_reports_the_key_path(tmp_path: Any, capsys: Any) -> None:
     """As a user meets it: ``kgate check-config`` names the file, the filter entry and the key."""
-    from kgate.proxy import cli
+    from kgate.proxy.runtime import cli
 
     good = tmp_path / "good.yaml"
     good.write_text(

@@ -24,7 +24,7 @@ from kgate.filters.builtin.authz.acl_rules import Res
 from kgate.filters.builtin.authz.acl_table import TABLE
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.chain import Decision, FilterChain, Verdict, run_hooks
-from kgate.proxy.settle import settle
+from kgate.proxy.carrier.settle import settle
 
 MARKS = "__kgate_internal_topics"
 MARKS_ID = uuid.uuid5(uuid.NAMESPACE_DNS, MARKS)

@@ -17,7 +17,7 @@ from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
 from kgate.codec.generated.data.describe_topic_partitions import TopicRequest
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 OFFSET_FETCH, DESCRIBE_TOPIC_PARTITIONS = 9, 75
 

@@ -23,7 +23,7 @@ from kgate.filters.builtin.quotas.rate import (
     parse_rules,
     resolve,
 )
-from kgate.proxy.logs import JsonFormatter
+from kgate.proxy.control.logs import JsonFormatter
 from kgate.testing import FakeContext
 
 
@@ -191,7 +191,7 @@ RULES_SMALL = [
 
 def _produce(q: Quotas, info: Info, cid: int, size: int) -> Any:
     ctx = FakeContext(ApiKey.PRODUCE, 9, connection=info, correlation_id=cid)
-    ctx.frame_bytes = size  # type: ignore[attr-defined]  # set by the core (proxy/context.py)
+    ctx.frame_bytes = size  # type: ignore[attr-defined]  # set by the core (proxy/sansio/context.py)
     assert q.produce(ctx, None) is FORWARD
     return ctx
 

@@ -17,7 +17,7 @@ from support.inproc_kgate import InprocKgate, make_config
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
 from kgate.codec import api
 from kgate.filters.registry import register_filter
-from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.proxy.carrier.upstream_client import UpstreamClient, UpstreamError
 
 METADATA, API_VERSIONS = 3, 18
 SLOW_S = 0.6

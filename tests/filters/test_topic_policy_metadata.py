@@ -11,7 +11,7 @@ from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
 from kgate.codec.generated.data.metadata import MetadataRequestTopic
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
 from kgate.codec.generated.transactions import add_partitions_to_txn as aptt
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 APTT = 24
 

@@ -32,7 +32,7 @@ from support.workloads import assert_exact, payloads, unique
 from kgate.api import ApiKey
 from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.config import parse_config
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -28,8 +28,8 @@ from integration.test_sasl import (  # fixtures and helpers of the SASL suite
     sasl_v1,
     secured,  # noqa: F401
 )
-from kgate.proxy.logs import TEXT_FORMAT, JsonFormatter
-from kgate.proxy.sasl_client import plain_token
+from kgate.proxy.carrier.sasl_client import plain_token
+from kgate.proxy.control.logs import TEXT_FORMAT, JsonFormatter
 
 pytestmark = pytest.mark.timeout(120)
 WRONG = "wrong-Pa55word-never-logged"

@@ -22,7 +22,7 @@ from kgate.codec import api
 from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.generated.session.api_versions import ApiVersionsRequest
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 SPEC_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "kafka-message-specs"
 pytestmark = pytest.mark.skipif(not SPEC_DIR.is_dir(), reason=f"message specs not available at {SPEC_DIR}")

@@ -47,8 +47,8 @@ from kgate.codec.generated.session.sasl_handshake import SaslHandshakeRequest
 from kgate.codec.headers import peek_correlation_id, request_frame, response_body_offset
 from kgate.config import parse_config
 from kgate.filters.registry import register_filter
-from kgate.proxy.sasl_client import ScramClient, plain_token
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.sasl_client import ScramClient, plain_token
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(120)
 

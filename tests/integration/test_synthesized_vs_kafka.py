@@ -30,7 +30,7 @@ from kgate.codec.generated.data import produce as pr
 from kgate.codec.generated.share import share_acknowledge as sa
 from kgate.codec.generated.share import share_fetch as sf
 from kgate.codec.schema import Struct
-from kgate.proxy.upstream_client import UpstreamClient
+from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 FETCH, PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 0, 2, 3, 21, 23
 SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kgate.pipeline.cli import parse_time
-from kgate.proxy.cli import main
+from kgate.proxy.runtime.cli import main
 
 from .test_reports import fleet
 

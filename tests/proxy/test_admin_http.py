@@ -1,11 +1,11 @@
-"""proxy/admin.py's HTTP handling, against a stub readiness: methods, paths, bad requests, formats."""
+"""proxy/control/admin.py's HTTP handling, against a stub readiness: methods, paths, bad requests, formats."""
 
 from __future__ import annotations
 
 import asyncio
 
 from kgate.config import HostPort
-from kgate.proxy.admin import AdminServer
+from kgate.proxy.control.admin import AdminServer
 
 
 class Stub:
@@ -75,7 +75,7 @@ class Outcome:
 
 
 def test_only_loopback_peers_count_as_loopback() -> None:
-    from kgate.proxy.admin import is_loopback
+    from kgate.proxy.control.admin import is_loopback
 
     assert is_loopback(("127.0.0.1", 5000))
     assert is_loopback(("127.8.9.10", 5000))

@@ -1,4 +1,4 @@
-"""AnswerMemo (proxy/answer_memo.py): a remembered rewrite is byte for byte the fresh one, and
+"""AnswerMemo (proxy/sansio/answer_memo.py): a remembered rewrite is byte for byte the fresh one, and
 nothing is remembered that could be stale (a list with a broker kgate left out, an unreadable answer)."""
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from kgate.codec import api
 from kgate.codec.generated.data import metadata as md
 from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import HeaderError, response_body_offset, response_frame
-from kgate.proxy import rewrite
-from kgate.proxy.answer_memo import (
+from kgate.proxy.sansio import rewrite
+from kgate.proxy.sansio.answer_memo import (
     MAX_BROKER_LISTS,
     MAX_LAST_VERSIONS,
     MAX_METADATA_ANSWERS,
     MAX_METADATA_BYTES,
     AnswerMemo,
 )
-from kgate.proxy.metadata_brokers import rewrite_brokers
+from kgate.proxy.sansio.metadata_brokers import rewrite_brokers
 
 
 class CountingMapper:

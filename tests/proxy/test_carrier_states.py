@@ -1,4 +1,4 @@
-"""The carrier's broker-connection phases (proxy/carrier_states.py), pair by pair, and on sockets."""
+"""The carrier's broker-connection phases (proxy/carrier/carrier_states.py), pair by pair, and on sockets."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from kgate.proxy.carrier_states import TRANSITIONS, Phase, Step, advance
-from kgate.proxy.states import TransitionError
+from kgate.proxy.carrier.carrier_states import TRANSITIONS, Phase, Step, advance
+from kgate.proxy.sansio.states import TransitionError
 
 
 @pytest.mark.parametrize(("phase", "step"), list(itertools.product(Phase, Step)), ids=lambda v: v.value)

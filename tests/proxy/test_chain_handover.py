@@ -1,4 +1,4 @@
-"""A reload's chain switch in the connection core (``ConnectionCore.switch_chain``, proxy/chain_handover.py).
+"""A reload's chain switch in the connection core (``ConnectionCore.switch_chain``, proxy/sansio/chain_handover.py).
 
 Driven sans-IO (tests/support/core_driver.py): the point is which chain each exchange runs on
 relative to the switch, and when the old chain is let go, which only the core's own bookkeeping
@@ -35,10 +35,10 @@ from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, Verdict
-from kgate.proxy.chain_handover import RetiredChain
-from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.cluster import VirtualCluster
-from kgate.proxy.core import ConnectionCore
+from kgate.proxy.runtime.cluster import VirtualCluster
+from kgate.proxy.sansio.chain_handover import RetiredChain
+from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.core import ConnectionCore
 
 MD_V, PR_V = 12, 9
 

@@ -26,7 +26,7 @@ from kgate.codec.generated.data import metadata as mm
 from kgate.codec.generated.data import produce as pm
 from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
-from kgate.proxy.exchange import Exchange
+from kgate.proxy.sansio.exchange import Exchange
 
 PRODUCE_V, METADATA_V = 9, 12
 
@@ -96,7 +96,7 @@ def test_answer_out_of_order_still_closes_the_connection() -> None:
 
 
 def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
-    """``tracked_exchange`` (proxy/exchange.py) builds exchanges without ``__init__``; they must read
+    """``tracked_exchange`` (proxy/sansio/exchange.py) builds exchanges without ``__init__``; they must read
     exactly like built ones.
 
     Compiled (tools/compile_hot.py) it calls ``__init__`` (a native class cannot be built
@@ -109,7 +109,7 @@ def test_header_only_exchanges_have_every_attribute_init_sets() -> None:
     for name in ("cid", "api_key", "api_version", "request", "state", "plan", "response"):
         assert getattr(tracked, name) == getattr(built, name), name
     observer_only = {"t0_ns", "sent_ns", "up_ns", "req", "req_bytes"}  # set only while an observer is installed
-    waits_only = {"wait"}  # set only for requests the broker may hold (proxy/deadlines.py)
+    waits_only = {"wait"}  # set only for requests the broker may hold (proxy/sansio/deadlines.py)
     attributes = getattr(Exchange, "__slots__", None) or Exchange.__mypyc_attrs__  # type: ignore[attr-defined]
     assert set(attributes) - observer_only - waits_only == {
         "cid",
@@ -174,7 +174,7 @@ def test_metadata_answers_count_as_rewrites_in_the_cluster_metrics() -> None:
 
 def test_direct_writes_go_to_the_bound_writers_and_back_to_the_carrier_once_unbound() -> None:
     """``write_up`` / ``write_client``: the carrier's transports' ``write`` bound in place of ``send_upstream`` /
-    ``send_client`` (proxy/connection.py binds them while the transports are open)."""
+    ``send_client`` (proxy/carrier/connection.py binds them while the transports are open)."""
     core, out = make_core()
     up, client = Sink(), Sink()
     core.write_up, core.write_client = up.write, client.write

@@ -37,10 +37,10 @@ from kgate.codec.generated.data import metadata as mm
 from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import request_frame, response_frame
 from kgate.filters.chain import Decision, FilterChain, Verdict
-from kgate.proxy.chain_handover import RetiredChain
-from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.core import ConnectionCore
-from kgate.proxy.states import State
+from kgate.proxy.sansio.chain_handover import RetiredChain
+from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.core import ConnectionCore
+from kgate.proxy.sansio.states import State
 
 # Produce v12: its answers end with KIP-951 node endpoints, which stream through the tail walker
 METADATA_V, PRODUCE_V = 12, 12
@@ -327,7 +327,7 @@ class TracingSuspender(Suspender):
 
 
 class ReloadingCoreMachine(CoreMachine):
-    """The same peers, and reloads at any point (proxy/chain_handover.py): each installs a new chain
+    """The same peers, and reloads at any point (proxy/sansio/chain_handover.py): each installs a new chain
     of the same behaviour, so every invariant above still holds, and these too: an answer runs the
     response hooks of the chain that saw its request, each replaced chain is held exactly by its
     exchanges still open (and a connection mid-hook on it), and is released once, at the latest

@@ -1,4 +1,4 @@
-"""The connection lifecycle table (proxy/states.py), driven pair by pair.
+"""The connection lifecycle table (proxy/sansio/states.py), driven pair by pair.
 
 Every (state, event) pair is either in the table, and ``advance`` returns its target, or not,
 and ``advance`` raises ``TransitionError``: an event the table does not list is a bug in kgate,
@@ -18,9 +18,9 @@ from kgate.api import ApiKey, Filter, FilterContext, on_request
 from kgate.codec.generated.data.metadata import MetadataRequest
 from kgate.codec.headers import parse_request_header
 from kgate.filters.chain import Decision, Verdict
-from kgate.proxy import states
-from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.states import (
+from kgate.proxy.sansio import states
+from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.states import (
     CLIENT_GONE_STATES,
     SUSPENDED_STATES,
     TRANSITIONS,
@@ -105,7 +105,7 @@ def _metadata(cid: int) -> bytes:
 
 
 class _Recording(dict[tuple[State, Event], State]):
-    """The table, remembering each pair ``advance`` looked up (proxy/states.py reads it per event)."""
+    """The table, remembering each pair ``advance`` looked up (proxy/sansio/states.py reads it per event)."""
 
     def __init__(self, table: dict[tuple[State, Event], State]) -> None:
         super().__init__(table)

@@ -21,8 +21,8 @@ from kgate.codec.framing import FrameReader
 from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.codec.generated.data import fetch as F
 from kgate.codec.generated.data import produce as PR
-from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.plans import ResponsePlan
+from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.plans import ResponsePlan
 from kgate.testing.frames import request_bytes
 
 BROKER = b"broker-0.internal.example"
@@ -56,7 +56,7 @@ def _fetch_request(cid: int, version: int = 17) -> bytes:
 
 def _core(**proxy: Any) -> tuple[Any, Any]:
     core, out = make_core(**proxy)
-    # the nodes' listeners are bound already (binding is proxy/cluster.py's business, not this test's)
+    # the nodes' listeners are bound already (binding is proxy/runtime/cluster.py's business, not this test's)
     core.cluster.node_ports.update({0: 19100, 1: 19101})
     return core, out
 

@@ -1,4 +1,4 @@
-"""Per-request upstream deadlines (proxy/deadlines.py) and the sweep's use of them (proxy/timeouts.py).
+"""Per-request upstream deadlines (proxy/sansio/deadlines.py) and the sweep's use of them (proxy/carrier/timeouts.py).
 
 A table of real codec requests against the deadline each gets, then the header-only path's kept
 waits read back, then the sweep on a fake clock: a JoinGroup the broker holds for its rebalance
@@ -18,8 +18,8 @@ from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.codec.headers import request_frame
 from kgate.config import ProxySettings
-from kgate.proxy.deadlines import WAIT_FIELDS, deadline_for, exchange_deadline, own_wait_ms
-from kgate.proxy.timeouts import Snapshot, first_watch, verdict
+from kgate.proxy.carrier.timeouts import Snapshot, first_watch, verdict
+from kgate.proxy.sansio.deadlines import WAIT_FIELDS, deadline_for, exchange_deadline, own_wait_ms
 
 
 def req(key: ApiKey, version: int = 0, **fields: Any) -> Any:

@@ -1,7 +1,7 @@
 """What a client sends before kgate's upstream connection is up: held within a bound, then delivered whole.
 
 kgate connects upstream when a client's first bytes for the broker arrive, and pauses reading it
-until the upstream is connected (proxy/connection.py ``_first_write``). What arrived before that
+until the upstream is connected (proxy/carrier/connection.py ``_first_write``). What arrived before that
 pause took hold is held (``_early``) and written first once the upstream connects. This pins both
 halves against a slow connect: kgate holds at most one read however much the client pushes, and
 the upstream then gets every byte, in order.

@@ -19,8 +19,8 @@ from kgate.codec.generated.session.api_versions import ApiVersionsRequest, ApiVe
 from kgate.config import parse_config
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.chain import FilterChain
-from kgate.proxy.core import ConnectionCore
-from kgate.proxy.exchange_metrics import BUCKETS_S, ExchangeMetrics, _ExchangeCollector
+from kgate.proxy.control.exchange_metrics import BUCKETS_S, ExchangeMetrics, _ExchangeCollector
+from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
 
 METADATA, PRODUCE, FETCH, API_VERSIONS = 3, 0, 1, 18

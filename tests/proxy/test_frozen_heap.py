@@ -1,4 +1,4 @@
-"""proxy/frozen_heap.py: a reload's retired filter chain is collected although it was built before
+"""proxy/runtime/frozen_heap.py: a reload's retired filter chain is collected although it was built before
 ``gc.freeze()`` (frozen objects are never collected: without the refreeze, every reload would leave
 the old chain's reference cycles in memory for good).
 
@@ -21,7 +21,7 @@ from support.inproc_kgate import InprocKgate, make_config
 from kgate.api import Filter
 from kgate.filters.chain import FilterChain
 from kgate.filters.registry import register_filter
-from kgate.proxy import frozen_heap
+from kgate.proxy.runtime import frozen_heap
 
 
 class Cyclic(Filter):

@@ -1,4 +1,4 @@
-"""proxy/plans.py: what the plan caches remember, and that a client's garbage headers cannot grow them.
+"""proxy/sansio/plans.py: what the plan caches remember, and that a client's garbage headers cannot grow them.
 
 Driven sans-IO (tests/support/core_driver.py): the header an api key and version come from is
 the client's, so these are the caches a hostile client could reach.
@@ -11,7 +11,7 @@ from support.wire import frame, request_header
 
 from kgate.api import ApiKey
 from kgate.codec import api
-from kgate.proxy.plans import RequestPlan
+from kgate.proxy.sansio.plans import RequestPlan
 
 
 def _garbage_request(api_key: int, version: int, cid: int) -> bytes:

@@ -1,7 +1,7 @@
 """The node-endpoint tail of Produce v10+, Fetch v16+, ShareFetch and ShareAcknowledge responses.
 
 ``codec.tail_walk.FrameWalker`` finds where a response's tail starts while its bytes arrive in any
-chunking; ``proxy.response_tail`` forwards everything before the tail as it comes, holds only the
+chunking; ``proxy.sansio.response_tail`` forwards everything before the tail as it comes, holds only the
 tail and rewrites its addresses to the same byte length. Frames are built with the codec from the
 Kafka 4.3.1 schemas (what a broker sends), then cut at every byte boundary.
 """
@@ -21,8 +21,8 @@ from kgate.codec.generated.data import produce as PR
 from kgate.codec.generated.share import share_acknowledge as SA
 from kgate.codec.generated.share import share_fetch as SF
 from kgate.codec.tail_walk import PAD_TAG, FrameWalker, WalkError, fit_tagged, read_tagged
-from kgate.proxy import response_tail
-from kgate.proxy.response_tail import TailStream
+from kgate.proxy.sansio import response_tail
+from kgate.proxy.sansio.response_tail import TailStream
 
 BROKER = "broker-0.internal.example"
 

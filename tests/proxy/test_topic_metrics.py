@@ -1,4 +1,4 @@
-"""Per-topic metrics (proxy/topic_metrics.py): the cardinality cap (pure), names from ids without
+"""Per-topic metrics (proxy/control/topic_metrics.py): the cardinality cap (pure), names from ids without
 waiting, and the counts from real Produce and Fetch frames driven through the core without sockets
 (tests/support/core_driver.py). ``Names`` stands in for the topic-id service (kgate/topic_ids,
 tested against brokers in tests/topic_ids): here only its two calls matter, and the e2e test in
@@ -21,9 +21,9 @@ from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchReques
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
-from kgate.proxy.core import ConnectionCore
-from kgate.proxy.exchange_metrics import ExchangeMetrics
-from kgate.proxy.topic_metrics import OTHER, UNRESOLVED, TopicCap, TopicMetrics, _TopicCollector
+from kgate.proxy.control.exchange_metrics import ExchangeMetrics
+from kgate.proxy.control.topic_metrics import OTHER, UNRESOLVED, TopicCap, TopicMetrics, _TopicCollector
+from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
 
 

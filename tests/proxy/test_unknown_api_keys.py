@@ -15,8 +15,8 @@ from kgate.codec import api
 from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.filters.builtin.authz.authorizer import Authorizer
-from kgate.proxy import rewrite
-from kgate.proxy.close_reason import CloseReason
+from kgate.proxy.sansio import rewrite
+from kgate.proxy.sansio.close_reason import CloseReason
 
 UNKNOWN_KEY = max(api.API_INFO) + 50
 

@@ -1,4 +1,4 @@
-"""proxy/upstream_client.py against a broker that resets every connection: only UpstreamError comes out.
+"""proxy/carrier/upstream_client.py against a broker that resets every connection: only UpstreamError comes out.
 
 A full test run once ended kgate's shutdown with exit 1: the broker's reset had closed the
 transport before the ApiVersions handshake was written, uvloop raised RuntimeError ("the handler
@@ -17,7 +17,7 @@ from support.resetting_server import ResettingServer
 
 from kgate.api import ApiKey
 from kgate.codec import api
-from kgate.proxy.upstream_client import UpstreamClient, UpstreamError
+from kgate.proxy.carrier.upstream_client import UpstreamClient, UpstreamError
 
 
 def test_a_request_on_a_closed_transport_is_an_upstream_error() -> None:

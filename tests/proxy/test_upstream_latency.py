@@ -22,8 +22,8 @@ from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRespons
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
-from kgate.proxy.core import ConnectionCore
-from kgate.proxy.exchange_metrics import ExchangeMetrics, _ExchangeCollector
+from kgate.proxy.control.exchange_metrics import ExchangeMetrics, _ExchangeCollector
+from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
 
 MS = 1_000_000

@@ -1,4 +1,4 @@
-"""Drive a ``ConnectionCore`` (proxy/core.py) without sockets or an event loop.
+"""Drive a ``ConnectionCore`` (proxy/sansio/core.py) without sockets or an event loop.
 
 ``RecordingActions`` is the carrier the core talks to: it keeps the bytes the core sent each
 way, the reasons reading is paused for, the hook runs it asked to await (the test settles them
@@ -17,9 +17,9 @@ from typing import Any
 from kgate.api import ConnectionInfo, Filter
 from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, PendingRun
-from kgate.proxy.close_reason import CloseReason
-from kgate.proxy.cluster_port import Address
-from kgate.proxy.core import ConnectionCore, Suspension
+from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.cluster_port import Address
+from kgate.proxy.sansio.core import ConnectionCore, Suspension
 from support.fake_cluster import FakeCluster
 
 

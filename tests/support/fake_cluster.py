@@ -1,4 +1,4 @@
-"""A small fake of what ``ConnectionCore`` needs from its cluster (proxy/cluster_port.py).
+"""A small fake of what ``ConnectionCore`` needs from its cluster (proxy/sansio/cluster_port.py).
 
 A stand-in by design: the core's tests need a cluster only as a dependency (its chain-derived
 tables, its metrics, its node map), not its listeners or sockets. The tables and metrics are
@@ -17,9 +17,9 @@ from kgate.api import ErrorCode, TopicNameError
 from kgate.config import ProxySettings
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver
-from kgate.proxy.chain_tables import ChainTables
-from kgate.proxy.cluster_port import OPEN_LISTENER, Address, OpenListener
-from kgate.proxy.metrics import ClusterMetrics
+from kgate.proxy.control.metrics import ClusterMetrics
+from kgate.proxy.sansio.chain_tables import ChainTables
+from kgate.proxy.sansio.cluster_port import OPEN_LISTENER, Address, OpenListener
 
 HOST = "127.0.0.1"  # the client-facing host of every node in the fake (the listen host of make_core's config)
 

@@ -16,7 +16,7 @@ from typing import Any
 import uvloop
 
 from kgate.config import KgateConfig, parse_config
-from kgate.proxy.server import Proxy, serve
+from kgate.proxy.runtime.server import Proxy, serve
 from support.ports import free_port, free_port_range
 
 

@@ -3,7 +3,7 @@
 Walks every ``*Response.json`` in Kafka's message specs (``../shared/kafka-message-specs``),
 recursively through nested structs, for fields that can carry a network address (``Host``,
 ``Port``, ``Listeners``, ``NodeEndpoints``, ``Endpoints``, ``Coordinators``, ``Brokers``). Each api
-key that has one must be either rewritten by kgate (``proxy.rewrite``), answered only by
+key that has one must be either rewritten by kgate (``proxy.sansio.rewrite``), answered only by
 controllers or other brokers (its request spec's ``listeners`` exclude ``broker``, so a broker
 listener, the only thing kgate fronts, never answers it), or listed in ``NOT_ADDRESSES`` with the
 reason. A new spec with an address field that is none of these fails this test.
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kgate.proxy import rewrite
+from kgate.proxy.sansio import rewrite
 
 SPECS = Path(__file__).resolve().parents[3] / "shared" / "kafka-message-specs"
 ADDRESS_FIELDS = {"Host", "Port", "Listeners", "NodeEndpoints", "Endpoints", "Coordinators", "Brokers"}
@@ -116,7 +116,7 @@ def test_node_endpoints_are_walked_from_the_version_that_has_them() -> None:
     a walk program (the field is the top-level tag or the last regular field, as the walker needs).
     """
     from kgate.codec import api
-    from kgate.proxy import response_tail
+    from kgate.proxy.sansio import response_tail
 
     for api_key, (name, paths) in sorted(_address_bearing().items()):
         if "NodeEndpoints" not in paths or not _broker_answers(api_key):

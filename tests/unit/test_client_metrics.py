@@ -1,12 +1,12 @@
-"""proxy/client_metrics.py: bounded per-client series, the space-saving re-ranking, the scrape."""
+"""proxy/control/client_metrics.py: bounded per-client series, the space-saving re-ranking, the scrape."""
 
 from __future__ import annotations
 
 from prometheus_client import generate_latest
 
 from kgate.api import ConnectionInfo
-from kgate.proxy import client_metrics
-from kgate.proxy.client_metrics import OTHER, ClientMetrics, TopClients
+from kgate.proxy.control import client_metrics
+from kgate.proxy.control.client_metrics import OTHER, ClientMetrics, TopClients
 
 
 class Ex:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from kgate.config import parse_config
-from kgate.proxy.config_view import REDACTED, config_document, config_json, is_secret_key, redact
+from kgate.proxy.runtime.config_view import REDACTED, config_document, config_json, is_secret_key, redact
 
 
 def test_secret_keys_are_recognised_whatever_their_spelling() -> None:

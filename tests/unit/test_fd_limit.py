@@ -13,7 +13,7 @@ def test_soft_limit_is_raised_to_the_hard_limit() -> None:
         "import resource, logging; logging.basicConfig(level=logging.INFO)\n"
         "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
-        "from proxy.fd_limit import raise_open_files_limit\n"
+        "from kgate.proxy.carrier.fd_limit import raise_open_files_limit\n"
         "got = raise_open_files_limit()\n"
         "now = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
         "assert now[0] == (hard if hard != resource.RLIM_INFINITY else 1 << 20), (now, hard)\n"

@@ -14,7 +14,7 @@ import pytest
 
 from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 from kgate.codec.headers import response_frame
-from kgate.proxy.plans import may_carry_unknown_topic as _may_carry_unknown_topic
+from kgate.proxy.sansio.plans import may_carry_unknown_topic as _may_carry_unknown_topic
 
 TID = uuid.UUID("0b0c0d0e-0f10-1112-1314-151617181920")  # no 00 03 / 00 64 byte pair in it
 

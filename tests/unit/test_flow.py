@@ -15,7 +15,7 @@ import socket
 import pytest
 import uvloop
 
-from kgate.proxy.flow import ReadGate
+from kgate.proxy.carrier.flow import ReadGate
 
 
 class Gated(asyncio.Protocol):

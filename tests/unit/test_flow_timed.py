@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kgate.proxy.flow import THROTTLED, ReadGate
+from kgate.proxy.carrier.flow import THROTTLED, ReadGate
 
 
 class Transport:

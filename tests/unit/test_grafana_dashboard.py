@@ -10,10 +10,10 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 import kgate.filters.builtin.quotas.filter  # registers the throttle collector
-import kgate.proxy.client_metrics  # registers the per-client collector
-import kgate.proxy.exchange_metrics  # registers the per-exchange and per-topic collectors
-import kgate.proxy.metrics  # registers the data-path collector
-import kgate.proxy.reload  # registers the reload counters
+import kgate.proxy.control.client_metrics  # registers the per-client collector
+import kgate.proxy.control.exchange_metrics  # registers the per-exchange and per-topic collectors
+import kgate.proxy.control.metrics  # registers the data-path collector
+import kgate.proxy.runtime.reload  # registers the reload counters
 import kgate.topic_ids.metrics  # noqa: F401  (registers the topic-id collector)
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
-"""The process-wide held-bytes account (proxy/held_bytes.py): pure, with recording holders."""
+"""The process-wide held-bytes account (proxy/carrier/held_bytes.py): pure, with recording holders."""
 
 from __future__ import annotations
 
-from kgate.proxy.held_bytes import HeldBytes
+from kgate.proxy.carrier.held_bytes import HeldBytes
 
 
 class Conn:
@@ -73,10 +73,10 @@ def test_a_closed_connection_never_reenters_the_account() -> None:
     counted again by the report at the end of that read: the account would keep it forever."""
     from kgate.config import parse_config
     from kgate.filters.chain import FilterChain
-    from kgate.proxy.close_reason import CloseReason
-    from kgate.proxy.cluster import VirtualCluster
-    from kgate.proxy.connection import ClientConnection
-    from kgate.proxy.held_bytes import HELD
+    from kgate.proxy.carrier.connection import ClientConnection
+    from kgate.proxy.carrier.held_bytes import HELD
+    from kgate.proxy.runtime.cluster import VirtualCluster
+    from kgate.proxy.sansio.close_reason import CloseReason
 
     cfg = parse_config(
         {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19998", "upstream": "127.0.0.1:9"}]}, "test"

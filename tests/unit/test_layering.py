@@ -65,7 +65,7 @@ def _modules(package: str) -> list[Path]:
 
 
 def _module_name(path: Path) -> str:
-    """``kgate.proxy.core`` for proxy/core.py, ``kgate.topic_ids`` for kgate/topic_ids/__init__.py."""
+    """``kgate.proxy.sansio.core`` for proxy/sansio/core.py, ``kgate.topic_ids`` for kgate/topic_ids/__init__.py."""
     for package, root in PACKAGES.items():
         if path.is_relative_to(root):
             parts = [p for p in path.relative_to(root).with_suffix("").parts if p != "__init__"]
@@ -213,11 +213,11 @@ def test_no_import_cycle_inside_a_package(package: str) -> None:
 def test_the_cycle_check_catches_what_it_is_for() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _cycles(edges) == [["a", "b", "c"]]
-    tree = ast.parse("from . import core\nfrom .states import State\nfrom ..codec import api\n")
-    assert _imported(tree, "kgate.proxy.connection") >= {
-        "kgate.proxy.core",
-        "kgate.proxy.states",
-        "kgate.proxy.states.State",
+    tree = ast.parse("from . import core\nfrom .states import State\nfrom ...codec import api\n")
+    assert _imported(tree, "kgate.proxy.sansio.plans") >= {
+        "kgate.proxy.sansio.core",
+        "kgate.proxy.sansio.states",
+        "kgate.proxy.sansio.states.State",
         "kgate.codec.api",
     }
     assert "kgate.proxy.sub.x" in _imported(ast.parse("from .x import y"), "kgate.proxy.sub", is_package=True)
@@ -233,9 +233,14 @@ def _loaded_by(module: str) -> set[str]:
 def test_the_sans_io_core_loads_no_asyncio_and_no_carrier() -> None:
     """The connection core is sans-IO in effect: importing it loads no event loop machinery, and
     nothing of proxy/'s asyncio side (the carrier, the cluster, the server)."""
-    loaded = _loaded_by("kgate.proxy.core")
+    loaded = _loaded_by("kgate.proxy.sansio.core")
     assert not {m for m in loaded if m == "asyncio" or m.startswith(("asyncio.", "uvloop"))}
-    carrier = {"kgate.proxy.connection", "kgate.proxy.cluster", "kgate.proxy.server", "kgate.proxy.settle"}
+    carrier = {
+        "kgate.proxy.carrier.connection",
+        "kgate.proxy.runtime.cluster",
+        "kgate.proxy.runtime.server",
+        "kgate.proxy.carrier.settle",
+    }
     assert not loaded & carrier
 
 
@@ -352,3 +357,20 @@ def test_the_number_check_catches_what_it_is_for() -> None:
     assert sorted(line for line, _ in _hand_written_numbers(bad)) == [1, 2, 3, 4, 5, 5]
     good = ast.parse("METADATA = ApiKey.METADATA\nif api_key == ApiKey.FETCH: pass\nif len(buf) < 2: pass\n")
     assert _hand_written_numbers(good) == []
+
+
+MAX_MODULES_PER_FOLDER = 25
+
+
+def test_no_package_folder_holds_more_than_25_modules() -> None:
+    """A folder of more modules than a reader can hold reads as a heap: split it by concern into
+    subpackages (proxy/: sansio, carrier, control, runtime; docs/architecture.md, "Layout")."""
+    crowded = {}
+    for root in PACKAGES.values():
+        for folder in [root, *(p for p in root.rglob("*") if p.is_dir())]:
+            if "generated" in folder.parts or "__pycache__" in folder.parts:
+                continue  # the generated codec: one module per Kafka message, made by tools/gen_codec.py
+            count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+            if count > MAX_MODULES_PER_FOLDER:
+                crowded[str(folder.relative_to(REPO))] = count
+    assert not crowded

@@ -1,4 +1,4 @@
-"""proxy/logs.py: the JSON line format, the connection-line rate limit, lean close-line records."""
+"""proxy/control/logs.py: the JSON line format, the connection-line rate limit, lean close-line records."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from kgate.proxy import logs
-from kgate.proxy.logs import TEXT_FORMAT, JsonFormatter, RateLimit, TextFormatter
+from kgate.proxy.control import logs
+from kgate.proxy.control.logs import TEXT_FORMAT, JsonFormatter, RateLimit, TextFormatter
 
 
 def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logging.LogRecord:

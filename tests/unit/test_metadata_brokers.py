@@ -11,8 +11,8 @@ import pytest
 from kgate.codec import api
 from kgate.codec.generated.data import metadata as md
 from kgate.codec.headers import HeaderError, response_body_offset, response_frame
-from kgate.proxy import rewrite
-from kgate.proxy.metadata_brokers import rewrite_brokers
+from kgate.proxy.sansio import rewrite
+from kgate.proxy.sansio.metadata_brokers import rewrite_brokers
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
 

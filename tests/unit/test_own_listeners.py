@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from kgate.proxy.own_listeners import OwnListeners
+from kgate.proxy.carrier.own_listeners import OwnListeners
 
 
 def _listener(host: str = "127.0.0.1") -> socket.socket:

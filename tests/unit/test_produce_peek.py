@@ -20,7 +20,7 @@ from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import HeaderError, parse_request_header, request_frame
 from kgate.codec.peek import produce_prefix
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
-from kgate.proxy.core import ConnectionCore
+from kgate.proxy.sansio.core import ConnectionCore
 
 CHUNK = 65536
 

@@ -1,4 +1,4 @@
-"""The PROXY protocol parser (proxy/proxy_protocol.py): spec cases, and hypothesis for what a
+"""The PROXY protocol parser (proxy/carrier/proxy_protocol.py): spec cases, and hypothesis for what a
 hostile or broken balancer can send. Two properties matter to the carrier: reading by
 ``safe_read_size`` never takes a byte past the header (the TLS ClientHello behind it must stay
 in the socket), and no input raises anything but ``ProxyProtocolError``."""
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kgate.proxy.proxy_protocol import (
+from kgate.proxy.carrier.proxy_protocol import (
     MAX_V2_HEADER,
     V1_MAX,
     V2_SIGNATURE,

@@ -11,7 +11,7 @@ import pytest
 from kgate.codec import api
 from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import response_body_offset, response_frame
-from kgate.proxy import rewrite
+from kgate.proxy.sansio import rewrite
 
 CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
 PROXY = ("kgate.example", 7000)

@@ -6,8 +6,8 @@ import base64
 
 import pytest
 
-from kgate.proxy.sasl import principal_from_token
-from kgate.proxy.sasl_client import SaslError, ScramClient, plain_token
+from kgate.proxy.carrier.sasl_client import SaslError, ScramClient, plain_token
+from kgate.proxy.sansio.sasl import principal_from_token
 
 # RFC 7677, section 3 (SCRAM-SHA-256, user "user", password "pencil")
 NONCE = "rOprNGfwEbeRWgbNEkqO"

@@ -1,11 +1,11 @@
-"""The timeout sweep's decisions (proxy/timeouts.py), on a fake clock: no sockets, no sleeping."""
+"""The timeout sweep's decisions (proxy/carrier/timeouts.py), on a fake clock: no sockets, no sleeping."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from kgate.config import ProxySettings
-from kgate.proxy.timeouts import Snapshot, first_watch, sweep_interval, verdict
+from kgate.proxy.carrier.timeouts import Snapshot, first_watch, sweep_interval, verdict
 
 S = ProxySettings(idle_timeout_s=60, frame_timeout_s=10, upstream_timeout_s=30)
 QUIET = Snapshot(

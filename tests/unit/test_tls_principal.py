@@ -1,9 +1,9 @@
-"""The mTLS principal (proxy/tls.py) is named as Kafka's default principal builder names it:
+"""The mTLS principal (proxy/carrier/tls.py) is named as Kafka's default principal builder names it:
 X500Principal.getName() (RFC 2253), RDNs in reverse certificate order, Java's keywords."""
 
 from __future__ import annotations
 
-from kgate.proxy.tls import principal_from_peercert
+from kgate.proxy.carrier.tls import principal_from_peercert
 
 
 def test_reverse_order_and_keywords():
@@ -43,8 +43,8 @@ def test_no_certificate():
 def test_sasl_replaces_the_certificate_principal_only_once_it_succeeds():
     """front_door.adopt_tls_principal seeds the SASL state; the core copies it into info after each step."""
     from kgate.api import ErrorCode
-    from kgate.proxy.sasl import SaslState
-    from kgate.proxy.sasl_client import plain_token
+    from kgate.proxy.carrier.sasl_client import plain_token
+    from kgate.proxy.sansio.sasl import SaslState
 
     sasl = SaslState()
     sasl.principal = "CN=alice,O=kgate tests"

@@ -1,4 +1,4 @@
-"""ReloadingContext (proxy/tls.py): a changed, consistent set of files gives a new context; a set
+"""ReloadingContext (proxy/carrier/tls.py): a changed, consistent set of files gives a new context; a set
 that does not load yet is logged once and the old context stays; unchanged files cost a stat."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ssl
 from support.certs import TestCA
 
 from kgate.config import ServerTlsConfig, UpstreamTlsConfig
-from kgate.proxy.tls import ReloadingContext
+from kgate.proxy.carrier.tls import ReloadingContext
 
 
 def _serial(ctx: ssl.SSLContext) -> set[int]:

@@ -23,7 +23,7 @@ from kgate.codec import api
 from kgate.codec.generated.admin.create_topics import CreatableTopicResult, CreateTopicsResponse
 from kgate.codec.generated.admin.delete_topics import DeletableTopicResult, DeleteTopicsResponse
 from kgate.codec.generated.data.metadata import MetadataResponse, MetadataResponseTopic
-from kgate.proxy.upstream_client import UpstreamError
+from kgate.proxy.carrier.upstream_client import UpstreamError
 from kgate.topic_ids import ZERO_ID_ERROR, TopicNameResolver
 from kgate.topic_ids.lookup import UNKNOWN_TOPIC_ID
 

@@ -1,4 +1,4 @@
-"""Request validation (proxy/validate.py) on real frames: the Tansu corpus passes, damage does not."""
+"""Request validation (proxy/sansio/validate.py) on real frames: the Tansu corpus passes, damage does not."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from support.wire import metadata_request
 
 from kgate.codec import api
 from kgate.codec.headers import peek_request
-from kgate.proxy.validate import check_batches, check_request
+from kgate.proxy.sansio.validate import check_batches, check_request
 
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus-tansu"
 

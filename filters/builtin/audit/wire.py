@@ -1,5 +1,5 @@
 """Reading frames that passed through kgate in pieces, and counting records, for the audit log
-(and, without the record counts, for the per-topic metrics: proxy/topic_metrics.py).
+(and, without the record counts, for the per-topic metrics: proxy/control/topic_metrics.py).
 
 A whole frame is read with the generated decoder (it is the fastest reader kgate has, and slices
 ``records`` as memoryviews). A Produce request or Fetch answer larger than one read streams

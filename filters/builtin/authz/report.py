@@ -1,7 +1,7 @@
 """Making the authorizer's decisions observable: a counter per decision and rate-limited log lines.
 
 Counting is a plain ``dict`` increment per request, collected at scrape time, for the reason
-``proxy/metrics.py`` gives: a prometheus ``Counter.inc`` takes a lock and costs a noticeable
+``proxy/control/metrics.py`` gives: a prometheus ``Counter.inc`` takes a lock and costs a noticeable
 share of a small request's CPU. Labels are bounded: cluster (configured), filter (its name: the
 authorizer, topic-policy or internal-topics, which all decide through the authorizer's handlers), api
 (the api's name as Kafka and the codec spell it, ``Metadata``, as every other kgate metric; at most
@@ -71,7 +71,7 @@ class DecisionReport:
             api_name,
             resource,
             op.name.lower(),
-            # the same facts as fields, for the JSON log format (proxy/logs.py)
+            # the same facts as fields, for the JSON log format (proxy/control/logs.py)
             extra={
                 "cluster": cluster,
                 "principal": who.principal,

@@ -1,0 +1,1 @@
+"""The control plane: metrics, logs, the admin listener, readiness and the healthcheck."""

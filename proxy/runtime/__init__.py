@@ -1,0 +1,1 @@
+"""The process: virtual clusters and their listeners, the server, reload, workers, the CLI."""
