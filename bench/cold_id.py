@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kgate.codec import api  # noqa: E402
-from kgate.codec.generated import fetch as fetch_msgs  # noqa: E402
-from kgate.codec.generated import metadata as md  # noqa: E402
+from kgate.codec.generated.data import fetch as fetch_msgs  # noqa: E402
+from kgate.codec.generated.data import metadata as md  # noqa: E402
 from kgate.proxy.carrier.upstream_client import UpstreamClient  # noqa: E402
 from kgate.topic_ids import TopicNameResolver  # noqa: E402
 
@@ -88,7 +88,7 @@ def client(port: int) -> UpstreamClient:
 
 
 async def create_topics(c: UpstreamClient, names: list[str]) -> dict[str, uuid.UUID]:
-    from kgate.codec.generated import create_topics as ct
+    from kgate.codec.generated.admin import create_topics as ct
 
     req = api.API_INFO[CREATE_TOPICS].request_class(
         topics=[ct.CreatableTopic(name=n, num_partitions=1, replication_factor=1) for n in names], timeout_ms=10000

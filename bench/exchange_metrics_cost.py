@@ -61,9 +61,9 @@ def _child(n: int, reps: int) -> dict[str, float]:
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
     from kgate.api import ConnectionInfo
-    from kgate.codec.generated.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
-    from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse
-    from kgate.codec.generated.produce import (
+    from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
+    from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse
+    from kgate.codec.generated.data.produce import (
         PartitionProduceData,
         PartitionProduceResponse,
         ProduceRequest,

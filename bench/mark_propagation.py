@@ -19,8 +19,8 @@ import time
 import uuid
 from uuid import UUID
 
-from kgate.codec.generated.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 _ZERO = UUID(int=0)

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 from bench.ab_yardstick import ACL  # noqa: E402
 from bench.request_cost import free_port, tansu_binary, wait_port  # noqa: E402
 from kgate.codec import api  # noqa: E402
-from kgate.codec.generated import produce as pm  # noqa: E402
+from kgate.codec.generated.data import produce as pm  # noqa: E402
 from kgate.codec.headers import request_frame  # noqa: E402
 from kgate.codec.records import encode_batch  # noqa: E402
 

@@ -156,7 +156,7 @@ PRODUCE_VERSION = 7
 def produce_frame() -> bytes:
     if PRODUCE_VERSION <= 8:
         return produce_request(3, TOPIC, 0, [b"x" * 100], acks=1, version=PRODUCE_VERSION)
-    from kgate.codec.generated import produce as pm
+    from kgate.codec.generated.data import produce as pm
     from kgate.testing.frames import request_bytes
     from tests.support.wire import record_batch
 

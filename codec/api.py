@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from kgate.codec.errors import CodecError
-from kgate.codec.generated.api_keys import ApiKey
+from kgate.codec.generated.api_keys import API_VERSIONS as API_VERSIONS_KEY
 from kgate.codec.generated.index import APIS
 from kgate.codec.schema import Message
 
@@ -29,8 +29,6 @@ __all__ = [
     "request_header_version",
     "response_header_version",
 ]
-
-API_VERSIONS_KEY = int(ApiKey.API_VERSIONS)
 
 
 class ApiInfo:

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kgate.codec.error_codes import ErrorCode
-from kgate.codec.generated.api_keys import ApiKey
+from kgate.codec.generated.api_keys import FETCH, PRODUCE, ApiKey
 from kgate.pipeline import decode
 from kgate.pipeline.decode import BadLine
 from kgate.pipeline.ingest import ALL_TIME, GONE_ID_ERRORS, Window
@@ -287,7 +287,7 @@ class Partials:
         self._events(n, col, client, api, us)
 
     def _events(self, n: int, col: dict[str, Any], client: Any, api: Any, us: np.ndarray) -> None:
-        fetch, produce = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
+        fetch, produce = FETCH, PRODUCE
         key = _nz(_child(api, "key")).astype(np.int64)
         version = _nz(_child(api, "version")).astype(np.int64)
         is_fetch, is_produce = key == fetch, key == produce

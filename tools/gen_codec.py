@@ -1,4 +1,4 @@
-"""Generate ``codec/generated/*.py`` from Kafka's JSON message definitions.
+"""Generate ``codec/generated/`` from Kafka's JSON message definitions.
 
 Usage::
 
@@ -6,7 +6,8 @@ Usage::
 
 SPEC_DIR defaults to ``../shared/kafka-message-specs`` relative to the repository root and
 OUT_DIR to ``codec/generated``. Only the schema (field names, types, versions, tags, defaults)
-is emitted; the spec prose is not copied. Output is deterministic.
+is emitted; the spec prose is not copied. Output is deterministic. Each api's module goes into a
+subpackage by concern (``GROUPS``), so no package folder holds more than ``MAX_PER_PACKAGE``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,134 @@ PRIMITIVES = {
     "uuid",
 }
 MAX_VERSION = 0x7FFF
+MAX_PER_PACKAGE = 25
+
+#: subpackage -> (docstring, api modules); a new api in the specs must be placed here by hand
+GROUPS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "data": (
+        "Data path: produce, fetch, offsets and metadata.",
+        (
+            "produce",
+            "fetch",
+            "list_offsets",
+            "metadata",
+            "offset_for_leader_epoch",
+            "delete_records",
+            "describe_topic_partitions",
+            "describe_producers",
+        ),
+    ),
+    "session": (
+        "Connection set-up: version negotiation, SASL and client telemetry.",
+        ("api_versions", "sasl_handshake", "sasl_authenticate", "get_telemetry_subscriptions", "push_telemetry"),
+    ),
+    "groups": (
+        "Consumer groups: classic, KIP-848 consumer and streams groups, committed offsets.",
+        (
+            "find_coordinator",
+            "join_group",
+            "sync_group",
+            "heartbeat",
+            "leave_group",
+            "describe_groups",
+            "list_groups",
+            "delete_groups",
+            "offset_commit",
+            "offset_fetch",
+            "offset_delete",
+            "consumer_group_heartbeat",
+            "consumer_group_describe",
+            "streams_group_heartbeat",
+            "streams_group_describe",
+        ),
+    ),
+    "share": (
+        "Share groups (KIP-932): share fetch and acknowledge, membership, offsets, share-group state.",
+        (
+            "share_fetch",
+            "share_acknowledge",
+            "share_group_heartbeat",
+            "share_group_describe",
+            "alter_share_group_offsets",
+            "delete_share_group_offsets",
+            "describe_share_group_offsets",
+            "initialize_share_group_state",
+            "read_share_group_state",
+            "read_share_group_state_summary",
+            "write_share_group_state",
+            "delete_share_group_state",
+        ),
+    ),
+    "transactions": (
+        "Idempotent and transactional producers: producer ids, transactions, markers.",
+        (
+            "init_producer_id",
+            "add_partitions_to_txn",
+            "add_offsets_to_txn",
+            "end_txn",
+            "txn_offset_commit",
+            "write_txn_markers",
+            "describe_transactions",
+            "list_transactions",
+        ),
+    ),
+    "admin": (
+        "Administration: topics, partitions, configs, quotas, log dirs, features.",
+        (
+            "create_topics",
+            "delete_topics",
+            "create_partitions",
+            "alter_configs",
+            "describe_configs",
+            "incremental_alter_configs",
+            "list_config_resources",
+            "alter_partition_reassignments",
+            "list_partition_reassignments",
+            "elect_leaders",
+            "alter_replica_log_dirs",
+            "describe_log_dirs",
+            "describe_cluster",
+            "update_features",
+            "alter_client_quotas",
+            "describe_client_quotas",
+        ),
+    ),
+    "security": (
+        "Security administration: ACLs, delegation tokens, SCRAM credentials.",
+        (
+            "create_acls",
+            "delete_acls",
+            "describe_acls",
+            "create_delegation_token",
+            "renew_delegation_token",
+            "expire_delegation_token",
+            "describe_delegation_token",
+            "alter_user_scram_credentials",
+            "describe_user_scram_credentials",
+        ),
+    ),
+    "cluster": (
+        "Cluster internals: controller and broker registration, KRaft quorum, envelope.",
+        (
+            "controller_registration",
+            "broker_registration",
+            "broker_heartbeat",
+            "unregister_broker",
+            "allocate_producer_ids",
+            "alter_partition",
+            "assign_replicas_to_dirs",
+            "envelope",
+            "vote",
+            "begin_quorum_epoch",
+            "end_quorum_epoch",
+            "fetch_snapshot",
+            "describe_quorum",
+            "add_raft_voter",
+            "remove_raft_voter",
+            "update_raft_voter",
+        ),
+    ),
+}
 
 
 class SpecError(Exception):
@@ -234,8 +363,28 @@ def const_name(name: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).upper()
 
 
+def group_of(mod: str) -> str:
+    """The subpackage an api module belongs to; an api no group names is an error, never a guess."""
+    for group, (_doc, mods) in GROUPS.items():
+        if mod in mods:
+            return group
+    raise SpecError(f"api module {mod!r} is in no package: add it to GROUPS in tools/gen_codec.py")
+
+
+def check_groups() -> None:
+    seen: dict[str, str] = {}
+    for group, (_doc, mods) in GROUPS.items():
+        if len(mods) > MAX_PER_PACKAGE:
+            raise SpecError(f"package {group} would hold {len(mods)} modules (max {MAX_PER_PACKAGE})")
+        for mod in mods:
+            if mod in seen:
+                raise SpecError(f"api module {mod!r} is in both {seen[mod]} and {group}")
+            seen[mod] = group
+
+
 def generate(spec_dir: Path) -> dict[str, str]:
-    """Return {filename: source} for all generated modules."""
+    """Return {relative path: source} for all generated modules."""
+    check_groups()
     by_key: dict[int, dict[str, dict]] = {}
     for path in sorted(spec_dir.glob("*.json")):
         spec = load_spec(path)
@@ -259,14 +408,17 @@ def generate(spec_dir: Path) -> dict[str, str]:
             retired.append((key, api_name))
             continue
         mod = snake(api_name)
+        group = group_of(mod)
         mb = ModuleBuilder(api_name, key)
         mb.build_message(req)
         mb.build_message(resp)
-        files[f"{mod}.py"] = mb.render([req["name"], resp["name"]])
-        index_rows.append((key, api_name, mod, req["name"], resp["name"]))
+        files[f"{group}/{mod}.py"] = mb.render([req["name"], resp["name"]])
+        index_rows.append((key, api_name, f"{group}.{mod}", req["name"], resp["name"]))
     idx = [
         HEADER,
-        '"""Index of generated api modules: api key -> (name, module, request, response)."""\n\n',
+        '"""Index of generated api modules: api key -> (name, module, request, response).\n\n',
+        "``module`` is the path below ``kgate.codec.generated`` (``data.produce``); importing the index\n",
+        'loads no api module."""\n\n',
         "APIS = {\n",
     ]
     for key, api_name, mod, rq, rs in index_rows:
@@ -278,7 +430,8 @@ def generate(spec_dir: Path) -> dict[str, str]:
         '"""Kafka api keys as a typed enum (``ApiKey.FETCH == 1``), one member per spec pair.\n\n',
         "Generated so that type checkers and IDEs see every member; kgate writes no api key number\n",
         'by hand anywhere else (tests/unit/test_layering.py checks)."""\n\n',
-        "from enum import IntEnum\n\n\n",
+        "from enum import IntEnum\n",
+        "from typing import Final\n\n\n",
         "class ApiKey(IntEnum):\n",
     ]
     members = sorted(
@@ -287,18 +440,45 @@ def generate(spec_dir: Path) -> dict[str, str]:
     )
     for key, api_name, note in members:
         keys.append(f"    {const_name(api_name)} = {key}{note}\n")
+    keys.append(
+        "\n\n# The same keys as plain ints, for code that compares or indexes by key on a hot path (an\n"
+        "# IntEnum member is slower to hash and compare than an int); mypy sees each as its literal.\n"
+    )
+    for key, api_name, note in members:
+        keys.append(f"{const_name(api_name)}: Final = {key}{note}\n")
     files["api_keys.py"] = "".join(keys)
-    files["__init__.py"] = HEADER + '"""Generated Kafka message classes; see docs/codec.md."""\n'
+    flat = [
+        HEADER,
+        '"""Generated Kafka message classes, one subpackage per concern; see docs/codec.md.\n\n',
+        "``kgate.codec.generated.<api>`` (the path docs/filters.md gives plugin authors) still imports:\n",
+        'it is the same module object as ``kgate.codec.generated.<package>.<api>``."""\n\n',
+        "from kgate.codec.flat_names import install\n\n",
+        "#: flat api module name -> its path below this package\n",
+        "MODULES = {\n",
+    ]
+    for _key, _api_name, where, *_ in sorted(index_rows, key=lambda row: row[2].split(".")[1]):
+        flat.append(f"    {where.split('.')[1]!r}: {where!r},\n")
+    flat.append("}\n\ninstall(__name__, MODULES)\n")
+    files["__init__.py"] = "".join(flat)
+    for group, (doc, _mods) in GROUPS.items():
+        if any(name.startswith(f"{group}/") for name in files):
+            files[f"{group}/__init__.py"] = f'{HEADER}"""{doc}"""\n'
     return files
 
 
 def write(files: dict[str, str], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    for existing in out_dir.glob("*.py"):
-        if existing.name not in files and existing.read_text(encoding="utf-8").startswith(HEADER):
+    for existing in sorted(out_dir.rglob("*.py")):
+        name = existing.relative_to(out_dir).as_posix()
+        if name not in files and existing.read_text(encoding="utf-8").startswith(HEADER):
             existing.unlink()
+    for folder in sorted((p for p in out_dir.rglob("*") if p.is_dir()), reverse=True):
+        if not any(folder.iterdir()):  # a package a regrouping emptied
+            folder.rmdir()
     for name in sorted(files):
-        (out_dir / name).write_text(files[name], encoding="utf-8")
+        path = out_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(files[name], encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

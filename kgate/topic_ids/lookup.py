@@ -16,7 +16,7 @@ from uuid import UUID
 from kgate.api.topic_names import LOOKUP_FAILED, TopicNameError
 from kgate.codec.error_codes import RETRIABLE_CODES as _KAFKA_RETRIABLE
 from kgate.codec.error_codes import ErrorCode
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 
 UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 UNKNOWN_TOPIC_ID = int(ErrorCode.UNKNOWN_TOPIC_ID)

@@ -31,17 +31,14 @@ from uuid import UUID
 
 from kgate.api.topic_names import LOOKUP_FAILED, TopicNameError
 from kgate.codec import api
-from kgate.codec.generated.api_keys import ApiKey
-from kgate.codec.generated.metadata import MetadataRequest
+from kgate.codec.generated.api_keys import API_VERSIONS, METADATA
+from kgate.codec.generated.data.metadata import MetadataRequest
 from kgate.topic_ids import lookup, observers
 from kgate.topic_ids import metrics as _m
 from kgate.topic_ids.cache import TopicIdCache
 from kgate.topic_ids.lookup import MAX_IDS_PER_REQUEST, UNKNOWN_TOPIC_ID, ZERO_ID_ERROR
 
 log = logging.getLogger("kgate.topic_names")
-
-METADATA = int(ApiKey.METADATA)
-API_VERSIONS = int(ApiKey.API_VERSIONS)
 
 
 class Upstream(Protocol):

@@ -42,7 +42,7 @@ from uuid import UUID
 from kgate.api import FORWARD, Close, ConnectionInfo, ErrorCode, Forward, Respond, error_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated.produce import TopicProduceData
+from kgate.codec.generated.data.produce import TopicProduceData
 from kgate.codec.headers import (
     HeaderError,
     RequestHeader,

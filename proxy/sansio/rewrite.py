@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import response_body_offset
 
 PRODUCE, FETCH, METADATA = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.METADATA)

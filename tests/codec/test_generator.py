@@ -33,8 +33,8 @@ def test_regeneration_matches_committed(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    fresh = {p.name: p.read_text() for p in out.glob("*.py")}
-    committed = {p.name: p.read_text() for p in GEN_DIR.glob("*.py")}
+    fresh = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*.py")}
+    committed = {p.relative_to(GEN_DIR).as_posix(): p.read_text() for p in GEN_DIR.rglob("*.py")}
     assert sorted(fresh) == sorted(committed)
     stale = [name for name in fresh if fresh[name] != committed[name]]
     assert not stale, f"run tools/gen_codec.py; stale: {stale}"
@@ -46,8 +46,36 @@ def test_generation_is_deterministic():
     assert gen.generate(SPEC_DIR) == gen.generate(SPEC_DIR)
 
 
+def test_no_generated_package_holds_more_than_25_modules():
+    """Issue 29: the api modules are split by concern; a package folder stays readable."""
+    folders = [GEN_DIR, *(p for p in GEN_DIR.iterdir() if p.is_dir() and p.name != "__pycache__")]
+    assert len(folders) > 5
+    for folder in folders:
+        count = len([p for p in folder.glob("*.py") if p.name != "__init__.py"])
+        assert count <= 25, (folder.name, count)
+    assert not (GEN_DIR / "produce.py").exists()
+
+
+def test_every_api_has_a_package_and_a_new_one_stops_the_generator():
+    gen = _load_gen()
+    assert gen.group_of("produce") == "data"
+    assert gen.group_of("share_fetch") == "share"
+    with pytest.raises(gen.SpecError, match="in no package"):
+        gen.group_of("some_future_api")
+
+
+def test_write_removes_stale_flat_modules(tmp_path):
+    gen = _load_gen()
+    (tmp_path / "produce.py").write_text(HEADER + "X = 1\n")
+    (tmp_path / "hand_written.py").write_text("Y = 2\n")
+    gen.write({"data/produce.py": HEADER + "X = 1\n", "__init__.py": HEADER}, tmp_path)
+    assert (tmp_path / "data" / "produce.py").exists()
+    assert not (tmp_path / "produce.py").exists()
+    assert (tmp_path / "hand_written.py").exists()  # no header: never kgate's to delete
+
+
 def test_generated_files_have_header_and_no_prose():
-    files = list(GEN_DIR.glob("*.py"))
+    files = list(GEN_DIR.rglob("*.py"))
     assert len(files) > 80
     for p in files:
         text = p.read_text()
@@ -65,3 +93,13 @@ def test_version_range_parsing():
     assert gen.snake("isKRaftController") == "is_k_raft_controller"
     assert gen.snake("TopicId") == "topic_id"
     assert gen.snake("ThrottleTimeMs") == "throttle_time_ms"
+
+
+def test_plain_int_api_key_constants_match_the_enum():
+    """``api_keys.PRODUCE`` etc. replace hand-written ``int(ApiKey.X)`` aliases: same numbers, plain ints."""
+    from kgate.codec.generated import api_keys
+
+    for member in api_keys.ApiKey:
+        value = getattr(api_keys, member.name)
+        assert type(value) is int, member
+        assert value == member.value, member

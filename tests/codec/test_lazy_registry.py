@@ -45,10 +45,11 @@ def test_names_and_membership_import_nothing_and_one_key_imports_its_module() ->
         "assert 'ShareFetch' in names\n"
         "assert api.API_INFO[78].max_version >= 0\n"
     )
-    assert "kgate.codec.generated.share_fetch" in mods
+    assert "kgate.codec.generated.share.share_fetch" in mods
     # names, membership and iteration come from the index: no other api module was imported
-    apis = [m for m in mods if m.rsplit(".", 1)[1] not in ("api_keys", "index")]
-    assert apis == ["kgate.codec.generated.share_fetch"], apis
+    # (the api's own subpackage, ``share``, is loaded with it: a package, not an api module)
+    apis = [m for m in mods if m.rsplit(".", 1)[1] not in ("api_keys", "index", "share")]
+    assert apis == ["kgate.codec.generated.share.share_fetch"], apis
 
 
 def test_every_entry_matches_its_generated_classes() -> None:
@@ -72,3 +73,20 @@ def test_entries_are_read_only() -> None:
     with pytest.raises(AttributeError):
         info.max_version = 99
     assert info.max_version != 99
+
+
+def test_flat_path_is_the_package_module_and_loads_only_it() -> None:
+    """``kgate.codec.generated.<api>`` (docs/filters.md's promise) is the subpackage's module."""
+    mods = _generated_after(
+        "from kgate.codec.generated.produce import ProduceRequest\n"
+        "from kgate.codec.generated import fetch\n"
+        "import kgate.codec.generated.metadata as flat_md\n"
+        "from kgate.codec.generated.data import fetch as real_fetch, metadata, produce\n"
+        "assert ProduceRequest is produce.ProduceRequest and fetch is real_fetch and flat_md is metadata\n"
+        "assert produce.__spec__.name == 'kgate.codec.generated.data.produce', produce.__spec__\n"
+        "assert produce.__name__ == 'kgate.codec.generated.data.produce'\n"
+    )
+    loaded = {m.rsplit(".", 1)[1] for m in mods} - {"data", "produce", "fetch", "metadata"}
+    assert not loaded, mods
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("kgate.codec.generated.no_such_api")

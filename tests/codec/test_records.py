@@ -21,8 +21,8 @@ import pytest
 from support.workloads import confluent_create_topic
 
 from kgate.codec import records
-from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 crc32c_oracle = pytest.importorskip("crc32c")

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from kgate.codec import api
 from kgate.codec.api import CodecError
-from kgate.codec.generated.api_versions import ApiVersionsResponse
-from kgate.codec.generated.fetch import FetchableTopicResponse, FetchResponse, NodeEndpoint, PartitionData
-from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse, MetadataResponseBroker
+from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchResponse, NodeEndpoint, PartitionData
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse, MetadataResponseBroker
+from kgate.codec.generated.session.api_versions import ApiVersionsResponse
 from kgate.codec.schema import get_encoder
 
 HAVE_CORPUS = (CORPUS_DIR / "index.jsonl").is_file()

@@ -17,7 +17,7 @@ import pytest
 from support import workloads as w
 
 from kgate.codec import api
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 PRODUCE, FETCH = 0, 1

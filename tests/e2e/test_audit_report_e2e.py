@@ -55,9 +55,9 @@ from support.spark import settings_for_tests
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ErrorCode
-from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
-from kgate.codec.generated.delete_topics import DeleteTopicsRequest
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.config import UpstreamAuth
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 

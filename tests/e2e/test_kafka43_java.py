@@ -112,7 +112,7 @@ def test_console_producer_newest_produce_then_kip848_consumer(request, kgate_fac
 async def test_metadata_by_topic_id(request, kgate_factory, which: str) -> None:
     """Metadata v12 looks a topic up by id (KIP-516); through kgate the answer names it and every
     broker address is kgate's."""
-    from kgate.codec.generated import metadata as md
+    from kgate.codec.generated.data import metadata as md
     from kgate.proxy.carrier.upstream_client import UpstreamClient
 
     broker = request.getfixturevalue(which)

@@ -16,9 +16,9 @@ import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kgate.codec.generated import describe_groups as dg
-from kgate.codec.generated import describe_log_dirs as dl
-from kgate.codec.generated import elect_leaders as el
+from kgate.codec.generated.admin import describe_log_dirs as dl
+from kgate.codec.generated.admin import elect_leaders as el
+from kgate.codec.generated.groups import describe_groups as dg
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 POLICY = [{"name": "topic-policy", "config": {"deny": ["secret-*"]}}]

@@ -20,6 +20,7 @@ from support.ports import HOST, free_port, free_port_range
 
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.codec import api
+from kgate.codec.generated.api_keys import METADATA
 from kgate.codec.headers import request_frame
 from kgate.config import parse_config
 from kgate.filters.registry import register_filter
@@ -40,8 +41,6 @@ class AddressRecorder(Filter):
 
 
 register_filter("test-pp-address", AddressRecorder)
-
-METADATA = int(ApiKey.METADATA)
 
 
 def metadata_request(cid: int = 7) -> bytes:

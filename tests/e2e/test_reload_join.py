@@ -22,14 +22,15 @@ import pytest
 from support import workloads as w
 
 from e2e.test_reload import SteadyProducer, reloads, wait_for, write_config
-from kgate.api import ApiKey, ErrorCode
+from kgate.api import ErrorCode
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated.join_group import JoinGroupRequestProtocol
-from kgate.codec.generated.sync_group import SyncGroupRequestAssignment
+from kgate.codec.generated.api_keys import JOIN_GROUP, SYNC_GROUP
+from kgate.codec.generated.groups.join_group import JoinGroupRequestProtocol
+from kgate.codec.generated.groups.sync_group import SyncGroupRequestAssignment
 from kgate.codec.headers import request_frame, response_body_offset
 
-JOIN, SYNC = int(ApiKey.JOIN_GROUP), int(ApiKey.SYNC_GROUP)
+JOIN, SYNC = JOIN_GROUP, SYNC_GROUP
 JOIN_V, SYNC_V = 5, 3  # not flexible: plain frames, and every broker here speaks them
 
 

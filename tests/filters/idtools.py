@@ -16,8 +16,8 @@ from uuid import UUID
 from support.workloads import confluent_create_topic
 
 from kgate.api import ErrorCode
-from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, API_VERSIONS = 0, 1, 3, 8, 18

@@ -92,7 +92,7 @@ async def test_stalled_disk_never_stalls_clients(tansu: Any, tmp_path: Path) -> 
     import threading
     import time
 
-    from kgate.codec.generated.metadata import MetadataRequest
+    from kgate.codec.generated.data.metadata import MetadataRequest
 
     audit = tmp_path / "audit"
     config = {"directory": str(audit), "queue_size": 100}
@@ -148,7 +148,7 @@ async def test_unreachable_kafka_sink_costs_events_not_traffic(tansu: Any, tmp_p
 
     from support.ports import free_port
 
-    from kgate.codec.generated.metadata import MetadataRequest
+    from kgate.codec.generated.data.metadata import MetadataRequest
 
     config = {"directory": str(tmp_path / "audit"), "kafka": {"bootstrap": f"127.0.0.1:{free_port()}", "topic": "t"}}
     k = InprocKgate(kgate_config(tansu.bootstrap, [{"name": "audit-log", "config": config}])).start()

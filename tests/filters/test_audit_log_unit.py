@@ -18,7 +18,7 @@ import pytest
 from support.wire import record_batch
 
 from kgate.api import ConnectionInfo, FilterConfigError, TopicNameError
-from kgate.codec.generated.fetch import (
+from kgate.codec.generated.data.fetch import (
     FetchableTopicResponse,
     FetchPartition,
     FetchRequest,
@@ -26,7 +26,7 @@ from kgate.codec.generated.fetch import (
     FetchTopic,
     PartitionData,
 )
-from kgate.codec.generated.produce import (
+from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -587,7 +587,7 @@ def test_produce_walkers_match_the_codec(version: int) -> None:
 
 @pytest.mark.parametrize("version", [1, 4, 8, 9, 12])
 def test_metadata_topics_named_or_not(version: int) -> None:
-    from kgate.codec.generated.metadata import (
+    from kgate.codec.generated.data.metadata import (
         MetadataRequest,
         MetadataRequestTopic,
         MetadataResponse,
@@ -659,8 +659,8 @@ def test_records_counted_past_256_batches() -> None:
 def test_share_fetch_and_acknowledge_carry_topic_names(version: int) -> None:
     """ShareFetch and ShareAcknowledge name topics by id only: the events carry the names, resolved
     like Fetch's, with the answer's partition codes."""
-    from kgate.codec.generated import share_acknowledge as sa
-    from kgate.codec.generated import share_fetch as sf
+    from kgate.codec.generated.share import share_acknowledge as sa
+    from kgate.codec.generated.share import share_fetch as sf
 
     tid, other = uuid4(), uuid4()
     topics = [

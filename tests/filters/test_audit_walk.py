@@ -20,7 +20,7 @@ import pytest
 from support.wire import record_batch
 
 from kgate.api import ConnectionInfo
-from kgate.codec.generated.fetch import (
+from kgate.codec.generated.data.fetch import (
     FetchableTopicResponse,
     FetchPartition,
     FetchRequest,
@@ -28,7 +28,7 @@ from kgate.codec.generated.fetch import (
     FetchTopic,
     PartitionData,
 )
-from kgate.codec.generated.metadata import (
+from kgate.codec.generated.data.metadata import (
     MetadataRequest,
     MetadataRequestTopic,
     MetadataResponse,
@@ -36,7 +36,7 @@ from kgate.codec.generated.metadata import (
     MetadataResponsePartition,
     MetadataResponseTopic,
 )
-from kgate.codec.generated.produce import (
+from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,

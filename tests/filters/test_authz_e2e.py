@@ -327,7 +327,7 @@ def test_decisions_are_counted_and_denials_logged(authz) -> None:
 
 async def test_wire_level_describe_configs_of_a_denied_topic_never_reaches_the_broker(authz) -> None:
     """The same refusal at the byte level (kgate's codec), for the DescribeConfigs version librdkafka uses."""
-    from kgate.codec.generated import describe_configs as dc
+    from kgate.codec.generated.admin import describe_configs as dc
     from kgate.proxy.carrier.upstream_client import UpstreamClient
 
     s = authz

@@ -30,9 +30,9 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicCollection, Top
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
-from kgate.codec.generated import consumer_group_heartbeat as cgh
-from kgate.codec.generated import find_coordinator as fc
-from kgate.codec.generated import metadata as md
+from kgate.codec.generated.data import metadata as md
+from kgate.codec.generated.groups import consumer_group_heartbeat as cgh
+from kgate.codec.generated.groups import find_coordinator as fc
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(150)

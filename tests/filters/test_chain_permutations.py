@@ -18,7 +18,7 @@ import pytest
 
 from kgate import testing
 from kgate.api import ApiKey, ErrorCode, Filter
-from kgate.codec.generated.fetch import (
+from kgate.codec.generated.data.fetch import (
     FetchableTopicResponse,
     FetchPartition,
     FetchRequest,
@@ -26,7 +26,7 @@ from kgate.codec.generated.fetch import (
     FetchTopic,
     PartitionData,
 )
-from kgate.codec.generated.produce import (
+from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,

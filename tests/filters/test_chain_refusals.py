@@ -12,8 +12,7 @@ from typing import Any
 
 from kgate import testing
 from kgate.api import ApiKey, ErrorCode, Forward, Respond
-from kgate.codec.generated import alter_share_group_offsets as asgo
-from kgate.codec.generated.produce import (
+from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -21,6 +20,7 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
+from kgate.codec.generated.share import alter_share_group_offsets as asgo
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 

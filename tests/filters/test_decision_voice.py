@@ -120,7 +120,7 @@ def test_a_peeked_produce_by_an_unknown_id_leaves_no_coroutine_behind(which: str
     import uuid
     import warnings
 
-    from kgate.codec.generated.produce import ProduceRequest, TopicProduceData
+    from kgate.codec.generated.data.produce import ProduceRequest, TopicProduceData
     from kgate.filters.chain import peek_forwards
 
     f: Filter = policy() if which == "topic-policy" else authz()

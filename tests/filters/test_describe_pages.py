@@ -17,7 +17,7 @@ import pytest
 
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, Filter
-from kgate.codec.generated import describe_topic_partitions as dtp
+from kgate.codec.generated.data import describe_topic_partitions as dtp
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.builtin.internal_topics.filter import InternalTopics

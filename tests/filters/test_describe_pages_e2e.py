@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
-from kgate.codec.generated.describe_topic_partitions import Cursor, DescribeTopicPartitionsRequest, TopicRequest
+from kgate.codec.generated.data.describe_topic_partitions import Cursor, DescribeTopicPartitionsRequest, TopicRequest
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 DTP = 75

@@ -62,7 +62,7 @@ register_filter("test-metric-outcomes", Outcomes)
 
 
 def _metadata(*names: str) -> Any:
-    from kgate.codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.data.metadata import MetadataRequestTopic
 
     return api.API_INFO[METADATA].request_class(
         topics=[MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=False

@@ -34,12 +34,12 @@ from support.inproc_kgate import InprocKgate
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ErrorCode
-from kgate.codec.generated import share_fetch as sf
-from kgate.codec.generated import share_group_heartbeat as sgh
-from kgate.codec.generated import streams_group_heartbeat as stream
-from kgate.codec.generated.api_versions import ApiVersionsRequest
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.groups import streams_group_heartbeat as stream
+from kgate.codec.generated.session.api_versions import ApiVersionsRequest
+from kgate.codec.generated.share import share_fetch as sf
+from kgate.codec.generated.share import share_group_heartbeat as sgh
 
 API_VERSIONS_V3 = ApiVersionsRequest(client_software_name="kgate-test", client_software_version="1.0")
 GROUP_DENIED = ErrorCode.GROUP_AUTHORIZATION_FAILED

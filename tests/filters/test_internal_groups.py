@@ -10,10 +10,10 @@ from typing import Any
 
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, ErrorCode, Forward, Respond
-from kgate.codec.generated import alter_share_group_offsets as asgo
-from kgate.codec.generated import describe_share_group_offsets as dso
-from kgate.codec.generated import share_fetch as sf
-from kgate.codec.generated import share_group_heartbeat as sgh
+from kgate.codec.generated.share import alter_share_group_offsets as asgo
+from kgate.codec.generated.share import describe_share_group_offsets as dso
+from kgate.codec.generated.share import share_fetch as sf
+from kgate.codec.generated.share import share_group_heartbeat as sgh
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
 
 AUTHZ = ErrorCode.TOPIC_AUTHORIZATION_FAILED

@@ -15,9 +15,9 @@ import pytest
 
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, ErrorCode, FilterConfigError, Respond
-from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from kgate.codec.generated.data.metadata import MetadataResponse, MetadataResponseTopic
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.codec.records import encode_batch
 from kgate.filters.builtin.internal_topics.filter import InternalTopics
 from kgate.filters.builtin.internal_topics.marks import MarkTable, mark_key, mark_value, parse_mark
@@ -178,7 +178,7 @@ def _merged(f: InternalTopics, ctx: Any, result: Any) -> Any:
     """The client's answer: kgate's own, or the broker's (all ok) with the refusals merged in."""
     if isinstance(result, Respond):
         return result.message
-    from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
+    from kgate.codec.generated.data.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 
     broker = ProduceResponse(
         responses=[
@@ -274,7 +274,7 @@ async def test_delete_topics_v6_by_id_refuses_system_with_a_message_and_allows_u
     result, suspended = await _run(f.check, ctx, req)
     assert suspended
     assert [t.topic_id for t in result.message.topics] == [MARKED_ID]  # the user-defined one goes on
-    from kgate.codec.generated.delete_topics import DeletableTopicResult, DeleteTopicsResponse
+    from kgate.codec.generated.admin.delete_topics import DeletableTopicResult, DeleteTopicsResponse
 
     broker = DeleteTopicsResponse(responses=[DeletableTopicResult(name="connect-offsets-x", topic_id=MARKED_ID)])
     out = f.deleted(ctx.for_response(), broker)
@@ -321,7 +321,7 @@ async def test_listings_wait_for_the_first_read_of_marks_once_at_most() -> None:
 
 
 async def test_create_topics_answers_an_error_when_the_mark_cannot_be_written() -> None:
-    from kgate.codec.generated.create_topics import (
+    from kgate.codec.generated.admin.create_topics import (
         CreatableTopic,
         CreatableTopicConfig,
         CreatableTopicResult,
@@ -390,8 +390,8 @@ def test_check_config_reports_the_key_path(tmp_path: Any, capsys: Any) -> None:
 
 @pytest.mark.parametrize("incremental", [True, False])
 def test_config_changes_refused_for_the_marks_topic_and_bad_values(incremental: bool) -> None:
-    from kgate.codec.generated import alter_configs as ac
-    from kgate.codec.generated import incremental_alter_configs as iac
+    from kgate.codec.generated.admin import alter_configs as ac
+    from kgate.codec.generated.admin import incremental_alter_configs as iac
 
     f = _filter()
     if incremental:

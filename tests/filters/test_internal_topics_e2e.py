@@ -21,12 +21,12 @@ import pytest
 from idtools import ZERO, client, create_topic, unique, wait_until
 
 from kgate.api import ApiKey, ErrorCode
-from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from kgate.codec.generated.describe_producers import DescribeProducersRequest
-from kgate.codec.generated.describe_producers import TopicRequest as DescribeProducersTopic
-from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
-from kgate.codec.generated.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from kgate.codec.generated.data.describe_producers import DescribeProducersRequest
+from kgate.codec.generated.data.describe_producers import TopicRequest as DescribeProducersTopic
+from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.data.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 
 FILTERS = {"filters": [{"name": "internal-topics"}]}
 MARKS = "__kgate_internal_topics"
@@ -241,7 +241,7 @@ def test_by_id_metadata_and_delete_topics_v6(broker: Any, kgate_factory: Any) ->
     assert (t.error_code, t.name, t.is_internal) == (0, user, True)
     assert _metadata_by_id(k.listen_port, offsets_id).is_internal
     if broker.kind == "kafka":  # DescribeTopicPartitions (KIP-966): Kafka 3.8+, not Tansu 0.6
-        from kgate.codec.generated.describe_topic_partitions import DescribeTopicPartitionsRequest, TopicRequest
+        from kgate.codec.generated.data.describe_topic_partitions import DescribeTopicPartitionsRequest, TopicRequest
 
         plain = unique("orders")
         _create(k.bootstrap, plain)

@@ -18,8 +18,8 @@ import pytest
 from kgate import testing
 from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
-from kgate.codec.generated import describe_log_dirs as dld
-from kgate.codec.generated import describe_transactions as dtx
+from kgate.codec.generated.admin import describe_log_dirs as dld
+from kgate.codec.generated.transactions import describe_transactions as dtx
 from kgate.filters.builtin.authz.acl_rules import Res
 from kgate.filters.builtin.authz.acl_table import TABLE
 from kgate.filters.builtin.internal_topics.filter import InternalTopics

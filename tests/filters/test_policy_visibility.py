@@ -29,20 +29,20 @@ from spec_tools import (
 
 from kgate.api import FORWARD, Forward, Respond, error_response
 from kgate.codec import api
-from kgate.codec.generated.consumer_group_describe import Assignment as CgdAssignment
-from kgate.codec.generated.consumer_group_describe import ConsumerGroupDescribeResponse
-from kgate.codec.generated.consumer_group_describe import DescribedGroup as CgdGroup
-from kgate.codec.generated.consumer_group_describe import Member as CgdMember
-from kgate.codec.generated.consumer_group_describe import TopicPartitions as CgdTopicPartitions
-from kgate.codec.generated.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
-from kgate.codec.generated.describe_topic_partitions import (
+from kgate.codec.generated.data.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
     DescribeTopicPartitionsResponsePartition,
     DescribeTopicPartitionsResponseTopic,
     TopicRequest,
 )
-from kgate.codec.generated.offset_fetch import (
+from kgate.codec.generated.groups.consumer_group_describe import Assignment as CgdAssignment
+from kgate.codec.generated.groups.consumer_group_describe import ConsumerGroupDescribeResponse
+from kgate.codec.generated.groups.consumer_group_describe import DescribedGroup as CgdGroup
+from kgate.codec.generated.groups.consumer_group_describe import Member as CgdMember
+from kgate.codec.generated.groups.consumer_group_describe import TopicPartitions as CgdTopicPartitions
+from kgate.codec.generated.groups.consumer_group_heartbeat import ConsumerGroupHeartbeatRequest
+from kgate.codec.generated.groups.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchRequestGroup,
     OffsetFetchRequestTopic,
@@ -54,12 +54,12 @@ from kgate.codec.generated.offset_fetch import (
     OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 )
-from kgate.codec.generated.share_group_describe import Assignment as SgdAssignment
-from kgate.codec.generated.share_group_describe import DescribedGroup as SgdGroup
-from kgate.codec.generated.share_group_describe import Member as SgdMember
-from kgate.codec.generated.share_group_describe import ShareGroupDescribeResponse
-from kgate.codec.generated.share_group_describe import TopicPartitions as SgdTopicPartitions
-from kgate.codec.generated.share_group_heartbeat import ShareGroupHeartbeatRequest
+from kgate.codec.generated.share.share_group_describe import Assignment as SgdAssignment
+from kgate.codec.generated.share.share_group_describe import DescribedGroup as SgdGroup
+from kgate.codec.generated.share.share_group_describe import Member as SgdMember
+from kgate.codec.generated.share.share_group_describe import ShareGroupDescribeResponse
+from kgate.codec.generated.share.share_group_describe import TopicPartitions as SgdTopicPartitions
+from kgate.codec.generated.share.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kgate.filters.builtin.authz.visibility import DESCRIBE_REFUSED
 
 OFFSET_FETCH, CGH, CGD, DTP, SGH, SGD = 9, 68, 69, 75, 76, 77
@@ -415,7 +415,7 @@ def _error_topics(api_key: int, version: int, request: Any) -> list[Any]:
 
 # -- Metadata requests: a denied name never reaches the broker (it could create it) ---------------
 def _metadata_request(version: int, names: list[str], auto_create: bool = True) -> Any:
-    from kgate.codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.data.metadata import MetadataRequestTopic
 
     req = api.API_INFO[METADATA].request_class(topics=[MetadataRequestTopic(name=n) for n in names])
     req.allow_auto_topic_creation = auto_create
@@ -450,14 +450,14 @@ def test_metadata_v0_naming_only_denied_topics_is_answered_by_kgate() -> None:
 
 
 def _md_topic(name: str, topic_id: Any = OK_ID) -> Any:
-    from kgate.codec.generated.metadata import MetadataResponsePartition, MetadataResponseTopic
+    from kgate.codec.generated.data.metadata import MetadataResponsePartition, MetadataResponseTopic
 
     part = MetadataResponsePartition(partition_index=0, leader_id=1, replica_nodes=[1], isr_nodes=[1])
     return MetadataResponseTopic(error_code=0, name=name, topic_id=topic_id, partitions=[part])
 
 
 def test_metadata_by_id_keeps_the_id_and_hides_the_name() -> None:
-    from kgate.codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.data.metadata import MetadataRequestTopic
 
     req = api.API_INFO[METADATA].request_class(
         topics=[MetadataRequestTopic(name=None, topic_id=i) for i in (OK_ID, SECRET_ID)]
@@ -475,7 +475,7 @@ def test_metadata_by_id_keeps_the_id_and_hides_the_name() -> None:
 
 # -- DescribeProducers, DescribeTransactions -------------------------------------------------------
 async def test_describe_producers_refuses_denied_topics() -> None:
-    from kgate.codec.generated.describe_producers import TopicRequest as DpTopic
+    from kgate.codec.generated.data.describe_producers import TopicRequest as DpTopic
 
     req = api.API_INFO[DESCRIBE_PRODUCERS].request_class(
         topics=[DpTopic(name=n, partition_indexes=[0, 1]) for n in ("orders", "secret-pay")]
@@ -492,7 +492,7 @@ async def test_describe_producers_refuses_denied_topics() -> None:
 
 
 def test_describe_transactions_leaves_denied_topics_out() -> None:
-    from kgate.codec.generated.describe_transactions import TopicData, TransactionState
+    from kgate.codec.generated.transactions.describe_transactions import TopicData, TransactionState
 
     state = TransactionState(
         error_code=0,

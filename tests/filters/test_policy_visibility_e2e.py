@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
-from kgate.codec.generated.describe_topic_partitions import TopicRequest
+from kgate.codec.generated.data.describe_topic_partitions import TopicRequest
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 OFFSET_FETCH, DESCRIBE_TOPIC_PARTITIONS = 9, 75

@@ -255,7 +255,7 @@ def test_a_fetch_answer_is_charged_by_its_hook_and_carries_the_throttle() -> Non
     ctx = FakeContext(ApiKey.FETCH, 12, connection=heavy)
     q.fetch(ctx, api.API_INFO[ApiKey.FETCH].request_class(max_bytes=500))
     info = api.API_INFO[ApiKey.FETCH]
-    from kgate.codec.generated.fetch import FetchableTopicResponse, PartitionData
+    from kgate.codec.generated.data.fetch import FetchableTopicResponse, PartitionData
 
     answer = info.response_class(
         responses=[FetchableTopicResponse(topic="t", partitions=[PartitionData(records=b"r" * 3000)])]

@@ -57,9 +57,9 @@ def test_topic_key_finds_the_name_field_of_any_entry() -> None:
     import uuid
 
     from kgate.api import topic_key
-    from kgate.codec.generated.fetch import FetchTopic
-    from kgate.codec.generated.offset_for_leader_epoch import OffsetForLeaderTopic
-    from kgate.codec.generated.produce import TopicProduceData
+    from kgate.codec.generated.data.fetch import FetchTopic
+    from kgate.codec.generated.data.offset_for_leader_epoch import OffsetForLeaderTopic
+    from kgate.codec.generated.data.produce import TopicProduceData
 
     zero, tid = uuid.UUID(int=0), uuid.uuid4()
     assert topic_key(TopicProduceData(name="orders", topic_id=zero)) == "orders"

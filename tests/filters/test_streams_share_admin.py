@@ -18,12 +18,12 @@ import pytest
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, ErrorCode, Forward, Respond
 from kgate.codec import api
-from kgate.codec.generated import alter_share_group_offsets as asgo
-from kgate.codec.generated import delete_share_group_offsets as dsgo
-from kgate.codec.generated import describe_share_group_offsets as dso
-from kgate.codec.generated import streams_group_describe as sgd
-from kgate.codec.generated import streams_group_heartbeat as sgh
-from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
+from kgate.codec.generated.data.metadata import MetadataResponse, MetadataResponseTopic
+from kgate.codec.generated.groups import streams_group_describe as sgd
+from kgate.codec.generated.groups import streams_group_heartbeat as sgh
+from kgate.codec.generated.share import alter_share_group_offsets as asgo
+from kgate.codec.generated.share import delete_share_group_offsets as dsgo
+from kgate.codec.generated.share import describe_share_group_offsets as dso
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.operations import operation_names
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy

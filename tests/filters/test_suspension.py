@@ -56,7 +56,7 @@ class SlowTopics(Filter):
 
 
 def _topic(name: str) -> Any:
-    from kgate.codec.generated.metadata import MetadataResponseTopic
+    from kgate.codec.generated.data.metadata import MetadataResponseTopic
 
     return MetadataResponseTopic(error_code=0, name=name, is_internal=False, partitions=[])
 
@@ -65,7 +65,7 @@ register_filter("test-slow-topics", SlowTopics)
 
 
 def _metadata(*names: str) -> Any:
-    from kgate.codec.generated.metadata import MetadataRequestTopic
+    from kgate.codec.generated.data.metadata import MetadataRequestTopic
 
     return api.API_INFO[METADATA].request_class(
         topics=[MetadataRequestTopic(name=n) for n in names], allow_auto_topic_creation=False

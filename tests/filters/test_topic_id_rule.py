@@ -16,8 +16,8 @@ from test_authorizer_hooks import CACHE, OK_ID, SECRET_ID, authorizer, codes, re
 
 from kgate import testing
 from kgate.api import FORWARD, ApiKey, ErrorCode, Forward, Respond
-from kgate.codec.generated import metadata as md
-from kgate.codec.generated import offset_fetch as of
+from kgate.codec.generated.data import metadata as md
+from kgate.codec.generated.groups import offset_fetch as of
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 
 AUTHZ, UNKNOWN = ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_ID

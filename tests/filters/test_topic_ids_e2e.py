@@ -35,8 +35,8 @@ from idtools import (
 from support.inproc_kgate import InprocKgate
 from support.wire import record_batch
 
-from kgate.codec.generated.api_versions import ApiVersionsRequest
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.session.api_versions import ApiVersionsRequest
 
 POLICY = {"allow": ["idt-*"], "deny": ["idt-secret-*"]}
 # Kafka refuses ApiVersions v3+ without a client software name and version (INVALID_REQUEST)

@@ -34,20 +34,7 @@ from spec_tools import (
 
 from kgate.api import FORWARD, TOPIC_LISTS, ApiKey, Forward, Respond, error_response, request_topics
 from kgate.codec import api
-from kgate.codec.generated.consumer_group_heartbeat import (
-    ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponseTopicPartitions,
-    TopicPartitions,
-)
-from kgate.codec.generated.offset_commit import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-    OffsetCommitResponse,
-    OffsetCommitResponsePartition,
-    OffsetCommitResponseTopic,
-)
-from kgate.codec.generated.produce import (
+from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -55,10 +42,23 @@ from kgate.codec.generated.produce import (
     TopicProduceData,
     TopicProduceResponse,
 )
-from kgate.codec.generated.share_fetch import FetchPartition as SharePartition
-from kgate.codec.generated.share_fetch import FetchTopic as ShareTopic
-from kgate.codec.generated.share_fetch import ForgottenTopic as ShareForgotten
-from kgate.codec.generated.share_fetch import ShareFetchRequest
+from kgate.codec.generated.groups.consumer_group_heartbeat import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponseTopicPartitions,
+    TopicPartitions,
+)
+from kgate.codec.generated.groups.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from kgate.codec.generated.share.share_fetch import FetchPartition as SharePartition
+from kgate.codec.generated.share.share_fetch import FetchTopic as ShareTopic
+from kgate.codec.generated.share.share_fetch import ForgottenTopic as ShareForgotten
+from kgate.codec.generated.share.share_fetch import ShareFetchRequest
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.exchanges import POLICY_STATE_KEY
 
@@ -338,7 +338,7 @@ def test_consumer_group_heartbeat_ids_round_trip_and_error_response() -> None:
         assert out.assignment is None
     # the response's assignment (ids) round-trips too
     resp_cls = api.API_INFO[CGH].response_class
-    from kgate.codec.generated.consumer_group_heartbeat import Assignment
+    from kgate.codec.generated.groups.consumer_group_heartbeat import Assignment
 
     resp = resp_cls(
         throttle_time_ms=0,

@@ -15,10 +15,10 @@ from uuid import UUID
 import pytest
 
 from kgate.api import ApiKey, ErrorCode, TopicNameError
-from kgate.codec.generated.create_topics import CreatableTopicResult, CreateTopicsResponse
-from kgate.codec.generated.fetch import FetchableTopicResponse, FetchResponse, PartitionData
-from kgate.codec.generated.metadata import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
-from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
+from kgate.codec.generated.admin.create_topics import CreatableTopicResult, CreateTopicsResponse
+from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from kgate.codec.generated.data.metadata import MetadataResponse, MetadataResponsePartition, MetadataResponseTopic
+from kgate.codec.generated.data.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
 from kgate.codec.records import decode_batches
 from kgate.filters.builtin.internal_topics.marks import MarksStore, MarkWriteError, mark_key, mark_value
 

@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
-from kgate.codec.generated.metadata import MetadataRequestTopic
+from kgate.codec.generated.data.metadata import MetadataRequestTopic
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 

@@ -18,7 +18,7 @@ from prometheus_client.core import REGISTRY
 from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
-from kgate.codec.generated import add_partitions_to_txn as aptt
+from kgate.codec.generated.transactions import add_partitions_to_txn as aptt
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 APTT = 24

@@ -30,7 +30,7 @@ from support.sasl_gate import SaslGate
 from support.workloads import assert_exact, payloads, unique
 
 from kgate.api import ApiKey
-from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.config import parse_config
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 

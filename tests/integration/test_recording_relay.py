@@ -19,9 +19,9 @@ from support.workloads import unique
 
 from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
-from kgate.codec.generated.api_versions import ApiVersionsRequest
-from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.session.api_versions import ApiVersionsRequest
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 SPEC_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "kafka-message-specs"

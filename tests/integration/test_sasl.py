@@ -40,10 +40,10 @@ from support.workloads import assert_exact, payloads, unique
 
 from kgate.api import FORWARD, LOOKUP_FAILED, ApiKey, Filter, FilterContext, TopicNameError, on_request
 from kgate.codec import api
-from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
-from kgate.codec.generated.metadata import MetadataRequest
-from kgate.codec.generated.sasl_authenticate import SaslAuthenticateRequest
-from kgate.codec.generated.sasl_handshake import SaslHandshakeRequest
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.data.metadata import MetadataRequest
+from kgate.codec.generated.session.sasl_authenticate import SaslAuthenticateRequest
+from kgate.codec.generated.session.sasl_handshake import SaslHandshakeRequest
 from kgate.codec.headers import peek_correlation_id, request_frame, response_body_offset
 from kgate.config import parse_config
 from kgate.filters.registry import register_filter

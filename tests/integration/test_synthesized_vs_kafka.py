@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 
 from kgate.api import error_response
-from kgate.codec.generated import delete_records as dr
-from kgate.codec.generated import fetch as fe
-from kgate.codec.generated import list_offsets as lo
-from kgate.codec.generated import metadata as md
-from kgate.codec.generated import offset_for_leader_epoch as ofle
-from kgate.codec.generated import produce as pr
-from kgate.codec.generated import share_acknowledge as sa
-from kgate.codec.generated import share_fetch as sf
+from kgate.codec.generated.data import delete_records as dr
+from kgate.codec.generated.data import fetch as fe
+from kgate.codec.generated.data import list_offsets as lo
+from kgate.codec.generated.data import metadata as md
+from kgate.codec.generated.data import offset_for_leader_epoch as ofle
+from kgate.codec.generated.data import produce as pr
+from kgate.codec.generated.share import share_acknowledge as sa
+from kgate.codec.generated.share import share_fetch as sf
 from kgate.codec.schema import Struct
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
@@ -289,7 +289,7 @@ async def _share_member_of(kc: UpstreamClient, group: str) -> tuple[str, uuid.UU
     and the topic's id: Kafka 4.3.1 answers a ShareFetch naming an id it does not know with a
     top-level UNKNOWN_SERVER_ERROR (it logs "No share partition found"), so the per-partition
     refusal Kafka makes is for a partition the topic does not have."""
-    from kgate.codec.generated import share_group_heartbeat as sh
+    from kgate.codec.generated.share import share_group_heartbeat as sh
 
     name = unique("share")
     topics = [md.MetadataRequestTopic(name=name, topic_id=ZERO)]

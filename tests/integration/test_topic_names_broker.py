@@ -19,9 +19,9 @@ from support.ports import HOST
 from support.workloads import confluent_create_topic, unique
 
 from kgate.api import TopicNameError
-from kgate.codec.generated.create_topics import CreatableTopic, CreateTopicsRequest
-from kgate.codec.generated.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 from kgate.topic_ids import TopicNameResolver
 from kgate.topic_ids.lookup import UNKNOWN_TOPIC_ID

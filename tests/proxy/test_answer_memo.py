@@ -8,8 +8,8 @@ import random
 import pytest
 
 from kgate.codec import api
-from kgate.codec.generated import metadata as md
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.data import metadata as md
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import HeaderError, response_body_offset, response_frame
 from kgate.proxy.sansio import rewrite
 from kgate.proxy.sansio.answer_memo import (

@@ -26,9 +26,12 @@ from kgate.api import (
 )
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import metadata as mm
-from kgate.codec.generated import produce as pm
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.api_keys import API_VERSIONS as AV
+from kgate.codec.generated.api_keys import METADATA as MD
+from kgate.codec.generated.api_keys import PRODUCE as PR
+from kgate.codec.generated.data import metadata as mm
+from kgate.codec.generated.data import produce as pm
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.config import parse_config
 from kgate.filters.chain import Decision, FilterChain, Verdict
@@ -37,7 +40,6 @@ from kgate.proxy.sansio.chain_handover import RetiredChain
 from kgate.proxy.sansio.close_reason import CloseReason
 from kgate.proxy.sansio.core import ConnectionCore
 
-MD, PR = int(ApiKey.METADATA), int(ApiKey.PRODUCE)
 MD_V, PR_V = 12, 9
 
 
@@ -345,7 +347,7 @@ class ProduceV3To7(Filter):
         return None
 
 
-AV, AV_V = int(ApiKey.API_VERSIONS), 3
+AV_V = 3
 
 
 def api_versions_request(cid: int) -> bytes:

@@ -22,9 +22,9 @@ from support.core_driver import Sink, make_core
 from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import metadata as mm
-from kgate.codec.generated import produce as pm
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.data import metadata as mm
+from kgate.codec.generated.data import produce as pm
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.proxy.sansio.exchange import Exchange
 

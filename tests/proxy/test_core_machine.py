@@ -33,8 +33,8 @@ from support.core_driver import RecordingActions, make_core
 from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, error_response, on_request, on_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import metadata as mm
-from kgate.codec.generated import produce as pm
+from kgate.codec.generated.data import metadata as mm
+from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import request_frame, response_frame
 from kgate.filters.chain import Decision, FilterChain, Verdict
 from kgate.proxy.sansio.chain_handover import RetiredChain

@@ -15,7 +15,7 @@ import pytest
 from support.core_driver import make_core
 
 from kgate.api import ApiKey, Filter, FilterContext, on_request
-from kgate.codec.generated.metadata import MetadataRequest
+from kgate.codec.generated.data.metadata import MetadataRequest
 from kgate.codec.headers import parse_request_header
 from kgate.filters.chain import Decision, Verdict
 from kgate.proxy.sansio import states

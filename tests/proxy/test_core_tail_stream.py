@@ -18,13 +18,13 @@ from support.core_driver import make_core
 from kgate.api import ApiKey, Filter, FilterContext, on_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import fetch as F
-from kgate.codec.generated import produce as PR
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
+from kgate.codec.generated.data import fetch as F
+from kgate.codec.generated.data import produce as PR
 from kgate.proxy.sansio.close_reason import CloseReason
 from kgate.proxy.sansio.plans import ResponsePlan
 from kgate.testing.frames import request_bytes
 
-FETCH, PRODUCE = int(ApiKey.FETCH), int(ApiKey.PRODUCE)
 BROKER = b"broker-0.internal.example"
 
 

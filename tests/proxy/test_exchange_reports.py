@@ -12,10 +12,10 @@ from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
 from kgate.api import ConnectionInfo
-from kgate.codec.generated.api_versions import ApiVersionsRequest, ApiVersionsResponse
-from kgate.codec.generated.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
-from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.session.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kgate.config import parse_config
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.chain import FilterChain
@@ -194,7 +194,7 @@ def _produce(acks: int, cid: int) -> bytes:
 def test_streamed_request_is_kept_as_its_pieces() -> None:
     """A Produce larger than a read goes upstream piece by piece (raw mode): the report carries
     those pieces, and the audit event counts its records from them."""
-    from kgate.codec.generated.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
+    from kgate.codec.generated.data.produce import PartitionProduceResponse, ProduceResponse, TopicProduceResponse
     from kgate.filters.builtin.audit.event import Captured, build_event
 
     reports = Reports()

@@ -18,12 +18,14 @@ from support.core_driver import make_core
 from kgate.api import ApiKey, ErrorCode, Filter, FilterContext, Respond, on_request
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import create_topics as ct
-from kgate.codec.generated import metadata as mm
-from kgate.codec.generated import produce as pm
+from kgate.codec.generated.admin import create_topics as ct
+from kgate.codec.generated.api_keys import CREATE_TOPICS as CT
+from kgate.codec.generated.api_keys import METADATA as MD
+from kgate.codec.generated.api_keys import PRODUCE as PR
+from kgate.codec.generated.data import metadata as mm
+from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import request_frame, response_frame
 
-MD, PR, CT = int(ApiKey.METADATA), int(ApiKey.PRODUCE), int(ApiKey.CREATE_TOPICS)
 MD_V, PR_V, CT_V = 12, 9, 7
 
 

@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kgate.codec import api
-from kgate.codec.generated import fetch as F
-from kgate.codec.generated import produce as PR
-from kgate.codec.generated import share_acknowledge as SA
-from kgate.codec.generated import share_fetch as SF
+from kgate.codec.generated.data import fetch as F
+from kgate.codec.generated.data import produce as PR
+from kgate.codec.generated.share import share_acknowledge as SA
+from kgate.codec.generated.share import share_fetch as SF
 from kgate.codec.tail_walk import PAD_TAG, FrameWalker, WalkError, fit_tagged, read_tagged
 from kgate.proxy.sansio import response_tail
 from kgate.proxy.sansio.response_tail import TailStream

@@ -15,17 +15,16 @@ from support.core_driver import RecordingActions
 from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
-from kgate.api import ApiKey, ConnectionInfo, TopicNameError
-from kgate.codec.generated.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
+from kgate.api import ConnectionInfo, TopicNameError
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
+from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
 from kgate.proxy.control.exchange_metrics import ExchangeMetrics
 from kgate.proxy.control.topic_metrics import OTHER, UNRESOLVED, TopicCap, TopicMetrics, _TopicCollector
 from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
-
-PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 
 
 def test_cap_names_the_first_topics_and_counts_the_rest_as_other() -> None:

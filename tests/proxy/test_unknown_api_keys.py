@@ -12,7 +12,7 @@ from support.core_driver import make_core
 
 from kgate.api import ApiKey
 from kgate.codec import api
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import request_frame, response_frame
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.proxy.sansio import rewrite

@@ -16,16 +16,16 @@ from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ConnectionInfo, Filter, FilterContext, Respond, on_request
-from kgate.codec.generated.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
-from kgate.codec.generated.metadata import MetadataRequest, MetadataResponse
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
+from kgate.codec.generated.api_keys import FETCH, METADATA, PRODUCE
+from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, ProduceResponse, TopicProduceData
 from kgate.config import parse_config
 from kgate.filters.chain import FilterChain
 from kgate.proxy.control.exchange_metrics import ExchangeMetrics, _ExchangeCollector
 from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
 
-METADATA, PRODUCE, FETCH = int(ApiKey.METADATA), int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 MS = 1_000_000
 
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from kgate.api import DROP, FORWARD, ApiKey, ErrorCode, FilterContext, TopicNameError, respond
-from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
-from kgate.codec.generated.metadata import MetadataResponse
+from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.data.metadata import MetadataResponse
 from kgate.testing import FakeContext, request_class, round_trip_request, round_trip_response, run_hook
 
 KNOWN, LATE, GONE, FLAKY = (uuid.uuid4() for _ in range(4))

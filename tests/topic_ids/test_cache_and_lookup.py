@@ -9,8 +9,8 @@ from __future__ import annotations
 from uuid import UUID
 
 from kgate.api import ApiKey, ErrorCode, TopicNameError
-from kgate.codec.generated.create_topics import CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse
-from kgate.codec.generated.fetch import (
+from kgate.codec.generated.admin.create_topics import CreatableTopicResult, CreateTopicsRequest, CreateTopicsResponse
+from kgate.codec.generated.data.fetch import (
     FetchableTopicResponse,
     FetchPartition,
     FetchRequest,
@@ -18,7 +18,7 @@ from kgate.codec.generated.fetch import (
     FetchTopic,
     PartitionData,
 )
-from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
+from kgate.codec.generated.data.metadata import MetadataResponse, MetadataResponseTopic
 from kgate.topic_ids import lookup
 from kgate.topic_ids.cache import TopicIdCache
 from kgate.topic_ids.observers import OBSERVERS

@@ -94,7 +94,7 @@ def test_every_address_field_a_broker_can_send_is_rewritten() -> None:
 
 def test_describe_quorum_hides_controller_listeners() -> None:
     from kgate.codec import api
-    from kgate.codec.generated.describe_quorum import Listener, Node
+    from kgate.codec.generated.cluster.describe_quorum import Listener, Node
 
     resp = api.API_INFO[55].response_class(
         nodes=[Node(node_id=1, listeners=[Listener(name="CONTROLLER", host="10.1.2.3", port=9093)])]

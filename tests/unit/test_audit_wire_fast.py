@@ -9,10 +9,10 @@ from uuid import UUID, uuid4
 import pytest
 from support.wire import record_batch
 
-from kgate.api import ApiKey
 from kgate.codec import api
-from kgate.codec.generated.fetch import AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
+from kgate.codec.generated.data.fetch import AbortedTransaction, FetchableTopicResponse, FetchResponse, PartitionData
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.filters.builtin.audit.wire import (
     Chunks,
     WireError,
@@ -25,7 +25,6 @@ from kgate.filters.builtin.audit.wire import (
 )
 from kgate.testing.frames import request_bytes, response_bytes
 
-PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 A, B = record_batch([b"a" * 700]), record_batch([b"b" * 30] * 4)
 IDS = [uuid4(), uuid4(), uuid4()]
 

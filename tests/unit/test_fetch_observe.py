@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from kgate.codec.generated.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchResponse, PartitionData
 from kgate.codec.headers import response_frame
 from kgate.proxy.sansio.plans import may_carry_unknown_topic as _may_carry_unknown_topic
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kgate.codec import api
-from kgate.codec.generated import metadata as md
+from kgate.codec.generated.data import metadata as md
 from kgate.codec.headers import HeaderError, response_body_offset, response_frame
 from kgate.proxy.sansio import rewrite
 from kgate.proxy.sansio.metadata_brokers import rewrite_brokers

@@ -16,7 +16,7 @@ from support.core_driver import Sink, make_core
 
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request
 from kgate.codec import api
-from kgate.codec.generated import produce as pm
+from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import HeaderError, parse_request_header, request_frame
 from kgate.codec.peek import produce_prefix
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy

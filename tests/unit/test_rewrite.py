@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kgate.codec import api
-from kgate.codec.generated.api_versions import ApiVersion
+from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import response_body_offset, response_frame
 from kgate.proxy.sansio import rewrite
 
@@ -69,7 +69,7 @@ def test_corpus_responses_lose_every_broker_address(row: dict) -> None:
 def _fetch_frame(version: int, endpoints: list[tuple[int, str, int]]) -> bytes:
     cls = api.API_INFO[1].response_class
     msg = cls(error_code=0, session_id=5)
-    from kgate.codec.generated import fetch
+    from kgate.codec.generated.data import fetch
 
     msg.node_endpoints = [fetch.NodeEndpoint(node_id=n, host=h, port=p, rack=None) for n, h, p in endpoints]
     return response_frame(42, 1, msg.encode(version))

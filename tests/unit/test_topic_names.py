@@ -20,9 +20,9 @@ from prometheus_client import REGISTRY
 
 from kgate.api import LOOKUP_FAILED, TopicNameError
 from kgate.codec import api
-from kgate.codec.generated.create_topics import CreatableTopicResult, CreateTopicsResponse
-from kgate.codec.generated.delete_topics import DeletableTopicResult, DeleteTopicsResponse
-from kgate.codec.generated.metadata import MetadataResponse, MetadataResponseTopic
+from kgate.codec.generated.admin.create_topics import CreatableTopicResult, CreateTopicsResponse
+from kgate.codec.generated.admin.delete_topics import DeletableTopicResult, DeleteTopicsResponse
+from kgate.codec.generated.data.metadata import MetadataResponse, MetadataResponseTopic
 from kgate.proxy.carrier.upstream_client import UpstreamError
 from kgate.topic_ids import ZERO_ID_ERROR, TopicNameResolver
 from kgate.topic_ids.lookup import UNKNOWN_TOPIC_ID

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from kgate.api import FORWARD, ApiKey, ErrorCode, FilterConfigError, Forward, Respond
-from kgate.codec.generated.produce import (
+from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,

@@ -32,8 +32,9 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from uuid import UUID
 
-from kgate.api import TOPIC_LISTS, ApiKey, ConnectionInfo, TopicNameError, topic_key
+from kgate.api import TOPIC_LISTS, ConnectionInfo, TopicNameError, topic_key
 from kgate.codec import api
+from kgate.codec.generated.api_keys import DELETE_TOPICS, FETCH, METADATA, PRODUCE
 from kgate.codec.headers import HeaderError, response_body_offset
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.builtin.audit import walk as walk
@@ -49,9 +50,6 @@ from kgate.filters.exchanges import POLICY_STATE_KEY, Answer, FinishedExchange
 
 SCHEMA = 1
 _str: Callable[[str], str] = json.encoder.encode_basestring  # the C escaper
-PRODUCE = int(ApiKey.PRODUCE)
-FETCH = int(ApiKey.FETCH)
-METADATA = int(ApiKey.METADATA)
 _ZERO = UUID(int=0)
 _LOOKUP_FAILED = -1  # kgate.api.LOOKUP_FAILED: the lookup itself failed
 
@@ -352,7 +350,7 @@ def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:  # noqa: C9
     lists = TOPIC_LISTS.get(key)
     if lists is not None and request is not None:
         req_attr, name_attr, _resp_attr = lists
-        if key == int(ApiKey.DELETE_TOPICS) and not getattr(request, "topics", None):
+        if key == DELETE_TOPICS and not getattr(request, "topics", None):
             for name in getattr(request, "topic_names", None) or []:
                 f.topic(name)
         else:

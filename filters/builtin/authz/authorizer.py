@@ -52,7 +52,7 @@ from kgate.api import (
     respond,
 )
 from kgate.codec import api
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.metadata_walk import metadata_ask
 from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED

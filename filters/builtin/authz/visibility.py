@@ -37,8 +37,8 @@ from uuid import UUID
 
 from kgate.api import FORWARD, ApiKey, ErrorCode, FilterContext, Result, forward, merge_refused, respond
 from kgate.codec import api
-from kgate.codec.generated.describe_topic_partitions import Cursor as _CURSOR
-from kgate.codec.generated.describe_topic_partitions import DescribeTopicPartitionsResponseTopic as _DTP_TOPIC
+from kgate.codec.generated.data.describe_topic_partitions import Cursor as _CURSOR
+from kgate.codec.generated.data.describe_topic_partitions import DescribeTopicPartitionsResponseTopic as _DTP_TOPIC
 from kgate.codec.metadata_walk import metadata_answer
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED
 

@@ -12,13 +12,13 @@ from typing import Any
 from uuid import UUID
 
 from kgate.api import ApiKey
-from kgate.codec.generated.alter_configs import AlterConfigsResourceResponse, AlterConfigsResponse
-from kgate.codec.generated.create_topics import CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse
-from kgate.codec.generated.describe_configs import DescribeConfigsResourceResult
-from kgate.codec.generated.incremental_alter_configs import (
+from kgate.codec.generated.admin.alter_configs import AlterConfigsResourceResponse, AlterConfigsResponse
+from kgate.codec.generated.admin.create_topics import CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse
+from kgate.codec.generated.admin.describe_configs import DescribeConfigsResourceResult
+from kgate.codec.generated.admin.incremental_alter_configs import (
     AlterConfigsResourceResponse as IncrementalAlterConfigsResourceResponse,
 )
-from kgate.codec.generated.incremental_alter_configs import IncrementalAlterConfigsResponse
+from kgate.codec.generated.admin.incremental_alter_configs import IncrementalAlterConfigsResponse
 from kgate.filters.builtin.internal_topics.policy import INTERNAL_CONFIG
 
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC

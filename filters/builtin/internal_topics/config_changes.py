@@ -31,7 +31,7 @@ from kgate.api import (
     on_response,
     respond,
 )
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.filters.builtin.internal_topics.answers import (
     AUTHZ_MESSAGE,
     OP_DELETE,

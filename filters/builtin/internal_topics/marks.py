@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from kgate.api import ApiKey, ClusterServices, ErrorCode, TopicNameError
-from kgate.codec.generated.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
-from kgate.codec.generated.fetch import FetchPartition, FetchRequest, FetchTopic
-from kgate.codec.generated.metadata import MetadataRequest, MetadataRequestTopic
-from kgate.codec.generated.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from kgate.codec.generated.admin.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
+from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.codec.records import RecordsError, decode_batches, encode_batch, next_offset
 
 log = logging.getLogger("kgate.filters.internal_topics")

@@ -54,6 +54,7 @@ from kgate.api import (
     on_request,
     on_response,
 )
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.filters.builtin.quotas.rate import (
     CONNECTIONS,
     FETCH_BYTES,
@@ -71,7 +72,6 @@ from kgate.filters.exchanges import Answer, ExchangeObserver, ExchangeServices, 
 
 log = logging.getLogger("kgate.quotas")
 
-PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 _STATE = "quotas.client"  # ctx.state key: the client's budgets, for the answer's hook
 #: clients (principal, client id, address) whose budgets are remembered; past this the oldest go
 MAX_CLIENTS = 100_000
