@@ -19,9 +19,9 @@ import ssl
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
+from kgate.codec.generated.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kgate.codec.headers import HeaderError, peek_correlation_id, request_frame, response_body_offset
 from kgate.config import UpstreamAuth
 from kgate.proxy.carrier.own_listeners import OWN_LISTENERS
@@ -29,10 +29,6 @@ from kgate.proxy.carrier.sasl_client import SaslError, ScramClient, plain_token
 from kgate.proxy.carrier.tls import ReloadingContext, tls_problem
 
 log = logging.getLogger("kgate.upstream")
-
-API_VERSIONS = int(ApiKey.API_VERSIONS)
-SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
-SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 
 class UpstreamError(Exception):

@@ -47,7 +47,7 @@ from prometheus_client.registry import Collector
 from kgate.api import ConnectionInfo
 from kgate.codec import api
 from kgate.codec.error_codes import ErrorCode
-from kgate.codec.generated.api_keys import ApiKey
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.exchanges import Answer, FinishedExchange
 from kgate.proxy.control.topic_metrics import TopicMetrics
@@ -63,7 +63,6 @@ _UP = _N + 4  # first upstream bucket
 _UP_SUM = _UP + _N + 1
 _LABEL = _UP_SUM + 1
 UNKNOWN_API = -1
-PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 
 
 def api_name(api_key: int) -> str:

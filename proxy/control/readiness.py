@@ -24,15 +24,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kgate.api import ApiKey
 from kgate.codec import api
+from kgate.codec.generated.api_keys import METADATA
 from kgate.proxy.carrier.upstream_client import UpstreamError
 
 if TYPE_CHECKING:
     from kgate.proxy.runtime.cluster import VirtualCluster
 
 log = logging.getLogger("kgate.readiness")
-METADATA = int(ApiKey.METADATA)
 
 
 @dataclass

@@ -39,7 +39,7 @@ from prometheus_client.core import REGISTRY, CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kgate.api import TopicNameError
-from kgate.codec.generated.api_keys import ApiKey
+from kgate.codec.generated.api_keys import PRODUCE
 from kgate.filters.builtin.audit.wire import (
     Chunks,
     WireError,
@@ -52,7 +52,6 @@ from kgate.filters.builtin.audit.wire import (
 )
 from kgate.filters.exchanges import Answer, FinishedExchange
 
-PRODUCE, FETCH = int(ApiKey.PRODUCE), int(ApiKey.FETCH)
 _PRODUCE_ROW, _FETCH_ROW = 0, 1  # a row's request counter; its bytes are 2 further (in, out)
 OTHER = "<other>"  # topics past the cap
 UNRESOLVED = "<unresolved>"  # ids the topic-id cache could not name (yet)

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from kgate.api import ApiKey, TopicNameError
+from kgate.api import TopicNameError
 from kgate.codec import api
+from kgate.codec.generated.api_keys import METADATA
 from kgate.config import (
     ClientMetricsConfig,
     ProxySettings,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("kgate.cluster")
 
 LISTEN_BACKLOG = 1024
-METADATA = int(ApiKey.METADATA)
 DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
 REFUSAL_LOG_EVERY_S = 10.0  # connections refused at max_connections: one log line per listener per this
 BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s

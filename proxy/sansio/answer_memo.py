@@ -32,13 +32,11 @@ from __future__ import annotations
 from typing import Final
 
 from kgate.codec import api
-from kgate.codec.generated.api_keys import ApiKey
+from kgate.codec.generated.api_keys import METADATA as _METADATA
 from kgate.codec.headers import response_body_offset
 from kgate.proxy.sansio import rewrite
 from kgate.proxy.sansio.metadata_brokers import assemble, broker_list_start, rewrite_broker_list
 from kgate.proxy.sansio.rewrite import NodeMapper
-
-_METADATA: Final = int(ApiKey.METADATA)
 
 #: ApiVersions answers remembered (distinct broker builds and versions a fleet sees)
 MAX_API_VERSIONS: Final = 32

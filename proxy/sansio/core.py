@@ -42,6 +42,7 @@ from uuid import UUID
 from kgate.api import FORWARD, Close, ConnectionInfo, ErrorCode, Forward, Respond, error_response
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
+from kgate.codec.generated.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kgate.codec.generated.data.produce import TopicProduceData
 from kgate.codec.headers import (
     HeaderError,
@@ -75,7 +76,7 @@ from kgate.proxy.sansio.plans import (
     ResponsePlan,
     may_carry_unknown_topic,
 )
-from kgate.proxy.sansio.sasl import SASL_AUTHENTICATE, SASL_HANDSHAKE, SaslState
+from kgate.proxy.sansio.sasl import SaslState
 from kgate.proxy.sansio.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, State, advance
 from kgate.proxy.sansio.validate import check_request
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import JOIN_GROUP as _JOIN_GROUP
 from kgate.codec.generated.api_keys import ApiKey
 from kgate.codec.headers import HeaderError, parse_request_header
 
@@ -44,7 +45,6 @@ WAIT_FIELDS: Final[dict[int, str]] = {
 #: api keys whose header-only exchanges keep their request frame, read only if the broker is slow
 #: (not Produce: a 1 MiB frame must not stay in memory; its timeout is read with its acks instead)
 FRAME_KEPT: Final = frozenset(WAIT_FIELDS) - {int(ApiKey.PRODUCE)}
-_JOIN_GROUP: Final = int(ApiKey.JOIN_GROUP)
 
 
 def own_wait_ms(api_key: int, version: int, request: Any) -> int:

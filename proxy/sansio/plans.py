@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Final
 
 from kgate.api import ApiKey
 from kgate.codec import api
+from kgate.codec.generated.api_keys import FETCH, METADATA, PRODUCE
 from kgate.proxy.sansio import response_tail, rewrite
 
 if TYPE_CHECKING:
@@ -23,9 +24,6 @@ if TYPE_CHECKING:
     from kgate.filters.chain import FilterChain
     from kgate.proxy.sansio.counter import Count
 
-PRODUCE: Final = int(ApiKey.PRODUCE)
-FETCH: Final = int(ApiKey.FETCH)
-METADATA: Final = int(ApiKey.METADATA)
 #: requests read whole even without filters (SASL progress, CreateTopics' validate_only): small, rare
 OBSERVED_REQUESTS: Final = frozenset(
     {int(ApiKey.SASL_HANDSHAKE), int(ApiKey.SASL_AUTHENTICATE), int(ApiKey.CREATE_TOPICS)}

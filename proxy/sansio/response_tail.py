@@ -24,9 +24,9 @@ from __future__ import annotations
 import struct
 from typing import Any, Final
 
-from kgate.api import ApiKey
 from kgate.codec import api
 from kgate.codec.errors import CodecError
+from kgate.codec.generated.api_keys import FETCH, PRODUCE, SHARE_ACKNOWLEDGE, SHARE_FETCH
 from kgate.codec.tail_walk import (
     FrameWalker,
     TailMemo,
@@ -37,11 +37,6 @@ from kgate.codec.tail_walk import (
     read_tagged,
     walk_program,
 )
-
-PRODUCE: Final = int(ApiKey.PRODUCE)
-FETCH: Final = int(ApiKey.FETCH)
-SHARE_FETCH: Final = int(ApiKey.SHARE_FETCH)
-SHARE_ACKNOWLEDGE: Final = int(ApiKey.SHARE_ACKNOWLEDGE)
 
 #: api key -> (lowest version with node endpoints, where they sit: the top-level tag 0, or the
 #: last regular field ``node_endpoints``)

@@ -17,13 +17,20 @@ from typing import Any, Protocol
 
 from kgate.api import ApiKey, ErrorCode
 from kgate.codec import api
+from kgate.codec.generated.api_keys import (
+    API_VERSIONS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_QUORUM,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+)
 from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import response_body_offset
 
-PRODUCE, FETCH, METADATA = int(ApiKey.PRODUCE), int(ApiKey.FETCH), int(ApiKey.METADATA)
-FIND_COORDINATOR, API_VERSIONS = int(ApiKey.FIND_COORDINATOR), int(ApiKey.API_VERSIONS)
-DESCRIBE_CLUSTER, DESCRIBE_QUORUM = int(ApiKey.DESCRIBE_CLUSTER), int(ApiKey.DESCRIBE_QUORUM)
-SHARE_FETCH, SHARE_ACKNOWLEDGE = int(ApiKey.SHARE_FETCH), int(ApiKey.SHARE_ACKNOWLEDGE)
 UNSUPPORTED_VERSION = int(ErrorCode.UNSUPPORTED_VERSION)
 
 

@@ -9,12 +9,9 @@ clear (PLAIN, SCRAM-*) and trusts it only once the broker accepted the authentic
 
 from __future__ import annotations
 
-from kgate.api import ApiKey, ErrorCode
+from kgate.api import ErrorCode
 from kgate.codec import api
 from kgate.codec.headers import peek_request
-
-SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
-SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 
 def principal_from_token(mechanism: str, token: bytes) -> str | None:

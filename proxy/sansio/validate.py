@@ -27,11 +27,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kgate.api import ApiKey
 from kgate.codec import api
+from kgate.codec.generated.api_keys import PRODUCE
 from kgate.codec.headers import HeaderError, parse_request_header
 
-PRODUCE = int(ApiKey.PRODUCE)
 _BATCH_HEADER = 61  # a v2 record batch header: offset, length, epoch, magic, crc, ... record count
 _MIN_BATCH_LENGTH = _BATCH_HEADER - 12  # batch_length counts from after its own field
 

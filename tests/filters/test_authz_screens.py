@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kgate.api import FORWARD
 from kgate.codec import api
 from kgate.codec.errors import CodecError
-from kgate.codec.generated import metadata as md
+from kgate.codec.generated.data import metadata as md
 from kgate.codec.metadata_walk import NOT_REQUESTED, metadata_answer, metadata_ask
 from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
