@@ -624,6 +624,8 @@ class ConnectionCore:
             self._release_old()
         self.backlog = self._backlog_arrived = None
         self._backlog_bytes = 0
+        self._kept = self._kept_frames = None
+        self._kept_bytes = 0
         self.out.close_sockets(reason)
 
     def _finish_if_client_gone(self) -> None:
