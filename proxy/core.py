@@ -722,6 +722,7 @@ class ConnectionCore:
                     self._keep_frames(list(frames), 0)
                     frames.clear()
                 else:
+                    self.frames_in += 1
                     self._request(frames.popleft())
         except HeaderError as exc:
             self._refuse(exc)
@@ -785,24 +786,7 @@ class ConnectionCore:
                     reader.feed(tail)  # decoded whole once the rest has arrived
                 return
             self.write_up(lead)
-        pending, limit = self.pending, self._max_inflight
-        try:
-            for i, frame in enumerate(frames):
-                if self.closed:
-                    return
-                if self.suspended:
-                    self.frames_in += 1
-                    self._queue_behind_suspended(frame)
-                elif len(pending) >= limit:  # exact: the rest waits for answers (_replay_kept)
-                    self._keep_frames(frames, i)
-                    if tail is not None:
-                        self._keep(tail)
-                    return
-                else:
-                    self.frames_in += 1
-                    self._request(frame)
-        except HeaderError as exc:
-            self._refuse(exc)
+        if not self._requests(frames, tail):
             return
         if reader.error is not None:
             self.close(CloseReason.BAD_FRAME, f"bad frame from client: {reader.error}")
@@ -810,10 +794,34 @@ class ConnectionCore:
         if tail is not None and not self.closed:
             if self.suspended:
                 reader.feed(tail)
-            elif len(pending) >= limit:
+            elif len(self.pending) >= self._max_inflight:
                 self._keep(tail)
             elif not self._peek_produce(tail):
                 reader.feed(tail)
+
+    def _requests(self, frames: list[memoryview], tail: memoryview | None) -> bool:
+        """Run whole frames in order; False when the rest is not for the caller to handle (the
+        connection closed, or the in-flight limit kept the frames left and ``tail``)."""
+        pending, limit = self.pending, self._max_inflight
+        try:
+            for i, frame in enumerate(frames):
+                if self.closed:
+                    return False
+                if self.suspended:
+                    self.frames_in += 1
+                    self._queue_behind_suspended(frame)
+                elif len(pending) >= limit:  # exact: the rest waits for answers (_replay_kept)
+                    self._keep_frames(frames, i)
+                    if tail is not None:
+                        self._keep(tail)
+                    return False
+                else:
+                    self.frames_in += 1
+                    self._request(frame)
+        except HeaderError as exc:
+            self._refuse(exc)
+            return False
+        return True
 
     def _peek_produce(self, head: memoryview, joined: bytes | memoryview | None = None) -> bool:
         """Let a single-topic Produce go on if every hook forwards it from its topic alone.

@@ -82,7 +82,8 @@ def _seventeen_in_one_read(filters: list[Filter], make: Any, key: int, version: 
     for cid in range(12, 18):
         core.receive_broker(answer(cid, key, version))
     assert answer_cids(out.client.data) == list(range(1, 18))  # every answer, in request order
-    assert not core.pending and not core.closed
+    assert not core.pending
+    assert not core.closed
 
 
 def test_raw_mode_forwards_exactly_the_limit_from_one_read() -> None:
