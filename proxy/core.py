@@ -1158,6 +1158,21 @@ class ConnectionCore:
         if self._backlog_full():
             self.out.pause_client("backlog-full")
 
+    def _keep_backlog(self) -> None:
+        """The backlog's rest waits for answers, ahead of anything the limit kept already (it was
+        read first). A departed client's backlog is not held: nothing would bring it back."""
+        backlog = self.backlog
+        assert backlog is not None
+        kept = self._kept_frames
+        backlog.extend(kept or ())
+        self._kept_frames = backlog
+        self._kept_bytes += self._backlog_bytes
+        self.backlog = self._backlog_arrived = None
+        self._backlog_bytes = 0
+        if not self._inflight_paused:
+            self._inflight_paused = True
+            self.out.pause_client("inflight-limit")
+
     def _backlog_full(self) -> bool:
         """Per connection, at most ``max_queued_requests`` requests or one max-size frame's worth wait."""
         s = self.settings
@@ -1188,7 +1203,11 @@ class ConnectionCore:
                     self._adopt(behind)
                 behind.release()
             arrived = self._backlog_arrived
+            pending, limit = self.pending, self._max_inflight
             while self.backlog and not self.suspended and not self.closed:
+                if len(pending) >= limit and not self.client_gone:
+                    self._keep_backlog()  # the in-flight limit holds for a backlog too
+                    break
                 frame = self.backlog.popleft()
                 self._backlog_bytes -= len(frame)
                 self._arrived_ns = arrived.popleft() if arrived else 0

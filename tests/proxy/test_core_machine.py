@@ -288,6 +288,8 @@ class CoreMachine(RuleBasedStateMachine):
         assert len(self.core.backlog or ()) <= MAX_QUEUED + 40  # reading pauses; frames of one read may still queue
         if len(self.core.backlog or ()) >= MAX_QUEUED:
             assert "backlog-full" in self.out.client_paused
+        if not self.core.client_gone:  # exact, within a read and after a suspension too
+            assert len(self.core.pending) <= MAX_INFLIGHT
 
     @invariant()
     def state_is_consistent(self) -> None:
