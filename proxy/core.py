@@ -27,6 +27,10 @@ proxy/states.py). Requests behind a suspended request wait in ``backlog``; readi
 client pauses while the backlog is over its limit. A response hook that awaits only delays
 delivery: later responses are processed and wait in ``pending``.
 
+The in-flight limit (``max_inflight_requests``) holds within a read: once ``pending`` reaches it,
+the rest of the read is kept (``_kept_frames`` / ``_kept``, reported as held), reading pauses, and
+``_flush`` replays what was kept, in order, as answers free places (``_replay_kept``).
+
 Bad input closes only this connection, with a ``CloseReason`` and a log line naming the peer.
 """
 

@@ -144,3 +144,40 @@ def test_kept_requests_go_upstream_when_the_client_leaves() -> None:
     core.client_closed()
     assert bytes(out.upstream.data) == read  # read from the client: the broker gets it, as a backlog's
     assert core.closed
+
+
+class _Lookup:
+    """An awaitable that never runs here: the test ends the hook run itself (``hook_done``)."""
+
+    def __await__(self) -> Any:
+        yield None
+
+
+class WaitsOnFirst(Filter):
+    """Suspends the Metadata request with correlation id 1 (a lookup, say)."""
+
+    name = "test-waits-on-first"
+
+    @on_request(ApiKey.METADATA)
+    def metadata(self, ctx: FilterContext, request: Any) -> Any:
+        return _Lookup() if ctx.correlation_id == 1 else None
+
+
+def test_requests_behind_a_suspended_one_stop_at_the_limit_too() -> None:
+    from kgate.filters.chain import Decision, Verdict
+
+    core, out = make_core([WaitsOnFirst({})], max_inflight_requests=3)
+    read = b"".join(metadata(cid) for cid in range(1, 7))
+    core.receive_client(read)
+    assert core.suspended
+    assert request_cids(out.upstream.data) == []  # nothing overtakes the suspended request
+    (suspension,) = out.spawned
+    core.hook_done(suspension, Decision(Verdict.FORWARD, suspension.message))
+    assert request_cids(out.upstream.data) == [1, 2, 3]  # the backlog's replay stops at the limit
+    assert "inflight-limit" in out.client_paused
+    core.receive_broker(answer(1, int(ApiKey.METADATA), METADATA_V))
+    assert request_cids(out.upstream.data) == [1, 2, 3, 4]
+    for cid in (2, 3, 4):
+        core.receive_broker(answer(cid, int(ApiKey.METADATA), METADATA_V))
+    assert bytes(out.upstream.data) == read
+    assert "inflight-limit" not in out.client_paused
