@@ -620,6 +620,8 @@ class ConnectionCore:
             self.cluster.metrics.closed_on_error(reason.value)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
+        self._kept = self._kept_frames = None  # not sent: _flush below must not replay them
+        self._kept_bytes = 0
         self._flush()
         if self._observer is not None:
             self._unanswered()
@@ -628,8 +630,6 @@ class ConnectionCore:
             self._release_old()
         self.backlog = self._backlog_arrived = None
         self._backlog_bytes = 0
-        self._kept = self._kept_frames = None
-        self._kept_bytes = 0
         self.out.close_sockets(reason)
 
     def _finish_if_client_gone(self) -> None:

@@ -18,6 +18,7 @@ from kgate.codec.framing import FrameReader
 from kgate.codec.generated import metadata as mm
 from kgate.codec.generated import produce as pm
 from kgate.codec.headers import request_frame, response_frame
+from kgate.filters.chain import Decision, Verdict
 
 PRODUCE_V, METADATA_V = 9, 12
 LIMIT = 10
@@ -164,8 +165,6 @@ class WaitsOnFirst(Filter):
 
 
 def test_requests_behind_a_suspended_one_stop_at_the_limit_too() -> None:
-    from kgate.filters.chain import Decision, Verdict
-
     core, out = make_core([WaitsOnFirst({})], max_inflight_requests=3)
     read = b"".join(metadata(cid) for cid in range(1, 7))
     core.receive_client(read)
