@@ -27,6 +27,10 @@ proxy/sansio/states.py). Requests behind a suspended request wait in ``backlog``
 client pauses while the backlog is over its limit. A response hook that awaits only delays
 delivery: later responses are processed and wait in ``pending``.
 
+The in-flight limit (``max_inflight_requests``) holds within a read: once ``pending`` reaches it,
+the rest of the read is kept (``_kept_frames`` / ``_kept``, reported as held), reading pauses, and
+``_flush`` replays what was kept, in order, as answers free places (``_replay_kept``).
+
 Bad input closes only this connection, with a ``CloseReason`` and a log line naming the peer.
 """
 
@@ -258,6 +262,9 @@ class ConnectionCore:
         "_held_need",
         "_held_told",
         "_inflight_paused",
+        "_kept",
+        "_kept_bytes",
+        "_kept_frames",
         "_learn",
         "_map_node",
         "_max_frame",
@@ -365,6 +372,11 @@ class ConnectionCore:
         self._max_queued = settings.max_queued_requests
         self._max_frame = settings.max_frame_bytes
         self._inflight_paused = False
+        # what the in-flight limit stopped mid-read, in order: whole frames (filtered mode), then
+        # bytes not yet split (they start where the data path left off); made on first use
+        self._kept_frames: deque[memoryview] | None = None
+        self._kept: deque[bytes | memoryview] | None = None
+        self._kept_bytes = 0
         self._answers_paused = False
         #: who wants a report per finished exchange (filters/exchanges.py); None: nobody, and every
         #: observation point below costs one ``is not None`` test
@@ -575,6 +587,13 @@ class ConnectionCore:
         data must not be lost."""
         if self.closed:
             return
+        if self._kept is not None or self._kept_frames is not None:
+            # what the in-flight limit kept was read: it goes, as a suspended request's backlog does
+            self._max_inflight = 1 << 62
+            self._inflight_paused = False
+            self._replay_kept()
+            if self.closed:
+                return
         if self.suspended:
             queued = len(self.backlog or ())
             log.debug("client %s went away; finishing %d request(s) read from it", self.peer, queued + 1)
@@ -614,6 +633,8 @@ class ConnectionCore:
             self.cluster.metrics.closed_on_error(reason.value)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
+        self._kept = self._kept_frames = None  # not sent: _flush below must not replay them
+        self._kept_bytes = 0
         self._flush()
         if self._observer is not None:
             self._unanswered()
@@ -637,6 +658,8 @@ class ConnectionCore:
         """Bytes from the client."""
         self.rx_chunks += 1
         if self.closed:
+            return
+        if self._inflight_paused and self._keep_read(data):
             return
         if self.raw_requests:
             n = len(data)
@@ -670,8 +693,78 @@ class ConnectionCore:
             self._inflight_paused = True
             self.out.pause_client("inflight-limit")
 
+    def _keep_read(self, data: bytes | memoryview) -> bool:
+        """At the in-flight limit, keep a read that starts a new request (reading is paused; one
+        read may still come). The rest of a request already forwarded is not kept: its answer is
+        one the limit waits for."""
+        if self._held or self._req_skip or self._req_stream_left:
+            return False  # the data path forwards the rest, then keeps what follows it
+        self._keep(data)
+        self._report_held()
+        return True
+
+    def _keep(self, data: bytes | memoryview) -> None:
+        kept = self._kept
+        if kept is None:
+            kept = self._kept = deque()
+        kept.append(data)
+        self._kept_bytes += len(data)
+        if not self._inflight_paused:
+            self._inflight_paused = True
+            self.out.pause_client("inflight-limit")
+
+    def _keep_frames(self, frames: list[memoryview], start: int) -> None:
+        kept = self._kept_frames
+        if kept is None:
+            kept = self._kept_frames = deque()
+        for frame in frames[start:]:
+            kept.append(frame)
+            self._kept_bytes += len(frame)
+        if not self._inflight_paused:
+            self._inflight_paused = True
+            self.out.pause_client("inflight-limit")
+
+    def _replay_kept(self) -> None:
+        """Answers brought the count under the limit: what it stopped goes first, in order, again
+        stopping at the limit (``_inflight_paused`` is set again then)."""
+        frames, chunks = self._kept_frames, self._kept
+        self._kept_frames = self._kept = None
+        self._kept_bytes = 0
+        pending, limit = self.pending, self._max_inflight
+        try:
+            while frames and not self.closed:
+                if self.suspended:
+                    self._queue_behind_suspended(frames.popleft())
+                elif len(pending) >= limit:
+                    self._keep_frames(list(frames), 0)
+                    frames.clear()
+                else:
+                    self.frames_in += 1
+                    self._request(frames.popleft())
+        except HeaderError as exc:
+            self._refuse(exc)
+            return
+        if self.closed:
+            return
+        if self.reader.error is not None:
+            self.close(CloseReason.BAD_FRAME, f"bad frame from client: {self.reader.error}")
+            return
+        while chunks and not self.closed:
+            if self._inflight_paused:
+                for chunk in chunks:  # behind what this replay kept again
+                    self._keep(chunk)
+                break
+            chunk = chunks.popleft()
+            if self.raw_requests:
+                self._raw_data(chunk)  # type: ignore[arg-type]
+            else:
+                self._filtered_data(chunk)
+        if len(pending) >= limit and not self._inflight_paused and not self.closed:
+            self._inflight_paused = True  # reached exactly at the end of what was kept
+        self._report_held()
+
     def _report_held(self) -> None:
-        held = self.reader.buffered + self._backlog_bytes
+        held = self.reader.buffered + self._backlog_bytes + self._kept_bytes
         if held != self._held_told and not self.closed:
             self._held_told = held
             self.out.report_held(held)
@@ -698,29 +791,54 @@ class ConnectionCore:
             # every few reads): when the next one is peeked too, both parts go up in one write,
             # as raw mode sends such a read. Two writes cost a second syscall and a second
             # loopback delivery to the broker (docs/performance.md, 2026-11-24 night).
-            if not frames and tail is not None and len(tail) == len(data) and not self.suspended:
+            if (
+                not frames
+                and tail is not None
+                and len(tail) == len(data)
+                and not self.suspended
+                and len(self.pending) < self._max_inflight
+            ):
                 if not self._peek_produce(tail, chunk):
                     self.write_up(lead)
                     reader.feed(tail)  # decoded whole once the rest has arrived
                 return
             self.write_up(lead)
-        self.frames_in += len(frames)
-        try:
-            for frame in frames:
-                if self.closed:
-                    return
-                if self.suspended:
-                    self._queue_behind_suspended(frame)
-                else:
-                    self._request(frame)
-        except HeaderError as exc:
-            self._refuse(exc)
+        if not self._requests(frames, tail):
             return
         if reader.error is not None:
             self.close(CloseReason.BAD_FRAME, f"bad frame from client: {reader.error}")
             return
-        if tail is not None and not self.closed and not (not self.suspended and self._peek_produce(tail)):
-            reader.feed(tail)
+        if tail is not None and not self.closed:
+            if self.suspended:
+                reader.feed(tail)
+            elif len(self.pending) >= self._max_inflight:
+                self._keep(tail)
+            elif not self._peek_produce(tail):
+                reader.feed(tail)
+
+    def _requests(self, frames: list[memoryview], tail: memoryview | None) -> bool:
+        """Run whole frames in order; False when the rest is not for the caller to handle (the
+        connection closed, or the in-flight limit kept the frames left and ``tail``)."""
+        pending, limit = self.pending, self._max_inflight
+        try:
+            for i, frame in enumerate(frames):
+                if self.closed:
+                    return False
+                if self.suspended:
+                    self.frames_in += 1
+                    self._queue_behind_suspended(frame)
+                elif len(pending) >= limit:  # exact: the rest waits for answers (_replay_kept)
+                    self._keep_frames(frames, i)
+                    if tail is not None:
+                        self._keep(tail)
+                    return False
+                else:
+                    self.frames_in += 1
+                    self._request(frame)
+        except HeaderError as exc:
+            self._refuse(exc)
+            return False
+        return True
 
     def _peek_produce(self, head: memoryview, joined: bytes | memoryview | None = None) -> bool:
         """Let a single-topic Produce go on if every hook forwards it from its topic alone.
@@ -832,11 +950,20 @@ class ConnectionCore:
         frames, tail = self.reader.split(memoryview(buf)[pos:])
         tail += pos
         done = pos  # end of the frames tracked so far, in buf
+        pending, limit = self.pending, self._max_inflight
         try:
             for frame in frames:
+                if len(pending) >= limit:  # exact: the rest waits for answers (_replay_kept)
+                    break
                 self._track(frame)
                 done += len(frame)
                 self.frames_in += 1
+            if len(pending) >= limit and done < len(buf):
+                self.reader.error = None  # met again when the kept bytes are split
+                self._forward_prefix(buf, done)
+                self._keep(memoryview(buf)[done:])
+                self._report_held()
+                return
             if self.reader.error is None and tail < len(buf):
                 head = memoryview(buf)[tail:]
                 if self._track_head(head):
@@ -1079,6 +1206,21 @@ class ConnectionCore:
         if self._backlog_full():
             self.out.pause_client("backlog-full")
 
+    def _keep_backlog(self) -> None:
+        """The backlog's rest waits for answers, ahead of anything the limit kept already (it was
+        read first). A departed client's backlog is not held: nothing would bring it back."""
+        backlog = self.backlog
+        assert backlog is not None
+        kept = self._kept_frames
+        backlog.extend(kept or ())
+        self._kept_frames = backlog
+        self._kept_bytes += self._backlog_bytes
+        self.backlog = self._backlog_arrived = None
+        self._backlog_bytes = 0
+        if not self._inflight_paused:
+            self._inflight_paused = True
+            self.out.pause_client("inflight-limit")
+
     def _backlog_full(self) -> bool:
         """Per connection, at most ``max_queued_requests`` requests or one max-size frame's worth wait."""
         s = self.settings
@@ -1109,7 +1251,11 @@ class ConnectionCore:
                     self._adopt(behind)
                 behind.release()
             arrived = self._backlog_arrived
+            pending, limit = self.pending, self._max_inflight
             while self.backlog and not self.suspended and not self.closed:
+                if len(pending) >= limit and not self.client_gone:
+                    self._keep_backlog()  # the in-flight limit holds for a backlog too
+                    break
                 frame = self.backlog.popleft()
                 self._backlog_bytes -= len(frame)
                 self._arrived_ns = arrived.popleft() if arrived else 0
@@ -1622,6 +1768,10 @@ class ConnectionCore:
             self.out.resume_broker("answers-blocked")
         if self._inflight_paused and len(pending) < self._max_inflight:
             self._inflight_paused = False
+            if self._kept is not None or self._kept_frames is not None:
+                self._replay_kept()
+                if self._inflight_paused or self.closed:
+                    return  # stopped again at the limit: reading stays paused
             self.out.resume_client("inflight-limit")
 
     def _answers_waiting(self) -> int:

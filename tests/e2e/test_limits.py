@@ -133,12 +133,12 @@ def _wait_for(cond, timeout: float) -> bool:
 
 @pytest.mark.timeout(60)
 def test_inflight_requests_are_bounded_per_connection(kgate_factory) -> None:
-    """100 pipelined Produce requests, none answered: kgate forwards exactly ``max_inflight_requests``
-    and then stops reading from the client (without the limit, all 100 reach the broker).
+    """100 pipelined Produce requests in ONE write, none answered: kgate forwards exactly
+    ``max_inflight_requests`` and keeps the rest (without the limit, all 100 reach the broker).
 
-    kgate counts after each read, so each of the first ten requests is sent only once the one before
-    it reached the broker: one request per read whatever the machine's load (a sleep between sends
-    let a busy kgate read several at once and forward up to 17)."""
+    The limit holds within a read (proxy/core.py stops mid-read), so how many requests one read
+    carries, which the machine's load decides, changes nothing: the test is meant to pass beside a
+    CPU burner."""
     hole = BlackHole()
     try:
         k = kgate_factory(
@@ -149,11 +149,9 @@ def test_inflight_requests_are_bounded_per_connection(kgate_factory) -> None:
             return sum(1 for f in list(hole.got) if struct.unpack_from(">h", f, 4)[0] == 0)
 
         with RawClient(k.listen_port) as c:
-            for cid in range(100):
-                c.send(produce_request(cid, "t", 0, [b"v"], acks=1))
-                if cid < 10:
-                    assert _wait_for(lambda n=cid + 1: produced() >= n, 20), (cid, produced())
-            time.sleep(0.5)
+            c.send(b"".join(produce_request(cid, "t", 0, [b"v"], acks=1) for cid in range(100)))
+            assert _wait_for(lambda: produced() >= 10, 20), produced()
+            time.sleep(0.5)  # any more would have arrived by now
             assert produced() == 10, [struct.unpack_from(">hh", f, 4) for f in hole.got]
     finally:
         hole.close()

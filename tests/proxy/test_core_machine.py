@@ -255,7 +255,11 @@ class CoreMachine(RuleBasedStateMachine):
         elif self.core.closed or self.client_left:
             assert got == expected[: len(got)]  # a close may stop the rest; a departed client's are on the way
         else:
-            assert got == expected
+            assert got == expected[: len(got)]
+            if len(got) < len(expected):  # the in-flight limit keeps the rest, within a read too
+                # (an answer streaming to the client frees its place once it has gone whole)
+                assert len(self.core.pending) >= MAX_INFLIGHT or self.core._stream_left, (got, expected)
+                assert "inflight-limit" in self.out.client_paused
 
     @invariant()
     def client_gets_answers_in_order(self) -> None:
@@ -285,6 +289,8 @@ class CoreMachine(RuleBasedStateMachine):
         assert len(self.core.backlog or ()) <= MAX_QUEUED + 40  # reading pauses; frames of one read may still queue
         if len(self.core.backlog or ()) >= MAX_QUEUED:
             assert "backlog-full" in self.out.client_paused
+        if not self.core.client_gone:  # exact, within a read and after a suspension too
+            assert len(self.core.pending) <= MAX_INFLIGHT
 
     @invariant()
     def state_is_consistent(self) -> None:
