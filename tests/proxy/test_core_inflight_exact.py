@@ -15,8 +15,8 @@ from support.core_driver import make_core
 from kgate.api import ApiKey, Filter, FilterContext, on_request
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
-from kgate.codec.generated import metadata as mm
-from kgate.codec.generated import produce as pm
+from kgate.codec.generated.data import metadata as mm
+from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import request_frame, response_frame
 from kgate.filters.chain import Decision, Verdict
 
