@@ -56,7 +56,7 @@ def test_parse_time() -> None:
 
 def test_kgate_run_never_imports_the_pipeline() -> None:
     code = (
-        "import sys; from kgate.proxy import cli; cli.main(['check-config', '/nonexistent.yaml']); "
+        "import sys; from kgate.proxy.runtime import cli; cli.main(['check-config', '/nonexistent.yaml']); "
         "bad = [m for m in sys.modules if m.startswith(('pyspark', 'kgate.pipeline', 'matplotlib'))]; "
         "assert not bad, bad"
     )
