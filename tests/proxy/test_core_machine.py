@@ -164,7 +164,11 @@ class CoreMachine(RuleBasedStateMachine):
         suspended = self.core.suspended
         event(f"client leaves: suspended={suspended}, backlog={bool(self.core.backlog)}")
         self.core.client_closed()
-        assert self.core.closed != suspended, "a suspended request keeps the connection to finish it"
+        if suspended:
+            assert not self.core.closed, "a suspended request keeps the connection to finish it"
+        # requests the in-flight limit kept go when the client leaves; one a hook suspends keeps the
+        # connection too, and otherwise it ends
+        assert self.core.closed != self.core.suspended, "the connection ends unless a request is suspended"
 
     # -- hooks -----------------------------------------------------------------------------------
     @precondition(lambda self: self.out.spawned and not self.core.closed)
