@@ -136,7 +136,7 @@ def test_inflight_requests_are_bounded_per_connection(kgate_factory) -> None:
     """100 pipelined Produce requests in ONE write, none answered: kgate forwards exactly
     ``max_inflight_requests`` and keeps the rest (without the limit, all 100 reach the broker).
 
-    The limit holds within a read (proxy/core.py stops mid-read), so how many requests one read
+    The limit holds within a read (proxy/sansio/core.py stops mid-read), so how many requests one read
     carries, which the machine's load decides, changes nothing: the test is meant to pass beside a
     CPU burner."""
     hole = BlackHole()

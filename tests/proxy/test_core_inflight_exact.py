@@ -1,4 +1,4 @@
-"""The in-flight limit holds within a read (proxy/core.py, ``_replay_kept``).
+"""The in-flight limit holds within a read (proxy/sansio/core.py, ``_replay_kept``).
 
 A client that pipelines 17 requests in one read with ``max_inflight_requests: 10`` gets exactly 10
 forwarded; the other 7 are kept (and reported as held) and go, in order, once answers bring the

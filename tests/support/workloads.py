@@ -7,6 +7,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
+from typing import Any
 
 from support.topics import wait_writable
 
@@ -144,12 +145,33 @@ def confluent_consume(
     return got, offsets
 
 
+def _poll_values(c: Any, expect: int, timeout: float, settle: float) -> list[bytes]:
+    """Values an assigned consumer reads until ``expect`` are in and ``settle`` more seconds pass
+    (so extra records show up), or ``timeout``; an error record raises."""
+    from confluent_kafka import KafkaException
+
+    got: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    settle_until = None
+    while time.monotonic() < deadline:
+        msg = c.poll(0.1)
+        if msg is not None:
+            if msg.error():
+                raise KafkaException(msg.error())
+            got.append(msg.value())
+        if len(got) >= expect and settle_until is None:
+            settle_until = time.monotonic() + settle
+        if settle_until is not None and time.monotonic() >= settle_until:
+            break
+    return got
+
+
 def confluent_read_topic(bootstrap: str, topic: str, n: int, timeout: float = 60, settle: float = 1.0) -> list[bytes]:
     """Read every partition of ``topic`` from its start, by assignment (no group: no join, which
     costs seconds on Tansu), until ``n`` messages and ``settle`` seconds more (extras are seen too).
 
     For tests that check what a topic holds, not how a group consumes it. Fails on a short count."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer(
         {
@@ -165,18 +187,7 @@ def confluent_read_topic(bootstrap: str, topic: str, n: int, timeout: float = 60
         parts = sorted(md.topics[topic].partitions)
         assert parts, f"{topic}: no partitions in {md.topics[topic]}"
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        deadline = time.monotonic() + timeout
-        settle_until = None
-        while time.monotonic() < deadline:
-            msg = c.poll(0.1)
-            if msg is not None:
-                if msg.error():
-                    raise KafkaException(msg.error())
-                got.append(msg.value())
-                if len(got) >= n and settle_until is None:
-                    settle_until = time.monotonic() + settle
-            if settle_until is not None and time.monotonic() >= settle_until:
-                break
+        got = _poll_values(c, n, timeout, settle)
     finally:
         c.close()
     assert len(got) >= n, f"read {len(got)} of {n} within {timeout}s"
@@ -309,7 +320,7 @@ def confluent_read_all(
 ) -> list[bytes]:
     """Read a topic from offset 0 without a group (assign, no commits); stops ``settle`` seconds
     after ``expect`` messages, or at ``timeout``. Never raises for a short count."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c = Consumer(
         {
@@ -322,18 +333,7 @@ def confluent_read_all(
     got: list[bytes] = []
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        deadline = time.monotonic() + timeout
-        settle_until = None
-        while time.monotonic() < deadline:
-            msg = c.poll(0.1)
-            if msg is not None:
-                if msg.error():
-                    raise KafkaException(msg.error())
-                got.append(msg.value())
-            if len(got) >= expect and settle_until is None:
-                settle_until = time.monotonic() + settle
-            if settle_until is not None and time.monotonic() >= settle_until:
-                break
+        got = _poll_values(c, expect, timeout, settle)
     finally:
         c.close()
     return got
