@@ -230,10 +230,12 @@ def _loaded_by(module: str) -> set[str]:
     return set(done.stdout.split())
 
 
-def test_the_sans_io_core_loads_no_asyncio_and_no_carrier() -> None:
-    """The connection core is sans-IO in effect: importing it loads no event loop machinery, and
-    nothing of proxy/'s asyncio side (the carrier, the cluster, the server)."""
-    loaded = _loaded_by("kgate.proxy.sansio.core")
+@pytest.mark.parametrize("module", ["kgate.proxy.sansio.core", "kgate.proxy.core"])
+def test_the_sans_io_core_loads_no_asyncio_and_no_carrier(module: str) -> None:
+    """The connection core is sans-IO in effect: importing it (by its path or its short name)
+    loads no event loop machinery, and nothing of proxy/'s asyncio side (the carrier, the
+    cluster, the server)."""
+    loaded = _loaded_by(module)
     assert not {m for m in loaded if m == "asyncio" or m.startswith(("asyncio.", "uvloop"))}
     carrier = {
         "kgate.proxy.carrier.connection",
