@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log: Final = logging.getLogger("kgate.connection")
 # phases and steps as Final names: compiled, an enum member read through its class is a getattr
 _IDLE: Final = Phase.IDLE
+_CONNECTING: Final = Phase.CONNECTING
 _CONNECTED: Final = Phase.CONNECTED
 _TORN_DOWN: Final = Phase.TORN_DOWN
 _FIRST_BYTES: Final = Step.FIRST_BYTES
@@ -265,11 +266,16 @@ class ClientConnection(asyncio.Protocol):
         if upstream is not None:
             upstream.write(data)
         elif not self.core.closed:
-            # Reading is paused until the upstream connects, but a transport may still deliver
-            # what it had already read; hold it (bounded by one read) until then.
-            if self._early is None:
-                self._early = []
-            self._early.append(data)
+            # Held until the upstream connects. Reading pauses only once a second read arrives
+            # meanwhile (bounded by two reads): a Kafka client sends ApiVersions and waits, so a
+            # pause at the first bytes was a read stop and restart (two syscalls) per connection.
+            early = self._early
+            if early is None:
+                self._early = [data]
+                return
+            early.append(data)
+            if self.phase is _CONNECTING:
+                self.gate.pause("connecting")
 
     def send_client(self, data: bytes | memoryview) -> None:
         transport = self.transport
@@ -382,12 +388,12 @@ class ClientConnection(asyncio.Protocol):
         self._bind_writes()
 
     def _first_write(self, data: bytes | memoryview) -> None:
-        """The first bytes for the broker: hold them, stop reading, and connect now."""
+        """The first bytes for the broker: hold them and connect now (``send_upstream`` pauses
+        reading if more arrive before the broker is there)."""
         core = self.core
         self._step(_FIRST_BYTES)  # from now on held in _early until the upstream is adopted
         if core.closed:
             return
-        self.gate.pause("connecting")  # more bytes stay in the kernel until the broker is there
         self.send_upstream(data)
         self._connect_task = (self.loop or self._loop()).create_task(self._connect_upstream())
 
@@ -558,7 +564,10 @@ class ClientConnection(asyncio.Protocol):
         for task in list(self._tasks or ()):
             task.cancel()
         if self.upstream is not None:
-            self.cluster.gentle.close(self.upstream, self.loop or self._loop())
+            if core.broker_owes_nothing:
+                self.upstream.close()  # nothing for the broker to finish: no grace, no second read, no timer
+            else:
+                self.cluster.gentle.close(self.upstream, self.loop or self._loop())
             self.upstream = None
             self.cluster.metrics.open_upstream_connections -= 1
         if self._held_reported:

@@ -456,6 +456,13 @@ class ConnectionCore:
         )
 
     @property
+    def broker_owes_nothing(self) -> bool:
+        """Nothing sent upstream is still being worked on: no answer awaited, no acks=0 Produce sent
+        (the broker may still be writing one), no request half forwarded. The carrier then closes the
+        broker connection at once instead of half-closing it for a grace period."""
+        return not self.pending and self._acks0 is None and not self._req_stream_left
+
+    @property
     def inflight_count(self) -> int:
         return len(self.pending) + (len(self.backlog) if self.backlog else 0) + (1 if self._stream_left else 0)
 

@@ -1,10 +1,11 @@
 """What a client sends before kgate's upstream connection is up: held within a bound, then delivered whole.
 
 kgate connects upstream when a client's first bytes for the broker arrive, and pauses reading it
-until the upstream is connected (proxy/carrier/connection.py ``_first_write``). What arrived before that
-pause took hold is held (``_early``) and written first once the upstream connects. This pins both
-halves against a slow connect: kgate holds at most one read however much the client pushes, and
-the upstream then gets every byte, in order.
+if a second read arrives before the upstream is connected (proxy/carrier/connection.py
+``send_upstream``: a Kafka client sends ApiVersions and waits, so most connections never pause).
+What arrived before the pause took hold is held (``_early``) and written first once the upstream
+connects. This pins both halves against a slow connect: kgate holds at most two reads however much
+the client pushes, and the upstream then gets every byte, in order.
 
 Pausing only once the early bytes pass the high-water mark (the raw relay, in effect, never
 pauses) was measured and not kept: 1.8 % fewer user-space instructions per connection but 3 %
@@ -33,7 +34,7 @@ from support.wire import frame, request_header
 
 from kgate.api import ApiKey
 
-#: what one read by the event loop can take before the pause holds (uvloop reads up to 256 KiB at a time)
+#: what one read by the event loop can take (uvloop reads up to 256 KiB at a time)
 ONE_READ = 256 * 1024
 FRAME_BYTES = 24 * 1024 * 1024  # far more than the kernel's socket buffers take on loopback
 
@@ -79,7 +80,7 @@ def test_bytes_before_the_upstream_connects_are_bounded_then_delivered_whole(bla
                 time.sleep(0.02)
         assert sent < len(data), "the client sent everything: kgate (or the kernel) took it all while connecting"
         held, paused = _held(kgate)
-        assert held <= ONE_READ, f"{held} bytes held while connecting"
+        assert held <= 2 * ONE_READ, f"{held} bytes held while connecting"
         assert paused, "reading went on while the upstream was not connected"
         time.sleep(0.3)
         assert _held(kgate)[0] == held, "kgate kept reading while paused"
