@@ -48,12 +48,13 @@ def fill_brokers(msg: Any, served: ServedNodes | None) -> bool:
     """Complete a decoded Metadata answer that names no broker with the nodes kgate serves.
 
     Kafka answers so from a broker fenced at the end of its controlled shutdown (it goes on
-    answering for a few milliseconds): every topic, no broker, no leader. A client that believes
-    it forgets every broker it knew; librdkafka up to 2.16.0 then, if the connection drops at the
-    same moment (it does: the broker is stopping), never connects again (librdkafka #5301, the
-    broker-restart stall of issue 27). The Java client ignores such an answer. kgate's nodes are
-    its own listeners and outlive a broker restart, so the answer names them (rack unknown) and
-    the client keeps them. Whether the list was completed.
+    answering for a few milliseconds), and while it starts: every topic, no broker, no leader. A
+    client that believes it forgets every broker it knew; librdkafka up to 2.16.0 then, if the
+    connection drops at the same moment (it does: the broker is stopping), never connects again
+    (librdkafka #5301, the broker-restart stall of issue 27). The Java client ignores such an
+    answer ("Ignoring empty metadata response"). kgate's nodes are its own listeners and outlive a
+    broker restart, so the answer names them (rack unknown) and the client keeps them. A list
+    kgate itself emptied (every broker unservable) is not completed. Whether the list was.
     """
     if msg.brokers or served is None:
         return False
@@ -184,8 +185,9 @@ def rewrite_message(
     entry = _REWRITERS.get(api_key)
     if entry is None or version < entry[0]:
         return False
+    named_none = api_key == METADATA and not msg.brokers  # the broker's list, not what mapping left
     changed = entry[1](msg, version, mapper)
-    if api_key == METADATA and fill_brokers(msg, served):
+    if named_none and fill_brokers(msg, served):
         return True
     return changed
 

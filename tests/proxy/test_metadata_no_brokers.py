@@ -119,3 +119,15 @@ def test_lean_and_full_rewrite_complete_the_same_way(version: int) -> None:
     full = rewrite.reframe(view, off, msg.encode(version))
     assert decoded(lean, version) == decoded(full, version)
     assert brokers(decoded(lean, version)[0]) == served
+
+
+def test_a_list_kgate_emptied_itself_is_not_completed() -> None:
+    """Only the broker's own empty list is: brokers kgate cannot serve stay left out (both paths)."""
+    served = [(1, "kgate.example", 7001)]
+    frame = answer(6, 12, [(1, *BROKER)])
+    view = memoryview(frame)
+    off = response_body_offset(view, api.response_header_version(KEY, 12))
+    lean = rewrite_brokers(view, off, 12, lambda n, h, p: None, lambda: served)
+    msg = api.decode_response(KEY, 12, view[off:])
+    rewrite.rewrite_message(msg, KEY, 12, lambda n, h, p: None, lambda: served)
+    assert brokers(decoded(lean, 12)[0]) == brokers(msg) == []
