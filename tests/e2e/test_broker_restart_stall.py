@@ -77,6 +77,14 @@ class FencingRelay:
         self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         self._loop.run_forever()
+        server.close()  # stopped: let go of the port, the connections and the loop
+        for w in list(self._writers):
+            w.transport.abort()
+        tasks = asyncio.all_tasks(self._loop)
+        for t in tasks:
+            t.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, server.wait_closed(), return_exceptions=True))
+        self._loop.close()
 
     async def _serve(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         try:
