@@ -12,6 +12,9 @@ loaded 2-core machine, longer than the 20 s message timeout.
 
     .venv/bin/python tools/restart_soak.py --restarts 20 [--kill] [--down-s 2] [--kafka 4.0.2]
 
+kgate runs from this checkout (``python -m kgate`` imports from its working directory, not from
+``PYTHONPATH``); to measure another commit, export it and set ``KGATE_E2E_SRC`` to that tree.
+
 The last line sums the run up: restarts, stalls, messages acked and timed out, and how many
 Metadata answers without brokers (a fenced broker's, at the end of its controlled shutdown) kgate
 completed with its own nodes: the stall's cause (proxy/sansio/rewrite.py, ``fill_brokers``; the
