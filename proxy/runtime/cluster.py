@@ -65,6 +65,7 @@ log = logging.getLogger("kgate.cluster")
 LISTEN_BACKLOG = 1024
 DISCOVERY_RETRY_S = (0.5, 1, 2, 5, 10, 30)
 REFUSAL_LOG_EVERY_S = 10.0  # connections refused at max_connections: one log line per listener per this
+FILLED_LOG_EVERY_S = 10.0  # "a Metadata answer named no broker": one line per cluster per this
 BIND_RETRY_S = (0.5, 1, 2, 5, 10, 30)  # a node port that cannot be bound: retried after these, then every 30 s
 
 
@@ -130,6 +131,8 @@ class VirtualCluster:
         self._node_ports: dict[int, int] = {}  # node id -> kgate port, once bound
         self._refused: set[int] = set()  # node ids already logged as unservable
         self._bootstrap_node: int | None = None
+        self._filled_logged = -FILLED_LOG_EVERY_S  # monotonic time of the last "no broker" line
+        self._filled_since = 0  # such answers completed since that line
         self._rr = 0
         #: the bootstrap targets, in configured order (a cluster's config is fixed for its life)
         self._boot = tuple((u.host, u.port) for u in cfg.upstream)
@@ -503,6 +506,28 @@ class VirtualCluster:
             return self.cfg.advertised_host, self.cfg.listen.port
         kport = self._node_ports.get(node_id)
         return None if kport is None else (self.cfg.advertised_host, kport)
+
+    def served_nodes(self) -> list[tuple[int, str, int]]:
+        """Every node kgate routes, at its client-facing address: a Metadata answer that names no
+        broker (a fenced broker's, at the end of its controlled shutdown) is completed with these
+        (proxy/sansio/rewrite.py, ``fill_brokers``). Logged at most once per ``FILLED_LOG_EVERY_S``."""
+        nodes = []
+        for node_id, (host, port) in self.upstream_nodes.items():
+            addr = self.mapped_address(node_id, host, port)
+            if addr is not None:
+                nodes.append((node_id, *addr))
+        self._filled_since += 1
+        now = time.monotonic()
+        if now - self._filled_logged >= FILLED_LOG_EVERY_S:
+            log.info(
+                "cluster %s: a Metadata answer named no broker (a broker fenced while it stops?); "
+                "kgate answered with the %d node(s) it serves (%d such answer(s) since the last line)",
+                self.name,
+                len(nodes),
+                self._filled_since,
+            )
+            self._filled_logged, self._filled_since = now, 0
+        return nodes
 
     def _served(self, task: asyncio.Task[None], sock: socket.socket, node_id: int) -> None:
         self._serve_tasks.discard(task)

@@ -36,7 +36,7 @@ from kgate.codec.generated.api_keys import METADATA as _METADATA
 from kgate.codec.headers import response_body_offset
 from kgate.proxy.sansio import rewrite
 from kgate.proxy.sansio.metadata_brokers import assemble, broker_list_start, rewrite_broker_list
-from kgate.proxy.sansio.rewrite import NodeMapper
+from kgate.proxy.sansio.rewrite import NodeMapper, ServedNodes
 
 #: ApiVersions answers remembered (distinct broker builds and versions a fleet sees)
 MAX_API_VERSIONS: Final = 32
@@ -106,7 +106,9 @@ class AnswerMemo:
             return None
         return b"".join((size, frame[4:8], body))
 
-    def metadata(self, frame: bytes | memoryview, version: int, mapper: NodeMapper) -> bytes:
+    def metadata(
+        self, frame: bytes | memoryview, version: int, mapper: NodeMapper, served: ServedNodes | None = None
+    ) -> bytes:
         """A Metadata answer with its broker list mapped (``metadata_brokers.rewrite_brokers``).
 
         Remembered whole when small and fully mapped. Raises ``HeaderError`` on a body that does
@@ -132,7 +134,7 @@ class AnswerMemo:
                 return b"".join((size, frame[4:8], body))
         view = frame if isinstance(frame, memoryview) else memoryview(frame)
         offset = response_body_offset(view, api.response_header_version(_METADATA, version))
-        new, complete = self.metadata_brokers(view, offset, version, mapper)
+        new, complete = self.metadata_brokers(view, offset, version, mapper, served)
         if small and complete:
             if len(self._metadata) >= MAX_METADATA_ANSWERS:
                 del self._metadata[next(iter(self._metadata))]
@@ -140,9 +142,11 @@ class AnswerMemo:
             _remember(self._last_metadata, version, (key[1], new[:4], body))
         return new
 
-    def metadata_brokers(self, frame: memoryview, offset: int, version: int, mapper: NodeMapper) -> tuple[bytes, bool]:
+    def metadata_brokers(
+        self, frame: memoryview, offset: int, version: int, mapper: NodeMapper, served: ServedNodes | None = None
+    ) -> tuple[bytes, bool]:
         """``metadata_brokers.rewrite_brokers``, with the broker list's rewrite remembered; and
-        whether every broker was mapped.
+        whether every broker was mapped (an empty list completed with ``served`` is not remembered).
 
         Raises ``HeaderError`` on a body that does not parse.
         """
@@ -154,7 +158,7 @@ class AnswerMemo:
             end = start + len(original)
             if frame[start:end] == original:
                 return assemble(frame, offset, start, mapped, end), True
-        end, mapped, complete = rewrite_broker_list(frame, start, version, mapper)
+        end, mapped, complete = rewrite_broker_list(frame, start, version, mapper, served)
         if complete:
             if len(seen) >= MAX_BROKER_LISTS:
                 del seen[0]

@@ -10,7 +10,7 @@ carries out (``Actions.open_listener``: the carrier binds the port).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from uuid import UUID
 
@@ -91,6 +91,10 @@ class ClusterPort(HookServices, Protocol):
 
     def mapped_address(self, node_id: int, host: str, port: int) -> Address | None:
         """The client-facing address of a node already routed, learning nothing."""
+
+    def served_nodes(self) -> Sequence[tuple[int, str, int]]:
+        """Every node kgate routes, as (node id, client-facing host, port): what a Metadata answer
+        that names no broker is completed with (proxy/sansio/rewrite.py, ``fill_brokers``)."""
 
     def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
         """A decoded response passing by (topic names to learn)."""

@@ -1393,7 +1393,9 @@ class ConnectionCore:
                             # _plain_answer's Metadata branch, inline: the one copy kept, as the
                             # call costs the Metadata round trip measurably compiled (docs/performance.md)
                             try:
-                                answer = self._answers.metadata(data, ex.api_version, self._map_node)
+                                answer = self._answers.metadata(
+                                    data, ex.api_version, self._map_node, self.cluster.served_nodes
+                                )
                             except (HeaderError, api.CodecError) as exc:
                                 self._undecodable_metadata(ex, exc)
                                 return
@@ -1591,7 +1593,7 @@ class ConnectionCore:
         plan = ex.plan
         if plan is _BROKERS_ONLY:
             try:
-                answer = self._answers.metadata(frame, ex.api_version, self._map_node)
+                answer = self._answers.metadata(frame, ex.api_version, self._map_node, self.cluster.served_nodes)
             except (HeaderError, api.CodecError) as exc:
                 self._undecodable_metadata(ex, exc)
                 return None
@@ -1640,7 +1642,9 @@ class ConnectionCore:
             else:
                 ex.response = frame  # only watched for topic names: pass it on untouched
             return
-        changed = must_rewrite and rewrite.rewrite_message(msg, api_key, version, self._map_node)
+        changed = must_rewrite and rewrite.rewrite_message(
+            msg, api_key, version, self._map_node, self.cluster.served_nodes
+        )
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
@@ -1689,7 +1693,7 @@ class ConnectionCore:
         self.cluster.observe_response(METADATA, version, walked, ex.request)
         answer: bytes | memoryview = frame if new is None else rewrite.reframe(frame, offset, new)
         try:
-            ex.response = self._answers.metadata(answer, version, self._map_node)
+            ex.response = self._answers.metadata(answer, version, self._map_node, self.cluster.served_nodes)
         except (HeaderError, api.CodecError) as exc:
             self._undecodable_metadata(ex, exc)
             return True
@@ -1725,7 +1729,8 @@ class ConnectionCore:
                 # addresses are kgate's own now, and learning from them would route the node to
                 # kgate itself.
                 msg = decision.message
-                rewrite.rewrite_message(msg, ex.api_key, ex.api_version, self.cluster.mapped_address)
+                cluster = self.cluster
+                rewrite.rewrite_message(msg, ex.api_key, ex.api_version, cluster.mapped_address, cluster.served_nodes)
                 ex.response = rewrite.reframe(s.frame, s.offset, msg.encode(ex.api_version))
             elif s.changed:
                 ex.response = self._rewritten(ex, s.frame, s.offset, decision.message)
@@ -1749,7 +1754,8 @@ class ConnectionCore:
         """
         if ex.api_key == METADATA:
             try:
-                return rewrite_brokers(frame, offset, ex.api_version, self.cluster.mapped_address)
+                cluster = self.cluster
+                return rewrite_brokers(frame, offset, ex.api_version, cluster.mapped_address, cluster.served_nodes)
             except HeaderError:
                 pass  # decoded fine, so encoding it works too
         return rewrite.reframe(frame, offset, msg.encode(ex.api_version))

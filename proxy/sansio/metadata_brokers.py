@@ -14,11 +14,12 @@ filter uses topic names); otherwise the full decode in ``proxy.sansio.rewrite`` 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from struct import Struct
 from typing import Final
 
 from kgate.codec.headers import HeaderError, read_uvarint, skip_tagged_fields, write_uvarint
-from kgate.proxy.sansio.rewrite import NodeMapper
+from kgate.proxy.sansio.rewrite import NodeMapper, ServedNodes
 
 _I16: Final = Struct(">h")
 _I32: Final = Struct(">i")
@@ -55,14 +56,17 @@ def _put_string(out: bytearray, value: str | None, flexible: bool) -> None:
     out += raw
 
 
-def rewrite_brokers(frame: memoryview, offset: int, version: int, mapper: NodeMapper) -> bytes:
+def rewrite_brokers(
+    frame: memoryview, offset: int, version: int, mapper: NodeMapper, served: ServedNodes | None = None
+) -> bytes:
     """The Metadata response ``frame`` (body at ``offset``) with every broker's address mapped.
 
-    Brokers the mapper cannot serve are left out, as in the full rewrite. Raises HeaderError on
-    a body that does not parse (the caller must then not forward it).
+    Brokers the mapper cannot serve are left out, as in the full rewrite; an answer that names no
+    broker gets ``served`` (``rewrite.fill_brokers``). Raises HeaderError on a body that does not
+    parse (the caller must then not forward it).
     """
     start = broker_list_start(frame, offset, version)
-    end, new_list, _ = rewrite_broker_list(frame, start, version, mapper)
+    end, new_list, _ = rewrite_broker_list(frame, start, version, mapper, served)
     return assemble(frame, offset, start, new_list, end)
 
 
@@ -81,9 +85,15 @@ def assemble(frame: memoryview, offset: int, start: int, new_list: bytes, end: i
     return b"".join((_I32.pack(size), frame[4:start], new_list, frame[end:]))
 
 
-def rewrite_broker_list(frame: memoryview, pos: int, version: int, mapper: NodeMapper) -> tuple[int, bytes, bool]:
+def rewrite_broker_list(
+    frame: memoryview, pos: int, version: int, mapper: NodeMapper, served: ServedNodes | None = None
+) -> tuple[int, bytes, bool]:
     """Read the broker list at ``pos``: where it ends, its mapped encoding, and whether every
-    broker was mapped (none left out)."""
+    broker was mapped (none left out).
+
+    An empty list is completed with ``served`` (``rewrite.fill_brokers`` says why) and then
+    reported as not complete, so that no memo keeps it: the nodes kgate serves may change.
+    """
     flexible = version >= FLEXIBLE_FROM
     if flexible:
         count, pos = read_uvarint(frame, pos)
@@ -95,6 +105,8 @@ def rewrite_broker_list(frame: memoryview, pos: int, version: int, mapper: NodeM
         pos += 4
     if count < 0 or count > len(frame):
         raise HeaderError(f"implausible broker count {count}")
+    if count == 0 and served is not None:  # never remembered: the nodes kgate serves may change
+        return pos, _broker_list(served(), version, flexible), False
     kept: list[bytes] = []
     for _ in range(count):
         if pos + 4 > len(frame):
@@ -125,3 +137,17 @@ def rewrite_broker_list(frame: memoryview, pos: int, version: int, mapper: NodeM
         kept.append(bytes(b))
     head = write_uvarint(len(kept) + 1) if flexible else _I32.pack(len(kept))
     return pos, b"".join((head, *kept)), len(kept) == count
+
+
+def _broker_list(nodes: Sequence[tuple[int, str, int]], version: int, flexible: bool) -> bytes:
+    """A broker list naming ``nodes`` (node id, host, port), rack unknown, no tagged fields."""
+    out = bytearray(write_uvarint(len(nodes) + 1) if flexible else _I32.pack(len(nodes)))
+    for node_id, host, port in nodes:
+        out += _I32.pack(node_id)
+        _put_string(out, host, flexible)
+        out += _I32.pack(port)
+        if version >= 1:
+            _put_string(out, None, flexible)
+        if flexible:
+            out += b"\x00"  # no tagged fields
+    return bytes(out)

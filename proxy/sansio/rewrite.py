@@ -12,7 +12,7 @@ versions its codec knows, so that clients never send what kgate cannot read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kgate.api import ApiKey, ErrorCode
@@ -37,6 +37,34 @@ UNSUPPORTED_VERSION = int(ErrorCode.UNSUPPORTED_VERSION)
 class NodeMapper(Protocol):
     def __call__(self, node_id: int, host: str, port: int) -> tuple[str, int] | None:
         """The client-facing address for a node, or None if kgate cannot serve it."""
+
+
+#: the nodes kgate serves for its cluster, as (node id, client-facing host, port); what a Metadata
+#: answer that names no broker is completed with (``fill_brokers``)
+ServedNodes = Callable[[], Sequence[tuple[int, str, int]]]
+
+
+def fill_brokers(msg: Any, served: ServedNodes | None) -> bool:
+    """Complete a decoded Metadata answer that names no broker with the nodes kgate serves.
+
+    Kafka answers so from a broker fenced at the end of its controlled shutdown (it goes on
+    answering for a few milliseconds), and while it starts: every topic, no broker, no leader. A
+    client that believes it forgets every broker it knew; librdkafka up to 2.16.0 then, if the
+    connection drops at the same moment (it does: the broker is stopping), never connects again
+    (librdkafka #5301, the broker-restart stall of issue 27). The Java client ignores such an
+    answer ("Ignoring empty metadata response"). kgate's nodes are its own listeners and outlive a
+    broker restart, so the answer names them (rack unknown) and the client keeps them. A list
+    kgate itself emptied (every broker unservable) is not completed. Whether the list was.
+    """
+    if msg.brokers or served is None:
+        return False
+    nodes = served()
+    if not nodes:
+        return False
+    from kgate.codec.generated.data.metadata import MetadataResponseBroker  # rare: not at start-up
+
+    msg.brokers = [MetadataResponseBroker(node_id=n, host=h, port=p, rack=None) for n, h, p in nodes]
+    return True
 
 
 class RewriteError(Exception):
@@ -147,12 +175,21 @@ def reframe(frame: memoryview, offset: int, body: bytes | bytearray) -> bytes:
     return b"".join(((len(header) + len(body)).to_bytes(4, "big", signed=True), header, body))
 
 
-def rewrite_message(msg: Any, api_key: int, version: int, mapper: NodeMapper) -> bool:
-    """Rewrite the addresses of a decoded response in place; whether it must be re-encoded."""
+def rewrite_message(
+    msg: Any, api_key: int, version: int, mapper: NodeMapper, served: ServedNodes | None = None
+) -> bool:
+    """Rewrite the addresses of a decoded response in place; whether it must be re-encoded.
+
+    ``served``: a Metadata answer naming no broker is completed with these (``fill_brokers``).
+    """
     entry = _REWRITERS.get(api_key)
     if entry is None or version < entry[0]:
         return False
-    return entry[1](msg, version, mapper)
+    named_none = api_key == METADATA and not msg.brokers  # the broker's list, not what mapping left
+    changed = entry[1](msg, version, mapper)
+    if named_none and fill_brokers(msg, served):
+        return True
+    return changed
 
 
 def rewrite_addresses(frame: memoryview, api_key: int, version: int, mapper: NodeMapper) -> bytes | None:
