@@ -111,9 +111,9 @@ class ClientConnection(asyncio.Protocol):
     """A client connection and its upstream: carries out a ``ConnectionCore``'s actions."""
 
     # one per client connection: slots, and the rarely used containers made on first use, keep
-    # an idle connection small (docs/deployment.md sizes memory per connection)
+    # an idle connection small (docs/deployment.md sizes memory per connection). No __weakref__:
+    # compiled, mypyc's deallocator leaves weak references dangling (a test crashed on one)
     __slots__ = (
-        "__weakref__",
         "_close_reason",
         "_connect_task",
         "_early",
