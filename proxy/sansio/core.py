@@ -763,7 +763,9 @@ class ConnectionCore:
                 break
             chunk = chunks.popleft()
             if self.raw_requests:
-                self._raw_data(chunk)  # type: ignore[arg-type]
+                # bytes, as _raw_data is typed: compiled (mypyc), a kept memoryview was a TypeError.
+                # Only what the limit kept is copied, once; bytes(...) of bytes is the same object
+                self._raw_data(bytes(chunk))
             else:
                 self._filtered_data(chunk)
         if len(pending) >= limit and not self._inflight_paused and not self.closed:
