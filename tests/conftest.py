@@ -120,6 +120,11 @@ def _uses_kafka(item: pytest.Item) -> bool:
     names = item.fixturenames
     if "kafka" in names or "kafka40" in names or _broker_param(item) == "kafka":
         return True
+    # a fixture parametrized over the broker fixtures' names (``request.getfixturevalue(param)``):
+    # the closure does not show them, and such a test on another worker started its own brokers
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and any(v in ("kafka", "kafka40") for v in callspec.params.values() if isinstance(v, str)):
+        return True
     return _module_uses(getattr(item, "module", None), _KAFKA_SUPPORT)
 
 

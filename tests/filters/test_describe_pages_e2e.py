@@ -9,6 +9,7 @@ last. The direct listing is the control that the broker pages through the denied
 from __future__ import annotations
 
 import fnmatch
+import time
 import uuid
 from typing import Any
 
@@ -49,6 +50,12 @@ def topics(kafka_broker: Any) -> dict[str, int]:
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     for f in admin.create_topics([NewTopic(n, p, 1) for n, p in made.items()]).values():
         f.result(30)
+    # CreateTopics answers once the controller made them; the broker's metadata, which pages the
+    # listing, can lag behind on a loaded machine (the direct control then missed a denied topic)
+    deadline = time.monotonic() + 30
+    while not all(len(admin.list_topics(n, timeout=10).topics[n].partitions) == p for n, p in made.items()):
+        assert time.monotonic() < deadline, f"topics not all in the broker's metadata within 30 s: {made}"
+        time.sleep(0.1)
     return made
 
 

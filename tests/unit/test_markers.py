@@ -37,6 +37,9 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
             wrong.append(f"{item.nodeid}: starts processes but not e2e")
         if ({"kafka", "kafka40"} & names or params.get("broker") == "kafka") and "kafka" not in marks:
             wrong.append(f"{item.nodeid}: uses Apache Kafka but not marked kafka")
+        if {"kafka", "kafka40"} & {v for v in params.values() if isinstance(v, str)} and "kafka" not in marks:
+            # a fixture parametrized over the broker fixtures' names (request.getfixturevalue)
+            wrong.append(f"{item.nodeid}: gets Apache Kafka by a fixture's parameter but not marked kafka")
         if _top(item) == "pipeline" and "spark" not in marks:
             wrong.append(f"{item.nodeid}: in tests/pipeline but not spark")
     assert not wrong, wrong[:20]
