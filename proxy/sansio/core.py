@@ -914,9 +914,11 @@ class ConnectionCore:
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
         ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
         try:
-            if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
-                return False
+            forwards = peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
         except Exception:  # the full request will run the hook again and report its failure
+            forwards = False
+        if not forwards:
+            self._declined = ctx  # the whole request's hooks get this context (``_request``)
             return False
         count.n += 1
         self.frames_in += 1
@@ -1200,6 +1202,16 @@ class ConnectionCore:
         size = int.from_bytes(frame[:4], "big")
         try:
             offset = self._client_at(frame, _PRODUCE_HEADER[version])
+        except HeaderError:
+            if size + 4 == n:
+                raise _HookedRequest from None  # whole, and still unreadable: the filtered path reports it
+            raise  # more of it to come
+        ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
+        ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
+        screening = self.plans.screening.get((PRODUCE, version))
+        if screening is not None and _screened(screening[0], ctx, memoryview(frame)[offset:]):
+            return ctx._state  # every hook's screen forwards it from its first bytes
+        try:
             prefix = produce_prefix(frame, offset, version)
         except HeaderError:
             if size + 4 == n:
@@ -1213,9 +1225,7 @@ class ConnectionCore:
         peeked.topic_data = [
             TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
         ]
-        ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
-        ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
-        try:
+        try:  # the screens' context: a filter whose screen forwarded it knows (its counts)
             forwards = peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
         except Exception:  # the full request will run the hook again and report its failure
             forwards = False
@@ -1249,7 +1259,6 @@ class ConnectionCore:
                 return
             self.info.principal = self.sasl.principal  # bare-token exchange just ended
         api_key, version, cid = peek_request(frame)
-        declined = None if self._declined is None else self._take_declined(api_key, cid)
         plan = self.plans.request(api_key, version)
         checked = None
         screened: MessageContext | None = None
@@ -1263,18 +1272,12 @@ class ConnectionCore:
             self._track(frame)
             self.write_up(frame)
             return
-        if plan is _PEEK:
-            if declined is None and self._peek_produce(frame):
-                return  # decided from its topic alone: no full decode of the partitions
-        elif plan is _SCREEN:
-            if declined is not None:
-                screened = declined  # the hooks get the context its screens saw
-            else:
-                screened = self._screened_request(
-                    frame, api_key, version, cid, self.plans.screening[(api_key, version)][0]
-                )
-                if screened is None:
-                    return  # every hook's screen forwards it from its bytes: not decoded
+        if plan is _PEEK or plan is _SCREEN:
+            went, screened = self._undecoded(frame, plan, api_key, version, cid)
+            if went:
+                return  # decided from its bytes (SCREEN) or its topic alone (PEEK): not decoded
+        elif self._declined is not None:
+            self._declined = None
         self._go_raw = False
         self.cluster.metrics.count_request(api_key, version)
         try:
@@ -1301,6 +1304,22 @@ class ConnectionCore:
             self.out.spawn(decision, suspension)  # type: ignore[arg-type]
             return
         self._apply_request(decision, frame, header, ctx)
+
+    def _undecoded(
+        self, frame: memoryview, plan: RequestPlan, api_key: int, version: int, cid: int
+    ) -> tuple[bool, MessageContext | None]:
+        """A SCREEN or PEEK request on the filtered path: (True, None) when its screens or its peek
+        let it go on undecoded; else (False, the context they saw, for the hooks: a filter that
+        counted the request there knows it). Raw mode's verdict is not asked for again."""
+        declined = None if self._declined is None else self._take_declined(api_key, cid)
+        if declined is not None:
+            return False, declined
+        if plan is _PEEK:
+            if self._peek_produce(frame):
+                return True, None
+            return False, self._take_declined(api_key, cid)
+        screened = self._screened_request(frame, api_key, version, cid, self.plans.screening[(api_key, version)][0])
+        return screened is None, screened
 
     def _take_declined(self, api_key: int, cid: int) -> MessageContext | None:
         """The context of the request raw mode's screens (or peek) declined, if this is that request
@@ -1824,8 +1843,10 @@ class ConnectionCore:
         rewritten (the answer memo's path); the answer. None: decode it and run the hooks, or (when
         ``closed``) it could not be read."""
         version = ex.api_version
-        chain = self.chain if self._old is None else self._chain_of(ex)  # the chain that saw its request
-        screens = chain.screens("response", METADATA, version, bool(ex.state))
+        if self._old is None:
+            screens = self.plans.answer_screening.get((version, bool(ex.state)))
+        else:  # the chain that saw its request
+            screens = self._chain_of(ex).screens("response", METADATA, version, bool(ex.state))
         if screens is None:
             return None
         try:
