@@ -135,7 +135,7 @@ _PRODUCE_HEADER: Final = {
 }
 
 
-def _screened(screens: Any, ctx: MessageContext, body: memoryview) -> bool:
+def _screened(screens: Any, ctx: MessageContext, body: bytes | memoryview) -> bool:
     """Whether every screen forwards a request from its body's bytes (an exception: undecided)."""
     try:
         for screen in screens:
@@ -361,7 +361,7 @@ class ConnectionCore:
         self._declined: MessageContext | None = None
         #: the client id's bytes as the header-only path last read them (``_client_at``): decoded
         #: into ``info.client_id`` only when they change; None whenever another path set it
-        self._client_raw: bytes | memoryview | None = None
+        self._client_raw: bytes | None = None
         self._stream_left = 0  # bytes of a cut-through response still to forward
         #: a cut-through response walked to its node-endpoint tail (proxy/sansio/response_tail.py), or None
         self._tail: response_tail.TailStream | None = None
@@ -1167,7 +1167,8 @@ class ConnectionCore:
                 raise HeaderError("client_id runs past the end of the frame")
             raw = frame[14:pos]
             if raw != self._client_raw:
-                self.info.client_id = bytes(raw).decode("utf-8", "replace")
+                raw = bytes(raw)  # a copy: a view would keep the whole read it came in alive
+                self.info.client_id = raw.decode("utf-8", "replace")
                 self._client_raw = raw
         if header_version >= 2:
             return pos + 1 if pos < n and frame[pos] == 0 else skip_tagged_fields(frame, pos)
