@@ -1851,7 +1851,8 @@ class ConnectionCore:
         if screens is None:
             return None
         try:
-            offset = 8 if version < 9 else skip_tagged_fields(frame, 8)  # response header v0, v1 from v9
+            # response header v0; v1 from v9, nearly always with no tagged fields
+            offset = 8 if version < 9 else 9 if frame[8] == 0 else skip_tagged_fields(frame, 8)
             body = frame[offset:]
             walked = metadata_answer(body, version)
         except (HeaderError, api.CodecError, IndexError):

@@ -142,6 +142,8 @@ PER_TOPIC_KEYS = (
 
 
 #: the request hooks' screens (decided from the request's bytes where the common case allows)
+#: the largest Metadata request body ``screen_metadata_request`` remembers (one copy per filter instance)
+_SEEN_MAX = 4096
 _SCREENS: dict[int, str] = {ApiKey.METADATA: "screen_metadata_request", ApiKey.PRODUCE: "screen_produce_request"}
 
 
@@ -179,6 +181,9 @@ class Authorizer(Filter):
         #: the last Produce start ``screen_produce_request`` let through: (connection, identity, version,
         #: its bytes up to the topic name's end); a producer's next request repeats them
         self._produce_seen: tuple[ConnectionInfo | None, Identity | None, int, bytes] = (None, None, -1, b"")
+        #: the same for the last Metadata request naming topics that ``screen_metadata_request`` let
+        #: through (its whole body: the names, the auto-creation flag, the operations asked)
+        self._metadata_seen: tuple[ConnectionInfo | None, Identity | None, int, bytes] = (None, None, -1, b"")
         self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
         self._describe_size = 0  # entries in all of them
         self._denials = 0  # checks refused so far; a request's count decides its decision label
@@ -304,6 +309,12 @@ class Authorizer(Filter):
         v0's empty list), or names this client may describe and, where it asks to create missing ones, may
         create; no ids, no ``*_authorized_operations`` asked (the answer's screen then needs no request)."""
         version = ctx.api_version
+        conn = ctx.connection
+        who = self._who(conn)
+        seen_conn, seen_who, seen_version, seen = self._metadata_seen
+        if conn is seen_conn and who is seen_who and version == seen_version and body == seen:
+            self._count_screened(ctx)  # what this client asked last, let through then (a poll)
+            return FORWARD
         ask = metadata_ask(body, version)
         if ask.include_topic_operations or ask.include_cluster_operations:
             return None
@@ -313,7 +324,6 @@ class Authorizer(Filter):
             return FORWARD
         if not topics:
             return None  # v1+ asks for no topic: its answer is emptied by the hook, which needs the request
-        who = self._who(ctx.connection)
         allowed = self.rules.allowed
         create = ask.allow_auto_topic_creation and version >= 4
         for name, topic_id in topics:
@@ -321,6 +331,8 @@ class Authorizer(Filter):
                 return None
             if create and not self._may_create(who, name):
                 return None
+        if len(body) <= _SEEN_MAX:
+            self._metadata_seen = (conn, who, version, bytes(body))
         self._count_screened(ctx)
         return FORWARD
 
