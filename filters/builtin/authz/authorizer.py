@@ -181,8 +181,8 @@ class Authorizer(Filter):
         #: the last Produce start ``screen_produce_request`` let through: (connection, identity, version,
         #: its bytes up to the topic name's end); a producer's next request repeats them
         self._produce_seen: tuple[ConnectionInfo | None, Identity | None, int, bytes] = (None, None, -1, b"")
-        #: the same for the last Metadata request naming topics that ``screen_metadata_request`` let
-        #: through (its whole body: the names, the auto-creation flag, the operations asked)
+        #: the same for the last Metadata request ``screen_metadata_request`` let through (its whole
+        #: body: the names or null, the auto-creation flag, the operations asked)
         self._metadata_seen: tuple[ConnectionInfo | None, Identity | None, int, bytes] = (None, None, -1, b"")
         self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
         self._describe_size = 0  # entries in all of them
@@ -320,6 +320,8 @@ class Authorizer(Filter):
             return None
         topics = ask.topics
         if topics is None or (not topics and version == 0):
+            if len(body) <= _SEEN_MAX:
+                self._metadata_seen = (conn, who, version, bytes(body))
             self._count_screened(ctx)
             return FORWARD
         if not topics:
