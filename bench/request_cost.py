@@ -148,6 +148,19 @@ API_VERSIONS_FRAME = struct.pack(">i", len(API_VERSIONS)) + API_VERSIONS
 METADATA_FRAME = metadata_request(2, None, version=8)
 
 
+def named_metadata_frame() -> bytes:
+    """``--metadata named``: Metadata v12 for the one topic, auto-creation allowed: what librdkafka's
+    ``list_topics(topic)`` sends (the yardstick's Metadata row)."""
+    import uuid
+
+    from kgate.codec.generated.data import metadata as md
+    from kgate.testing.frames import request_bytes
+
+    ask = md.MetadataRequest(topics=[md.MetadataRequestTopic(name=TOPIC, topic_id=uuid.UUID(int=0))])
+    ask.allow_auto_topic_creation = True
+    return request_bytes(3, 12, ask, correlation_id=2, client_id="bench-meta")
+
+
 #: --produce-version: v7 by default; 9-12 are flexible (v10+ answers end with KIP-951 node endpoints,
 #: which kgate walks to since issue 25, where it used to cap clients at v9)
 PRODUCE_VERSION = 7
@@ -278,6 +291,12 @@ def main() -> int:  # noqa: C901 - a benchmark's steps in order, one branch per 
         choices=range(3, 13),
         help="Produce request version (9-12: flexible; 10+: answers end with node endpoints)",
     )
+    ap.add_argument(
+        "--metadata",
+        default="listing",
+        choices=("listing", "named"),
+        help="listing: v8 asking every topic; named: v12 asking the one topic (librdkafka's list_topics(topic))",
+    )
     ap.add_argument("--strace", action="store_true", help="also count syscalls per request (strace -c)")
     ap.add_argument("--instructions", action="store_true", help="count instructions (callgrind) instead of CPU")
     ap.add_argument(
@@ -291,6 +310,9 @@ def main() -> int:  # noqa: C901 - a benchmark's steps in order, one branch per 
     args = ap.parse_args()
     global PRODUCE_VERSION
     PRODUCE_VERSION = args.produce_version
+    if args.metadata == "named":
+        global METADATA_FRAME
+        METADATA_FRAME = named_metadata_frame()
     srcs = [s.split() for s in (args.src or [str(ROOT)])]
     kinds = args.kinds.split(",")
     procs: list[subprocess.Popen[bytes]] = []

@@ -57,6 +57,7 @@ from kgate.codec.headers import (
     produce_acks_offset,
     response_body_offset,
     response_frame,
+    skip_tagged_fields,
 )
 from kgate.codec.headers import (
     frame as make_frame,
@@ -117,6 +118,8 @@ _OBSERVE: Final = RequestPlan.OBSERVE
 _REFUSE: Final = RequestPlan.REFUSE
 _PEEK: Final = RequestPlan.PEEK
 _FILTER: Final = RequestPlan.FILTER
+_SCREEN: Final = RequestPlan.SCREEN
+_SCREEN_ANSWER: Final = ResponsePlan.SCREEN
 _CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 _FRAME_KEPT: Final = FRAME_KEPT  # imported names are dict lookups compiled, as above
 
@@ -132,7 +135,7 @@ _PRODUCE_HEADER: Final = {
 }
 
 
-def _screened(screens: Any, ctx: MessageContext, body: memoryview) -> bool:
+def _screened(screens: Any, ctx: MessageContext, body: bytes | memoryview) -> bool:
     """Whether every screen forwards a request from its body's bytes (an exception: undecided)."""
     try:
         for screen in screens:
@@ -257,6 +260,9 @@ class ConnectionCore:
         "_backlog_arrived",
         "_backlog_bytes",
         "_behind",
+        "_client_raw",
+        "_declined",
+        "_go_raw",
         "_held",
         "_held_len",
         "_held_need",
@@ -347,6 +353,15 @@ class ConnectionCore:
         # raw mode forwards request bytes as they arrive, until a request a hook must see (then the
         # connection is filtered: _leave_raw); validation must see each request whole first
         self.raw_requests = not settings.validate_requests
+        #: the filtered path just forwarded a request raw mode could have taken (a screened or peeked
+        #: one): the connection goes back to raw mode at the next frame boundary (``receive_client``)
+        self._go_raw = False
+        #: a request whose screen (or peek) declined it in raw mode, handed to the filtered path so its
+        #: screens are not asked twice (``_request``); None otherwise
+        self._declined: MessageContext | None = None
+        #: the client id's bytes as the header-only path last read them (``_client_at``): decoded
+        #: into ``info.client_id`` only when they change; None whenever another path set it
+        self._client_raw: bytes | None = None
         self._stream_left = 0  # bytes of a cut-through response still to forward
         #: a cut-through response walked to its node-endpoint tail (proxy/sansio/response_tail.py), or None
         self._tail: response_tail.TailStream | None = None
@@ -695,10 +710,29 @@ class ConnectionCore:
         else:
             self._filtered_data(data)
             self._report_held()
+            if self._go_raw:
+                self._back_to_raw()
         if len(self.pending) >= self._max_inflight and not self._inflight_paused:
             # bounded per connection: reading resumes in _flush once answers went out
             self._inflight_paused = True
             self.out.pause_client("inflight-limit")
+
+    def _back_to_raw(self) -> None:
+        """After a request the header-only path could have taken (screened, peeked), go back to it
+        at a frame boundary with nothing waiting: a connection whose one request was declined (or
+        arrived in pieces) is not filtered for the rest of its life."""
+        if (
+            not self.settings.validate_requests
+            and not self.reader.buffered
+            and not self._req_stream_left
+            and not self.suspended
+            and not self.backlog
+            and self._kept is None
+            and self._kept_frames is None
+            and not self.closed
+        ):
+            self.raw_requests = True
+            self._go_raw = False
 
     def _keep_read(self, data: bytes | memoryview) -> bool:
         """At the in-flight limit, keep a read that starts a new request (reading is paused; one
@@ -861,6 +895,8 @@ class ConnectionCore:
         """
         if self.settings.validate_requests or len(head) < 12 or head[4:6] != b"\x00\x00" or self.sasl.raw:
             return False
+        if self._declined is not None:
+            return False  # raw mode's peek declined this one already (``_request`` clears the mark)
         _key, version, cid = peek_request(head)
         plan, answer_plan, count = self.plans.route(PRODUCE, version)
         if plan is not _PEEK:
@@ -883,12 +919,15 @@ class ConnectionCore:
         ]
         if header.client_id is not None:
             self.info.client_id = header.client_id
+            self._client_raw = None
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
         ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
         try:
-            if not peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked):
-                return False
+            forwards = peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
         except Exception:  # the full request will run the hook again and report its failure
+            forwards = False
+        if not forwards:
+            self._declined = ctx  # the whole request's hooks get this context (``_request``)
             return False
         count.n += 1
         self.frames_in += 1
@@ -908,6 +947,7 @@ class ConnectionCore:
                 self._observe_start(ex, head, size + 4)
             self._forward(out, ex)
         self._req_stream_left = size + 4 - len(head)
+        self._go_raw = True
         return True
 
     def _continue_request_stream(self, data: bytes | memoryview) -> bytes | memoryview:
@@ -1068,17 +1108,28 @@ class ConnectionCore:
         api_key, version, cid = _REQ_HEAD.unpack_from(frame, 4)  # peek_request, without its call
         route = self._routes.get((api_key, version))
         plan, answer_plan, count = self.plans.route(api_key, version) if route is None else route
-        if plan is _FILTER or plan is _PEEK:
-            # a new instance each time: a shared one keeps its last traceback, whose frames pin this core
-            # and its partial frame after the connection closed (docs/performance.md, "Memory given back")
-            raise _HookedRequest  # raw mode only: the filtered path tracks only TRACK, OBSERVE and REFUSE
-        if plan is _REFUSE:
-            limit = self.cluster.filter_limits.get(api_key)
-            if limit is None:  # an api key the codec does not know, under a filter that must see everything
-                raise VersionRefused(f"api key {api_key} refused: kgate cannot decode it and a filter must see it")
-            raise VersionRefused(
-                f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
-            )
+        state = None  # what a screen or a peek kept for the answer's hooks
+        if plan is not _TRACK and plan is not _OBSERVE:
+            # raw mode only for SCREEN, PEEK and FILTER: the filtered path tracks only TRACK, OBSERVE and REFUSE
+            if plan is _SCREEN or plan is _PEEK:
+                state = (
+                    self._screen_raw(frame, api_key, version, cid)
+                    if plan is _SCREEN
+                    else self._peek_raw(frame, version, cid)
+                )
+                if state:  # the answer's plan may differ
+                    answer_plan = self.plans.response(api_key, version, True)
+            elif plan is _REFUSE:
+                limit = self.cluster.filter_limits.get(api_key)
+                if limit is None:  # an api key the codec does not know, under a filter that must see everything
+                    raise VersionRefused(f"api key {api_key} refused: kgate cannot decode it and a filter must see it")
+                raise VersionRefused(
+                    f"{api.API_INFO[api_key].name} v{version} refused: filters handle v{limit[0]}-v{limit[1]} only"
+                )
+            else:
+                # a new instance each time: a shared one keeps its last traceback, whose frames pin this core
+                # and its partial frame after the connection closed (docs/performance.md, "Memory given back")
+                raise _HookedRequest
         count.n += 1  # kgate_requests
         if api_key == PRODUCE:
             at = produce_acks_offset(frame, version)
@@ -1097,6 +1148,8 @@ class ConnectionCore:
             else:  # CreateTopics: its validate_only decides what the answer teaches
                 request = self._decode_quietly(memoryview(frame), api_key, version)
         ex = tracked_exchange(cid, api_key, version, request, answer_plan)
+        if state:
+            ex.state = state
         # what the sweep reads the request's own wait from, should the broker be slow (proxy/sansio/deadlines.py)
         if api_key == PRODUCE:
             ex.wait = timeout
@@ -1106,6 +1159,90 @@ class ConnectionCore:
             self._observe_start(ex, frame, int.from_bytes(frame[:4], "big") + 4)
         self.pending.append(ex)
         self.upstream_waiting.append(ex)
+
+    def _client_at(self, frame: bytes | memoryview, header_version: int) -> int:
+        """Where a request's body starts (header v1 or v2), its client id read into ``info``: decoded
+        as ``parse_request_header`` does, but only when its bytes differ from the last ones read.
+        Raises ``HeaderError`` for a header cut short."""
+        n = len(frame)
+        if n < 14:
+            raise HeaderError("truncated client_id length")
+        size = frame[12] << 8 | frame[13]
+        if size & 0x8000:  # negative: a null client id, which leaves the last one in place
+            pos = 14
+        else:
+            pos = 14 + size
+            if pos > n:
+                raise HeaderError("client_id runs past the end of the frame")
+            raw = frame[14:pos]
+            if raw != self._client_raw:
+                raw = bytes(raw)  # a copy: a view would keep the whole read it came in alive
+                self.info.client_id = raw.decode("utf-8", "replace")
+                self._client_raw = raw
+        if header_version >= 2:
+            return pos + 1 if pos < n and frame[pos] == 0 else skip_tagged_fields(frame, pos)
+        return pos
+
+    def _screen_raw(self, frame: bytes | memoryview, api_key: int, version: int, cid: int) -> dict[str, Any] | None:
+        """Raw mode: a request every hook of which has a screen, forwarded as it came when every screen
+        forwards it from its bytes; what they kept for the answer's hooks. Raises ``_HookedRequest`` (the filtered
+        path takes it, with the context the screens saw: ``_declined``) when one does not, or when the
+        frame has not all arrived."""
+        n = len(frame)
+        if int.from_bytes(frame[:4], "big") + 4 != n:
+            raise _HookedRequest  # a head: read whole and screened on the filtered path
+        screens, header_version = self.plans.screening[(api_key, version)]
+        try:
+            offset = self._client_at(frame, header_version)
+        except HeaderError:
+            raise _HookedRequest from None  # the filtered path reports it
+        ctx = MessageContext(self.cluster, self.info, api_key, version, cid)
+        ctx.frame_bytes = n
+        if not _screened(screens, ctx, frame[offset:]):
+            self._declined = ctx
+            raise _HookedRequest
+        return ctx._state
+
+    def _peek_raw(self, frame: bytes | memoryview, version: int, cid: int) -> dict[str, Any] | None:
+        """Raw mode: ``_peek_produce``'s decision for a single-topic Produce, from its first bytes (the
+        rest is skipped as for any tracked request); what its hooks kept for the answer's. Raises ``HeaderError``
+        when the fields before its partitions have not all arrived (``_track_head`` holds it) and
+        ``_HookedRequest`` when the hooks must see it whole."""
+        n = len(frame)
+        size = int.from_bytes(frame[:4], "big")
+        try:
+            offset = self._client_at(frame, _PRODUCE_HEADER[version])
+        except HeaderError:
+            if size + 4 == n:
+                raise _HookedRequest from None  # whole, and still unreadable: the filtered path reports it
+            raise  # more of it to come
+        ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
+        ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
+        screening = self.plans.screening.get((PRODUCE, version))
+        if screening is not None and _screened(screening[0], ctx, memoryview(frame)[offset:]):
+            return ctx._state  # every hook's screen forwards it from its first bytes
+        try:
+            prefix = produce_prefix(frame, offset, version)
+        except HeaderError:
+            if size + 4 == n:
+                raise _HookedRequest from None  # whole, and still unreadable: the filtered path reports it
+            raise  # more of it to come
+        if prefix.topic_count != 1:
+            raise _HookedRequest
+        peeked = api.API_INFO[PRODUCE].request_class(
+            transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
+        )
+        peeked.topic_data = [
+            TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
+        ]
+        try:  # the screens' context: a filter whose screen forwarded it knows (its counts)
+            forwards = peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
+        except Exception:  # the full request will run the hook again and report its failure
+            forwards = False
+        if not forwards:
+            self._declined = ctx  # not peeked again on the filtered path
+            raise _HookedRequest
+        return ctx._state
 
     @staticmethod
     def _decode_quietly(frame: memoryview, api_key: int, version: int) -> Any:
@@ -1145,15 +1282,13 @@ class ConnectionCore:
             self._track(frame)
             self.write_up(frame)
             return
-        if plan is _PEEK:
-            if self._peek_produce(frame):
-                return  # decided from its topic alone: no full decode of the partitions
-        else:
-            screens = self.chain.screens("request", api_key, version)
-            if screens is not None:
-                screened = self._screened_request(frame, api_key, version, cid, screens)
-                if screened is None:
-                    return  # every hook's screen forwards it from its bytes: not decoded
+        if plan is _PEEK or plan is _SCREEN:
+            went, screened = self._undecoded(frame, plan, api_key, version, cid)
+            if went:
+                return  # decided from its bytes (SCREEN) or its topic alone (PEEK): not decoded
+        elif self._declined is not None:
+            self._declined = None
+        self._go_raw = False
         self.cluster.metrics.count_request(api_key, version)
         try:
             header = parse_request_header(frame, api.request_header_version(api_key, version))
@@ -1166,6 +1301,7 @@ class ConnectionCore:
             return
         if header.client_id is not None:
             self.info.client_id = header.client_id
+            self._client_raw = None
         # the screens' context when they declined: a filter may know it screened this one (its counts)
         ctx = screened if screened is not None else MessageContext(self.cluster, self.info, api_key, version, cid)
         ctx.frame_bytes = len(frame)
@@ -1179,6 +1315,30 @@ class ConnectionCore:
             return
         self._apply_request(decision, frame, header, ctx)
 
+    def _undecoded(
+        self, frame: memoryview, plan: RequestPlan, api_key: int, version: int, cid: int
+    ) -> tuple[bool, MessageContext | None]:
+        """A SCREEN or PEEK request on the filtered path: (True, None) when its screens or its peek
+        let it go on undecoded; else (False, the context they saw, for the hooks: a filter that
+        counted the request there knows it). Raw mode's verdict is not asked for again."""
+        declined = None if self._declined is None else self._take_declined(api_key, cid)
+        if declined is not None:
+            return False, declined
+        if plan is _PEEK:
+            if self._peek_produce(frame):
+                return True, None
+            return False, self._take_declined(api_key, cid)
+        screened = self._screened_request(frame, api_key, version, cid, self.plans.screening[(api_key, version)][0])
+        return screened is None, screened
+
+    def _take_declined(self, api_key: int, cid: int) -> MessageContext | None:
+        """The context of the request raw mode's screens (or peek) declined, if this is that request
+        (the first the filtered path reads after it): its screens are not asked again."""
+        declined, self._declined = self._declined, None
+        if declined is None or declined.correlation_id != cid or declined.api_key != api_key:
+            return None
+        return declined
+
     def _screened_request(
         self, frame: memoryview, api_key: int, version: int, cid: int, screens: Any
     ) -> MessageContext | None:
@@ -1191,6 +1351,7 @@ class ConnectionCore:
             return ctx  # the full path reports it
         if header.client_id is not None:
             self.info.client_id = header.client_id
+            self._client_raw = None
         ctx.frame_bytes = len(frame)
         if not _screened(screens, ctx, frame[header.body_offset :]):
             return ctx
@@ -1199,6 +1360,7 @@ class ConnectionCore:
         if self._observer is not None:
             self._observe_start(ex, frame, len(frame))
         self._forward(frame, ex)
+        self._go_raw = True
         return None
 
     def _queue_behind_suspended(self, frame: memoryview) -> None:
@@ -1385,13 +1547,28 @@ class ConnectionCore:
                     plan = ex.plan
                     pending = self.pending
                     if (
-                        (plan is _PASS or plan is _BROKERS_ONLY or plan is _CAP_VERSIONS or plan is _TAIL)
+                        (
+                            plan is _PASS
+                            or plan is _BROKERS_ONLY
+                            or plan is _CAP_VERSIONS
+                            or plan is _TAIL
+                            or plan is _SCREEN_ANSWER
+                        )
                         and pending[0] is ex
                         and cid == ex.cid
                     ):
                         waiting.popleft()
                         answer: bytes | memoryview | None = data
-                        if plan is _BROKERS_ONLY:
+                        if plan is _SCREEN_ANSWER:
+                            # a Metadata answer its hooks' screens decide from its bytes (their hooks
+                            # run on the decoded answer, in the general path's order, when one declines)
+                            answer = self._screened_metadata(ex, data)
+                            if answer is None:
+                                if not self.closed:
+                                    self._decoded_response(ex, memoryview(data), screened=False)
+                                    self._flush()
+                                return
+                        elif plan is _BROKERS_ONLY:
                             # _plain_answer's Metadata branch, inline: the one copy kept, as the
                             # call costs the Metadata round trip measurably compiled (docs/performance.md)
                             try:
@@ -1623,13 +1800,18 @@ class ConnectionCore:
         self._api_versions_rewrites.n += 1
         return new
 
-    def _decoded_response(self, ex: Exchange, frame: memoryview) -> None:
+    def _decoded_response(self, ex: Exchange, frame: memoryview, screened: bool = True) -> None:
+        """Decode an answer: addresses rewritten, names learnt, response hooks run. A SCREEN answer
+        (Metadata) is first offered to its hooks' screens, unless ``screened`` is False (they declined)."""
         api_key, version = ex.api_key, ex.api_version
-        chain = self.chain if self._old is None else self._chain_of(ex)  # the chain that saw its request
-        if api_key == METADATA and chain.has_response_hooks:
-            screens = chain.screens("response", METADATA, version, bool(ex.state))
-            if screens is not None and self._screened_metadata(ex, frame, screens):
+        if screened and ex.plan is _SCREEN_ANSWER:
+            answer = self._screened_metadata(ex, frame)
+            if answer is not None:
+                ex.response = answer
                 return
+            if self.closed:
+                return
+        chain = self.chain if self._old is None else self._chain_of(ex)  # the chain that saw its request
         hooks = chain.hooks("response", api_key, version, bool(ex.state)) if chain.has_response_hooks else ()
         must_rewrite = rewrite.needs_rewrite(api_key, version)
         try:
@@ -1669,17 +1851,25 @@ class ConnectionCore:
             return
         self._apply_response(decision, suspension)
 
-    def _screened_metadata(self, ex: Exchange, frame: memoryview, screens: Any) -> bool:
+    def _screened_metadata(self, ex: Exchange, frame: bytes | memoryview) -> bytes | memoryview | None:
         """A Metadata answer its hooks' screens decide from its bytes (``on_response(screen=)``): topic
         names learnt from a walk of its topics, the screens' body sent with only the broker list
-        rewritten (the answer memo's path). False: decode it and run the hooks."""
+        rewritten (the answer memo's path); the answer. None: decode it and run the hooks, or (when
+        ``closed``) it could not be read."""
         version = ex.api_version
+        if self._old is None:
+            screens = self.plans.answer_screening.get((version, bool(ex.state)))
+        else:  # the chain that saw its request
+            screens = self._chain_of(ex).screens("response", METADATA, version, bool(ex.state))
+        if screens is None:
+            return None
         try:
-            offset = response_body_offset(frame, api.response_header_version(METADATA, version))
+            # response header v0; v1 from v9, nearly always with no tagged fields
+            offset = 8 if version < 9 else 9 if frame[8] == 0 else skip_tagged_fields(frame, 8)
             body = frame[offset:]
             walked = metadata_answer(body, version)
-        except (HeaderError, api.CodecError):
-            return False  # the full path reports it
+        except (HeaderError, api.CodecError, IndexError):
+            return None  # the full path reports it
         ctx = MessageContext(self.cluster, self.info, METADATA, version, ex.cid, ex.request, ex.state)
         new: bytes | None = None  # the body a screen returned, if any did
         try:
@@ -1688,19 +1878,19 @@ class ConnectionCore:
                 if result is FORWARD:
                     continue
                 if type(result) is not Forward or not isinstance(result.message, bytes):
-                    return False
+                    return None
                 new = result.message
         except Exception:  # the hook will run on the decoded answer and report its failure
-            return False
+            return None
         self.cluster.observe_response(METADATA, version, walked, ex.request)
-        answer: bytes | memoryview = frame if new is None else rewrite.reframe(frame, offset, new)
+        answer: bytes | memoryview = frame if new is None else rewrite.reframe(frame, offset, new)  # type: ignore[arg-type]
         try:
-            ex.response = self._answers.metadata(answer, version, self._map_node, self.cluster.served_nodes)
+            answer = self._answers.metadata(answer, version, self._map_node, self.cluster.served_nodes)
         except (HeaderError, api.CodecError) as exc:
             self._undecodable_metadata(ex, exc)
-            return True
+            return None
         self._metadata_rewrites.n += 1
-        return True
+        return answer
 
     def _apply_response(self, decision: Decision, s: Suspension) -> None:
         ex = s.exchange

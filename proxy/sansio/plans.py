@@ -11,7 +11,7 @@ response path and the cut-through decision read the same value.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kgate.api import ApiKey
 from kgate.codec import api
@@ -40,6 +40,7 @@ class RequestPlan(enum.Enum):
     OBSERVE = "observe"  # forwarded as it arrived, and decoded for kgate's own bookkeeping
     FILTER = "filter"  # decoded and run through the request hooks
     PEEK = "peek"  # FILTER, but a single-topic Produce may be decided from its topic alone
+    SCREEN = "screen"  # FILTER, but every request hook has a screen: tried on the body's bytes first
     REFUSE = "refuse"  # a version outside what the filters that must see it handle: close
 
 
@@ -51,6 +52,7 @@ class ResponsePlan(enum.Enum):
     BROKERS_ONLY = "brokers-only"  # Metadata: only the broker list is rewritten, topics copied as bytes
     CAP_VERSIONS = "cap-versions"  # ApiVersions: version ranges capped to what kgate and filters handle
     DECODE = "decode"  # decoded: addresses rewritten, topic names learnt, response hooks run
+    SCREEN = "screen"  # DECODE, but every response hook has a screen (Metadata): tried on the bytes first
     RAW_SASL = "raw-sasl"  # a bare SASL token after SaslHandshake v0 (no Kafka header)
 
     @property
@@ -65,7 +67,17 @@ _STREAMING: Final = frozenset({ResponsePlan.PASS, ResponsePlan.WATCH_FETCH, Resp
 class Plans:
     """The plans of one virtual cluster (its filter chain is fixed for the cluster's life)."""
 
-    __slots__ = ("_chain", "_count", "_limits", "_names_in_use", "_requests", "_responses", "routes")
+    __slots__ = (
+        "_chain",
+        "_count",
+        "_limits",
+        "_names_in_use",
+        "_requests",
+        "_responses",
+        "answer_screening",
+        "routes",
+        "screening",
+    )
 
     def __init__(
         self,
@@ -87,6 +99,11 @@ class Plans:
         #: on an unknown api key) grew them without bound. Any other pair's plan is worked out again
         #: each time (such a request is refused or forwarded as is, and rare).
         self.routes: dict[tuple[int, int], tuple[RequestPlan, ResponsePlan, Count]] = {}
+        #: per (api key, version) planned SCREEN: its hooks' screens in chain order and its request
+        #: header version, read by the header-only path for every screened request (filled by ``request``)
+        self.screening: dict[tuple[int, int], tuple[tuple[Callable[..., Any], ...], int]] = {}
+        #: per (Metadata version, request hooks kept state) planned SCREEN: its response hooks' screens
+        self.answer_screening: dict[tuple[int, bool], tuple[Callable[..., Any], ...]] = {}
 
     def route(self, api_key: int, version: int) -> tuple[RequestPlan, ResponsePlan, Count]:
         """A request's plan, its answer's plan (no hook state), and its ``kgate_requests`` counter cell
@@ -126,9 +143,13 @@ class Plans:
         if limit is not None and not limit[0] <= version <= limit[1]:
             return RequestPlan.REFUSE
         if api_key in api.API_INFO and self._chain.hooks("request", api_key, version):
+            screens = self._chain.screens("request", api_key, version)
+            if screens is not None and api.knows(api_key, version):
+                # a peeked Produce's screens are asked before its peek (proxy/sansio/core.py, _peek_raw)
+                self.screening[(api_key, version)] = (screens, api.request_header_version(api_key, version))
             if api_key == PRODUCE and self._chain.peek_hooks(api_key, version):
                 return RequestPlan.PEEK
-            return RequestPlan.FILTER
+            return RequestPlan.SCREEN if (api_key, version) in self.screening else RequestPlan.FILTER
         return RequestPlan.OBSERVE if api_key in OBSERVED_REQUESTS else RequestPlan.TRACK
 
     def _response_plan(self, api_key: int, version: int, has_state: bool) -> ResponsePlan:
@@ -143,6 +164,11 @@ class Plans:
             if api_key == FETCH and self._names_in_use:
                 return ResponsePlan.WATCH_TAIL
             return ResponsePlan.TAIL
+        if hooks and api_key == METADATA:
+            screens = chain.screens("response", api_key, version, has_state)
+            if screens is not None and api.knows(api_key, version):
+                self.answer_screening[(version, has_state)] = screens
+                return ResponsePlan.SCREEN
         if hooks or api_key in rewrite.OBSERVED_KEYS or rewrite.needs_rewrite(api_key, version):
             return ResponsePlan.DECODE
         if api_key == FETCH and version >= 13 and self._names_in_use:

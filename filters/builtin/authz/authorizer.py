@@ -57,6 +57,7 @@ from kgate.codec.metadata_walk import metadata_ask
 from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED, narrowed, operations_bitfield
+from kgate.filters.builtin.authz.produce_head import produce_head
 from kgate.filters.builtin.authz.report import DecisionReport
 from kgate.filters.builtin.authz.shapes import (
     CONFIG_RESOURCES,
@@ -141,7 +142,9 @@ PER_TOPIC_KEYS = (
 
 
 #: the request hooks' screens (decided from the request's bytes where the common case allows)
-_SCREENS: dict[int, str] = {ApiKey.METADATA: "screen_metadata_request"}
+#: the largest Metadata request body ``screen_metadata_request`` remembers (one copy per filter instance)
+_SEEN_MAX = 4096
+_SCREENS: dict[int, str] = {ApiKey.METADATA: "screen_metadata_request", ApiKey.PRODUCE: "screen_produce_request"}
 
 
 class Authorizer(Filter):
@@ -169,6 +172,18 @@ class Authorizer(Filter):
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self.report = DecisionReport(report_as or self.name)
         self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
+        #: the connection asked about last, its principal and client id as they were then, and its
+        #: identity: a connection's requests follow each other, so ``_who`` mostly compares three
+        #: references instead of building and hashing its cache key (see _who)
+        self._last_who: tuple[ConnectionInfo | None, str | None, str | None, Identity | None] = (None, None, None, None)
+        #: per identity, the ``allowed(name)`` closure ``_describe`` made for it (cleared with the verdicts)
+        self._describers: dict[Identity, Callable[[str], bool]] = {}
+        #: the last Produce start ``screen_produce_request`` let through: (connection, identity, version,
+        #: its bytes up to the topic name's end); a producer's next request repeats them
+        self._produce_seen: tuple[ConnectionInfo | None, Identity | None, int, bytes] = (None, None, -1, b"")
+        #: the same for the last Metadata request ``screen_metadata_request`` let through (its whole
+        #: body: the names or null, the auto-creation flag, the operations asked)
+        self._metadata_seen: tuple[ConnectionInfo | None, Identity | None, int, bytes] = (None, None, -1, b"")
         self._describe_verdicts: dict[Identity, dict[str, bool]] = {}  # see _describe
         self._describe_size = 0  # entries in all of them
         self._denials = 0  # checks refused so far; a request's count decides its decision label
@@ -208,12 +223,16 @@ class Authorizer(Filter):
 
     # -- facts -----------------------------------------------------------------------------------
     def _who(self, conn: ConnectionInfo) -> Identity:
+        last_conn, principal, client_id, who = self._last_who
+        if conn is last_conn and conn.principal is principal and conn.client_id is client_id and who is not None:
+            return who  # the connection asked about last, unchanged (its address is fixed)
         key = (conn.principal, conn.client_id, conn.client_address)
         who = self._who_cache.get(key)
         if who is None:
             if len(self._who_cache) >= 10_000:
                 self._who_cache.clear()
             who = self._who_cache[key] = identity(conn.principal, conn.client_id, conn.client_address)
+        self._last_who = (conn, conn.principal, conn.client_id, who)
         return who
 
     def _ok(self, ctx: FilterContext, who: Identity, res: Res, name: str, op: Op, log: bool = True) -> bool:
@@ -234,11 +253,16 @@ class Authorizer(Filter):
             )
         return False
 
-    def _count(self, ctx: FilterContext, denials_before: int) -> None:
-        if ctx is self._screen_counted:  # its screen counted it; a later filter's screen then declined
-            self._screen_counted = None
+    def _count(self, ctx: FilterContext, denials_before: int, peek: bool = False) -> None:
+        """Count a decided request once. ``peek``: a Produce let through from its topic alone, which
+        kgate asks about again whole, with the same context, when a later filter's peek declines."""
+        if ctx is self._screen_counted:  # its screen (or peek) counted it; a later filter's then declined
+            if not peek:
+                self._screen_counted = None
             return
         self.report.counts[(ctx.connection.virtual_cluster, ctx.api_key, self._denials == denials_before)] += 1
+        if peek:
+            self._screen_counted = ctx
 
     def _count_screened(self, ctx: FilterContext) -> None:
         """Count a request a screen forwards, once: kgate calls the hooks with the same context when a
@@ -255,8 +279,12 @@ class Authorizer(Filter):
             if ctx.api_key == ApiKey.PRODUCE and not self._decided(request):
                 return result  # a peek: closed unstarted (asked again whole, counted then), nothing to wrap
             return self._count_later(ctx, result)
-        if result is FORWARD or ctx.api_key != ApiKey.PRODUCE or self._decided(request):
-            self._count(ctx, before)  # (a peek that does not forward is asked again whole: counted then)
+        if ctx.api_key != ApiKey.PRODUCE:
+            self._count(ctx, before)
+        elif self._decided(request):
+            self._count(ctx, before)
+        elif result is FORWARD:  # (a peek that does not forward is asked again whole: counted then)
+            self._count(ctx, before, peek=True)
         return result
 
     async def _count_later(self, ctx: FilterContext, pending: Any) -> Any:
@@ -281,16 +309,23 @@ class Authorizer(Filter):
         v0's empty list), or names this client may describe and, where it asks to create missing ones, may
         create; no ids, no ``*_authorized_operations`` asked (the answer's screen then needs no request)."""
         version = ctx.api_version
+        conn = ctx.connection
+        who = self._who(conn)
+        seen_conn, seen_who, seen_version, seen = self._metadata_seen
+        if conn is seen_conn and who is seen_who and version == seen_version and body == seen:
+            self._count_screened(ctx)  # what this client asked last, let through then (a poll)
+            return FORWARD
         ask = metadata_ask(body, version)
         if ask.include_topic_operations or ask.include_cluster_operations:
             return None
         topics = ask.topics
         if topics is None or (not topics and version == 0):
+            if len(body) <= _SEEN_MAX:
+                self._metadata_seen = (conn, who, version, bytes(body))
             self._count_screened(ctx)
             return FORWARD
         if not topics:
             return None  # v1+ asks for no topic: its answer is emptied by the hook, which needs the request
-        who = self._who(ctx.connection)
         allowed = self.rules.allowed
         create = ask.allow_auto_topic_creation and version >= 4
         for name, topic_id in topics:
@@ -298,6 +333,35 @@ class Authorizer(Filter):
                 return None
             if create and not self._may_create(who, name):
                 return None
+        if len(body) <= _SEEN_MAX:
+            self._metadata_seen = (conn, who, version, bytes(body))
+        self._count_screened(ctx)
+        return FORWARD
+
+    def screen_produce_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        """A Produce ``_produce`` forwards, found from its first bytes (kgate may hand over only its
+        start): one topic named (v3-v12) that this client may write, and no transactional id or one it
+        may write. None (the peek, then the hook, decide) for anything else, or a start too short."""
+        version = ctx.api_version
+        conn = ctx.connection
+        who = self._who(conn)
+        seen_conn, seen_who, seen_version, seen = self._produce_seen
+        if conn is seen_conn and who is seen_who and version == seen_version and body[: len(seen)] == seen:
+            self._count_screened(ctx)  # the start this client's last Produce had, let through then
+            return FORWARD
+        if version < 3 or version > 12:
+            return None  # v13+ name topics by id: the peek resolves them
+        head = produce_head(body, version)
+        if head is None:
+            return None
+        txn, name, end = head
+        allowed = self.rules.allowed
+        if txn is not None and not allowed(who, Res.TRANSACTIONAL_ID, txn, Op.WRITE):
+            return None
+        if not allowed(who, Res.TOPIC, name, Op.WRITE):
+            return None
+        # what decided it: the transactional id and topic (acks and timeout too: the same bytes, compared at once)
+        self._produce_seen = (conn, who, version, bytes(body[:end]))
         self._count_screened(ctx)
         return FORWARD
 
@@ -663,6 +727,9 @@ class Authorizer(Filter):
         time goes under the authorizer"; ``bench/authz_rules.py`` prints the hook beside the response
         decode)."""
         who = self._who(ctx.connection)
+        found = self._describers.get(who)
+        if found is not None:
+            return found
         verdicts = self._describe_verdicts.get(who)
         if verdicts is None:
             verdicts = self._describe_verdicts[who] = {}
@@ -674,11 +741,15 @@ class Authorizer(Filter):
                 verdict = rules.allowed(who, Res.TOPIC, name, Op.DESCRIBE)
                 if self._describe_size >= RuleSet.CACHE_MAX:  # all identities together: bounded as the rules' cache
                     self._describe_verdicts.clear()  # (this answer goes on filling its own dict, then drops it)
+                    self._describers.clear()
                     self._describe_size = 0
                 verdicts[name] = verdict
                 self._describe_size += 1
             return verdict
 
+        if len(self._describers) >= 10_000:  # bounded as _who's cache
+            self._describers.clear()
+        self._describers[who] = allowed
         return allowed
 
     def _describe_logged(self, ctx: FilterContext, who: Identity) -> Callable[[str], bool]:

@@ -166,6 +166,9 @@ class TopicPolicy(Filter):
     def screen_metadata_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
         return self._admin.screen_metadata_request(ctx, body)
 
+    def screen_produce_request(self, ctx: FilterContext, body: memoryview) -> Result | None:
+        return self._admin.screen_produce_request(ctx, body)
+
     def screen_metadata_response(self, ctx: FilterContext, body: memoryview) -> Result | None:
         """``described_topics`` for a Metadata answer, from its bytes (no operations to narrow here)."""
         return screen_described_metadata(ctx, body, self.allowed, narrows=False)
@@ -271,10 +274,11 @@ class TopicPolicy(Filter):
         if _key != ApiKey.CREATE_TOPICS:
             admin_merge = on_response(_key, needs_state=True)(admin_merge)
     for _key in _KEYS:
-        check = on_request(_key, peek=_key == ApiKey.PRODUCE)(check)  # decides from topics alone
+        produce = _key == ApiKey.PRODUCE
+        check = on_request(_key, peek=produce, screen="screen_produce_request" if produce else "")(check)
         merge = on_response(_key, needs_state=True)(merge)
     for _key in _WHOLE_KEYS:
         check = on_request(_key, screen="screen_metadata_request" if _key == ApiKey.METADATA else "")(check)
     for _key in (ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FETCH, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS):
         keep_request = on_request(_key)(keep_request)
-    del _key
+    del _key, produce

@@ -460,13 +460,16 @@ def screen_described_metadata(ctx: FilterContext, body: memoryview, allowed: All
     None where the request's screen let it through: it asked for every topic, or for allowed names
     with no operations (the authorizer's ``screen_metadata_request``), so nothing is asked by id.
     """
-    if ctx.state:
-        return None  # entries a request hook refused, to merge back (merge_refused)
     request = ctx.request
     version = ctx.api_version
-    asked_for_all = request is None or request.topics is None or (version == 0 and not request.topics)
-    if not asked_for_all and (not request.topics or any(getattr(t, "topic_id", _ZERO).int for t in request.topics)):
-        return None
+    if request is None:  # the request's screen let it through (see above): nothing kept, nothing by id
+        asked_for_all = True
+    else:
+        if ctx.state:
+            return None  # entries a request hook refused, to merge back (merge_refused)
+        asked_for_all = request.topics is None or (version == 0 and not request.topics)
+        if not asked_for_all and (not request.topics or any(getattr(t, "topic_id", _ZERO).int for t in request.topics)):
+            return None
     answer = metadata_answer(body, version)
     if (
         narrows
@@ -479,9 +482,12 @@ def screen_described_metadata(ctx: FilterContext, body: memoryview, allowed: All
         and (answer.cluster_operations != NOT_REQUESTED or any(t.operations != NOT_REQUESTED for t in answer.topics))
     ):
         return None  # the operations the client asked for are narrowed by the hook
-    denied = {i for i, t in enumerate(answer.topics) if t.name is not None and not allowed(t.name)}
-    if not denied:
+    for t in answer.topics:  # the common answer hides nothing: found without building the set below
+        if t.name is not None and not allowed(t.name):
+            break
+    else:
         return FORWARD
+    denied = {i for i, t in enumerate(answer.topics) if t.name is not None and not allowed(t.name)}
     if not asked_for_all:
         return None  # asked for by name: answered TOPIC_AUTHORIZATION_FAILED (the hook builds the entry)
     return forward(answer.without(denied))
