@@ -262,7 +262,7 @@ class ModuleBuilder:
             self.emit_struct(cls_name, cs["fields"], msg_name, resolve)
             return cls_name
 
-        def resolve(tname: str, inline_fields) -> str:
+        def resolve(tname: str, inline_fields) -> str | None:
             if inline_fields is not None:
                 return None  # handled by caller
             if tname in common_specs:
@@ -318,6 +318,8 @@ class ModuleBuilder:
         extra: list[str] = []
         if top is not None:
             valid = parse_versions(top["validVersions"])
+            if valid is None:
+                raise SpecError(f"{self.api_name}: validVersions names no version")
             flex = parse_versions(top.get("flexibleVersions"))
             extra = [
                 f"API_KEY = {top['apiKey']}",

@@ -3,7 +3,7 @@
     .venv/bin/python tools/grafana_dashboard.py
 
 Generated rather than hand-edited so that every panel is one line here and the metric names
-can be checked (tests/unit/test_grafana_dashboard.py compares them with what kgate exports).
+can be checked (tests/proxy/control/test_grafana_dashboard.py compares them with what kgate exports).
 Queries sum ``without (worker, instance)`` so one dashboard serves single processes,
 ``--workers`` and fleets alike; the ``cluster`` variable picks virtual clusters.
 """

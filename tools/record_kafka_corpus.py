@@ -110,9 +110,8 @@ def confluent(bootstrap: str) -> None:
     p.commit_transaction(30)
     c.close()
 
-    got, _offsets = workloads.confluent_consume(
-        bootstrap, "rec-a", 20, group="rec-classic", **{"client.id": "rec-classic"}
-    )
+    conf: dict[str, Any] = {"client.id": "rec-classic"}  # a dotted key: no keyword argument
+    got, _offsets = workloads.confluent_consume(bootstrap, "rec-a", 20, group="rec-classic", **conf)
     assert len(got) >= 20, len(got)
     c = Consumer(
         {

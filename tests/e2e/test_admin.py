@@ -163,7 +163,7 @@ def test_cli_takes_the_admin_listeners_base_url(tansu, kgate_factory, capsys) ->
 @pytest.mark.timeout(120)
 def test_config_shows_what_runs_after_a_reload(tansu, kgate_factory) -> None:
     """``GET /config`` answers the configuration in force: the reloaded chain, not the start-up one
-    (redaction is tests/unit/test_config_view.py's: Tansu takes no upstream credentials)."""
+    (redaction is tests/proxy/runtime/test_config_view.py's: Tansu takes no upstream credentials)."""
     import json
 
     import yaml

@@ -36,7 +36,6 @@ import datetime as dt
 import os
 import re
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -48,6 +47,7 @@ import pytest
 import yaml
 from support import procs
 from support import workloads as w
+from support.idtools import FETCH, PRODUCE, fetch_request, topic_id
 from support.ports import HOST, free_port
 from support.procs import PYTHON, REPO
 from support.sasl_gate import SaslGate
@@ -60,9 +60,6 @@ from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.config import UpstreamAuth
 from kgate.proxy.carrier.upstream_client import UpstreamClient
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "filters"))
-from idtools import FETCH, PRODUCE, fetch_request, topic_id
 
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 CREATE_TOPICS, DELETE_TOPICS = ApiKey.CREATE_TOPICS, ApiKey.DELETE_TOPICS

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from idtools import create_topic, produce, unique, wait_until
 from support import netconn
+from support.idtools import create_topic, produce, unique, wait_until
 from support.ports import free_port, free_port_range, port_open
 from support.procs import PYTHON, ManagedProcess
 

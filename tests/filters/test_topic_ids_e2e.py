@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 import pytest
-from idtools import (
+from support.idtools import (
     API_VERSIONS,
     FETCH,
     PRODUCE,

@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from spec_tools import (
+from support.spec_tools import (
     AUTHZ,
     FLAKY_ID,
     GONE_ID,
@@ -281,7 +281,7 @@ async def test_versions_before_ids_still_use_names() -> None:
 def test_policy_hooks_every_topic_carrying_rpc() -> None:
     """The per-topic data RPCs (names or ids) and the share-group data RPCs (ids only) are refused
     topic by topic; listings, committed offsets and group RPCs are hidden or refused as a whole
-    (tests/filters/test_policy_visibility.py). Every version is hooked, ids included."""
+    (tests/filters/builtin/authz/test_policy_visibility.py). Every version is hooked, ids included."""
     hooked = {(s.direction, s.api_key) for _a, s in TopicPolicy.hooks}
     per_topic = {
         ApiKey.PRODUCE,

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Literal
 
 _STATES = {
     "01": "ESTABLISHED",
@@ -57,7 +58,7 @@ def _addr6(hexaddr: str) -> tuple[str, int]:
 
 
 def socket_inodes(pid: int) -> set[int]:
-    out = set()
+    out: set[int] = set()
     fd_dir = f"/proc/{pid}/fd"
     try:
         names = os.listdir(fd_dir)
@@ -209,7 +210,7 @@ class ProcessWatcher:
     def __enter__(self) -> ProcessWatcher:
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         out, _ = self._proc.communicate(timeout=60)  # closes stdin: the sampler's cue to finish
         if self._proc.returncode == 0 and out.strip():
             found = json.loads(out)

@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import BinaryIO
 
 import yaml
 
@@ -54,7 +55,7 @@ class ManagedProcess:
         self.log_path = Path(log_path)
         self.env = env
         self.proc: subprocess.Popen | None = None
-        self._logf = None
+        self._logf: BinaryIO | None = None
 
     def start(self):
         self._logf = open(self.log_path, "ab")
@@ -319,10 +320,12 @@ class Relay(ManagedProcess):
         # Wait for READY in the log rather than probing the ports: a probe would be an
         # accepted connection from the test process, which the forbid-pid check must not see.
         super().start()
+        proc = self.proc
+        assert proc is not None  # start() made it
         deadline = time.monotonic() + 15
         while "READY" not in self.log_text():
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"relay exited with {self.proc.returncode}: {self.log_text()}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"relay exited with {proc.returncode}: {self.log_text()}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"relay not ready: {self.log_text()}")
             time.sleep(0.02)

@@ -29,7 +29,12 @@ def main() -> int:
         }
     )
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+
+    def stop_on_eof() -> None:  # the test closes stdin to stop the poller
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=stop_on_eof, daemon=True).start()
     consumer.subscribe([topic])
     n = 0
     while not stop.is_set():
@@ -40,7 +45,7 @@ def main() -> int:
             print("error", msg.error(), flush=True)
         else:
             n += 1
-            print("got", msg.value().hex(), flush=True)
+            print("got", (msg.value() or b"").hex(), flush=True)
     consumer.close()
     print("done", n, flush=True)
     return 0

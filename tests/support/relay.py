@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# run as a script (``python tests/support/relay.py``): tests/ on the path, as in the test process
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import netconn
-import wire
+from support import netconn, wire
 
 HOST = "127.0.0.1"
 #: how long a half-closed connection waits for the broker to finish and close its side
@@ -54,6 +55,7 @@ class Relay:
 
     # ---------------------------------------------------------------- rewriting
     def nodes(self):
+        assert self.node_ids is not None  # only rewriting relays (--node-ids) call this
         return list(zip(self.node_ids, self.ports, strict=True))
 
     def rewrite(self, api_key: int, version: int, body: bytes) -> bytes:
@@ -242,7 +244,7 @@ class Relay:
         servers = []
         for port in self.ports:
             servers.append(
-                await asyncio.start_server(lambda r, w, port=port: self.handle(r, w, port), HOST, port, backlog=512)
+                await asyncio.start_server(functools.partial(self.handle, listen_port=port), HOST, port, backlog=512)
             )
         print("READY", flush=True)
         stop = asyncio.Event()

@@ -9,6 +9,7 @@ Unknown tagged fields are kept as raw bytes and written back unchanged.
 
 from __future__ import annotations
 
+import builtins
 import socket
 import struct
 
@@ -56,22 +57,22 @@ class Reader:
                 return value
             shift += 7
 
-    def string(self, flexible: bool):
+    def string(self, flexible: builtins.bool):
         n = self.uvarint() - 1 if flexible else self.int16()
         if n < 0:
             return None
         return self._take(n).decode()
 
-    def array_len(self, flexible: bool):
+    def array_len(self, flexible: builtins.bool):
         return self.uvarint() - 1 if flexible else self.int32()
 
-    def array(self, flexible: bool, item):
+    def array(self, flexible: builtins.bool, item):
         n = self.array_len(flexible)
         if n < 0:
             return None
         return [item() for _ in range(n)]
 
-    def tags(self, flexible: bool):
+    def tags(self, flexible: builtins.bool):
         if not flexible:
             return []
         return [(self.uvarint(), self._take(self.uvarint())) for _ in range(self.uvarint())]
@@ -84,7 +85,7 @@ class Writer:
     def __init__(self):
         self.parts: list[bytes] = []
 
-    def raw(self, b: bytes):
+    def raw(self, b: bytes | bytearray):
         self.parts.append(bytes(b))
         return self
 
@@ -112,7 +113,7 @@ class Writer:
             out.append((v & 0x7F) | 0x80)
             v >>= 7
 
-    def string(self, s, flexible: bool):
+    def string(self, s, flexible: builtins.bool):
         if s is None:
             return self.uvarint(0) if flexible else self.int16(-1)
         b = s.encode()
@@ -122,7 +123,7 @@ class Writer:
             self.int16(len(b))
         return self.raw(b)
 
-    def array(self, items, flexible: bool, write_item):
+    def array(self, items, flexible: builtins.bool, write_item):
         if items is None:
             return self.uvarint(0) if flexible else self.int32(-1)
         if flexible:
@@ -133,7 +134,7 @@ class Writer:
             write_item(it)
         return self
 
-    def tags(self, tags, flexible: bool):
+    def tags(self, tags, flexible: builtins.bool):
         if not flexible:
             return self
         self.uvarint(len(tags))
@@ -147,7 +148,11 @@ class Writer:
 
 # ------------------------------------------------------------------ requests
 def request_header(
-    api_key: int, api_version: int, correlation_id: int, client_id: str | None = "kgate-e2e", flexible: bool = False
+    api_key: int,
+    api_version: int,
+    correlation_id: int,
+    client_id: str | None = "kgate-e2e",
+    flexible: builtins.bool = False,
 ) -> bytes:
     w = Writer().int16(api_key).int16(api_version).int32(correlation_id).string(client_id, False)
     if flexible:

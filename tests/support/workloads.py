@@ -95,12 +95,18 @@ def confluent_produce(bootstrap: str, topic: str, values: list[bytes], **conf) -
 
 
 def confluent_consume(
-    bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60, settle: float = 1.0, **conf
-) -> tuple[list[bytes], dict[int, int]]:
+    bootstrap: str,
+    topic: str,
+    n: int,
+    group: str | None = None,
+    timeout: float = 60,
+    settle: float = 1.0,
+    **conf: Any,
+) -> tuple[list[bytes | None], dict[int, int]]:
     """Consume ``n`` messages in a group, commit synchronously, read committed offsets back.
 
     Keeps polling ``settle`` seconds after the n-th message, so extra messages are seen too.
-    Returns (values, {partition: committed offset}).
+    Returns (values (None for a null value), {partition: committed offset}).
     """
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -117,7 +123,7 @@ def confluent_consume(
             **conf,
         }
     )
-    got = []
+    got: list[bytes | None] = []
     try:
         c.subscribe([topic])
         deadline = time.monotonic() + timeout
@@ -211,7 +217,7 @@ def kp_produce(bootstrap: str, topic: str, values: list[bytes], **conf):
 
 def kp_consume(
     bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60, settle: float = 1.0, **conf
-) -> tuple[list[bytes], dict[int, int]]:
+) -> tuple[list[bytes | None], dict[int, int]]:
     from kafka import KafkaConsumer, TopicPartition
 
     settings = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 500, **conf}  # conf may override
@@ -222,7 +228,7 @@ def kp_consume(
         enable_auto_commit=False,
         **settings,
     )
-    got = []
+    got: list[bytes | None] = []
     try:
         c.subscribe([topic])
         deadline = time.monotonic() + timeout
@@ -267,7 +273,7 @@ async def aio_produce(bootstrap: str, topic: str, values: list[bytes], **conf):
 
 async def aio_consume(
     bootstrap: str, topic: str, n: int, group: str | None = None, timeout: float = 60, settle: float = 1.0, **conf
-) -> tuple[list[bytes], dict[int, int]]:
+) -> tuple[list[bytes | None], dict[int, int]]:
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
     c = AIOKafkaConsumer(
@@ -281,7 +287,7 @@ async def aio_consume(
         **conf,
     )
     await c.start()
-    got = []
+    got: list[bytes | None] = []
     try:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout

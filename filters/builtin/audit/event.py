@@ -11,7 +11,7 @@ frames it already had (``Captured``). Per-topic detail comes from:
   and answer (small messages); error codes per topic from the answer.
 - every other api key: ``topics`` is empty; ``error_code`` from the decoded answer.
 
-Two readers give the same facts (tests/filters/test_audit_walk.py): the straight-line walkers of
+Two readers give the same facts (tests/filters/builtin/audit/test_audit_walk.py): the straight-line walkers of
 walk.py for whole Produce v3-13, Fetch v4-18 and Metadata v1-13 frames and for a Produce
 v9+ request that streamed through in pieces (``_walked``), and otherwise kgate's generated
 decoders plus wire.py's walkers over pieces (the decoder path below ``_walked``). The

@@ -45,7 +45,7 @@ def _uvarint(buf: bytes | memoryview, p: int) -> tuple[int, int]:
         if not b & 0x80:
             return value, p
         shift += 7
-        if shift > 35:
+        if shift > 28:  # five bytes at most, as the codec reads a uvarint
             raise WireError("varint too long")
 
 

@@ -152,7 +152,7 @@ class _Reader:
             if not b & 0x80:
                 return value
             shift += 7
-            if shift > 35:
+            if shift > 28:  # five bytes at most, as the codec reads a uvarint
                 raise WireError("varint too long")
 
     def length(self) -> int:
@@ -399,7 +399,7 @@ def _uvarint_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
         if not b & 0x80:
             return value, pos
         shift += 7
-        if shift > 35:
+        if shift > 28:  # five bytes at most, as the codec reads a uvarint
             raise WireError("varint too long")
 
 

@@ -1,7 +1,7 @@
 """The quota filter's pure parts: token buckets, rules and which rule applies to a client.
 
 No I/O and no clock of its own: every call takes ``now`` (seconds, any monotonic origin), so the
-rate math is tested with a fake clock (tests/filters/test_quotas_rate.py).
+rate math is tested with a fake clock (tests/filters/builtin/quotas/test_quotas_rate.py).
 
 **Measuring a rate.** A Kafka broker measures a client's rate over ``quota.window.num`` (11)
 samples of ``quota.window.size.seconds`` (1 s) and, when the rate is over the quota, answers

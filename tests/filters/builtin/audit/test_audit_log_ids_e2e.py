@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from idtools import FETCH, client, create_topic, delete_topic, fetch_request, kgate_config, produce, topic_id, unique
+from support.idtools import (
+    FETCH,
+    client,
+    create_topic,
+    delete_topic,
+    fetch_request,
+    kgate_config,
+    produce,
+    topic_id,
+    unique,
+)
 from support.inproc_kgate import InprocKgate
 
 UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = 100, 3

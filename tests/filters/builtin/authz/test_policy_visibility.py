@@ -13,7 +13,7 @@ import inspect
 from typing import Any
 
 import pytest
-from spec_tools import (
+from support.spec_tools import (
     AUTHZ,
     GONE_ID,
     LATE_ID,

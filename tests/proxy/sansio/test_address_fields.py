@@ -20,7 +20,7 @@ import pytest
 
 from kgate.proxy.sansio import rewrite
 
-SPECS = Path(__file__).resolve().parents[3] / "shared" / "kafka-message-specs"
+SPECS = Path(__file__).resolve().parents[4] / "shared" / "kafka-message-specs"
 ADDRESS_FIELDS = {"Host", "Port", "Listeners", "NodeEndpoints", "Endpoints", "Coordinators", "Brokers"}
 
 #: api key -> (why its address-looking fields are not broker addresses, exactly those fields): a new

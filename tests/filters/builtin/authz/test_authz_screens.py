@@ -29,7 +29,7 @@ from kgate.testing.frames import request_bytes, response_bytes
 from tests.codec.test_hypothesis_roundtrip import struct_strategy
 from tests.support.core_driver import make_core
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
+CORPUS = Path(__file__).resolve().parents[4].parent / "shared" / "corpus-tansu"
 VERSIONS = range(md.MetadataResponse.MIN_VERSION, md.MetadataResponse.MAX_VERSION + 1)
 SETTINGS = settings(
     max_examples=40,

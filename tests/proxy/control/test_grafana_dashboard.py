@@ -16,7 +16,7 @@ import kgate.proxy.control.metrics  # registers the data-path collector
 import kgate.proxy.runtime.reload  # registers the reload counters
 import kgate.topic_ids.metrics  # noqa: F401  (registers the topic-id collector)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import grafana_dashboard  # noqa: E402

@@ -19,7 +19,7 @@ from kgate.config.loader import load_config, parse_config, quick_config
 from kgate.filters.builtin.guardrails.filter import Guardrails
 from kgate.filters.builtin.guardrails.rules import DEFAULTS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 CLUSTER = {"name": "a", "listen": "127.0.0.1:19300", "advertised_host": "127.0.0.1", "upstream": ["127.0.0.1:9092"]}
 
 

@@ -43,10 +43,9 @@ through_frames = testing.round_trip_request
 response_through_frames = testing.round_trip_response
 
 
-async def run_check(p: TopicPolicy, ctx: FakeContext, request: Any) -> tuple[Any, bool]:
+async def run_check(p: TopicPolicy, ctx: testing.FakeContext, request: Any) -> tuple[Any, bool]:
     """(result, whether the hook suspended)."""
     result = p.check(ctx, request)
-    suspended = inspect.isawaitable(result)
-    if suspended:
-        result = await result
-    return result, suspended
+    if inspect.isawaitable(result):
+        return await result, True
+    return result, False

@@ -9,7 +9,7 @@ from kgate.proxy.carrier.flow import THROTTLED, ReadGate
 
 
 class Transport:
-    """Only what the gate calls (a real socket pair is in tests/unit/test_flow.py)."""
+    """Only what the gate calls (a real socket pair is in tests/proxy/carrier/test_flow.py)."""
 
     def __init__(self) -> None:
         self.reading = True

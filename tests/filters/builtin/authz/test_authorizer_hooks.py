@@ -38,7 +38,7 @@ RULES = [
 ]
 OK_ID, SECRET_ID = uuid.uuid4(), uuid.uuid4()
 CACHE = {OK_ID: "orders", SECRET_ID: "secret-pay"}
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def authorizer(rules: list[dict[str, Any]] = RULES, default: str = "deny") -> Authorizer:

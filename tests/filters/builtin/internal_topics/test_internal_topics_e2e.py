@@ -18,7 +18,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from idtools import ZERO, client, create_topic, unique, wait_until
+from support.idtools import ZERO, client, create_topic, unique, wait_until
 
 from kgate.api import ApiKey, ErrorCode
 from kgate.codec.generated.admin.delete_topics import DeleteTopicsRequest, DeleteTopicState
@@ -493,7 +493,7 @@ def test_default_listings_leave_user_defined_internal_topics_out(broker: Any, kg
 def test_a_topic_recreated_behind_kgates_back_does_not_inherit_the_mark(broker: Any, kgate_factory: Any) -> None:
     """The mark is keyed by topic id: deleted and recreated at the broker (kgate sees neither), the
     new topic has a new id and is not internal, by id (Metadata v10+) and then by name too."""
-    from idtools import delete_topic
+    from support.idtools import delete_topic
 
     k = _kgate(kgate_factory, broker)
     name = unique("connect-offsets")

@@ -13,12 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 from uuid import UUID
 
-from support.workloads import confluent_create_topic
-
 from kgate.api import ErrorCode
 from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy.carrier.upstream_client import UpstreamClient
+from support.workloads import confluent_create_topic
 
 PRODUCE, FETCH, METADATA, OFFSET_COMMIT, API_VERSIONS = 0, 1, 3, 8, 18
 ZERO = UUID(int=0)
@@ -42,7 +41,7 @@ async def topic_id(c: UpstreamClient, name: str) -> UUID:
     (t,) = resp.topics
     assert t.error_code == 0, (name, t.error_code)
     assert t.topic_id != ZERO
-    return t.topic_id  # type: ignore[no-any-return]
+    return t.topic_id
 
 
 def fetch_request(topics: Iterable[tuple[UUID, Iterable[int]]], offset: int = 0, max_wait_ms: int = 10) -> FetchRequest:
@@ -145,9 +144,8 @@ def kgate_config(
 ) -> Any:
     """Like ``support.inproc_kgate.make_config``, plus the ``topic_names`` tuning section; ``proxy``:
     more keys of the ``proxy`` section (e.g. ``leader_hints``)."""
-    from support.ports import free_port, free_port_range
-
     from kgate.config import parse_config
+    from support.ports import free_port, free_port_range
 
     data: dict[str, Any] = {
         "log_level": "debug",

@@ -14,7 +14,7 @@ from kgate.codec.headers import HeaderError, response_body_offset, response_fram
 from kgate.proxy.sansio import rewrite
 from kgate.proxy.sansio.metadata_brokers import rewrite_brokers
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
+CORPUS = Path(__file__).resolve().parents[3].parent / "shared" / "corpus-tansu"
 
 
 def _mapper(node_id: int, host: str, port: int) -> tuple[str, int] | None:

@@ -13,7 +13,7 @@ from kgate.codec import api
 from kgate.codec.headers import peek_request
 from kgate.proxy.sansio.validate import check_batches, check_request
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus-tansu"
+CORPUS = Path(__file__).resolve().parents[4] / "shared" / "corpus-tansu"
 
 needs_corpus = pytest.mark.skipif(
     not CORPUS.is_dir(), reason=f"{CORPUS} not present (../shared is beside the repo in CI)"

@@ -13,7 +13,7 @@ from kgate.codec.generated.session.api_versions import ApiVersion
 from kgate.codec.headers import response_body_offset, response_frame
 from kgate.proxy.sansio import rewrite
 
-CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus-tansu"
+CORPUS = Path(__file__).resolve().parents[3].parent / "shared" / "corpus-tansu"
 PROXY = ("kgate.example", 7000)
 
 
