@@ -25,7 +25,7 @@ from kgate.filters.builtin.authz.authorizer import Authorizer
 from kgate.filters.builtin.authz.produce_head import produce_head
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.testing.frames import request_bytes, response_bytes
-from tests.filters.test_authz_screens import metadata_exchanges
+from tests.filters.builtin.authz.test_authz_screens import metadata_exchanges
 from tests.support.core_driver import make_core
 from tests.support.wire import record_batch
 
