@@ -4,7 +4,8 @@ One Spark job reads, parses and rolls the files up into every report's grain at 
 natively in Spark, :mod:`kgate.pipeline.rollup`; JSON lines in its Python workers,
 :mod:`kgate.pipeline.partials`; one hash aggregation merges them, :func:`kgate.pipeline.reports.merge`);
 the roll-up is written once and every report is a small query on it, so the files are read once
-however many reports there are. The aggregated tables are small (hours x topics, clients, instances): they are brought to the driver as
+however many reports there are. The aggregated tables are small (hours x topics, clients, instances):
+they are brought to the driver as
 Arrow tables, written as CSV there, and as Parquet partitioned by day either there (a local output
 directory: no extra Spark job) or by Spark (``--tables`` on HDFS/S3).
 

@@ -549,6 +549,7 @@ def test_parquet_reaches_the_roll_up_without_a_python_worker(spark: Any, tmp_pat
 
     native = plan(parquet)
     assert "FileScan parquet" in native
+    assert "MapInArrow" not in native, native
     assert "Python" not in native, native
     assert "ArrowEval" not in native, native
-    assert "PythonMapInArrow" in plan([str(tmp_path / "a.jsonl")])
+    assert "MapInArrow" in plan([str(tmp_path / "a.jsonl")])
