@@ -55,17 +55,33 @@ BUCKETS = (
 MAX_BUCKETS = 120
 
 
+def bucket_width(span_us: int) -> int:
+    """The traffic chart's bucket width (seconds) for data spanning ``span_us``: the smallest of
+    :data:`BUCKETS` giving at most :data:`MAX_BUCKETS` buckets. The roll-up uses it too, to keep its
+    traffic grain no finer than the chart needs (:func:`kgate.pipeline.rollup.traffic_width`)."""
+    return next((w for w, _u in BUCKETS if span_us // (w * 1_000_000) < MAX_BUCKETS), BUCKETS[-1][0])
+
+
+def _grain(times: Iterable[int]) -> int:
+    """The widest of :data:`BUCKETS` (seconds) every time (µs) is a multiple of: the width the rows
+    were already bucketed at (a minute at least)."""
+    widths = [w for w, _u in BUCKETS if all(t % (w * 1_000_000) == 0 for t in times)]
+    return widths[-1] if widths else BUCKETS[0][0]
+
+
 def traffic(rows: Iterable[Row], out_dir: str, n: int = 8) -> str | None:
     """Record MB per time bucket for the busiest topics (by name; ids of one name summed), the rest as
-    'other'. ``rows``: record bytes per minute and topic (``minute`` in µs, ``topic_name``, ``bytes``); the
-    bucket width follows the data's span (:data:`BUCKETS`)."""
+    'other'. ``rows``: record bytes per time bucket and topic (``minute``: the bucket's start in µs, a
+    minute or wider; ``topic_name``, ``bytes``); the bucket width follows the data's span (:data:`BUCKETS`)."""
     import datetime as dt
 
     rows = list(rows)
     if not rows:
         return None
     first, last = min(r["minute"] for r in rows), max(r["minute"] for r in rows)
-    width, unit = next(((w, u) for w, u in BUCKETS if (last - first) // (w * 1_000_000) < MAX_BUCKETS), BUCKETS[-1])
+    # never finer than the rows' own buckets (the roll-up may have bucketed them wider than a minute)
+    width = max(bucket_width(last - first), _grain({r["minute"] for r in rows}))
+    unit = dict(BUCKETS)[width]
     step = width * 1_000_000
     per: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
     totals: dict[str, float] = defaultdict(float)

@@ -131,6 +131,11 @@ def parse_conf(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
+def _not_interrupt_noise(record: logging.LogRecord) -> bool:
+    """A root-logger filter: drops py4j's "KeyboardInterrupt while sending command." (Ctrl-C on ``--follow``)."""
+    return not str(record.msg).startswith("KeyboardInterrupt while sending command")
+
+
 def _quiet_stop(query: object) -> None:
     """Ctrl-C on ``--follow``: stop without the tracebacks of every thread the interrupt reached.
 
@@ -218,6 +223,9 @@ def run(args: argparse.Namespace) -> int:
             # a JVM call, and both fail with tracebacks: Python's own handler raises KeyboardInterrupt,
             # and the wait is a sleep between short status calls, where the interrupt lands cleanly
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            # py4j logs an interrupt that lands inside one of its calls on the root logger, with a
+            # traceback, before re-raising it (a busy machine makes the status calls slow enough)
+            logging.getLogger().addFilter(_not_interrupt_noise)
             try:
                 while query.isActive:
                     time.sleep(0.5)

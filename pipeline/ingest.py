@@ -8,7 +8,8 @@ are skipped.
 
 Spark reads the files whole (its ``binaryFile`` source: any Hadoop file system, and the file's URI
 comes with it) and its Python workers parse and aggregate them (:mod:`kgate.pipeline.partials`,
-:mod:`kgate.pipeline.decode`); this module wires that up for batch runs, ``--follow`` and the
+:mod:`kgate.pipeline.decode`); Parquet audit files Spark reads natively (:mod:`kgate.pipeline.rollup`)
+in batch runs; this module wires that up for batch runs, ``--follow`` and the
 stale-id report's exact second pass.
 """
 
@@ -112,16 +113,41 @@ def read_files(spark: SparkSession, paths: Iterable[str], skip_missing: bool = F
 
 
 def read_partials(spark: SparkSession, paths: Iterable[str], window: Window = ALL_TIME) -> DataFrame:
-    """The map side of the roll-up over ``paths``: each task's partial aggregates (:mod:`kgate.pipeline.partials`).
+    """The map side of the roll-up over ``paths``: every grain's rows, in the roll-up's slot columns.
 
-    As many tasks as cores (:func:`kgate.pipeline.session.cores`), each taking its share of the files:
-    a task's partials are as many rows as the distinct keys of *its* files, so fewer, larger tasks
-    hand the merge fewer rows (10M events on 2 cores: 11 tasks of ~3 files made 5.3M partial rows).
+    Parquet audit files are read by Spark itself (:mod:`kgate.pipeline.rollup`: its Parquet reader and
+    SQL expressions, no Python worker); Parquet files whose footer says they cannot be read with the
+    schema are left out (:func:`kgate.pipeline.rollup.unreadable_parquet`; :func:`kgate.pipeline.tables.build`
+    counts each as one malformed line). JSON lines go to the Python map side (:func:`partials_of`), as
+    many tasks as cores (:func:`kgate.pipeline.session.cores`), each taking its share of the files: a
+    task's partials are as many rows as the distinct keys of *its* files, so fewer, larger tasks hand
+    the merge fewer rows (10M events on 2 cores: 11 tasks of ~3 files made 5.3M partial rows).
     """
+    from kgate.pipeline import rollup
+    from kgate.pipeline.decode import is_parquet
     from kgate.pipeline.session import cores
 
-    files = read_files(spark, paths)
-    return partials_of(files.coalesce(max(1, min(cores(spark), files.rdd.getNumPartitions()))), window)
+    files = list(paths)
+    unreadable = rollup.unreadable_parquet(files)
+    native = [p for p in files if is_parquet(p) and p not in unreadable]
+    lines = [p for p in files if not is_parquet(p)]
+    parts: list[DataFrame] = []
+    events = rollup.read_events(spark, native)
+    if events is not None:
+        # the traffic grain as wide as the chart's buckets, when no JSON file (a minute grain) joins it
+        width = rollup.MINUTE_US if lines else rollup.traffic_width(native, window)
+        parts.append(rollup.partials(events, window, width))
+    if lines:
+        raw = read_files(spark, lines)
+        parts.append(partials_of(raw.coalesce(max(1, min(cores(spark), raw.rdd.getNumPartitions()))), window))
+    if not parts:
+        from kgate.pipeline import partials
+
+        return spark.createDataFrame([], _spark_schema(partials.output_schema()))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
 
 
 def partials_of(files: DataFrame, window: Window = ALL_TIME) -> DataFrame:
@@ -141,23 +167,34 @@ def exact_uses(
 ) -> Callable[[DataFrame], DataFrame]:
     """The stale-id report's exact second pass over ``paths``: candidates -> their late single uses.
 
-    Only blocks of lines that hold one of the candidates' ids (or a ``\\u`` escape, which could spell
-    one) are parsed, so the pass costs about a read of the files; it runs only when some use group
-    straddles a recreation (:func:`kgate.pipeline.reports.stale_ids`), usually never.
+    Parquet files are read again by Spark (:func:`kgate.pipeline.rollup.uses`: only the columns the
+    pass needs); of JSON lines only blocks that hold one of the candidates' ids (or a ``\\u`` escape,
+    which could spell one) are parsed. It runs only when some use group straddles a recreation
+    (:func:`kgate.pipeline.reports.stale_ids`), usually never.
     """
     from functools import partial
 
-    from kgate.pipeline import partials, reports
+    from kgate.pipeline import partials, reports, rollup
+    from kgate.pipeline.decode import is_parquet
 
     files = list(paths)
 
     def exact(candidates: DataFrame) -> DataFrame:
         ids = sorted({r["topic_id"] for r in candidates.select("topic_id").distinct().collect()})
-        task = partial(partials.run_task, window=window, uses_of=ids)
+        unreadable = rollup.unreadable_parquet(files)
+        native = [p for p in files if is_parquet(p) and p not in unreadable]
+        lines = [p for p in files if not is_parquet(p)]
         # a file deleted since it was counted (``--follow``: retention) is skipped, not fatal; its
         # single uses are then missing from the exact count
-        uses = read_files(spark, files, skip_missing=True).mapInArrow(task, _spark_schema(partials.USES_SCHEMA))
-        return reports.late_uses(uses, candidates)
+        events = rollup.read_events(spark, native, skip_missing=True)
+        found = None if events is None else rollup.uses(events, ids, window)
+        if lines:
+            task = partial(partials.run_task, window=window, uses_of=ids)
+            more = read_files(spark, lines, skip_missing=True).mapInArrow(task, _spark_schema(partials.USES_SCHEMA))
+            found = more if found is None else found.unionByName(more)
+        if found is None:
+            found = spark.createDataFrame([], _spark_schema(partials.USES_SCHEMA))
+        return reports.late_uses(found, candidates)
 
     return exact
 

@@ -1,10 +1,11 @@
 """From audit files to report tables in memory (Arrow), and from there to Parquet and CSV.
 
-One Spark job reads, parses and rolls the files up into every report's grain at once (each task
-aggregates its files in its Python worker, :mod:`kgate.pipeline.partials`; one hash aggregation
-merges the tasks', :func:`kgate.pipeline.reports.merge`); the roll-up is written once and
-every report is a small query on it, so the JSON is parsed once however many reports there are. The
-aggregated tables are small (hours x topics, clients, instances): they are brought to the driver as
+One Spark job reads, parses and rolls the files up into every report's grain at once (Parquet files
+natively in Spark, :mod:`kgate.pipeline.rollup`; JSON lines in its Python workers,
+:mod:`kgate.pipeline.partials`; one hash aggregation merges them, :func:`kgate.pipeline.reports.merge`);
+the roll-up is written once and every report is a small query on it, so the files are read once
+however many reports there are. The aggregated tables are small (hours x topics, clients, instances):
+they are brought to the driver as
 Arrow tables, written as CSV there, and as Parquet partitioned by day either there (a local output
 directory: no extra Spark job) or by Spark (``--tables`` on HDFS/S3).
 
@@ -125,27 +126,39 @@ def compute(
 
 def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
     """Read ``paths`` (already resolved files or URIs) and compute every report."""
+    from kgate.pipeline import rollup
+
     result = compute(ingest.read_partials(spark, paths, window), ingest.exact_uses(spark, paths, window))
     result.window = window
-    result.problems = with_empty_files(result.problems, paths)
+    result.problems = with_empty_files(result.problems, paths, rollup.unreadable_parquet(paths))
     return result
 
 
-def with_empty_files(problems: pa.Table, paths: Sequence[str]) -> pa.Table:
-    """``problems`` with a row of 0 lines for every local input file of 0 bytes: Spark's file sources
-    never hand an empty file to a task, so it would be missing from the inputs table. (A compressed
-    file without a line is listed by the workers themselves.)"""
+def with_empty_files(problems: pa.Table, paths: Sequence[str], unreadable: dict[str, str] | None = None) -> pa.Table:
+    """``problems`` with a row for every local input file no line came from: 0 lines (an empty file, a
+    Parquet file of 0 rows: Spark's readers hand over no row for them, so they would be missing from
+    the inputs table), or one malformed line for a Parquet file left out as ``unreadable`` (path ->
+    why, :func:`kgate.pipeline.rollup.unreadable_parquet`)."""
+    from urllib.parse import unquote
+
     import pyarrow as pa
 
-    listed = set(problems.column("file").to_pylist())
-    empty = [
-        p for p in paths if not ingest._is_uri(p) and os.path.isfile(p) and os.path.getsize(p) == 0 and p not in listed
-    ]
-    if not empty:
+    unreadable = unreadable or {}
+    listed = {unquote(f) for f in problems.column("file").to_pylist()}
+    missing = [p for p in paths if not ingest._is_uri(p) and p not in listed and os.path.isfile(p)]
+    if not missing:
         return problems
     rows = [
-        {"file": p, "lines": 0, "ok": 0, "malformed": 0, "unknown_schema": 0, "unknown_versions": "", "sample": None}
-        for p in empty
+        {
+            "file": p,
+            "lines": 1 if p in unreadable else 0,
+            "ok": 0,
+            "malformed": 1 if p in unreadable else 0,
+            "unknown_schema": 0,
+            "unknown_versions": "",
+            "sample": unreadable.get(p),
+        }
+        for p in missing
     ]
     return pa.concat_tables([problems, pa.Table.from_pylist(rows, schema=problems.schema)])
 

@@ -182,6 +182,7 @@ def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> li
             hidden = d / f".kgate-audit-{n}.jsonl"
             hidden.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in reversed(part)))
             convert_file(hidden)
+        (d / "broken.parquet").write_bytes(b"PAR1 not really")  # counted as one malformed line, never fatal
     else:
         write_events(d / "a.jsonl", list(reversed(thirds[0])), extra_lines=["garbage", '{"schema": 9}'])
         write_events(d / "b.jsonl.gz", thirds[1])
@@ -522,9 +523,33 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
     files = {Path(r["file"]).name: (r["ok"], r["malformed"] + r["unknown_schema"]) for r in t["input_files"]}
     assert sum(ok for ok, _ in files.values()) == len(events)
     assert files["empty.jsonl"] == (0, 0)
+    if as_parquet:
+        assert files["broken.parquet"] == (0, 1)
     if not as_parquet:
         assert files["a.jsonl"][1] == 2
         # the damaged gzip: its readable lines counted, the damage one malformed line
         readable = sum(1 for e in events if e["client"]["id"] == "cut-short")
         assert 0 < readable < 400
         assert files["damaged.jsonl.gz"] == (readable, 1)
+
+
+def test_parquet_reaches_the_roll_up_without_a_python_worker(spark: Any, tmp_path: Path) -> None:
+    """Parquet audit files are read by Spark's own Parquet reader and rolled up in SQL expressions:
+    no ``mapInArrow`` (nor any Python UDF) in the plan; JSON lines still take the Python map side.
+    (Only the plans are built: nothing runs.)"""
+    from kgate.pipeline import ingest
+
+    d = tmp_path / "in"
+    _write_inputs(d, _fleet()[:30], as_parquet=True)
+    parquet = [str(p) for p in d.glob("*.parquet") if p.name != "broken.parquet"]
+    write_events(tmp_path / "a.jsonl", _fleet()[:5])
+
+    def plan(paths: list[str]) -> str:
+        return str(ingest.read_partials(spark, paths)._jdf.queryExecution().executedPlan().toString())
+
+    native = plan(parquet)
+    assert "FileScan parquet" in native
+    assert "MapInArrow" not in native, native
+    assert "Python" not in native, native
+    assert "ArrowEval" not in native, native
+    assert "MapInArrow" in plan([str(tmp_path / "a.jsonl")])
