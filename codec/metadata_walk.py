@@ -20,6 +20,7 @@ import struct
 from uuid import UUID
 
 from kgate.codec.errors import CodecError
+from kgate.codec.primitives import read_uvarint, skip_tagged, uvarint_bytes
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -69,7 +70,7 @@ class MetadataAnswer:
         body = self.body
         kept = [t for i, t in enumerate(self.topics) if i not in drop]
         n = len(kept)
-        count = _uvarint(n + 1) if self.version >= 9 else _I32.pack(n)
+        count = uvarint_bytes(n + 1) if self.version >= 9 else _I32.pack(n)
         parts = [body[: self.count_at], count]
         # consecutive kept topics go as one slice
         run_start = -1
@@ -87,45 +88,9 @@ class MetadataAnswer:
         return b"".join(parts)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _uv(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result, shift = b & 0x7F, 7
-    while True:
-        pos += 1
-        b = buf[pos]
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos + 1
-        shift += 7
-        if shift > 28:
-            raise CodecError("unsigned varint longer than 5 bytes")
-
-
-def _skip_tags(buf: bytes | memoryview, pos: int) -> int:
-    if buf[pos] == 0:  # no tagged fields: nearly always
-        return pos + 1
-    count, pos = _uv(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uv(buf, pos)
-        size, pos = _uv(buf, pos)
-        pos += size
-    return pos
-
-
 def _string(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[str | None, int]:
     if flexible:
-        n, pos = _uv(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         n -= 1
     else:
         n = _I16.unpack_from(buf, pos)[0]
@@ -140,7 +105,7 @@ def _string(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[str | No
 
 def _skip_string(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
     if flexible:
-        n, pos = _uv(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return pos + max(n - 1, 0)
     n = _I16.unpack_from(buf, pos)[0]
     return pos + 2 + max(n, 0)
@@ -149,7 +114,7 @@ def _skip_string(buf: bytes | memoryview, pos: int, flexible: bool) -> int:
 def _count(buf: bytes | memoryview, pos: int, flexible: bool) -> tuple[int, int]:
     """An array's length (-1: null) and where its first element starts."""
     if flexible:
-        n, pos = _uv(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     return _I32.unpack_from(buf, pos)[0], pos + 4
 
@@ -209,7 +174,7 @@ def _answer(buf: bytes | memoryview, version: int) -> MetadataAnswer:  # noqa: C
         if version >= 1:
             pos = _skip_string(buf, pos, flexible)  # rack
         if flexible:
-            pos = _skip_tags(buf, pos)
+            pos = skip_tagged(buf, pos)
     if version >= 2:
         pos = _skip_string(buf, pos, flexible)  # cluster_id
     if version >= 1:
@@ -236,7 +201,7 @@ def _answer(buf: bytes | memoryview, version: int) -> MetadataAnswer:  # noqa: C
             if parts < 0x80:
                 pos += 1
             else:
-                parts, pos = _uv(buf, pos)
+                parts, pos = read_uvarint(buf, pos)
             parts -= 1
             for _ in range(parts):
                 pos += fixed
@@ -245,13 +210,13 @@ def _answer(buf: bytes | memoryview, version: int) -> MetadataAnswer:  # noqa: C
                     if k < 0x80:
                         pos += 1
                     else:
-                        k, pos = _uv(buf, pos)
+                        k, pos = read_uvarint(buf, pos)
                     if k > 1:
                         pos += 4 * (k - 1)
                 if buf[pos] == 0:
                     pos += 1
                 else:
-                    pos = _skip_tags(buf, pos)
+                    pos = skip_tagged(buf, pos)
         else:
             parts = unpack32(buf, pos)[0]
             pos += 4
@@ -270,7 +235,7 @@ def _answer(buf: bytes | memoryview, version: int) -> MetadataAnswer:  # noqa: C
             if buf[pos] == 0:
                 pos += 1
             else:
-                pos = _skip_tags(buf, pos)
+                pos = skip_tagged(buf, pos)
         if pos > size or len(raw) != (16 if version >= 10 else 0):
             raise CodecError("topic runs past the end of the body")
         topics.append(TopicSpan(start, pos, code, name, raw, operations))
@@ -281,7 +246,7 @@ def _answer(buf: bytes | memoryview, version: int) -> MetadataAnswer:  # noqa: C
     if version >= 13:
         pos += 2  # error_code
     if flexible:
-        pos = _skip_tags(buf, pos)
+        pos = skip_tagged(buf, pos)
     if pos > size:
         raise CodecError("Metadata response runs past the end of the body")
     return answer
@@ -336,7 +301,7 @@ def _ask(buf: bytes | memoryview, version: int) -> MetadataAsk:
                 pos += 16
             name, pos = _string(buf, pos, flexible)
             if flexible:
-                pos = _skip_tags(buf, pos)
+                pos = skip_tagged(buf, pos)
             topics.append((name, topic_id))
         ask.topics = topics
     if version >= 4:
@@ -349,7 +314,7 @@ def _ask(buf: bytes | memoryview, version: int) -> MetadataAsk:
         ask.include_topic_operations = buf[pos] != 0
         pos += 1
     if flexible:
-        pos = _skip_tags(buf, pos)
+        pos = skip_tagged(buf, pos)
     if pos > len(buf):
         raise CodecError("Metadata request runs past the end of the body")
     return ask

@@ -27,9 +27,14 @@ pack = struct.pack
 
 
 def read_uvarint(buf, pos: int) -> tuple[int, int]:
-    """Decode an unsigned varint (at most 5 bytes) at ``pos``; return (value, new_pos)."""
-    result = 0
-    shift = 0
+    """Decode an unsigned varint (at most 5 bytes) at ``pos``; return (value, new_pos). Reading
+    past the end raises IndexError (callers that know the frame's end check it themselves)."""
+    b = buf[pos]
+    if b < 0x80:  # lengths, counts and tags below 128: nearly all of them
+        return b, pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
     while True:
         b = buf[pos]
         pos += 1
@@ -39,6 +44,20 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 28:
             raise CodecError("unsigned varint longer than 5 bytes")
+
+
+def skip_tagged(buf, pos: int) -> int:
+    """Position after a tagged-field section at ``pos`` (nearly always the single byte 0). Reads
+    past the end raise IndexError; a caller reading on from the returned position finds an overrun."""
+    n = buf[pos]
+    if n == 0:
+        return pos + 1
+    n, pos = read_uvarint(buf, pos)
+    for _ in range(n):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+    return pos
 
 
 def uvarint_bytes(value: int) -> bytes:

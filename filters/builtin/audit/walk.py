@@ -10,7 +10,7 @@ but the facts.
 Exactness: each walks the *whole* message (every field of the version, to the end), so a frame
 the generated decoder would reject as truncated is rejected here too (``WireError``, or
 IndexError / struct.error from a read past the end), and the caller then builds the event the old
-way (event.py): the event is the same whichever path made it (tests/filters/
+way (event.py): the event is the same whichever path made it (tests/filters/audit/
 test_audit_walk.py compares both on every Produce, Fetch and Metadata frame of the recorded
 corpus and on hand-made edge cases). A frame is only ever read, never copied (records are counted
 in place, audit_wire.count_records). What these do not check, unlike the decoder: that strings
@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
+from kgate.codec.primitives import read_uvarint, skip_tagged
 from kgate.filters.builtin.audit.wire import WireError, count_records
 
 _I16 = struct.Struct(">h").unpack_from
@@ -35,40 +36,13 @@ _ZERO16 = bytes(16)
 _UUIDS: dict[bytes, UUID] = {}  # raw id -> UUID (a UUID() is slow Python; a topic's id never changes)
 
 
-def _uvarint(buf: bytes | memoryview, p: int) -> tuple[int, int]:
-    """An unsigned varint at ``p`` of more than one byte (the one-byte case is inlined)."""
-    value = shift = 0
-    while True:
-        b = buf[p]
-        p += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, p
-        shift += 7
-        if shift > 28:  # five bytes at most, as the codec reads a uvarint
-            raise WireError("varint too long")
-
-
-def _tags(buf: bytes | memoryview, p: int) -> int:
-    """Past a tagged-field section at ``p`` (nearly always the single byte 0)."""
-    n = buf[p]
-    if n == 0:
-        return p + 1
-    n, p = _uvarint(buf, p)
-    for _ in range(n):
-        _tag, p = _uvarint(buf, p)
-        size, p = _uvarint(buf, p)
-        p += size
-    return p
-
-
 def _len(buf: bytes | memoryview, p: int, flex: bool) -> tuple[int, int]:
     """An array or nullable bytes length (compact: varint - 1; classic: int32); -1 for null."""
     if flex:
         n = buf[p]
         if n < 0x80:
             return n - 1, p + 1
-        n, p = _uvarint(buf, p)
+        n, p = read_uvarint(buf, p)
         return n - 1, p
     return _I32(buf, p)[0], p + 4
 
@@ -79,7 +53,7 @@ def _slen(buf: bytes | memoryview, p: int, flex: bool) -> tuple[int, int]:
         n = buf[p]
         if n < 0x80:
             return n - 1, p + 1
-        n, p = _uvarint(buf, p)
+        n, p = read_uvarint(buf, p)
         return n - 1, p
     return _I16(buf, p)[0], p + 2
 
@@ -139,7 +113,7 @@ def request_header(buf: bytes | memoryview, header_version: int) -> tuple[str | 
         client_id = str(buf[p : p + n], "utf-8", "replace")
         p += n
     if header_version >= 2:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return client_id, p
 
@@ -178,12 +152,12 @@ def produce_request(buf: bytes | memoryview, p: int, v: int) -> list[ProduceTopi
             elif size < -1:
                 raise WireError("bad records length")
             if flex:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
         if flex:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         out.append((key, nparts, nbytes, records))
     if flex:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return out
 
@@ -213,17 +187,17 @@ def produce_response(buf: bytes | memoryview, p: int, v: int) -> list[tuple[str 
                 for _ in range(nerr):
                     p = _skip_str(buf, p + 4, flex, True)  # batch_index, message
                     if flex:
-                        p = _tags(buf, p)
+                        p = skip_tagged(buf, p)
                 p = _skip_str(buf, p, flex, True)  # error_message
             if flex:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
         if flex:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         out.append((key, codes))
     if v >= 1:
         p += 4  # throttle_time_ms
     if flex:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return out
 
@@ -247,8 +221,8 @@ def fetch_request(buf: bytes | memoryview, p: int, v: int) -> list[tuple[str | U
         nparts, p = _count(buf, p, flex)
         if flex:
             for _ in range(nparts):
-                p = _tags(buf, p + part)
-            p = _tags(buf, p)
+                p = skip_tagged(buf, p + part)
+            p = skip_tagged(buf, p)
         else:
             p += nparts * part
         out.append((key, nparts))
@@ -262,11 +236,11 @@ def fetch_request(buf: bytes | memoryview, p: int, v: int) -> list[tuple[str | U
             n, p = _count(buf, p, flex)
             p += 4 * n
             if flex:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
     if v >= 11:
         p = _skip_str(buf, p, flex, False)  # rack_id
     if flex:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return out
 
@@ -308,7 +282,7 @@ def fetch_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, list[F
             for _ in range(max(naborted, 0)):
                 p += 16
                 if flex:
-                    p = _tags(buf, p)
+                    p = skip_tagged(buf, p)
             if v >= 11:
                 p += 4  # preferred_read_replica
             size, p = _len(buf, p, flex)
@@ -322,12 +296,12 @@ def fetch_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, list[F
             elif size < -1:
                 raise WireError("bad records length")
             if flex:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
         if flex:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         out.append((key, nparts, nbytes, records, codes))
     if flex:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return top, out
 
@@ -356,12 +330,12 @@ def metadata_request(buf: bytes | memoryview, p: int, v: int) -> list[str | UUID
             if key is None:
                 key = name
         if flex:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         if key is not None:
             out.append(key)
     p += (1 if v >= 4 else 0) + (1 if 8 <= v <= 10 else 0) + (1 if v >= 8 else 0)
     if flex:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return out
 
@@ -379,7 +353,7 @@ def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, lis
         p = _skip_str(buf, p + 4, flex, False) + 4  # node_id, host, port
         p = _skip_str(buf, p, flex, True)  # rack
         if flex:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
     if v >= 2:
         p = _skip_str(buf, p, flex, True)  # cluster_id
     p += 4  # controller_id
@@ -409,11 +383,11 @@ def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, lis
                 n, p = _count(buf, p, flex)
                 p += 4 * n
             if flex:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
         if v >= 8:
             p += 4  # topic_authorized_operations
         if flex:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         out.append((key, codes))
     if 8 <= v <= 10:
         p += 4  # cluster_authorized_operations
@@ -422,7 +396,7 @@ def metadata_response(buf: bytes | memoryview, p: int, v: int) -> tuple[int, lis
         top = _I16(buf, p)[0]
         p += 2
     if flex:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     _end(buf, p)
     return top, out
 
@@ -436,7 +410,7 @@ def _produce_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[Produ
     end = len(buf)
     n = buf[p]  # transactional_id
     if n & 0x80:
-        n, p = _uvarint(buf, p)
+        n, p = read_uvarint(buf, p)
     else:
         p += 1
     p += max(n - 1, 0) + 6  # the id, acks, timeout_ms
@@ -471,7 +445,7 @@ def _produce_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[Produ
             p += 4  # index
             size = buf[p]
             if size & 0x80:
-                size, p = _uvarint(buf, p)
+                size, p = read_uvarint(buf, p)
             else:
                 p += 1
             size -= 1
@@ -483,16 +457,16 @@ def _produce_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[Produ
                 records = -1 if counted < 0 or records < 0 else records + counted
                 p += size
             if buf[p]:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
             else:
                 p += 1
         if buf[p]:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         else:
             p += 1
         out.append((key, nparts, nbytes, records))
     if buf[p]:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     else:
         p += 1
     if p > end:
@@ -538,27 +512,27 @@ def _produce_response_flex(buf: bytes | memoryview, p: int, v: int) -> list[tupl
                 nerr, p = _count(buf, p, True)
                 for _ in range(nerr):
                     p = _skip_str(buf, p + 4, True, True)  # batch_index, message
-                    p = _tags(buf, p)
+                    p = skip_tagged(buf, p)
             else:
                 p += 1
             n = buf[p]  # error_message
             if n & 0x80:
-                n, p = _uvarint(buf, p)
+                n, p = read_uvarint(buf, p)
             else:
                 p += 1
             p += max(n - 1, 0)
             if buf[p]:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
             else:
                 p += 1
         if buf[p]:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         else:
             p += 1
         out.append((key, codes))
     p += 4  # throttle_time_ms
     if buf[p]:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     else:
         p += 1
     if p > len(buf):
@@ -586,11 +560,11 @@ def _fetch_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[tuple[s
         for _ in range(nparts):
             p += part
             if buf[p]:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
             else:
                 p += 1
         if buf[p]:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         else:
             p += 1
         out.append((key, nparts))
@@ -598,9 +572,9 @@ def _fetch_request_flex(buf: bytes | memoryview, p: int, v: int) -> list[tuple[s
     for _ in range(nforgot):
         p = p + 16 if by_id else _skip_str(buf, p, True, False)
         n, p = _count(buf, p, True)
-        p = _tags(buf, p + 4 * n)
+        p = skip_tagged(buf, p + 4 * n)
     p = _skip_str(buf, p, True, False)  # rack_id
-    p = _tags(buf, p)
+    p = skip_tagged(buf, p)
     if p > len(buf):
         raise WireError("frame ends early")
     return out
@@ -635,13 +609,13 @@ def _fetch_response_flex(buf: bytes | memoryview, p: int, v: int) -> tuple[int, 
             if naborted > 0:
                 naborted, p = _len(buf, p, True)
                 for _ in range(naborted):
-                    p = _tags(buf, p + 16)
+                    p = skip_tagged(buf, p + 16)
             else:
                 p += 1
             p += 4  # preferred_read_replica
             size = buf[p]
             if size & 0x80:
-                size, p = _uvarint(buf, p)
+                size, p = read_uvarint(buf, p)
             else:
                 p += 1
             size -= 1
@@ -653,16 +627,16 @@ def _fetch_response_flex(buf: bytes | memoryview, p: int, v: int) -> tuple[int, 
                 records = -1 if counted < 0 or records < 0 else records + counted
                 p += size
             if buf[p]:
-                p = _tags(buf, p)
+                p = skip_tagged(buf, p)
             else:
                 p += 1
         if buf[p]:
-            p = _tags(buf, p)
+            p = skip_tagged(buf, p)
         else:
             p += 1
         out.append((key, nparts, nbytes, records, codes))
     if buf[p]:
-        p = _tags(buf, p)
+        p = skip_tagged(buf, p)
     else:
         p += 1
     if p > end:
@@ -679,7 +653,7 @@ def _metadata_response_flex(  # noqa: C901 - straight-line walker
     for _ in range(nbrokers):
         p = _skip_str(buf, p + 4, True, False) + 4  # node_id, host, port
         p = _skip_str(buf, p, True, True)  # rack
-        p = p + 1 if buf[p] == 0 else _tags(buf, p)
+        p = p + 1 if buf[p] == 0 else skip_tagged(buf, p)
     p = _skip_str(buf, p, True, True) + 4  # cluster_id, controller_id
     out: list[tuple[str | UUID | None, list[int]]] = []
     ntopics, p = _count(buf, p, True)
@@ -688,7 +662,7 @@ def _metadata_response_flex(  # noqa: C901 - straight-line walker
         codes = [_I16(buf, p)[0]]
         n = buf[p + 2]
         if n & 0x80:
-            n, p = _uvarint(buf, p + 2)
+            n, p = read_uvarint(buf, p + 2)
         else:
             p += 3
         n -= 1
@@ -720,9 +694,9 @@ def _metadata_response_flex(  # noqa: C901 - straight-line walker
                 else:
                     p += 1
                 p += 4 * n
-            p = p + 1 if buf[p] == 0 else _tags(buf, p)
+            p = p + 1 if buf[p] == 0 else skip_tagged(buf, p)
         p += 4  # topic_authorized_operations
-        p = p + 1 if buf[p] == 0 else _tags(buf, p)
+        p = p + 1 if buf[p] == 0 else skip_tagged(buf, p)
         out.append((key, codes))
     if v <= 10:
         p += 4  # cluster_authorized_operations
@@ -730,7 +704,7 @@ def _metadata_response_flex(  # noqa: C901 - straight-line walker
     if v >= 13:
         top = _I16(buf, p)[0]
         p += 2
-    p = _tags(buf, p)
+    p = skip_tagged(buf, p)
     if p > end:
         raise WireError("frame ends early")
     return top, out

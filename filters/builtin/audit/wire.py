@@ -19,6 +19,8 @@ from bisect import bisect_right
 from typing import Any, overload
 from uuid import UUID
 
+from kgate.codec.primitives import read_uvarint, skip_tagged
+
 TopicFacts = tuple["str | UUID", int, int, int, list[int]]
 
 
@@ -152,7 +154,7 @@ class _Reader:
             if not b & 0x80:
                 return value
             shift += 7
-            if shift > 28:  # five bytes at most, as the codec reads a uvarint
+            if shift > 35:
                 raise WireError("varint too long")
 
     def length(self) -> int:
@@ -229,7 +231,7 @@ def request_body_offset(buf: Buffer, header_version: int) -> int:
             n = _I16.unpack_from(buf, 12)[0]
             pos = 14 + max(n, 0)
             if header_version >= 2:
-                pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                pos = pos + 1 if buf[pos] == 0 else skip_tagged(buf, pos)
         except (struct.error, IndexError):
             raise WireError("frame ends early") from None
         return pos
@@ -380,7 +382,7 @@ def fetch_response_topics(
 
 # -- per-topic record bytes of a contiguous frame, fast (the per-topic metrics, on the event loop)
 #
-# The same walk as ``produce_request_topics`` / ``fetch_response_topics`` (tests/unit/
+# The same walk as ``produce_request_topics`` / ``fetch_response_topics`` (tests/filters/audit/
 # test_audit_wire_fast.py checks they agree over every version), written out with the field reads
 # inline instead of one method call each, well under half the generic walk's CPU for a Produce
 # or a Fetch answer (docs/performance.md, "Figures moved out of code comments"). Only for a frame
@@ -390,35 +392,13 @@ _i16 = _I16.unpack_from
 _i32 = _I32.unpack_from
 
 
-def _uvarint_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 28:  # five bytes at most, as the codec reads a uvarint
-            raise WireError("varint too long")
-
-
-def _skip_tags(buf: bytes | memoryview, pos: int) -> int:
-    count, pos = _uvarint_at(buf, pos)
-    for _ in range(count):
-        _tag, pos = _uvarint_at(buf, pos)
-        size, pos = _uvarint_at(buf, pos)
-        pos += size
-    return pos
-
-
 def _length_at(buf: bytes | memoryview, pos: int, flex: bool) -> tuple[int, int]:
     """An array or nullable bytes length (-1 for null) and the position after it."""
     if flex:
         b = buf[pos]
         if b < 0x80:
             return b - 1, pos + 1
-        n, pos = _uvarint_at(buf, pos)
+        n, pos = read_uvarint(buf, pos)
         return n - 1, pos
     return _i32(buf, pos)[0], pos + 4
 
@@ -460,9 +440,9 @@ def produce_topic_bytes(buf: bytes | memoryview, pos: int, version: int) -> list
                     nbytes += size
                     pos += size
                 if flex:
-                    pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                    pos = pos + 1 if buf[pos] == 0 else skip_tagged(buf, pos)
             if flex:
-                pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                pos = pos + 1 if buf[pos] == 0 else skip_tagged(buf, pos)
             out.append((key, nbytes))
     except (struct.error, IndexError) as exc:
         raise WireError(f"frame ends early: {exc}") from None
@@ -491,7 +471,7 @@ def fetch_topic_bytes(buf: bytes | memoryview, pos: int, version: int) -> list[t
                     for _ in range(aborted):
                         pos += 16
                         if flex:
-                            pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                            pos = pos + 1 if buf[pos] == 0 else skip_tagged(buf, pos)
                 if version >= 11:
                     pos += 4  # preferred_read_replica
                 size, pos = _length_at(buf, pos, flex)
@@ -499,9 +479,9 @@ def fetch_topic_bytes(buf: bytes | memoryview, pos: int, version: int) -> list[t
                     nbytes += size
                     pos += size
                 if flex:
-                    pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                    pos = pos + 1 if buf[pos] == 0 else skip_tagged(buf, pos)
             if flex:
-                pos = pos + 1 if buf[pos] == 0 else _skip_tags(buf, pos)
+                pos = pos + 1 if buf[pos] == 0 else skip_tagged(buf, pos)
             out.append((key, nbytes))
     except (struct.error, IndexError) as exc:
         raise WireError(f"frame ends early: {exc}") from None
