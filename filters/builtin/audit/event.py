@@ -36,6 +36,7 @@ from kgate.api import TOPIC_LISTS, ConnectionInfo, TopicNameError, topic_key
 from kgate.codec import api
 from kgate.codec.generated.api_keys import DELETE_TOPICS, FETCH, METADATA, PRODUCE
 from kgate.codec.headers import HeaderError, response_body_offset
+from kgate.codec.primitives import skip_tagged
 from kgate.filters.answer_errors import top_error_code
 from kgate.filters.builtin.audit import walk as walk
 from kgate.filters.builtin.audit.wire import (
@@ -450,7 +451,7 @@ def _response_body(answer: bytes | memoryview, key: int, version: int) -> int:
     """Where an answer's body starts: after the correlation id (and header v1's tag section)."""
     if _header_versions(key, version)[1] == 0:
         return 8
-    return 9 if answer[8] == 0 else walk._tags(answer, 8)
+    return 9 if answer[8] == 0 else skip_tagged(answer, 8)
 
 
 def _fetched(f: _Facts, facts: Iterable[tuple[str | UUID, int, int, int, list[int]]]) -> None:
