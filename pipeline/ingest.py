@@ -18,10 +18,9 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kgate.codec.error_codes import ErrorCode
+from kgate.pipeline.window import ALL_TIME, Window
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,8 +29,6 @@ if TYPE_CHECKING:
 
 #: File names a directory given as input contributes (the active file and rotated gzip files).
 AUDIT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".gz", ".parquet")
-#: Answer codes that mean "this topic id no longer exists" (deleted, maybe recreated under a new id).
-GONE_ID_ERRORS = (int(ErrorCode.UNKNOWN_TOPIC_ID), int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
 
 
 class InputError(ValueError):
@@ -88,18 +85,6 @@ def resolve_inputs(specs: Sequence[str]) -> list[str]:
         else:
             raise InputError(f"{spec}: no such file or directory")
     return list(dict.fromkeys(os.path.abspath(p) if not _is_uri(p) else p for p in paths))
-
-
-@dataclass(frozen=True)
-class Window:
-    """``--since`` / ``--until`` as microseconds since the epoch (``until`` exclusive); None: open."""
-
-    since_us: int | None = None
-    until_us: int | None = None
-
-
-#: No --since, no --until.
-ALL_TIME = Window()
 
 
 def read_files(spark: SparkSession, paths: Iterable[str], skip_missing: bool = False) -> DataFrame:

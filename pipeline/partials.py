@@ -34,7 +34,6 @@ from kgate.codec.error_codes import ErrorCode
 from kgate.codec.generated.api_keys import FETCH, PRODUCE, ApiKey
 from kgate.pipeline import decode
 from kgate.pipeline.decode import BadLine
-from kgate.pipeline.ingest import ALL_TIME, GONE_ID_ERRORS, Window
 from kgate.pipeline.outcomes import normal_mask
 from kgate.pipeline.reports import (
     ALL_SLOTS,
@@ -46,6 +45,7 @@ from kgate.pipeline.reports import (
     SLOTS,
 )
 from kgate.pipeline.schema import MALFORMED, OK, SCHEMA_VERSION, UNKNOWN_SCHEMA
+from kgate.pipeline.window import ALL_TIME, GONE_ID_ERRORS, Window
 
 DAY_US, HOUR_US, MINUTE_US = 86_400_000_000, 3_600_000_000, 60_000_000
 #: A grain's partial rows are combined (re-aggregated) when they pass this many; rows per task stay

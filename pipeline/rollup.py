@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from kgate.codec.error_codes import ErrorCode
 from kgate.codec.generated.api_keys import ApiKey
-from kgate.pipeline.ingest import ALL_TIME, GONE_ID_ERRORS, Window
 from kgate.pipeline.outcomes import ANY_API, PER_API
 from kgate.pipeline.reports import (
     ALL_SLOTS,
@@ -40,6 +39,7 @@ from kgate.pipeline.reports import (
     SLOTS,
 )
 from kgate.pipeline.schema import MALFORMED, OK, SCHEMA_VERSION, UNKNOWN_SCHEMA
+from kgate.pipeline.window import ALL_TIME, GONE_ID_ERRORS, Window
 
 if TYPE_CHECKING:
     import pyarrow as pa

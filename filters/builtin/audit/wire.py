@@ -154,7 +154,7 @@ class _Reader:
             if not b & 0x80:
                 return value
             shift += 7
-            if shift > 35:
+            if shift > 28:  # five bytes at most, as the codec (and Kafka) allow
                 raise WireError("varint too long")
 
     def length(self) -> int:

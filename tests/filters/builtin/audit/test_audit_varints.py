@@ -1,8 +1,9 @@
-"""The audit walkers' inlined varint readers agree with the codec's ``read_uvarint``.
+"""The audit reader's one varint copy agrees with the codec's ``read_uvarint``.
 
-The audit walkers keep their own copies on their hot path (tests/unit/test_layering.py lists
-them); this holds each copy to the codec's reader on every value a Kafka length can take, and
-checks that a varint longer than five bytes is refused, as the codec refuses it.
+The audit walkers read varints with ``kgate.codec.primitives``; ``wire._Reader.uvarint`` keeps a
+copy because it reads through ``byte()`` and so also serves frames split across reads
+(tests/unit/test_layering.py allows it by name). This holds it to the codec's reader on every value
+a Kafka length can take, and checks that a varint longer than five bytes is refused by both.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from kgate.codec import primitives
 from kgate.codec.errors import CodecError
-from kgate.filters.builtin.audit import walk, wire
+from kgate.filters.builtin.audit import wire
 
 u32 = st.integers(min_value=0, max_value=0xFFFFFFFF)
 
@@ -23,8 +24,6 @@ def _readers(buf: bytes, pos: int) -> dict[str, tuple[int, int]]:
     value = reader.uvarint()
     return {
         "codec": primitives.read_uvarint(buf, pos),
-        "walk._uvarint": walk._uvarint(buf, pos),
-        "wire._uvarint_at": wire._uvarint_at(buf, pos),
         "wire._Reader.uvarint": (value, reader.pos),
     }
 
@@ -41,9 +40,5 @@ def test_a_varint_longer_than_five_bytes_is_refused_by_each() -> None:
     buf = b"\x80" * 5 + b"\x01"
     with pytest.raises(CodecError):
         primitives.read_uvarint(buf, 0)
-    with pytest.raises(wire.WireError):
-        walk._uvarint(buf, 0)
-    with pytest.raises(wire.WireError):
-        wire._uvarint_at(buf, 0)
     with pytest.raises(wire.WireError):
         wire._Reader(buf, 0, True).uvarint()
