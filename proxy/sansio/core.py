@@ -63,7 +63,7 @@ from kgate.codec.headers import (
     frame as make_frame,
 )
 from kgate.codec.metadata_walk import metadata_answer
-from kgate.codec.peek import produce_prefix
+from kgate.codec.peek import ProducePrefix, produce_prefix
 from kgate.codec.tail_walk import WalkError
 from kgate.filters.chain import Decision, Verdict, peek_forwards, run_hooks
 from kgate.proxy.sansio import response_tail, rewrite
@@ -911,22 +911,12 @@ class ConnectionCore:
             return False
         if prefix.topic_count != 1:
             return False
-        peeked = api.API_INFO[PRODUCE].request_class(
-            transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
-        )
-        peeked.topic_data = [
-            TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
-        ]
         if header.client_id is not None:
             self.info.client_id = header.client_id
             self._client_raw = None
         ctx = MessageContext(self.cluster, self.info, PRODUCE, version, cid)
         ctx.frame_bytes = size + 4  # the quotas filter charges a Produce as it is read
-        try:
-            forwards = peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
-        except Exception:  # the full request will run the hook again and report its failure
-            forwards = False
-        if not forwards:
+        if not self._peek_forwards(prefix, version, ctx):
             self._declined = ctx  # the whole request's hooks get this context (``_request``)
             return False
         count.n += 1
@@ -1229,20 +1219,24 @@ class ConnectionCore:
             raise  # more of it to come
         if prefix.topic_count != 1:
             raise _HookedRequest
+        if not self._peek_forwards(prefix, version, ctx):  # the screens' context: a filter knows its counts
+            self._declined = ctx  # not peeked again on the filtered path
+            raise _HookedRequest
+        return ctx._state
+
+    def _peek_forwards(self, prefix: ProducePrefix, version: int, ctx: MessageContext) -> bool:
+        """Whether the Produce peek hooks forward a single-topic Produce from its prefix alone: they see
+        a request holding its first fields and its one topic, without partitions (raw and filtered path)."""
         peeked = api.API_INFO[PRODUCE].request_class(
             transactional_id=prefix.transactional_id, acks=prefix.acks, timeout_ms=prefix.timeout_ms
         )
         peeked.topic_data = [
             TopicProduceData(name=prefix.topic_name or "", topic_id=prefix.topic_id or _ZERO, partition_data=[])
         ]
-        try:  # the screens' context: a filter whose screen forwarded it knows (its counts)
-            forwards = peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
+        try:
+            return peek_forwards(self.chain.peek_hooks(PRODUCE, version), ctx, peeked)
         except Exception:  # the full request will run the hook again and report its failure
-            forwards = False
-        if not forwards:
-            self._declined = ctx  # not peeked again on the filtered path
-            raise _HookedRequest
-        return ctx._state
+            return False
 
     @staticmethod
     def _decode_quietly(frame: memoryview, api_key: int, version: int) -> Any:
