@@ -118,10 +118,17 @@ class AuditFiles:
             except OSError:
                 f.close()
                 raise
-            if _same_file(path, f.fileno()):
-                break
-            # another writer starting up took it for an empty orphan and removed it before our lock
-            f.close()
+            if not _same_file(path, f.fileno()):
+                # another writer starting up took it for an empty orphan and removed it before our lock
+                f.close()
+                continue
+            if any((self.directory / n).exists() for n in published):
+                # the writer that held this hidden name published it after our check above (a reload's
+                # old and new writers in one second): publishing ours would replace its file
+                f.close()
+                path.unlink(missing_ok=True)
+                continue
+            break
         self._file, self._path, self._size, self._opened = f, path, 0, time.monotonic()
 
     def rotate(self) -> None:

@@ -356,6 +356,40 @@ def test_a_file_taken_for_an_orphan_before_its_lock_is_not_written(
     assert (tmp_path / "kgate-audit-inst_1-20260101T000000Z-000002.jsonl").read_bytes() == b'{"ours":1}\n'
 
 
+def test_a_name_published_between_check_and_create_is_not_reused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload's old and new writers (one instance id, one second): the old one publishes its file
+    after the new one checked the name and before it created its hidden file. The new writer must
+    move on, not publish over the old file (CI lost the old chain's events to this once)."""
+    from kgate.filters.builtin.audit import files as audit_files
+
+    monkeypatch.setattr(audit_files.time, "strftime", lambda *a: "20260101T000000Z")
+    old = AuditFiles(tmp_path, "inst:1", 1 << 20, 3600, False)
+    old.write([b'{"old":1}\n'])
+    new = AuditFiles(tmp_path, "inst:1", 1 << 20, 3600, False)
+    real_open = open
+    published: list[bool] = []
+
+    def open_after_publish(path: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if mode == "xb" and not published:
+            old.close()  # the old writer renames its hidden file to the checked name, right now
+            published.append(True)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(audit_files, "open", open_after_publish, raising=False)
+    new.write([b'{"new":1}\n'])
+    new.close()
+    assert published
+    names = sorted(os.listdir(tmp_path))
+    assert names == [
+        "kgate-audit-inst_1-20260101T000000Z-000001.jsonl",
+        "kgate-audit-inst_1-20260101T000000Z-000002.jsonl",
+    ], names
+    assert (tmp_path / names[0]).read_bytes() == b'{"old":1}\n'
+    assert (tmp_path / names[1]).read_bytes() == b'{"new":1}\n'
+
+
 def test_full_queue_drops_and_counts_without_blocking(tmp_path: Path) -> None:
     counters = AuditCounters()
     w = _writer(tmp_path, counters, queue_size=10)  # not started: nothing drains the queue
