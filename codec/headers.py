@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from struct import Struct
 from typing import Final
 
+from kgate.codec.errors import CodecError
+from kgate.codec.primitives import read_uvarint as _read_uvarint
+from kgate.codec.primitives import uvarint_bytes
+
 _REQ_FIXED: Final = Struct(">hhi")  # api_key, api_version, correlation_id
 _INT32: Final = Struct(">i")
 _INT16: Final = Struct(">h")
@@ -44,29 +48,17 @@ def set_correlation_id(frame: bytearray | memoryview, correlation_id: int) -> No
 
 
 def read_uvarint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
-    """Unsigned varint at ``pos``; returns (value, next position)."""
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise HeaderError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 35:
-            raise HeaderError("varint longer than 5 bytes")
+    """codec.primitives.read_uvarint, its errors as HeaderError (headers come from clients)."""
+    try:
+        return _read_uvarint(buf, pos)
+    except IndexError:
+        raise HeaderError("truncated varint") from None
+    except CodecError as exc:
+        raise HeaderError(str(exc)) from None
 
 
 def write_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return uvarint_bytes(value)
 
 
 def skip_tagged_fields(buf: memoryview | bytes, pos: int) -> int:

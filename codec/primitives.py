@@ -72,6 +72,39 @@ def uvarint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
+def read_varlong(buf, pos: int) -> tuple[int, int]:
+    """Decode a signed zigzag varint (at most 10 bytes: records' lengths, deltas) at ``pos``;
+    return (value, new_pos). Reading past the end raises IndexError, as ``read_uvarint``."""
+    b = buf[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    result = b & 0x7F
+    shift = 7
+    pos += 1
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+        if shift > 63:
+            raise CodecError("signed varint longer than 10 bytes")
+
+
+def varlong_bytes(value: int) -> bytes:
+    """Encode a signed zigzag varint (-2**63 <= value < 2**63)."""
+    if value < -(1 << 63) or value >= 1 << 63:
+        raise CodecError(f"signed varint out of range: {value}")
+    v = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
+    return bytes(out)
+
+
 def write_tagged(out: bytearray, entries) -> None:
     """Write a tagged-field section from (tag, bytes-like) pairs already sorted by tag."""
     n = len(entries)

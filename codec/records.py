@@ -19,6 +19,9 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from kgate.codec.errors import CodecError
+from kgate.codec.primitives import read_varlong, varlong_bytes
+
 MAGIC = 2
 _HEADER = struct.Struct(">qiibIhiqqqhii")  # base offset .. record count
 HEADER_SIZE = _HEADER.size  # 61
@@ -57,29 +60,17 @@ def crc32c(data: bytes | memoryview) -> int:
 
 
 def _zigzag(value: int) -> bytes:
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return varlong_bytes(value)
 
 
 def _read_zigzag(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise RecordsError("truncated varint in a record")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise RecordsError("varint longer than 10 bytes in a record")
+    """codec.primitives.read_varlong, its errors as RecordsError (a record's bytes came from a client)."""
+    try:
+        return read_varlong(buf, pos)
+    except IndexError:
+        raise RecordsError("truncated varint in a record") from None
+    except CodecError as exc:
+        raise RecordsError(f"{exc} in a record") from None
 
 
 def _bytes_field(value: bytes | None) -> bytes:

@@ -381,7 +381,12 @@ _VARINT_ALLOWED = {
     # reads through ``byte()``, so one method serves _ChunkReader's frames split across reads too;
     # codec.primitives.read_uvarint indexes one contiguous buffer
     ("filters/builtin/audit/wire.py", "uvarint"),
+    # the generated walkers' interpreter reads a varint that may end in the next chunk: it stashes
+    # and resumes where codec.primitives.read_uvarint would raise IndexError
+    ("codec/tail_walk.py", "_walk"),
 }
+#: the one place varints are read and written by hand
+_VARINT_HOME = "codec/primitives.py"
 
 
 def _varint_code(tree: ast.AST) -> list[tuple[int, str]]:
@@ -403,13 +408,15 @@ def _varint_code(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("package", sorted(set(PACKAGES) - {"codec"}))
+@pytest.mark.parametrize("package", sorted(PACKAGES))
 def test_the_codec_owns_the_varint(package: str) -> None:
     """One varint, compact-length and tagged-field reader (kgate.codec.primitives), not one per
     layer: a second copy drifts (limits, errors) and each copy is another place to get it wrong."""
     wrong = []
     for path in _modules(package):
         rel = str(path.relative_to(REPO))
+        if rel == _VARINT_HOME:
+            continue
         for line, function in _varint_code(ast.parse(path.read_text(), rel)):
             if (rel, function) not in _VARINT_ALLOWED:
                 wrong.append(f"{rel}:{line}: {function}")
@@ -428,7 +435,7 @@ def test_the_varint_check_catches_what_it_is_for() -> None:
 def test_every_allowed_varint_copy_still_exists() -> None:
     """The allowance shrinks when a copy goes: a stale entry would admit a new copy by that name."""
     present = set()
-    for package in set(PACKAGES) - {"codec"}:
+    for package in PACKAGES:
         for path in _modules(package):
             rel = str(path.relative_to(REPO))
             present |= {(rel, f) for _, f in _varint_code(ast.parse(path.read_text(), rel))}
