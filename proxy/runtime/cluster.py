@@ -507,10 +507,11 @@ class VirtualCluster:
         kport = self._node_ports.get(node_id)
         return None if kport is None else (self.cfg.advertised_host, kport)
 
-    def served_nodes(self) -> list[tuple[int, str, int]]:
-        """Every node kgate routes, at its client-facing address: a Metadata answer that names no
-        broker (a fenced broker's, at the end of its controlled shutdown) is completed with these
-        (proxy/sansio/rewrite.py, ``fill_brokers``). Logged at most once per ``FILLED_LOG_EVERY_S``."""
+    def nodes_for_empty_answer(self) -> list[tuple[int, str, int]]:
+        """A Metadata answer named no broker (a fenced broker's, at the end of its controlled
+        shutdown): every node kgate routes, at its client-facing address, to complete it with
+        (proxy/sansio/rewrite.py, ``fill_brokers``). Counted, and logged at most once per
+        ``FILLED_LOG_EVERY_S``: called only for such answers, so the count is theirs."""
         nodes = []
         for node_id, (host, port) in self.upstream_nodes.items():
             addr = self.mapped_address(node_id, host, port)

@@ -92,9 +92,10 @@ class ClusterPort(HookServices, Protocol):
     def mapped_address(self, node_id: int, host: str, port: int) -> Address | None:
         """The client-facing address of a node already routed, learning nothing."""
 
-    def served_nodes(self) -> Sequence[tuple[int, str, int]]:
-        """Every node kgate routes, as (node id, client-facing host, port): what a Metadata answer
-        that names no broker is completed with (proxy/sansio/rewrite.py, ``fill_brokers``)."""
+    def nodes_for_empty_answer(self) -> Sequence[tuple[int, str, int]]:
+        """Called when a Metadata answer names no broker (proxy/sansio/rewrite.py, ``fill_brokers``):
+        every node kgate routes, as (node id, client-facing host, port), to complete it with. An
+        event as much as a query: the cluster counts and logs such answers here."""
 
     def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
         """A decoded response passing by (topic names to learn)."""

@@ -1567,7 +1567,7 @@ class ConnectionCore:
                             # call costs the Metadata round trip measurably compiled (docs/performance.md)
                             try:
                                 answer = self._answers.metadata(
-                                    data, ex.api_version, self._map_node, self.cluster.served_nodes
+                                    data, ex.api_version, self._map_node, self.cluster.nodes_for_empty_answer
                                 )
                             except (HeaderError, api.CodecError) as exc:
                                 self._undecodable_metadata(ex, exc)
@@ -1766,7 +1766,9 @@ class ConnectionCore:
         plan = ex.plan
         if plan is _BROKERS_ONLY:
             try:
-                answer = self._answers.metadata(frame, ex.api_version, self._map_node, self.cluster.served_nodes)
+                answer = self._answers.metadata(
+                    frame, ex.api_version, self._map_node, self.cluster.nodes_for_empty_answer
+                )
             except (HeaderError, api.CodecError) as exc:
                 self._undecodable_metadata(ex, exc)
                 return None
@@ -1821,7 +1823,7 @@ class ConnectionCore:
                 ex.response = frame  # only watched for topic names: pass it on untouched
             return
         changed = must_rewrite and rewrite.rewrite_message(
-            msg, api_key, version, self._map_node, self.cluster.served_nodes
+            msg, api_key, version, self._map_node, self.cluster.nodes_for_empty_answer
         )
         if changed:
             self.cluster.metrics.count_rewrite(api_key)
@@ -1879,7 +1881,7 @@ class ConnectionCore:
         self.cluster.observe_response(METADATA, version, walked, ex.request)
         answer: bytes | memoryview = frame if new is None else rewrite.reframe(frame, offset, new)  # type: ignore[arg-type]
         try:
-            answer = self._answers.metadata(answer, version, self._map_node, self.cluster.served_nodes)
+            answer = self._answers.metadata(answer, version, self._map_node, self.cluster.nodes_for_empty_answer)
         except (HeaderError, api.CodecError) as exc:
             self._undecodable_metadata(ex, exc)
             return None
@@ -1916,7 +1918,9 @@ class ConnectionCore:
                 # kgate itself.
                 msg = decision.message
                 cluster = self.cluster
-                rewrite.rewrite_message(msg, ex.api_key, ex.api_version, cluster.mapped_address, cluster.served_nodes)
+                rewrite.rewrite_message(
+                    msg, ex.api_key, ex.api_version, cluster.mapped_address, cluster.nodes_for_empty_answer
+                )
                 ex.response = rewrite.reframe(s.frame, s.offset, msg.encode(ex.api_version))
             elif s.changed:
                 ex.response = self._rewritten(ex, s.frame, s.offset, decision.message)
@@ -1941,7 +1945,9 @@ class ConnectionCore:
         if ex.api_key == METADATA:
             try:
                 cluster = self.cluster
-                return rewrite_brokers(frame, offset, ex.api_version, cluster.mapped_address, cluster.served_nodes)
+                return rewrite_brokers(
+                    frame, offset, ex.api_version, cluster.mapped_address, cluster.nodes_for_empty_answer
+                )
             except HeaderError:
                 pass  # decoded fine, so encoding it works too
         return rewrite.reframe(frame, offset, msg.encode(ex.api_version))

@@ -86,7 +86,7 @@ class FakeCluster:
         kport = self.node_ports.get(node_id) if node_id in self.upstream_nodes else None
         return None if kport is None else (HOST, kport)
 
-    def served_nodes(self) -> list[tuple[int, str, int]]:
+    def nodes_for_empty_answer(self) -> list[tuple[int, str, int]]:
         return [(n, HOST, self.node_ports[n]) for n in self.upstream_nodes if n in self.node_ports]
 
     def observe_response(self, api_key: int, version: int, msg: Any, request: Any = None) -> None:
