@@ -11,6 +11,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import types
 
 import pytest
@@ -257,15 +258,32 @@ _MAIN = threading.main_thread()
 sys.addaudithook(_audit)
 
 
+#: ``KGATE_TEST_TIMELINE=FILE``: each worker appends one JSON line per test (worker, node id, wall
+#: start and end, groups): what ``tools/suite_timeline.py`` reads to show each worker's chain
+_TIMELINE = os.environ.get("KGATE_TEST_TIMELINE")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     global _watching
     _watching = item.get_closest_marker("unit") is not None
     _unit_io.clear()
+    start = time.time()
     try:
         yield
     finally:
         _watching = False
+        if _TIMELINE:
+            mark = item.get_closest_marker("xdist_group")
+            row = {
+                "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+                "test": item.nodeid,
+                "start": start,
+                "end": time.time(),
+                "group": str(mark.args[0]) if mark is not None and mark.args else None,
+            }
+            with open(_TIMELINE, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
 
 
 @pytest.hookimpl(wrapper=True)

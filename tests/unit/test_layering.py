@@ -440,3 +440,40 @@ def test_every_allowed_varint_copy_still_exists() -> None:
             rel = str(path.relative_to(REPO))
             present |= {(rel, f) for _, f in _varint_code(ast.parse(path.read_text(), rel))}
     assert _VARINT_ALLOWED <= present, _VARINT_ALLOWED - present
+
+
+# -- where a package lives (docs/architecture.md, "Layout") -------------------------------------
+#: the packages the project's guide keeps at the repository's top, linked into ``kgate/``
+_TOP_LEVEL = {"codec", "config", "filters", "pipeline", "proxy"}
+#: what ``kgate/`` holds besides its packages
+_KGATE_FILES = {"__init__.py", "__main__.py", "py.typed"}
+
+
+def test_one_rule_for_where_a_package_lives() -> None:
+    """A package is a top-level folder linked into ``kgate/`` by a relative symlink when the guide
+    fixes it at the top, and a real folder under ``kgate/`` otherwise: never both, never a top-level
+    package left unlinked (it would be importable under a second name), nothing else in ``kgate/``."""
+    wrong = []
+    kgate = REPO / "kgate"
+    for entry in sorted(kgate.iterdir()):
+        name = entry.name
+        if name == "__pycache__" or name in _KGATE_FILES:
+            continue
+        if entry.is_symlink():
+            target = os.readlink(entry)
+            if name not in _TOP_LEVEL or target != f"../{name}":
+                wrong.append(f"kgate/{name} -> {target}: only {sorted(_TOP_LEVEL)} are linked, each to ../<name>")
+        elif entry.is_dir():
+            if name in _TOP_LEVEL or (REPO / name).exists():
+                wrong.append(f"kgate/{name}/: a real folder with a top-level twin")
+            elif not (entry / "__init__.py").is_file():
+                wrong.append(f"kgate/{name}/: not a package")
+        else:
+            wrong.append(f"kgate/{name}: only {sorted(_KGATE_FILES)} and packages belong here")
+    for name in sorted(_TOP_LEVEL):
+        if not (kgate / name).is_symlink():
+            wrong.append(f"{name}/: a top-level package not linked as kgate/{name}")
+    for entry in sorted(REPO.iterdir()):
+        if entry.is_dir() and (entry / "__init__.py").is_file() and entry.name not in _TOP_LEVEL | {"kgate"}:
+            wrong.append(f"{entry.name}/: a top-level package the layout does not name (docs/architecture.md)")
+    assert not wrong, "\n".join(wrong)
