@@ -130,8 +130,10 @@ def _uses_kafka(item: pytest.Item) -> bool:
 
 #: Spark test modules of the second Spark group: the Spark tests are over half the suite's test
 #: time, too much for one worker's chain; two groups (two SparkSessions) keep both cores busy
-#: to the end. Split by the summed time of one full run (each side ~2,700 s at load ~28)
-_SPARK2_MODULES = frozenset({"test_cli.py", "test_browser.py", "test_audit_report_e2e.py", "test_audit_records_e2e.py"})
+#: to the end. test_reports, test_cli and test_browser share the fleet's one report (a session
+#: fixture: one per worker), so they are on one side; split by the summed time of the touched
+#: modules run serially (about 160 s and 180 s at load ~10; tests/pipeline/conftest.py)
+_SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py", "test_oracle.py"})
 
 
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:

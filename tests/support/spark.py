@@ -108,12 +108,12 @@ def run_report(args: Sequence[str]) -> ReportRun:
         return built[-1]
 
     err = io.StringIO()
-    tables.build = build  # type: ignore[assignment]
+    tables.build = build
     try:
         with contextlib.redirect_stderr(err):
             status = main(["report", *args])
     finally:
-        tables.build = real  # type: ignore[assignment]
+        tables.build = real
         if _session is not None:  # the run set the CLI's SQL settings on the shared session
             for key, value in TEST_SQL.items():
                 _session.conf.set(key, value)
