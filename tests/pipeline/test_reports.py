@@ -367,13 +367,29 @@ def test_policy_denials(tables: dict[str, list[dict[str, Any]]]) -> None:
     assert (row["filter"], row["decision"], row["error_code"]) == ("topic-policy", "deny", 29)
 
 
-def test_time_window(spark: Any, fleet_dir: Path) -> None:
+#: ``windowed``'s --since/--until, and where its copy of the payments story starts (T0+1h): all of that
+#: copy but lagger's last use (+2h) is inside, so lagger's use groups straddle the newer id's first use
+WINDOW_SINCE, WINDOW_UNTIL, WINDOWED_PAY_T0 = T0 + HOUR, T0 + 2 * HOUR + 25 * S, T0 + HOUR
+
+
+@pytest.fixture(scope="module")
+def windowed(spark: Any, fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """One report with a time window (one Spark run, not two) over the fleet and a copy of the payments
+    story (``_recreated_payments``) from T0+1h on instances pay-a and pay-b: what the window does to the
+    fleet (test_time_window) and to the exact stale-id pass (test_stale_uses_...)."""
     from kgate.pipeline.ingest import Window
     from kgate.pipeline.tables import report_tables
 
-    t = report_tables(fleet_dir, spark, Window(since_us=T0 + HOUR, until_us=T0 + 2 * HOUR + 25 * S))
-    assert sum(r["requests"] for r in t["instances"]) == 3  # produce at +1h, carol and the first stale fetch
-    assert sum(r["lines"] for r in t["input_files"]) == 12  # the input is still read (and checked) whole
+    pay = _recreated_payments(tmp_path_factory.mktemp("windowed"), WINDOWED_PAY_T0, ("pay-a", "pay-b"))
+    return report_tables([str(fleet_dir), str(pay)], spark, Window(WINDOW_SINCE, WINDOW_UNTIL))
+
+
+def test_time_window(windowed: dict[str, list[dict[str, Any]]]) -> None:
+    fleet = {"kgate-a", "kgate-b"}  # the payments copy is on pay-a and pay-b, its files a.jsonl and b.jsonl.gz
+    # produce at +1h, carol and the first stale fetch
+    assert sum(r["requests"] for r in windowed["instances"] if r["instance"] in fleet) == 3
+    # the input is still read (and checked) whole
+    assert sum(r["lines"] for r in windowed["input_files"] if Path(r["file"]).name.startswith("audit-")) == 12
 
 
 #: Metadata latencies: the last two round into one bucket (3 significant digits)
@@ -402,11 +418,12 @@ def _day(us: int) -> dt.date:
     return dt.datetime.fromtimestamp(us / S, dt.UTC).date()
 
 
-def _recreated_payments(tmp: Path) -> Path:
-    """``payments`` recreated at PAY_T0+1h (id P2 first seen then); ``lagger`` keeps using the old id P1
+def _recreated_payments(tmp: Path, t0: int = PAY_T0, instances: tuple[str, str] = ("kgate-a", "kgate-b")) -> Path:
+    """``payments`` recreated at t0+1h (id P2 first seen then); ``lagger`` keeps using the old id P1
     *without errors* across that moment on two instances, so each of its use groups (per client,
     instance and day) has uses before and after: the roll-up's first/last use cannot tell how many are
-    stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included)."""
+    stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included).
+    From ``t0`` (on day 7 by default, apart from the other small stories) on ``instances`` (A, B)."""
     p1, p2 = "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA"
     a1, a2 = "Aud1AAAAAAAAAAAAAAAAAA", "Aud2AAAAAAAAAAAAAAAAAA"
 
@@ -420,39 +437,37 @@ def _recreated_payments(tmp: Path) -> Path:
             topics=[topic(name, tid, status="resolved", bytes=10, records=1)],
         )
 
+    ia, ib = instances
     d = tmp / "audit"
     write_events(
         d / "a.jsonl",
         [
-            use(PAY_T0 + 2 * HOUR, "lagger", "kgate-a", p1),  # written newest first
-            use(PAY_T0 + HOUR + 5 * S, "lagger", "kgate-a", p1),
-            use(PAY_T0 + HOUR, "carol", "kgate-a", p2),  # the new id appears: T
-            use(PAY_T0 + 20 * S, "early", "kgate-a", p1),
-            use(PAY_T0 + 10 * S, "lagger", "kgate-a", p1),
-            use(PAY_T0 + 3 * HOUR, "slow", "kgate-a", a1, "audits"),  # audits: A2 at PAY_T0+1h, slow on A1 only after
-            use(PAY_T0 + HOUR, "carol", "kgate-a", a2, "audits"),
-            use(PAY_T0 + 5 * S, "slow", "kgate-a", a1, "audits"),
+            use(t0 + 2 * HOUR, "lagger", ia, p1),  # written newest first
+            use(t0 + HOUR + 5 * S, "lagger", ia, p1),
+            use(t0 + HOUR, "carol", ia, p2),  # the new id appears: T
+            use(t0 + 20 * S, "early", ia, p1),
+            use(t0 + 10 * S, "lagger", ia, p1),
+            use(t0 + 3 * HOUR, "slow", ia, a1, "audits"),  # audits: A2 at t0+1h, slow on A1 only after
+            use(t0 + HOUR, "carol", ia, a2, "audits"),
+            use(t0 + 5 * S, "slow", ia, a1, "audits"),
         ],
     )
     write_events(
         d / "b.jsonl.gz",
         [
-            use(PAY_T0 + 30 * S, "lagger", "kgate-b", p1),
-            use(PAY_T0 + HOUR, "lagger", "kgate-b", p1),  # exactly at T: stale (at or after)
-            use(PAY_T0 + 3 * HOUR, "late", "kgate-b", p1),
+            use(t0 + 30 * S, "lagger", ib, p1),
+            use(t0 + HOUR, "lagger", ib, p1),  # exactly at T: stale (at or after)
+            use(t0 + 3 * HOUR, "late", ib, p1),
         ],
     )
     return d
 
 
 def test_stale_uses_across_the_recreation_are_counted_exactly(
-    small: dict[str, list[dict[str, Any]]], spark: Any, tmp_path: Path
+    small: dict[str, list[dict[str, Any]]], windowed: dict[str, list[dict[str, Any]]]
 ) -> None:
     """Only the uses at or after the newer id's first appearance are stale, even when the same client and
     instance used the old id before it too (a use group straddling that moment: counted again exactly)."""
-    from kgate.pipeline.ingest import Window
-    from kgate.pipeline.tables import report_tables
-
     stale = {(r["topic_name"], r["client_id"]): r for r in small["stale_ids"]}  # the other stories have no ids
     assert set(stale) == {("payments", "lagger"), ("payments", "late"), ("audits", "slow")}
     lag = stale["payments", "lagger"]
@@ -471,12 +486,11 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(
     slow = stale["audits", "slow"]  # a group wholly after its T: settled by the roll-up alone
     assert (slow["requests"], slow["first_seen"].timestamp()) == (1, (PAY_T0 + 3 * HOUR) / S)
 
-    # the exact pass honours the window like the roll-up: lagger's PAY_T0+2h use is outside it
-    windowed = report_tables(str(_recreated_payments(tmp_path)), spark, Window(until_us=PAY_T0 + 90 * 60 * S))[
-        "stale_ids"
-    ]
-    (lag,) = [r for r in windowed if r["client_id"] == "lagger"]
-    assert (lag["requests"], lag["last_seen"].timestamp()) == (2, (PAY_T0 + HOUR + 5 * S) / S)
+    # the exact pass honours the window like the roll-up: in the windowed run's copy of the story (from
+    # T0+1h, on pay-a and pay-b), lagger's +2h use is outside it
+    (lag,) = [r for r in windowed["stale_ids"] if r["client_id"] == "lagger"]
+    assert (lag["requests"], lag["instances"]) == (2, "pay-a,pay-b")
+    assert lag["last_seen"].timestamp() == (WINDOWED_PAY_T0 + HOUR + 5 * S) / S
 
 
 def test_exact_pass_from_a_store_of_partials_as_follow_does(spark: Any, tmp_path: Path) -> None:
