@@ -133,7 +133,7 @@ def _uses_kafka(item: pytest.Item) -> bool:
 #: to the end. test_reports, test_cli and test_browser share the fleet's one report (a session
 #: fixture: one per worker), so they are on one side; split by the summed time of the touched
 #: modules run serially (about 160 s and 180 s at load ~10; tests/pipeline/conftest.py)
-_SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py"})
+_SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py", "test_oracle.py"})
 
 
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
