@@ -131,8 +131,8 @@ def _uses_kafka(item: pytest.Item) -> bool:
 #: Spark test modules of the second Spark group: the Spark tests are over half the suite's test
 #: time, too much for one worker's chain; two groups (two SparkSessions) keep both cores busy
 #: to the end. test_reports, test_cli and test_browser share the fleet's one report (a session
-#: fixture: one per worker), so they are on one side; split by the summed time of the touched
-#: modules run serially (about 160 s and 180 s at load ~10; tests/pipeline/conftest.py)
+#: fixture: one per worker), so they are on one side with test_oracle; test_follow and the two
+#: audit e2e tests on the other (about 150 s and 135 s of test time each, serially at load ~10)
 _SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py", "test_oracle.py"})
 
 
