@@ -131,8 +131,10 @@ def _uses_kafka(item: pytest.Item) -> bool:
 
 #: Spark test modules of the second Spark group: the Spark tests are over half the suite's test
 #: time, too much for one worker's chain; two groups (two SparkSessions) keep both cores busy
-#: to the end. Split by the summed time of one full run (each side ~2,700 s at load ~28)
-_SPARK2_MODULES = frozenset({"test_cli.py", "test_browser.py", "test_audit_report_e2e.py", "test_audit_records_e2e.py"})
+#: to the end. test_reports, test_cli and test_browser share the fleet's one report (a session
+#: fixture: one per worker), so they are on one side with test_oracle; test_follow and the two
+#: audit e2e tests on the other (about 150 s and 135 s of test time each, serially at load ~10)
+_SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py", "test_oracle.py"})
 
 
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:

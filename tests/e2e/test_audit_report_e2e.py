@@ -24,8 +24,9 @@ Not asserted exactly (nothing independent to compare with): how many requests ea
 times librdkafka fetched with the deleted topic's id (at least once). topic-policy, failing closed,
 may refuse one of those fetches with UNKNOWN_TOPIC_ID once kgate's cache has dropped the old id; that
 refusal is a policy decision (resource: the id) and is checked as such.
-The report is computed once in process (``report_tables`` on the session's SparkSession) and
-once with the CLI (``python -m kgate report``), whose files are checked against the first.
+The report is ``kgate report`` run once in process on the session's SparkSession
+(``support.spark.run_report``): the tables it built are checked against the clients, and the files it
+wrote (CSV, Parquet, the page) against those tables.
 """
 
 from __future__ import annotations
@@ -33,9 +34,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import datetime as dt
-import os
 import re
-import subprocess
 import threading
 import time
 import uuid
@@ -49,9 +48,7 @@ from support import procs
 from support import workloads as w
 from support.idtools import FETCH, PRODUCE, fetch_request, topic_id
 from support.ports import HOST, free_port
-from support.procs import PYTHON, REPO
 from support.sasl_gate import SaslGate
-from support.spark import settings_for_tests
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ErrorCode
@@ -409,7 +406,7 @@ def fleet(secured: Broker, tmp_path: Path) -> Any:
 
 # The test's own run only: the first test on a worker to ask for ``spark`` starts the session's
 # SparkSession in its setup (175 s of a 400 s budget on a loaded machine, for a JVM it merely shares).
-# 900 s as for the pipeline's tests: the run took over 400 s at load ~30 (two reports, one a new JVM)
+# 900 s as for the pipeline's tests: the run took over 400 s at load ~30 (then two reports, one a new JVM)
 @pytest.mark.timeout(900, func_only=True)
 async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, spark: Any, tmp_path: Path) -> None:
     broker = secured
@@ -518,14 +515,23 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     truth = {t: await asyncio.to_thread(stored_bytes, broker.tansu.port, t, n) for t, n in parts.items() if t != rname}
     assert {t: r for t, (_b, r, _id) in truth.items()} == {ta1: 120, ta2: 30, tb1: 40}
 
-    # -- the report, in process -------------------------------------------------------------------
-    from kgate.pipeline.tables import report_tables
+    # -- the report: ``kgate report`` in process, on the session's SparkSession ----------------------
+    # one run (a CLI subprocess was a JVM start and tens of CPU-seconds; its exit codes and closing
+    # line are tests/pipeline's): its tables checked against the clients, its files against its tables
+    from support.spark import run_report
 
+    from kgate.pipeline.tables import PROBLEMS
+
+    out = tmp_path / "report"
     start = time.monotonic()
-    tables = await asyncio.to_thread(report_tables, [str(audit_a), str(audit_b)], spark)
-    took_inproc = time.monotonic() - start
+    run = await asyncio.to_thread(run_report, ["--input", str(audit_a), str(audit_b), "--output", str(out)])
+    took = time.monotonic() - start
+    assert run.status == 0, run.err[-4000:]
+    tables = {name: t.to_pylist() for name, t in run.result.tables.items()}
+    tables[PROBLEMS] = run.result.problems.to_pylist()
     files = tables["input_files"]
     assert files
+    assert f"{sum(f['lines'] for f in files):,} events from {len(files)} file(s)" in run.err, run.err
     assert all(f["malformed"] == 0 and f["unknown_schema"] == 0 and f["ok"] == f["lines"] for f in files)
     assert {Path(f["file"]).parent.name for f in files} == {"audit-a", "audit-b"}
     # published at SIGTERM: gzip files only, nothing left hidden, one event per request kgate read
@@ -544,37 +550,8 @@ async def test_report_matches_what_the_clients_did(secured: Broker, fleet: Any, 
     assert {r["topic_id"] for r in rows(tables, "topic_hourly", topic_name=ta1)} == {truth[ta1][2]}
     check_topic_ids(tables, expect, rname, sid(old_id), sid(new_id), sid(never), stale_fetches)
     check_policy(tables, secret_a, secret_b, sid(old_id))
-
-    # -- the report, with the CLI: the files --------------------------------------------------------
-    out = tmp_path / "report"
-    start = time.monotonic()
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [
-            PYTHON,
-            "-m",
-            "kgate",
-            "report",
-            "--input",
-            str(audit_a),
-            str(audit_b),
-            "--output",
-            str(out),
-            "--driver-memory",
-            "1g",
-            "--conf",  # the suite's fast-starting JVM (tests/support/spark.py)
-            f"spark.driver.extraJavaOptions={settings_for_tests()['spark.driver.extraJavaOptions']}",
-        ],
-        cwd=str(REPO),
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"),
-    )
-    took_cli = time.monotonic() - start
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    check_cli_output(out, tables)
-    print(f"report in process {took_inproc:.1f}s, CLI {took_cli:.1f}s")
+    check_cli_output(out, tables)  # the files: the same tables, written
+    print(f"report (in process) {took:.1f}s")
 
 
 def check_instances(tables: dict[str, list[dict[str, Any]]], expect: dict[str, dict[str, Any]]) -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for the pipeline tests: one local SparkSession for the whole run, and event writers.
+"""Fixtures for the pipeline tests: one local SparkSession for the whole run, event writers, and the
+hand-made fleet's report computed once per run (``fleet_result``, ``fleet_cli_run``).
 
 Spark is optional for the rest of kgate's suite: without pyspark (or without Java 17+) every test
 here is skipped with the reason instead of failing the run.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,45 @@ def write_lines(path: Path, lines: list[str]) -> Path:
 
 def write_events(path: Path, events: list[dict[str, Any]], extra_lines: list[str] = ()) -> Path:  # type: ignore[assignment]
     return write_lines(path, [json.dumps(e) for e in events] + list(extra_lines))
+
+
+@pytest.fixture(scope="session")
+def fleet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hand-made fleet log of test_reports (``fleet``), written once per run: only read."""
+    from .test_reports import fleet
+
+    return fleet(tmp_path_factory.mktemp("fleet"))
+
+
+@dataclass(frozen=True)
+class CliRun:
+    """The session's ``kgate report`` run over the fleet: exit status, stderr, output directory, and
+    the report (``tables.Result``) it wrote there."""
+
+    status: int
+    err: str
+    out: Path
+    result: Any
+
+
+@pytest.fixture(scope="session")
+def fleet_cli_run(spark: Any, fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    """``kgate report --input FLEET --output OUT`` once per run, in process on the session's SparkSession
+    (``support.spark.run_report``): the fleet's one report, shared by the tests that check its tables
+    (test_reports), its files and closing line (test_cli) and its page (test_browser), instead of a
+    Spark run per test. Tests only read it (test_browser copies OUT before adding to it)."""
+    from support.spark import run_report
+
+    out = tmp_path_factory.mktemp("fleet-report") / "report"
+    run = run_report(["--input", str(fleet_dir), "--output", str(out)])
+    return CliRun(run.status, run.err, out, run.result)
+
+
+@pytest.fixture(scope="session")
+def fleet_result(fleet_cli_run: CliRun) -> Any:
+    """Every report table of the fleet (``tables.Result``): the one the session's CLI run wrote."""
+    assert fleet_cli_run.result is not None, fleet_cli_run.err
+    return fleet_cli_run.result
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,11 +14,10 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from .test_reports import fleet
+from .conftest import CliRun
 
 CHECK = """
 <script>
@@ -58,15 +57,14 @@ def _run(browser: str, *args: str) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=True).stdout
 
 
-def test_report_page_loads_with_every_image(spark: Any, tmp_path: Path) -> None:
+def test_report_page_loads_with_every_image(fleet_cli_run: CliRun, tmp_path: Path) -> None:
+    """The page of the session's ``kgate report`` run over the fleet (conftest), copied here: the probe
+    and the screenshot are written beside it, and the run's own directory stays as it wrote it."""
     browser = _chromium()
-    from kgate.pipeline import ingest, tables
-    from kgate.pipeline.html import render
-
+    assert fleet_cli_run.status == 0, fleet_cli_run.err
     out = tmp_path / "report"
-    result = tables.build(spark, ingest.resolve_inputs([str(fleet(tmp_path))]))
-    tables.write(result, str(out))
-    page = Path(render(result, str(out)))
+    shutil.copytree(fleet_cli_run.out, out)
+    page = out / "index.html"
 
     probe = out / "_check.html"  # the page plus a script that reports what loaded: same directory, same images
     probe.write_text(page.read_text().replace("</body>", CHECK + "</body>"))

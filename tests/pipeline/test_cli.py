@@ -13,7 +13,7 @@ import pytest
 from kgate.pipeline.cli import parse_time
 from kgate.proxy.runtime.cli import main
 
-from .test_reports import fleet
+from .conftest import CliRun
 
 
 @pytest.mark.parametrize(
@@ -63,12 +63,12 @@ def test_kgate_run_never_imports_the_pipeline() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
 
 
-def test_a_report_run_writes_every_output(spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_report_run_writes_every_output(spark: Any, fleet_cli_run: CliRun) -> None:
     from kgate.pipeline.reports import REPORTS
 
-    out = tmp_path / "report"
-    assert main(["report", "--input", str(fleet(tmp_path)), "--output", str(out)]) == 0
-    assert "9 events from 2 file(s)" in capsys.readouterr().err
+    out = fleet_cli_run.out
+    assert fleet_cli_run.status == 0, fleet_cli_run.err
+    assert "9 events from 2 file(s)" in fleet_cli_run.err
     for name in REPORTS:
         assert (out / "csv" / f"{name}.csv").exists(), name
     assert (out / "csv" / "input_files.csv").read_text().count("\n") == 3
@@ -83,22 +83,22 @@ def test_a_report_run_writes_every_output(spark: Any, tmp_path: Path, capsys: py
         assert (out / f"{png}.png").stat().st_size > 1000, png
 
 
-def test_tables_to_a_uri_are_written_by_spark(spark: Any, tmp_path: Path) -> None:
+def test_tables_to_a_uri_are_written_by_spark(spark: Any, fleet_result: Any, tmp_path: Path) -> None:
     """``--tables URI``: Parquet through Spark (any Hadoop file system), partitioned by day."""
-    from kgate.pipeline import ingest, tables
+    from kgate.pipeline import tables
 
-    result = tables.build(spark, ingest.resolve_inputs([str(fleet(tmp_path))]))
     uri = (tmp_path / "lake").as_uri()
-    tables.write(result, str(tmp_path / "out"), spark, tables_uri=uri)
+    tables.write(fleet_result, str(tmp_path / "out"), spark, tables_uri=uri)
     stale = spark.read.parquet(f"{uri}/stale_ids").collect()
     assert [(r["client_id"], r["requests"], str(r["day"])) for r in stale] == [("consumer-old", 2, "2025-11-24")]
     assert (tmp_path / "out" / "csv" / "stale_ids.csv").exists()
     assert not (tmp_path / "out" / "parquet").exists()
 
 
-def test_parquet_history_keeps_earlier_days(spark: Any, tmp_path: Path) -> None:
+def test_parquet_history_keeps_earlier_days(spark: Any, fleet_result: Any, tmp_path: Path) -> None:
     """A run replaces only the days it speaks for: an earlier run's other days stay (a local run
-    once deleted the table's folder, and with it every earlier day)."""
+    once deleted the table's folder, and with it every earlier day). The first run is the fleet's
+    (Monday 2025-11-24, computed once for the session)."""
     from kgate.pipeline import ingest, tables
     from kgate.pipeline.ingest import Window
 
@@ -111,9 +111,10 @@ def test_parquet_history_keeps_earlier_days(spark: Any, tmp_path: Path) -> None:
         write_events(tmp_path / name / "audit.jsonl", events)
         tables.write(tables.build(spark, ingest.resolve_inputs([str(tmp_path / name)]), window), str(out))
 
-    run([event(T0, topics=[topic("a", bytes=10, records=1)])], "monday")
-    run([event(T0 + day, topics=[topic("b", bytes=20, records=2)])], "tuesday")
+    tables.write(fleet_result, str(out))  # Monday
     charge = out / "parquet" / "chargeback"
+    assert sorted(p.name for p in charge.iterdir()) == ["day=2025-11-24"]
+    run([event(T0 + day, topics=[topic("b", bytes=20, records=2)])], "tuesday")
     assert sorted(p.name for p in charge.iterdir()) == ["day=2025-11-24", "day=2025-11-25"]
     # a rerun of Monday with a window: Monday replaced (now topic c), Tuesday kept
     run([event(T0 + HOUR, topics=[topic("c", bytes=30, records=3)])], "monday2", Window(T0 - 16 * HOUR, T0 + 8 * HOUR))

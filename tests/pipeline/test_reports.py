@@ -10,6 +10,7 @@ two malformed lines, a blank line and a line of an unknown schema version.
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
@@ -133,10 +134,13 @@ def fleet(tmp: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def tables(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    from kgate.pipeline.tables import report_tables
+def tables(fleet_result: Any) -> dict[str, list[dict[str, Any]]]:
+    """The fleet's tables as rows (``report_tables``'s form), from the run's one fleet report (conftest)."""
+    from kgate.pipeline.tables import PROBLEMS
 
-    return report_tables(fleet(tmp_path_factory.mktemp("fleet")), spark)
+    out = {name: t.to_pylist() for name, t in fleet_result.tables.items()}
+    out[PROBLEMS] = fleet_result.problems.to_pylist()
+    return out
 
 
 def _one(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
@@ -231,13 +235,17 @@ def test_latency(tables: dict[str, list[dict[str, Any]]]) -> None:
 
 
 DAY = 24 * HOUR
+#: the days of the small stories (one report, ``small``): each story on its own day, so none
+#: changes another's rows
+NORMAL_DAY, UNKNOWN_T0, PERCENTILE_T0, PAY_T0 = dt.date(2025, 11, 24), T0 + 2 * DAY, T0 + 4 * DAY, T0 + 6 * DAY
 
 
 @pytest.fixture(scope="module")
 def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """One report over two small stories (one Spark run, not two): a consumer group's normal answers
-    (day 1, instance kgate-a, client app, topic t) and unknown record counts (day 3, instance kgate-u,
-    client u-app, topic u)."""
+    """One report over four small stories (one Spark run, not four), each on a day of its own: a
+    consumer group's normal answers (day 1, instance kgate-a, client app, topic t), unknown record
+    counts (day 3, instance kgate-u, client u-app, topic u), latencies for the percentiles (day 5,
+    instance kgate-p, client p-app) and a recreated topic's stale uses (day 7, ``_recreated_payments``)."""
     from kgate.pipeline.tables import report_tables
 
     join = {"api": "JoinGroup", "key": 11, "version": 9}
@@ -254,13 +262,19 @@ def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, lis
     ]
     u = {"instance": "kgate-u", "client_id": "u-app"}
     unknown = [
-        event(T0 + 2 * DAY + S, api="Produce", version=9, **u, topics=[topic("u", bytes=100, records=7)]),
-        event(T0 + 2 * DAY + 2 * S, version=12, **u, topics=[topic("u", bytes=500, records=None)]),
-        event(T0 + 2 * DAY + 3 * S, version=12, **u, topics=[topic("u", bytes=50, records=4)]),
-        event(T0 + 2 * DAY + 4 * S, api="Metadata", version=12, **u, topics=[topic("u")]),  # no records: not unknown
+        event(UNKNOWN_T0 + S, api="Produce", version=9, **u, topics=[topic("u", bytes=100, records=7)]),
+        event(UNKNOWN_T0 + 2 * S, version=12, **u, topics=[topic("u", bytes=500, records=None)]),
+        event(UNKNOWN_T0 + 3 * S, version=12, **u, topics=[topic("u", bytes=50, records=4)]),
+        event(UNKNOWN_T0 + 4 * S, api="Metadata", version=12, **u, topics=[topic("u")]),  # no records: not unknown
+    ]
+    p = {"instance": "kgate-p", "client_id": "p-app"}
+    latencies = [event(PERCENTILE_T0 + i, api="Metadata", latency_us=v, **p) for i, v in enumerate(LATENCIES)]
+    latencies += [
+        event(PERCENTILE_T0 + i, api="ApiVersions", key=18, latency_us=v, **p) for i, v in enumerate(WORST_BUCKET)
     ]
     d = tmp_path_factory.mktemp("small")
-    write_events(d / "audit.jsonl", normal + unknown)
+    write_events(d / "stories" / "audit.jsonl", normal + unknown + latencies)
+    _recreated_payments(d)  # d/audit: a.jsonl, b.jsonl.gz
     return report_tables(d, spark)
 
 
@@ -291,7 +305,7 @@ def test_protocol_normal_codes_are_not_failures(small: dict[str, list[dict[str, 
         ("Produce", 87): (1, "failure"),
         ("Heartbeat", 79): (1, "failure"),
     }
-    inst = _one(small["instances"], instance="kgate-a")
+    inst = _one(small["instances"], instance="kgate-a", day=NORMAL_DAY)
     assert (inst["errors"], inst["normal_errors"]) == (2, 3)
     client = _one(small["clients"], client_id="app")
     assert (client["errors"], client["normal_errors"]) == (2, 3)
@@ -353,30 +367,46 @@ def test_policy_denials(tables: dict[str, list[dict[str, Any]]]) -> None:
     assert (row["filter"], row["decision"], row["error_code"]) == ("topic-policy", "deny", 29)
 
 
-def test_time_window(spark: Any, tmp_path: Path) -> None:
+#: ``windowed``'s --since/--until, and where its copy of the payments story starts (T0+1h): all of that
+#: copy but lagger's last use (+2h) is inside, so lagger's use groups straddle the newer id's first use
+WINDOW_SINCE, WINDOW_UNTIL, WINDOWED_PAY_T0 = T0 + HOUR, T0 + 2 * HOUR + 25 * S, T0 + HOUR
+
+
+@pytest.fixture(scope="module")
+def windowed(spark: Any, fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """One report with a time window (one Spark run, not two) over the fleet and a copy of the payments
+    story (``_recreated_payments``) from T0+1h on instances pay-a and pay-b: what the window does to the
+    fleet (test_time_window) and to the exact stale-id pass (test_stale_uses_...)."""
     from kgate.pipeline.ingest import Window
     from kgate.pipeline.tables import report_tables
 
-    t = report_tables(fleet(tmp_path), spark, Window(since_us=T0 + HOUR, until_us=T0 + 2 * HOUR + 25 * S))
-    assert sum(r["requests"] for r in t["instances"]) == 3  # produce at +1h, carol and the first stale fetch
-    assert sum(r["lines"] for r in t["input_files"]) == 12  # the input is still read (and checked) whole
+    pay = _recreated_payments(tmp_path_factory.mktemp("windowed"), WINDOWED_PAY_T0, ("pay-a", "pay-b"))
+    return report_tables([str(fleet_dir), str(pay)], spark, Window(WINDOW_SINCE, WINDOW_UNTIL))
 
 
-def test_percentiles_are_observed_latencies_never_above_the_max(spark: Any, tmp_path: Path) -> None:
+def test_time_window(windowed: dict[str, list[dict[str, Any]]]) -> None:
+    fleet = {"kgate-a", "kgate-b"}  # the payments copy is on pay-a and pay-b, its files a.jsonl and b.jsonl.gz
+    # produce at +1h, carol and the first stale fetch
+    assert sum(r["requests"] for r in windowed["instances"] if r["instance"] in fleet) == 3
+    # the input is still read (and checked) whole
+    assert sum(r["lines"] for r in windowed["input_files"] if Path(r["file"]).name.startswith("audit-")) == 12
+
+
+#: Metadata latencies: the last two round into one bucket (3 significant digits)
+LATENCIES = [1_500, 1_502, 2_007_939, 2_004_001]
+#: ApiVersions latencies in one bucket (1,010): p50 is exactly 1,005, reported 1,014 (+0.9%)
+WORST_BUCKET = [1_005, 1_014]
+
+
+def test_percentiles_are_observed_latencies_never_above_the_max(small: dict[str, list[dict[str, Any]]]) -> None:
     """Latencies above 1 ms share rounded buckets; a percentile is the largest value seen in its bucket,
     so it never exceeds the maximum (an end-to-end run once reported p99 2,010,000 over a max of 2,007,939)."""
-    from kgate.pipeline.tables import report_tables
-
-    lat = [1_500, 1_502, 2_007_939, 2_004_001]  # the last two round into one bucket (3 significant digits)
-    worst = [1_005, 1_014]  # one bucket (1,010): p50 is exactly 1,005, reported 1,014 (+0.9%)
-    events = [event(T0 + i, api="Metadata", latency_us=v) for i, v in enumerate(lat)]
-    events += [event(T0 + i, api="ApiVersions", key=18, latency_us=v) for i, v in enumerate(worst)]
-    write_events(tmp_path / "a" / "x.jsonl", events)
-    tables = report_tables(str(tmp_path / "a"), spark)
-    row = _one(tables["latency_api"], api_name="Metadata")
+    day = _day(PERCENTILE_T0)
+    row = _one(small["latency_api"], api_name="Metadata", day=day)
     # the documented bound (docs/pipeline.md): never below the exact order statistic, less than 1% above
     # (the docs said 0.5%, which this case breaks)
-    p50 = _one(tables["latency_api"], api_name="ApiVersions")["p50_us"]
+    worst = WORST_BUCKET
+    p50 = _one(small["latency_api"], api_name="ApiVersions", day=day)["p50_us"]
     assert worst[0] <= p50 < worst[0] * 1.01
     assert p50 > worst[0] * 1.005
     assert row["max_us"] == 2_007_939
@@ -384,11 +414,16 @@ def test_percentiles_are_observed_latencies_never_above_the_max(spark: Any, tmp_
     assert (row["p50_us"], row["p99_us"]) == (1_502, 2_007_939)
 
 
-def _recreated_payments(tmp: Path) -> Path:
-    """``payments`` recreated at T0+1h (id P2 first seen then); ``lagger`` keeps using the old id P1
+def _day(us: int) -> dt.date:
+    return dt.datetime.fromtimestamp(us / S, dt.UTC).date()
+
+
+def _recreated_payments(tmp: Path, t0: int = PAY_T0, instances: tuple[str, str] = ("kgate-a", "kgate-b")) -> Path:
+    """``payments`` recreated at t0+1h (id P2 first seen then); ``lagger`` keeps using the old id P1
     *without errors* across that moment on two instances, so each of its use groups (per client,
     instance and day) has uses before and after: the roll-up's first/last use cannot tell how many are
-    stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included)."""
+    stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included).
+    From ``t0`` (on day 7 by default, apart from the other small stories) on ``instances`` (A, B)."""
     p1, p2 = "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA"
     a1, a2 = "Aud1AAAAAAAAAAAAAAAAAA", "Aud2AAAAAAAAAAAAAAAAAA"
 
@@ -402,39 +437,38 @@ def _recreated_payments(tmp: Path) -> Path:
             topics=[topic(name, tid, status="resolved", bytes=10, records=1)],
         )
 
+    ia, ib = instances
     d = tmp / "audit"
     write_events(
         d / "a.jsonl",
         [
-            use(T0 + 2 * HOUR, "lagger", "kgate-a", p1),  # written newest first
-            use(T0 + HOUR + 5 * S, "lagger", "kgate-a", p1),
-            use(T0 + HOUR, "carol", "kgate-a", p2),  # the new id appears: T
-            use(T0 + 20 * S, "early", "kgate-a", p1),
-            use(T0 + 10 * S, "lagger", "kgate-a", p1),
-            use(T0 + 3 * HOUR, "slow", "kgate-a", a1, "audits"),  # audits: A2 at T0+1h, slow on A1 only after
-            use(T0 + HOUR, "carol", "kgate-a", a2, "audits"),
-            use(T0 + 5 * S, "slow", "kgate-a", a1, "audits"),
+            use(t0 + 2 * HOUR, "lagger", ia, p1),  # written newest first
+            use(t0 + HOUR + 5 * S, "lagger", ia, p1),
+            use(t0 + HOUR, "carol", ia, p2),  # the new id appears: T
+            use(t0 + 20 * S, "early", ia, p1),
+            use(t0 + 10 * S, "lagger", ia, p1),
+            use(t0 + 3 * HOUR, "slow", ia, a1, "audits"),  # audits: A2 at t0+1h, slow on A1 only after
+            use(t0 + HOUR, "carol", ia, a2, "audits"),
+            use(t0 + 5 * S, "slow", ia, a1, "audits"),
         ],
     )
     write_events(
         d / "b.jsonl.gz",
         [
-            use(T0 + 30 * S, "lagger", "kgate-b", p1),
-            use(T0 + HOUR, "lagger", "kgate-b", p1),  # exactly at T: stale (at or after)
-            use(T0 + 3 * HOUR, "late", "kgate-b", p1),
+            use(t0 + 30 * S, "lagger", ib, p1),
+            use(t0 + HOUR, "lagger", ib, p1),  # exactly at T: stale (at or after)
+            use(t0 + 3 * HOUR, "late", ib, p1),
         ],
     )
     return d
 
 
-def test_stale_uses_across_the_recreation_are_counted_exactly(spark: Any, tmp_path: Path) -> None:
+def test_stale_uses_across_the_recreation_are_counted_exactly(
+    small: dict[str, list[dict[str, Any]]], windowed: dict[str, list[dict[str, Any]]]
+) -> None:
     """Only the uses at or after the newer id's first appearance are stale, even when the same client and
     instance used the old id before it too (a use group straddling that moment: counted again exactly)."""
-    from kgate.pipeline.ingest import Window
-    from kgate.pipeline.tables import report_tables
-
-    d = _recreated_payments(tmp_path)
-    stale = {(r["topic_name"], r["client_id"]): r for r in report_tables(str(d), spark)["stale_ids"]}
+    stale = {(r["topic_name"], r["client_id"]): r for r in small["stale_ids"]}  # the other stories have no ids
     assert set(stale) == {("payments", "lagger"), ("payments", "late"), ("audits", "slow")}
     lag = stale["payments", "lagger"]
     assert (lag["topic_id"], lag["current_id"], lag["requests"], lag["unknown_id_errors"]) == (
@@ -444,15 +478,19 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(spark: Any, tmp_pa
         0,
     )
     assert lag["instances"] == "kgate-a,kgate-b"
-    assert (lag["first_seen"].timestamp(), lag["last_seen"].timestamp()) == ((T0 + HOUR) / S, (T0 + 2 * HOUR) / S)
+    assert (lag["first_seen"].timestamp(), lag["last_seen"].timestamp()) == (
+        (PAY_T0 + HOUR) / S,
+        (PAY_T0 + 2 * HOUR) / S,
+    )
     assert (stale["payments", "late"]["requests"], stale["payments", "late"]["instances"]) == (1, "kgate-b")
     slow = stale["audits", "slow"]  # a group wholly after its T: settled by the roll-up alone
-    assert (slow["requests"], slow["first_seen"].timestamp()) == (1, (T0 + 3 * HOUR) / S)
+    assert (slow["requests"], slow["first_seen"].timestamp()) == (1, (PAY_T0 + 3 * HOUR) / S)
 
-    # the exact pass honours the window like the roll-up: lagger's T0+2h use is outside it
-    windowed = report_tables(str(d), spark, Window(until_us=T0 + 90 * 60 * S))["stale_ids"]
-    (lag,) = [r for r in windowed if r["client_id"] == "lagger"]
-    assert (lag["requests"], lag["last_seen"].timestamp()) == (2, (T0 + HOUR + 5 * S) / S)
+    # the exact pass honours the window like the roll-up: in the windowed run's copy of the story (from
+    # T0+1h, on pay-a and pay-b), lagger's +2h use is outside it
+    (lag,) = [r for r in windowed["stale_ids"] if r["client_id"] == "lagger"]
+    assert (lag["requests"], lag["instances"]) == (2, "pay-a,pay-b")
+    assert lag["last_seen"].timestamp() == (WINDOWED_PAY_T0 + HOUR + 5 * S) / S
 
 
 def test_exact_pass_from_a_store_of_partials_as_follow_does(spark: Any, tmp_path: Path) -> None:
@@ -465,17 +503,21 @@ def test_exact_pass_from_a_store_of_partials_as_follow_does(spark: Any, tmp_path
     ingest.read_partials(spark, ingest.resolve_inputs([str(d)])).write.parquet(store + "/batch=0")
     rows = follow.refresh(spark, store, str(tmp_path / "out"), html=False).tables["stale_ids"].to_pylist()
     lag = _one(rows, client_id="lagger")
-    assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (3, "kgate-a,kgate-b", (T0 + HOUR) / S)
+    assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (
+        3,
+        "kgate-a,kgate-b",
+        (PAY_T0 + HOUR) / S,
+    )
     assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
 
 
-def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: Any, tmp_path: Path) -> None:
+def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: Any, fleet_dir: Path) -> None:
     """The roll-up keeps every grain's keys and measures in shared slots (strings, longs); a table must
     still see its grain's own column types (dates, timestamps, ints, booleans), or the Parquet tables'
     schemas would change with the roll-up's layout."""
     from kgate.pipeline import ingest, reports
 
-    roll = reports.merge(ingest.read_partials(spark, ingest.resolve_inputs([str(fleet(tmp_path))])))
+    roll = reports.merge(ingest.read_partials(spark, ingest.resolve_inputs([str(fleet_dir)])))
     spark_types = {
         "string": "string",
         "long": "bigint",

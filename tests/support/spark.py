@@ -6,15 +6,19 @@ tests/conftest.py, so a test outside tests/pipeline gets the same session (one p
 
 The session is ``kgate report``'s own (``build_session``), sized for the tests' inputs of a few
 dozen events: one shuffle partition, a 1 GiB heap, and a JVM that starts fast (``TEST_JAVA_OPTS``).
-An in-process ``kgate report`` (``main(["report", ...])``) joins that session and sets the CLI's SQL
-settings on it (16 shuffle partitions), so the tests' ones are set again after every test.
+An in-process ``kgate report`` (``main(["report", ...])``, or :func:`run_report`) joins that session
+and sets the CLI's SQL settings on it (16 shuffle partitions), so the tests' ones are set again after
+every test.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -76,3 +80,41 @@ def _spark_test_settings() -> Iterator[None]:
     if _session is not None:
         for key, value in TEST_SQL.items():
             _session.conf.set(key, value)
+
+
+@dataclass(frozen=True)
+class ReportRun:
+    """One in-process ``kgate report`` run: its exit status, its stderr, and the report it wrote."""
+
+    status: int
+    err: str
+    #: the ``tables.Result`` the run built and wrote (None when it built none: a usage error)
+    result: Any
+
+
+def run_report(args: Sequence[str]) -> ReportRun:
+    """``kgate report ARGS`` in process, on the session's SparkSession (the CLI's own code path without
+    a JVM of its own), its stderr captured. The run's ``tables.build`` is wrapped to keep what it
+    returned: a test checks the tables and the files of one run (one Spark job, not two), and the
+    files are then those very tables written. Call it from one thread at a time."""
+    from kgate.pipeline import tables
+    from kgate.proxy.runtime.cli import main
+
+    built: list[Any] = []
+    real = tables.build
+
+    def build(*a: Any, **kw: Any) -> Any:
+        built.append(real(*a, **kw))
+        return built[-1]
+
+    err = io.StringIO()
+    tables.build = build
+    try:
+        with contextlib.redirect_stderr(err):
+            status = main(["report", *args])
+    finally:
+        tables.build = real
+        if _session is not None:  # the run set the CLI's SQL settings on the shared session
+            for key, value in TEST_SQL.items():
+                _session.conf.set(key, value)
+    return ReportRun(status, err.getvalue(), built[-1] if built else None)
