@@ -14,6 +14,7 @@ import threading
 import time
 import types
 
+import hypothesis
 import pytest
 
 _TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -24,6 +25,11 @@ from support import ports, procs  # noqa: E402
 from support.spark import _spark_test_settings, spark  # noqa: E402, F401  (the session's SparkSession, for any test)
 
 _ALL_PROCS: list[procs.ManagedProcess] = []
+
+# Hypothesis: the default profile is what ./dev/test pays for; KGATE_HYPOTHESIS=deep runs ten
+# times the examples (README, "Running the tests"). Tests that pin no max_examples inherit it.
+hypothesis.settings.register_profile("deep", max_examples=1000)
+hypothesis.settings.load_profile(os.environ.get("KGATE_HYPOTHESIS") or "default")
 
 
 def pytest_sessionstart(session):

@@ -17,7 +17,8 @@ What a ``docker build`` would do is done here the same way, outside a container:
    every line of ``docker/build-requirements.txt`` is pinned.
 3. **Install**: kgate's wheel is built as the build stage builds it (a fresh venv with the lock and
    the build tools, ``BUILD_COMMAND``) and installed with the lock into another fresh venv, as the
-   run stage does; ``pip check`` passes there, and that kgate imports every module of
+   run stage does (each venv made ``--without-pip``, this interpreter's pip installing into it:
+   ensurepip was most of a warm run); ``pip check`` passes there, and that kgate imports every module of
    ``HOT_MODULES`` compiled and none stale (proxy/runtime/compiled.py). With ``--wheel-cache DIR`` a wheel
    built before from the very same inputs (every file of the build context, the lock, the build
    tools' pins, this Python) is taken from DIR instead of compiled again, and the output says so;
@@ -311,13 +312,24 @@ def install(c: Checker, work: Path, wheel_cache: Path | None = None) -> Path | N
     return _install_wheel(c, work, wheels)
 
 
+def _fresh_venv(c: Checker, venv: Path, what: str) -> list[str] | None:
+    """A new venv at ``venv`` and the pip command that installs into it; None if it failed.
+
+    Made ``--without-pip``, and this interpreter's pip runs in it (``pip --python``: pip's own code
+    under the venv's interpreter, installing into the venv as the venv's pip would): ensurepip
+    installs and byte-compiles pip into every new venv, most of a warm run's time on a busy core,
+    for a tool the checks do not examine."""
+    made = _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    if not c.check(made.returncode == 0, what, made.stderr[-2000:]):
+        return None
+    return [sys.executable, "-m", "pip", "--disable-pip-version-check", "--python", str(venv / "bin" / "python")]
+
+
 def _build_wheel(c: Checker, work: Path, src: Path, wheels: Path) -> bool:
     """The build stage: a fresh venv with the lock and the pinned build tools, then ``BUILD_COMMAND``."""
-    tools = work / "build-venv"  # the build stage's environment: the lock and the pinned build tools
-    made = _run([sys.executable, "-m", "venv", str(tools)])
-    if not c.check(made.returncode == 0, "a fresh venv for the build stage", made.stderr[-2000:]):
+    tools_pip = _fresh_venv(c, work / "build-venv", "a fresh venv for the build stage")  # the lock, the build tools
+    if tools_pip is None:
         return False
-    tools_pip = [str(tools / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     lock, build_reqs = ROOT / "requirements.lock", BUILD_REQUIREMENTS
     got = _run([*tools_pip, "install", "--no-deps", "-r", str(lock), "-r", str(build_reqs)])
     if not c.check(got.returncode == 0, "the build stage's tools install (--no-deps)", got.stderr[-2000:]):
@@ -332,10 +344,9 @@ def _build_wheel(c: Checker, work: Path, src: Path, wheels: Path) -> bool:
 def _install_wheel(c: Checker, work: Path, wheels: Path) -> Path | None:
     """The run stage: a fresh venv with the lock and kgate's wheel, all --no-deps; its bin dir."""
     venv = work / "venv"
-    made = _run([sys.executable, "-m", "venv", str(venv)])
-    if not c.check(made.returncode == 0, "a fresh venv", made.stderr[-2000:]):
+    pip = _fresh_venv(c, venv, "a fresh venv")
+    if pip is None:
         return None
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
     deps = _run([*pip, "install", "--no-deps", "-r", str(ROOT / "requirements.lock")])
     if not c.check(deps.returncode == 0, "pip install --no-deps -r requirements.lock", deps.stderr[-2000:]):
         return None

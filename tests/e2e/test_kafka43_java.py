@@ -16,6 +16,7 @@ Produce v12+ for transactions v2, v13 when offered. Before, these tests ran kgat
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -67,6 +68,42 @@ def _versions_used(k: Kgate, key: ApiKey) -> dict[int, float]:
     return out
 
 
+def _high_watermark(k: Kgate, topic: str) -> int:
+    """Partition 0's end offset, asked through kgate (ListOffsets): how many records it holds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": w.unique("hw")})
+    try:
+        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    finally:
+        c.close()
+    return int(high)
+
+
+def _share_group_starts_at_earliest(k: Kgate, group: str) -> None:
+    """``share.auto.offset.reset=earliest`` for ``group`` (a share group starts at the log's end),
+    set through kgate with IncrementalAlterConfigs: setup, for which kafka-configs.sh took a JVM."""
+    from kgate.codec.generated.admin import incremental_alter_configs as iac
+    from kgate.proxy.carrier.upstream_client import UpstreamClient
+
+    change = iac.AlterableConfig(name="share.auto.offset.reset", config_operation=0, value="earliest")  # 0: SET
+    request = iac.IncrementalAlterConfigsRequest(
+        resources=[iac.AlterConfigsResource(resource_type=32, resource_name=group, configs=[change])],  # 32: GROUP
+        validate_only=False,
+    )
+
+    async def alter() -> iac.IncrementalAlterConfigsResponse:
+        c = UpstreamClient(lambda: [("127.0.0.1", k.listen_port)], client_id="share-setup")
+        try:
+            _v, resp = await c.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, request, 1)
+        finally:
+            c.close()
+        return resp
+
+    resp = asyncio.run(alter())
+    assert [(r.error_code, r.resource_name) for r in resp.responses] == [(0, group)], resp
+
+
 #: per broker fixture: its release, and the Produce / Fetch versions its own Java clients send
 RELEASES = {"kafka": (kafka_broker.KAFKA_43, 13, 18), "kafka40": (kafka_broker.KAFKA_40, 12, 17)}
 
@@ -97,11 +134,13 @@ def test_console_producer_newest_produce_then_kip848_consumer(request, kgate_fac
     produce = _versions_used(k, ApiKey.PRODUCE)
     assert produce_v in produce, f"Java {dist.version} sent no Produce v{produce_v} through kgate: {produce}"
 
-    # n + 1 with a short idle timeout: exactly n arrive, nothing more
+    # the consumer stops at the n-th record (no idle wait for an n + 1-th); that the log holds
+    # exactly n, nothing written twice, is kgate's ListOffsets answer
     got = tools.console_consume(
-        topic, len(lines) + 1, group=w.unique("g848"), props=["group.protocol=consumer"], idle_timeout_ms=6000
+        topic, len(lines), group=w.unique("g848"), props=["group.protocol=consumer"], idle_timeout_ms=6000
     )
     assert got == lines, f"{len(got)} of {len(lines)} records; first {got[:3]}"
+    assert _high_watermark(k, topic) == len(lines)
     assert _versions_used(k, ApiKey.CONSUMER_GROUP_HEARTBEAT), "no ConsumerGroupHeartbeat went through kgate"
     fetch = _versions_used(k, ApiKey.FETCH)
     assert fetch_v in fetch, f"the Java {dist.version} consumer sent no Fetch v{fetch_v} through kgate: {fetch}"
@@ -151,7 +190,7 @@ def test_share_consumer_reads_every_record(kafka, kgate_factory, tmp_path) -> No
     values = w.payloads(150, tag="share")
     w.confluent_create_topic(k.bootstrap, topic, 1)
     w.confluent_produce(k.bootstrap, topic, values)
-    tools.set_group_config(group, share_auto_offset_reset="earliest")  # a share group starts at the end
+    _share_group_starts_at_earliest(k, group)
 
     run = tools.share_consume(topic, group, len(values), idle_timeout_ms=30_000)
     w.assert_exact(values, [x.encode() for x in run.lines()])
@@ -174,8 +213,12 @@ def test_java_transactional_producer_commits(request, kgate_factory, tmp_path, w
     topic, n = w.unique("jtx"), 400
     w.confluent_create_topic(k.bootstrap, topic, 1)
     tools.transactional_perf(topic, n, w.unique("jtxid"), duration_ms=200)
-    got = tools.console_consume(topic, n + 1, isolation="read_committed", idle_timeout_ms=6000)
+    got = tools.console_consume(topic, n, isolation="read_committed", idle_timeout_ms=6000)
     assert got == [str(i) for i in range(n)], f"{len(got)} committed records seen, expected {n}: {got[:5]}"
+    # nothing more committed: librdkafka (read_committed by default) reads the whole log, a second
+    # after the n-th record, where the Java consumer stopped at n (an idle wait for n + 1 cost 6 s)
+    rest = w.confluent_read_topic(k.bootstrap, topic, n)
+    assert rest == [str(i).encode() for i in range(n)], f"{len(rest)} committed records in the log, expected {n}"
     end_txn = _versions_used(k, ApiKey.END_TXN)
     assert end_txn, f"no EndTxn v5+ (transactions v2) through kgate: {end_txn}"
     assert max(end_txn) >= 5, f"no EndTxn v5+ (transactions v2) through kgate: {end_txn}"
@@ -248,7 +291,7 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     w.confluent_produce(open_gate.bootstrap, topic, values)
     got = w.confluent_read_topic(open_gate.bootstrap, topic, len(values))
     w.assert_exact(values, got)  # the records are there
-    tools.set_group_config(group, share_auto_offset_reset="earliest")
+    _share_group_starts_at_earliest(k, group)
 
     run = tools.share_consume(topic, group, 1, idle_timeout_ms=8000)
     assert run.lines() == [], f"the share consumer read a denied topic:\n{run.describe()}"

@@ -13,6 +13,7 @@ import asyncio
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from support import kafka_broker
@@ -191,6 +192,18 @@ def test_java_console_clients(kafka, kgate_factory) -> None:
     assert out.stdout.split() == lines, out.stderr[-2000:]
 
 
+def _high_watermark(bootstrap: str, topic: str) -> int:
+    """Partition 0's end offset (ListOffsets): how many records it holds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": w.unique("hw")})
+    try:
+        _low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    finally:
+        c.close()
+    return int(high)
+
+
 @pytest.fixture(scope="module")
 def restartable_kafka(tmp_path_factory):
     """A Kafka 4.3 broker of this module's own, since its tests stop it (not the session's). One for
@@ -250,21 +263,39 @@ def test_broker_restart_mid_stream_loses_and_duplicates_nothing_acknowledged(
             i += 1
             time.sleep(0.002)
 
+    def acked_count() -> int:
+        with lock:
+            return len(acked)
+
+    def wait_acked(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while acked_count() < count:
+            assert time.monotonic() < deadline, (
+                f"{acked_count()} of {count} acknowledged within 60 s, {failed[0]} failed"
+            )
+            time.sleep(0.05)
+
     t = threading.Thread(target=produce)
     t.start()
-    time.sleep(2)
-    if how == "sigterm":
-        broker.stop()
-    else:
-        broker.kill()
-    broker.start()
-    time.sleep(3)
-    stop.set()
-    t.join()
+    try:
+        wait_acked(200)  # mid-stream: acknowledged records before the restart...
+        if how == "sigterm":
+            broker.stop()
+        else:
+            broker.kill()
+        broker.start()
+        wait_acked(acked_count() + 200)  # ...and after it, through the same kgate and producer
+    finally:
+        stop.set()
+        t.join()
     assert p.flush(120) == 0
-    assert acked, "nothing was acknowledged"
-    # what the topic holds, read by assignment: the restart is under test here, not a group join
-    got = w.confluent_read_topic(k.bootstrap, topic, len(acked), settle=2)
+    # what the topic holds, read by assignment: the restart is under test here, not a group join;
+    # its end offset says how many records it holds (acknowledged ones and any whose ack was lost),
+    # so the read stops at the last one instead of waiting for stragglers
+    end = _high_watermark(k.bootstrap, topic)
+    assert end >= len(acked), f"the log holds {end} records, {len(acked)} were acknowledged"
+    got = w.confluent_read_topic(k.bootstrap, topic, end, settle=0)
+    assert len(got) == end, f"read {len(got)} of the {end} records the log holds"
     assert len(got) == len(set(got)), "duplicates after the restart"
     missing = set(acked) - set(got)
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:3]}"
@@ -276,20 +307,15 @@ def test_metadata_quorum_tool_sees_no_controller_address(kafka, kgate_factory) -
     controller's ``CONTROLLER://host:port`` (DescribeQuorum v2 listeners are hidden)."""
     k = _kgate(kafka, kgate_factory)
     tool = str(kafka.home / "bin" / "kafka-metadata-quorum.sh")
-    direct = subprocess.run(
-        [tool, "--bootstrap-server", kafka.bootstrap, "describe", "--status"],
-        text=True,
-        capture_output=True,
-        timeout=90,
-        env=kafka.env,
-    )
-    via = subprocess.run(
-        [tool, "--bootstrap-server", k.bootstrap, "describe", "--status"],
-        text=True,
-        capture_output=True,
-        timeout=90,
-        env=kafka.env,
-    )
+
+    def describe(bootstrap: str) -> subprocess.CompletedProcess[str]:
+        argv = [tool, "--bootstrap-server", bootstrap, "describe", "--status"]
+        return subprocess.run(argv, text=True, capture_output=True, timeout=90, env=kafka.env)
+
+    # the control and the run through kgate side by side: two JVM start-ups in the time of one and a bit
+    with ThreadPoolExecutor(2) as pool:
+        direct_run, via_run = pool.submit(describe, kafka.bootstrap), pool.submit(describe, k.bootstrap)
+        direct, via = direct_run.result(), via_run.result()
     assert f":{kafka.controller_port}" in direct.stdout, direct  # control: the broker does show it
     assert via.returncode == 0, via.stderr[-2000:]
     assert "LeaderId:" in via.stdout

@@ -133,8 +133,9 @@ def test_a_join_held_longer_than_upstream_timeout_completes(kafka, kgate_factory
 
 @pytest.mark.timeout(180)
 def test_a_consumer_joins_when_the_join_outlasts_upstream_timeout(tansu, kgate_factory) -> None:
-    """Tansu answers a JoinGroup only after ~23 s; with upstream_timeout_s 3 the consumer must still
-    join through kgate (its JoinGroup's rebalance timeout, 300 s by default, is its deadline)."""
+    """Tansu answers a JoinGroup only after half the member's session timeout (~6 s here); with
+    upstream_timeout_s 3 the consumer must still join through kgate (its JoinGroup's rebalance
+    timeout, 300 s by default, is its deadline)."""
     from confluent_kafka import Producer
 
     k = kgate_factory(tansu.bootstrap, extra={"proxy": {"upstream_timeout_s": 3, "drain_timeout_s": 5}})
@@ -143,19 +144,29 @@ def test_a_consumer_joins_when_the_join_outlasts_upstream_timeout(tansu, kgate_f
     producer = Producer({"bootstrap.servers": tansu.bootstrap})
     producer.produce(topic, value=b"first")
     assert producer.flush(30) == 0
-    delay, consumer, errors, first = first_record_delay(k.bootstrap, topic)
+    delay, consumer, errors, first = first_record_delay(k.bootstrap, topic, session_timeout_ms=12_000)
     consumer.close()
     assert not errors, errors[:3]
     assert first == b"first"
+    assert delay > 4, f"the join took {delay:.1f}s, not longer than upstream_timeout_s 3: nothing was shown"
     log = k.log_text()
     assert "broker did not answer" not in log, log[-3000:]
     print(f"joined and read the first record after {delay:.1f}s with upstream_timeout_s 3")
 
 
 # -- a consumer joining while the chain is replaced, 20 times -------------------------------------
-def first_record_delay(bootstrap: str, topic: str, during: Any = None) -> tuple[float, Any, list[Any], bytes]:
+#: Tansu answers its JoinGroup after half of this (10 s): room for most of the twenty reloads
+JOIN_SESSION_MS = 20_000
+
+
+def first_record_delay(
+    bootstrap: str, topic: str, during: Any = None, *, session_timeout_ms: int
+) -> tuple[float, Any, list[Any], bytes]:
     """Subscribe a new group to ``topic`` (from the start) and time its first record; ``during(t0)``
-    runs meanwhile in a thread. Returns (seconds to the first record, the consumer, errors, the record)."""
+    runs meanwhile in a thread. Returns (seconds to the first record, the consumer, errors, the record).
+
+    Tansu holds a JoinGroup for half the member's ``session_timeout_ms`` (librdkafka's default, 45 s,
+    made every join 23 s): the tests choose how long a join lasts."""
     from confluent_kafka import Consumer
 
     consumer = Consumer(
@@ -165,6 +176,7 @@ def first_record_delay(bootstrap: str, topic: str, during: Any = None) -> tuple[
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "fetch.wait.max.ms": 500,
+            "session.timeout.ms": session_timeout_ms,
         }
     )
     errors: list[Any] = []
@@ -222,30 +234,41 @@ def test_twenty_reloads_while_a_consumer_joins_close_nothing_and_lose_nothing(ta
     producer = SteadyProducer(k.bootstrap, topic)
     try:
         producer.wait_acked(300)
-        baseline, quiet, errors, _first = first_record_delay(k.bootstrap, topic)
+        baseline, quiet, errors, _first = first_record_delay(k.bootstrap, topic, session_timeout_ms=JOIN_SESSION_MS)
         assert not errors, errors[:3]
         quiet.close()
+        started: list[float] = []
+        done: list[float] = []  # when each reload had succeeded
 
         def twenty_reloads(t0: float) -> None:
-            time.sleep(max(0.0, t0 + 2 - time.monotonic()))  # the first one 2 s into the join
+            started.append(t0)
+            time.sleep(max(0.0, t0 + 1 - time.monotonic()))  # the first one 1 s into the join
             for i in range(1, 21):
                 config["filters"] = [{"name": "topic-policy", "config": {"deny": [f"reload-never-{i}*"]}}]
                 write_config(k, config)
                 k.signal(signal.SIGHUP)
                 wait_for(lambda i=i: reloads(k, "success") == 1 + i, message=k.log_text()[-3000:])
-                time.sleep(0.5)
+                done.append(time.monotonic())
+                time.sleep(0.2)
 
-        delay, consumer, errors, first = first_record_delay(k.bootstrap, topic, during=twenty_reloads)
+        delay, consumer, errors, first = first_record_delay(
+            k.bootstrap, topic, during=twenty_reloads, session_timeout_ms=JOIN_SESSION_MS
+        )
         producer.wait_acked(300)
     finally:
         producer.stop()
     assert not producer.errors, producer.errors[:5]
     got = drain(consumer, first, len(producer.acked), errors)
-    print(f"first record: {baseline:.1f}s without reloads, {delay:.1f}s with 20 reloads; {len(got)} records")
+    print(
+        f"first record: {baseline:.1f}s without reloads, {delay:.1f}s with 20 reloads "
+        f"({sum(1 for t in done if t - started[0] < delay)} before it); {len(got)} records"
+    )
     assert not errors, errors[:5]
     assert reloads(k, "success") == 21
     assert reloads(k, "failure") == 0
     assert delay <= baseline + 10, f"first record after {delay:.1f}s with reloads, {baseline:.1f}s without"
+    during_join = sum(1 for t in done if t - started[0] < delay)
+    assert during_join >= 5, f"only {during_join} of the reloads came before the first record ({delay:.1f}s)"
     w.assert_exact(producer.acked, got)  # every acknowledged record, once, in order
     log = k.log_text(tail=10_000_000)
     assert closes_by_kgate(k) == 0, log[-3000:]

@@ -396,7 +396,9 @@ class RawReloadingCoreMachine(ReloadingCoreMachine):
         return []
 
 
-SETTINGS = settings(max_examples=400, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck))
+# max_examples from the loaded profile (tests/conftest.py): 100 runs of up to 40 steps each by
+# default, 1000 with KGATE_HYPOTHESIS=deep
+SETTINGS = settings(stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck))
 TestCoreWithFilter = CoreMachine.TestCase
 TestCoreWithFilter.settings = SETTINGS
 TestCoreRaw = RawCoreMachine.TestCase
