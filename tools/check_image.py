@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,19 +248,45 @@ def check_lock(c: Checker) -> None:
         )
 
 
+#: the files setuptools reads for the wheel besides the packages (``project.readme`` is added from
+#: pyproject.toml): the rest of the build context (docs/, tools/, examples/, CHANGELOG.md...) is in
+#: no wheel, and keying the cache on it made every docs-only change a cold mypyc build
+_METADATA_FILES = ("pyproject.toml", "setup.py", "setup.cfg", "MANIFEST.in", "LICENSE")
+
+
+def wheel_inputs(src: Path) -> set[str]:
+    """Top-level names of the build context that a wheel build reads: the metadata files, the
+    readme pyproject.toml names, ``kgate/`` and the folders its symlinks link in."""
+    names = set(_METADATA_FILES) | {"kgate"}
+    pyproject = src / "pyproject.toml"
+    if pyproject.is_file():
+        readme = tomllib.loads(pyproject.read_text()).get("project", {}).get("readme")
+        if isinstance(readme, dict):
+            readme = readme.get("file")
+        if isinstance(readme, str):
+            names.add(readme.split("/", 1)[0])
+    kgate = src / "kgate"
+    if kgate.is_dir():
+        for entry in kgate.iterdir():
+            if entry.is_symlink():
+                target = os.readlink(entry)
+                if target.startswith("../"):
+                    names.add(target[3:].split("/", 1)[0])
+    return names
+
+
 def build_inputs_digest(src: Path) -> str:
-    """SHA-256 of everything a wheel build reads: each file of the build context (path and bytes)
-    but its top-level hidden entries (tool caches such as .mypy_cache, which no build reads: the
-    wheel takes ``kgate*`` packages and the project's metadata files), the build tools' pins, the
-    lock, the build command and this interpreter. Equal digests build the same wheel, so a cached
-    one stands for a new build."""
+    """SHA-256 of everything a wheel build reads: each file the build reads of the context
+    (``wheel_inputs``: path and bytes), the build tools' pins, the lock, the build command and this
+    interpreter. Equal digests build the same wheel, so a cached one stands for a new build."""
     h = hashlib.sha256()
     for extra in (BUILD_REQUIREMENTS, ROOT / "requirements.lock"):
         h.update(extra.name.encode() + b"\0" + extra.read_bytes() + b"\0")
     h.update(f"{BUILD_COMMAND}\0{sys.version}\0{sys.platform}\0{os.uname().machine}\0".encode())
+    inputs = wheel_inputs(src)
     for path in sorted(p for p in src.rglob("*") if p.is_file() or p.is_symlink()):
         rel = path.relative_to(src).as_posix()
-        if rel.startswith("."):
+        if rel.split("/", 1)[0] not in inputs:
             continue
         data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
         h.update(rel.encode() + b"\0" + hashlib.sha256(data).digest())

@@ -57,16 +57,26 @@ def test_image_build_steps(tansu) -> None:
 
 
 def test_the_wheel_cache_key_covers_the_build_inputs(tmp_path) -> None:
-    """A cached wheel stands for a build only from identical inputs: any file of the context
-    changes the digest; tool caches at its top (.mypy_cache) do not."""
+    """A cached wheel stands for a build only from identical inputs: any file the build reads (the
+    packages, linked in or not, the metadata files, the readme) changes the digest; the rest of
+    the context (tool caches, docs, tools) does not."""
     src = tmp_path / "src"
     (src / "kgate").mkdir(parents=True)
     (src / "kgate" / "core.py").write_text("x = 1\n")
-    (src / "pyproject.toml").write_text("[project]\n")
+    (src / "codec").mkdir()
+    (src / "codec" / "wire.py").write_text("y = 1\n")
+    (src / "kgate" / "codec").symlink_to("../codec")
+    (src / "pyproject.toml").write_text('[project]\nreadme = "README.md"\n')
+    (src / "README.md").write_text("# kgate\n")
     first = check_image.build_inputs_digest(src)
-    (src / ".mypy_cache").mkdir()
-    (src / ".mypy_cache" / "x.json").write_text("{}")
-    assert check_image.build_inputs_digest(src) == first
+    for name, text in ((".mypy_cache/x.json", "{}"), ("docs/new.md", "#"), ("tools/t.py", ""), ("CHANGELOG.md", "-")):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+        assert check_image.build_inputs_digest(src) == first, name
+    for name, text in (("README.md", "# kgate 2\n"), ("codec/wire.py", "y = 2\n")):
+        (src / name).write_text(text)
+        assert check_image.build_inputs_digest(src) != first, name
+        first = check_image.build_inputs_digest(src)
     (src / "kgate" / "core.py").write_text("x = 2\n")
     changed = check_image.build_inputs_digest(src)
     assert changed != first
