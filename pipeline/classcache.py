@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 #: Set to ``0`` to run without an archive (and never write one).
 ENV = "KGATE_REPORT_CDS"
 #: How long the first run waits for its JVM to write the archive at exit.
-DUMP_WAIT_S = 120.0
+DUMP_WAIT_S = 600.0
 #: JVM log lines that mean the archive given was not used.
 _REJECTED = (
     "Unable to map",
