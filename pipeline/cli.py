@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         driver_memory=args.driver_memory,
         extra=conf,
         input_bytes=_local_bytes(paths),
-        class_archive=owned,
+        class_archive=owned and not args.follow,  # a stream's JVM ends by Ctrl-C, not a clean exit
     )
     try:
         if args.follow:

@@ -104,6 +104,7 @@ def build_session(
     when known; a small one gets the settings of a short run (:func:`local_settings`).
     ``class_archive``: a local driver JVM started here maps (or, the first time, writes) a class-data
     archive (:mod:`kgate.pipeline.classcache`); the caller then calls :func:`finish` after ``stop()``.
+    Not when ``extra`` sets ``spark.driver.extraJavaOptions``: the caller's JVM options are used as given.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -125,7 +126,8 @@ def build_session(
         settings.update(local_settings(shuffle_partitions, memory, ui, small=is_small(input_bytes)))
     settings.update(extra or {})
     archive = None
-    if local and class_archive:
+    # JVM options given by the caller (--conf) are theirs whole: no archive options added to them
+    if local and class_archive and "spark.driver.extraJavaOptions" not in (extra or {}):
         from kgate.pipeline import classcache
 
         archive = classcache.prepare(settings.get("spark.driver.extraJavaOptions", ""))
