@@ -25,7 +25,10 @@ writes it): 10M events cold in <= 40 s end to end (>= 250,000 events/s); 10,000 
 
 Run: ``python bench/pipeline_bench.py [--events 10000000] [--format parquet|jsonl] [--dir DIR]``;
 ``--reuse`` skips generation when the directory already holds the same number of events;
-``--conf KEY=VALUE`` (repeatable) passes a Spark setting to ``kgate report``.
+``--conf KEY=VALUE`` (repeatable) passes a Spark setting to ``kgate report``; ``--report-dir`` gives each
+of two runs side by side its own output; ``--eventlog DIR`` keeps Spark's event log of each run (stage
+and query times, task CPU). ``kgate report`` maps the driver JVM's class archive from the user's cache
+when there is one (``KGATE_REPORT_CDS=0`` for a run without; docs/performance.md).
 """
 
 from __future__ import annotations
