@@ -25,7 +25,10 @@ writes it): 10M events cold in <= 40 s end to end (>= 250,000 events/s); 10,000 
 
 Run: ``python bench/pipeline_bench.py [--events 10000000] [--format parquet|jsonl] [--dir DIR]``;
 ``--reuse`` skips generation when the directory already holds the same number of events;
-``--conf KEY=VALUE`` (repeatable) passes a Spark setting to ``kgate report``.
+``--conf KEY=VALUE`` (repeatable) passes a Spark setting to ``kgate report``; ``--report-dir`` gives each
+of two runs side by side its own output; ``--eventlog DIR`` keeps Spark's event log of each run (stage
+and query times, task CPU). ``kgate report`` maps the driver JVM's class archive from the user's cache
+when there is one (``KGATE_REPORT_CDS=0`` for a run without; docs/performance.md).
 """
 
 from __future__ import annotations
@@ -335,6 +338,8 @@ def main() -> int:
     ap.add_argument("--no-html-run", action="store_true", help="also time kgate report --no-html")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--generate-only", action="store_true", help="write the files and stop")
+    ap.add_argument("--report-dir", help="kgate report's output (default DIR/report; A/B runs side by side need two)")
+    ap.add_argument("--eventlog", help="write Spark's event log of each kgate run under this directory")
     ap.add_argument(
         "--conf",
         action="append",
@@ -371,10 +376,13 @@ def main() -> int:
     out["files"] = len(files)
     out["input_mb"] = round(sum(f.stat().st_size for f in files) / 1e6, 1)
 
-    report = base / "report"
+    report = Path(args.report_dir) if args.report_dir else base / "report"
     kgate = [sys.executable, "-m", "kgate", "report", "--input", str(src), "--output", str(report)]
     for c in args.conf:
         kgate += ["--conf", c]
+    if args.eventlog:
+        os.makedirs(args.eventlog, exist_ok=True)
+        kgate += ["--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{args.eventlog}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out["kgate"] = _runs("kgate report", kgate, args.reps, env)
     if args.no_html_run:

@@ -205,7 +205,13 @@ def run(args: argparse.Namespace) -> int:
     # thread: SparkSession.getActiveSession() is per thread, so a report run from a worker thread
     # took the caller's session for its own and stopped it, failing every Spark test after it.
     owned = SparkContext._active_spark_context is None
-    spark = build_session(args.master, driver_memory=args.driver_memory, extra=conf, input_bytes=_local_bytes(paths))
+    spark = build_session(
+        args.master,
+        driver_memory=args.driver_memory,
+        extra=conf,
+        input_bytes=_local_bytes(paths),
+        class_archive=owned and not args.follow,  # a stream's JVM ends by Ctrl-C, not a clean exit
+    )
     try:
         if args.follow:
             from kgate.pipeline.follow import start
@@ -262,6 +268,10 @@ def run(args: argparse.Namespace) -> int:
             except BaseException:  # after Ctrl-C the JVM may be gone already
                 if not args.follow:
                     raise
+            else:
+                from kgate.pipeline.session import finish
+
+                finish(spark)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from kgate.pipeline.classcache import ClassArchive
+
 DEFAULT_MASTER = "local[2]"
 LOG4J2 = Path(__file__).with_name("log4j2.properties")
 
@@ -92,6 +94,7 @@ def build_session(
     ui: bool = False,
     extra: dict[str, str] | None = None,
     input_bytes: int | None = None,
+    class_archive: bool = False,
 ) -> SparkSession:
     """Start (or join) the SparkSession for a report run.
 
@@ -99,6 +102,9 @@ def build_session(
     ``KGATE_REPORT_DRIVER_MEMORY`` or 2g: enough for ten million events cached in columnar form,
     small enough for a machine shared with other work. ``input_bytes``: the size of the local input,
     when known; a small one gets the settings of a short run (:func:`local_settings`).
+    ``class_archive``: a local driver JVM started here maps (or, the first time, writes) a class-data
+    archive (:mod:`kgate.pipeline.classcache`); the caller then calls :func:`finish` after ``stop()``.
+    Not when ``extra`` sets ``spark.driver.extraJavaOptions``: the caller's JVM options are used as given.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -119,14 +125,39 @@ def build_session(
         memory = driver_memory or os.environ.get("KGATE_REPORT_DRIVER_MEMORY", "2g")
         settings.update(local_settings(shuffle_partitions, memory, ui, small=is_small(input_bytes)))
     settings.update(extra or {})
+    archive = None
+    # JVM options given by the caller (--conf) are theirs whole: no archive options added to them
+    if local and class_archive and "spark.driver.extraJavaOptions" not in (extra or {}):
+        from kgate.pipeline import classcache
+
+        archive = classcache.prepare(settings.get("spark.driver.extraJavaOptions", ""))
+        if archive.options:
+            settings["spark.driver.extraJavaOptions"] = (
+                settings.get("spark.driver.extraJavaOptions", "") + " " + archive.options
+            ).strip()
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if archive is not None:
+        archive.check()
+        _archives[id(spark.sparkContext)] = archive
     spark.sparkContext.setLogLevel("ERROR")
     if not local:
         _size_shuffle(spark, extra or {})
     return spark
+
+
+#: The class archive of each session :func:`build_session` started with one (by SparkContext).
+_archives: dict[int, ClassArchive] = {}
+
+
+def finish(spark: SparkSession) -> None:
+    """After ``spark.stop()`` of a session started with ``class_archive``: a run that writes the archive
+    waits for its JVM to exit and publishes it (:meth:`kgate.pipeline.classcache.ClassArchive.finish`)."""
+    archive = _archives.pop(id(spark.sparkContext), None)
+    if archive is not None:
+        archive.finish(spark.sparkContext._gateway)
 
 
 def cluster_shuffle_partitions(cores: int) -> int:
