@@ -32,9 +32,13 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
     b = buf[pos]
     if b < 0x80:  # lengths, counts and tags below 128: nearly all of them
         return b, pos + 1
-    result = b & 0x7F
+    return _varint_rest(buf, pos + 1, b & 0x7F, 28)
+
+
+def _varint_rest(buf, pos: int, result: int, last_shift: int) -> tuple[int, int]:
+    """The bytes after a varint's first (``result`` holds its 7 bits), up to a shift of
+    ``last_shift``: 28 for an unsigned varint (5 bytes), 63 for a signed one (10)."""
     shift = 7
-    pos += 1
     while True:
         b = buf[pos]
         pos += 1
@@ -42,8 +46,9 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
         if b < 0x80:
             return result, pos
         shift += 7
-        if shift > 28:
-            raise CodecError("unsigned varint longer than 5 bytes")
+        if shift > last_shift:
+            kind = "unsigned varint longer than 5" if last_shift == 28 else "signed varint longer than 10"
+            raise CodecError(f"{kind} bytes")
 
 
 def skip_tagged(buf, pos: int) -> int:
@@ -64,11 +69,15 @@ def uvarint_bytes(value: int) -> bytes:
     """Encode an unsigned varint (0 <= value < 2**32)."""
     if value < 0 or value > 0xFFFFFFFF:
         raise CodecError(f"unsigned varint out of range: {value}")
+    return _varint_bytes(value)
+
+
+def _varint_bytes(v: int) -> bytes:
     out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
     return bytes(out)
 
 
@@ -78,31 +87,15 @@ def read_varlong(buf, pos: int) -> tuple[int, int]:
     b = buf[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CodecError("signed varint longer than 10 bytes")
+    result, pos = _varint_rest(buf, pos + 1, b & 0x7F, 63)
+    return (result >> 1) ^ -(result & 1), pos
 
 
 def varlong_bytes(value: int) -> bytes:
     """Encode a signed zigzag varint (-2**63 <= value < 2**63)."""
     if value < -(1 << 63) or value >= 1 << 63:
         raise CodecError(f"signed varint out of range: {value}")
-    v = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
-    return bytes(out)
+    return _varint_bytes((value << 1) ^ (value >> 63))
 
 
 def write_tagged(out: bytearray, entries) -> None:
