@@ -405,10 +405,15 @@ def check_commands(c: Checker, bin_dir: Path, config: Path, work: Path) -> None:
     c.check(checked.returncode == 0, f"kgate check-config {config.relative_to(ROOT)}", checked.stderr)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_port(avoid: range = range(0)) -> int:
+    """A free port outside ``avoid`` (the node-port range: the kernel may hand out a port in it,
+    since nothing is bound there until kgate starts)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in avoid:
+            return port
 
 
 def _free_range(count: int) -> int:
@@ -434,14 +439,19 @@ def _free_range(count: int) -> int:
 def check_health(c: Checker, bin_dir: Path, config: Path, health: list[str], upstream: str, work: Path) -> None:
     """Step 5: the HEALTHCHECK command against a live kgate from the fresh venv."""
     data = yaml.safe_load(config.read_text())
-    admin_port = _free_port()
+    base = _free_range(256)
+    node_range = range(base, base + 256)
+    admin_port = _free_port(avoid=node_range)
     data["admin"]["listen"] = f"127.0.0.1:{admin_port}"
+    listen_port = admin_port
+    while listen_port == admin_port:  # each was free when picked; neither is bound yet
+        listen_port = _free_port(avoid=node_range)
     vc = data["virtual_clusters"][0]
     vc.update(
-        listen=f"127.0.0.1:{_free_port()}",
+        listen=f"127.0.0.1:{listen_port}",
         advertised_host="127.0.0.1",
         upstream=[upstream],
-        node_ports={"base": _free_range(256), "count": 256, "first_node_id": 0},
+        node_ports={"base": base, "count": 256, "first_node_id": 0},
     )
     live = work / "kgate.yaml"
     live.write_text(yaml.safe_dump(data, sort_keys=False))
