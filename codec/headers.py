@@ -17,7 +17,6 @@ from typing import Final
 
 from kgate.codec.errors import CodecError
 from kgate.codec.primitives import read_uvarint as _read_uvarint
-from kgate.codec.primitives import uvarint_bytes
 
 _REQ_FIXED: Final = Struct(">hhi")  # api_key, api_version, correlation_id
 _INT32: Final = Struct(">i")
@@ -59,10 +58,6 @@ def read_uvarint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
         raise HeaderError("truncated varint") from None
     except CodecError as exc:
         raise HeaderError(str(exc)) from None
-
-
-def write_uvarint(value: int) -> bytes:
-    return uvarint_bytes(value)
 
 
 def skip_tagged_fields(buf: memoryview | bytes, pos: int) -> int:

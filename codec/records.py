@@ -59,10 +59,6 @@ def crc32c(data: bytes | memoryview) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def _zigzag(value: int) -> bytes:
-    return varlong_bytes(value)
-
-
 def _read_zigzag(buf: bytes, pos: int) -> tuple[int, int]:
     """codec.primitives.read_varlong, its errors as RecordsError (a record's bytes came from a client)."""
     try:
@@ -74,7 +70,7 @@ def _read_zigzag(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _bytes_field(value: bytes | None) -> bytes:
-    return _zigzag(-1) if value is None else _zigzag(len(value)) + value
+    return varlong_bytes(-1) if value is None else varlong_bytes(len(value)) + value
 
 
 @dataclass(frozen=True)
@@ -100,8 +96,10 @@ def encode_batch(
         raise ValueError("a record batch holds at least one record")
     body = bytearray()
     for delta, (key, value) in enumerate(records):
-        rec = b"".join((b"\x00", _zigzag(0), _zigzag(delta), _bytes_field(key), _bytes_field(value), _zigzag(0)))
-        body += _zigzag(len(rec))
+        rec = b"".join(
+            (b"\x00", varlong_bytes(0), varlong_bytes(delta), _bytes_field(key), _bytes_field(value), varlong_bytes(0))
+        )
+        body += varlong_bytes(len(rec))
         body += rec
     length = HEADER_SIZE - 12 + len(body)
     head = bytearray(

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from struct import Struct
 from typing import Final
 
-from kgate.codec.headers import HeaderError, read_uvarint, skip_tagged_fields, write_uvarint
+from kgate.codec.headers import HeaderError, read_uvarint, skip_tagged_fields
+from kgate.codec.primitives import uvarint_bytes
 from kgate.proxy.sansio.rewrite import NodeMapper, ServedNodes
 
 _I16: Final = Struct(">h")
@@ -52,7 +53,7 @@ def _put_string(out: bytearray, value: str | None, flexible: bool) -> None:
         out += b"\x00" if flexible else _I16.pack(-1)
         return
     raw = value.encode()
-    out += write_uvarint(len(raw) + 1) if flexible else _I16.pack(len(raw))
+    out += uvarint_bytes(len(raw) + 1) if flexible else _I16.pack(len(raw))
     out += raw
 
 
@@ -135,13 +136,13 @@ def rewrite_broker_list(
             _put_string(b, rack, flexible)
         b += tags
         kept.append(bytes(b))
-    head = write_uvarint(len(kept) + 1) if flexible else _I32.pack(len(kept))
+    head = uvarint_bytes(len(kept) + 1) if flexible else _I32.pack(len(kept))
     return pos, b"".join((head, *kept)), len(kept) == count
 
 
 def _broker_list(nodes: Sequence[tuple[int, str, int]], version: int, flexible: bool) -> bytes:
     """A broker list naming ``nodes`` (node id, host, port), rack unknown, no tagged fields."""
-    out = bytearray(write_uvarint(len(nodes) + 1) if flexible else _I32.pack(len(nodes)))
+    out = bytearray(uvarint_bytes(len(nodes) + 1) if flexible else _I32.pack(len(nodes)))
     for node_id, host, port in nodes:
         out += _I32.pack(node_id)
         _put_string(out, host, flexible)

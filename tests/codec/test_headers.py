@@ -17,13 +17,13 @@ from kgate.codec.headers import (
     response_body_offset,
     response_frame,
     set_correlation_id,
-    write_uvarint,
 )
+from kgate.codec.primitives import uvarint_bytes
 
 
 @pytest.mark.parametrize("value", [0, 1, 127, 128, 300, 2**21, 2**32 - 1])
 def test_uvarint_round_trip(value: int) -> None:
-    raw = write_uvarint(value)
+    raw = uvarint_bytes(value)
     assert read_uvarint(raw + b"\xff", 0) == (value, len(raw))
 
 
@@ -72,7 +72,7 @@ def test_correlation_id_rewritten_in_place() -> None:
 
 def _produce(version: int, acks: int, txn: str | None) -> bytes:
     if version >= 9:
-        t = b"\x00" if txn is None else write_uvarint(len(txn) + 1) + txn.encode()
+        t = b"\x00" if txn is None else uvarint_bytes(len(txn) + 1) + txn.encode()
     elif version >= 3:
         t = struct.pack(">h", -1) if txn is None else struct.pack(">h", len(txn)) + txn.encode()
     else:
@@ -108,7 +108,7 @@ def test_produce_request_acks_reads_what_the_decoded_header_says(
 def test_produce_request_acks_skips_tagged_header_fields() -> None:
     plain = _produce(9, 0, None)
     body = plain[parse_request_header(plain, 2).body_offset :]
-    header = struct.pack(">hhih", 0, 9, 1, 1) + b"c" + b"\x01" + write_uvarint(7) + write_uvarint(2) + b"ab"
+    header = struct.pack(">hhih", 0, 9, 1, 1) + b"c" + b"\x01" + uvarint_bytes(7) + uvarint_bytes(2) + b"ab"
     frame = struct.pack(">i", len(header) + len(body)) + header + body
     assert produce_request_acks(frame, 9) == 0
 
