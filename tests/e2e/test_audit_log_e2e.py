@@ -17,10 +17,10 @@ import pytest
 from support import workloads as w
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
-PRODUCE, FETCH = 0, 1
 TOPIC_AUTHORIZATION_FAILED = 29
 
 

@@ -19,11 +19,11 @@ from support.ports import free_port
 from kgate import __version__
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request, respond
 from kgate.codec import api
+from kgate.codec.generated.api_keys import API_VERSIONS, METADATA
 from kgate.config import AdminConfig, HostPort
 from kgate.filters.registry import register_filter
 from kgate.proxy.carrier.upstream_client import UpstreamClient, UpstreamError
 
-METADATA, API_VERSIONS = 3, 18
 SLOW_S = 0.3
 
 

@@ -17,9 +17,6 @@ from typing import Any
 
 import pytest
 from support.idtools import (
-    API_VERSIONS,
-    FETCH,
-    PRODUCE,
     TOPIC_AUTHORIZATION_FAILED,
     client,
     create_topic,
@@ -34,6 +31,7 @@ from support.inproc_kgate import InprocKgate
 from support.wire import record_batch
 
 from kgate.api import ApiKey, ErrorCode
+from kgate.codec.generated.api_keys import API_VERSIONS, FETCH, PRODUCE
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.codec.generated.groups import streams_group_heartbeat as stream

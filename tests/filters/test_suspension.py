@@ -16,10 +16,10 @@ from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.api import FORWARD, ApiKey, Filter, FilterContext, on_request, on_response, respond
 from kgate.codec import api
+from kgate.codec.generated.api_keys import API_VERSIONS, METADATA
 from kgate.filters.registry import register_filter
 from kgate.proxy.carrier.upstream_client import UpstreamClient, UpstreamError
 
-METADATA, API_VERSIONS = 3, 18
 SLOW_S = 0.6
 
 

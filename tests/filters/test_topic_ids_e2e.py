@@ -15,9 +15,6 @@ from typing import Any
 
 import pytest
 from support.idtools import (
-    API_VERSIONS,
-    FETCH,
-    PRODUCE,
     TOPIC_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_ID,
     UNKNOWN_TOPIC_OR_PARTITION,
@@ -35,6 +32,7 @@ from support.idtools import (
 from support.inproc_kgate import InprocKgate
 from support.wire import record_batch
 
+from kgate.codec.generated.api_keys import API_VERSIONS, FETCH, PRODUCE
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.codec.generated.session.api_versions import ApiVersionsRequest
 

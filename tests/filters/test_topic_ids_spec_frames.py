@@ -34,6 +34,8 @@ from support.spec_tools import (
 
 from kgate.api import FORWARD, TOPIC_LISTS, ApiKey, Forward, Respond, error_response, request_topics
 from kgate.codec import api
+from kgate.codec.generated.api_keys import CONSUMER_GROUP_HEARTBEAT as CGH
+from kgate.codec.generated.api_keys import OFFSET_COMMIT, PRODUCE, SHARE_FETCH
 from kgate.codec.generated.data.produce import (
     PartitionProduceData,
     PartitionProduceResponse,
@@ -61,8 +63,6 @@ from kgate.codec.generated.share.share_fetch import ForgottenTopic as ShareForgo
 from kgate.codec.generated.share.share_fetch import ShareFetchRequest
 from kgate.filters.builtin.authz.topic_policy import TopicPolicy
 from kgate.filters.exchanges import POLICY_STATE_KEY
-
-PRODUCE, OFFSET_COMMIT, CGH, SHARE_FETCH = 0, 8, 68, 78
 
 
 @functools.cache

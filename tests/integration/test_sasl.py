@@ -41,6 +41,7 @@ from support.workloads import assert_exact, payloads, unique
 from kgate.api import FORWARD, LOOKUP_FAILED, ApiKey, Filter, FilterContext, TopicNameError, on_request
 from kgate.codec import api
 from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
+from kgate.codec.generated.api_keys import API_VERSIONS, CREATE_TOPICS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kgate.codec.generated.data.metadata import MetadataRequest
 from kgate.codec.generated.session.sasl_authenticate import SaslAuthenticateRequest
 from kgate.codec.generated.session.sasl_handshake import SaslHandshakeRequest
@@ -52,7 +53,6 @@ from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(120)
 
-METADATA, CREATE_TOPICS, SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 3, 19, 17, 18, 36
 SASL_AUTHENTICATION_FAILED = 58
 TANSU_NODE = 111
 SVC, SVC_PASSWORD = "kgate-svc", "svc-secret"

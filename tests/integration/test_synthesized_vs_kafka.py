@@ -21,6 +21,17 @@ from typing import Any
 import pytest
 
 from kgate.api import error_response
+from kgate.codec.generated.api_keys import (
+    DELETE_RECORDS,
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
+    PRODUCE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+    SHARE_GROUP_HEARTBEAT,
+)
 from kgate.codec.generated.data import delete_records as dr
 from kgate.codec.generated.data import fetch as fe
 from kgate.codec.generated.data import list_offsets as lo
@@ -31,9 +42,6 @@ from kgate.codec.generated.share import share_acknowledge as sa
 from kgate.codec.generated.share import share_fetch as sf
 from kgate.codec.schema import Struct
 from kgate.proxy.carrier.upstream_client import UpstreamClient
-
-FETCH, PRODUCE, LIST_OFFSETS, METADATA, DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH = 1, 0, 2, 3, 21, 23
-SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
 
 ZERO = uuid.UUID(int=0)
 

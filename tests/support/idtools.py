@@ -14,12 +14,12 @@ from typing import Any
 from uuid import UUID
 
 from kgate.api import ErrorCode
+from kgate.codec.generated.api_keys import METADATA
 from kgate.codec.generated.data.fetch import FetchPartition, FetchRequest, FetchTopic
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 from support.workloads import confluent_create_topic
 
-PRODUCE, FETCH, METADATA, OFFSET_COMMIT, API_VERSIONS = 0, 1, 3, 8, 18
 ZERO = UUID(int=0)
 UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED

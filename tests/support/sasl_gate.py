@@ -43,12 +43,10 @@ from struct import Struct
 from typing import Any
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import API_VERSIONS, SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kgate.codec.headers import parse_request_header, peek_request, response_frame
 from support.ports import HOST, free_port
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
 UNSUPPORTED_SASL_MECHANISM = 33
 SASL_AUTHENTICATION_FAILED = 58
 SCRAM_ITERATIONS = 4096

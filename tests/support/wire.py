@@ -13,6 +13,7 @@ import builtins
 import socket
 import struct
 
+# api keys by hand too, not from kgate.codec: this codec is independent on purpose (above)
 API_VERSIONS, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 18, 3, 10, 60
 # first flexible version of each decoded api (requests and responses)
 FLEXIBLE_FROM = {METADATA: 9, FIND_COORDINATOR: 3, DESCRIBE_CLUSTER: 0, API_VERSIONS: 3}

@@ -12,6 +12,7 @@ from support.fake_cluster import FakeCluster
 from support.wire import record_batch
 
 from kgate.api import ConnectionInfo
+from kgate.codec.generated.api_keys import API_VERSIONS, FETCH, METADATA, PRODUCE
 from kgate.codec.generated.data.fetch import FetchableTopicResponse, FetchRequest, FetchResponse, PartitionData
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
@@ -22,8 +23,6 @@ from kgate.filters.chain import FilterChain
 from kgate.proxy.control.exchange_metrics import BUCKETS_S, ExchangeMetrics, _ExchangeCollector
 from kgate.proxy.sansio.core import ConnectionCore
 from kgate.testing.frames import request_bytes, response_bytes
-
-METADATA, PRODUCE, FETCH, API_VERSIONS = 3, 0, 1, 18
 
 
 class Reports:

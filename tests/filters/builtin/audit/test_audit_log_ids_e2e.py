@@ -14,18 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.idtools import (
-    FETCH,
-    client,
-    create_topic,
-    delete_topic,
-    fetch_request,
-    kgate_config,
-    produce,
-    topic_id,
-    unique,
-)
+from support.idtools import client, create_topic, delete_topic, fetch_request, kgate_config, produce, topic_id, unique
 from support.inproc_kgate import InprocKgate
+
+from kgate.codec.generated.api_keys import FETCH
 
 UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = 100, 3
 

@@ -18,6 +18,7 @@ import pytest
 from support.wire import record_batch
 
 from kgate.api import ConnectionInfo, FilterConfigError, TopicNameError
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.codec.generated.data.fetch import (
     FetchableTopicResponse,
     FetchPartition,
@@ -42,7 +43,6 @@ from kgate.filters.exchanges import POLICY_STATE_KEY
 from kgate.proxy.sansio.exchange import Exchange
 from kgate.testing.frames import request_bytes, response_bytes
 
-PRODUCE, FETCH = 0, 1
 INFO = ConnectionInfo("10.0.0.7:53122", "default", None, "User:alice")
 ZERO = UUID(int=0)
 

@@ -17,10 +17,10 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
+from kgate.codec.generated.api_keys import DESCRIBE_TOPIC_PARTITIONS as DTP
 from kgate.codec.generated.data.describe_topic_partitions import Cursor, DescribeTopicPartitionsRequest, TopicRequest
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
-DTP = 75
 DENY = "*secret-*"
 FILTERS = {
     "topic-policy": [{"name": "topic-policy", "config": {"deny": [DENY]}}],

@@ -29,6 +29,21 @@ from support.spec_tools import (
 
 from kgate.api import FORWARD, Forward, Respond, error_response
 from kgate.codec import api
+from kgate.codec.generated.api_keys import CONSUMER_GROUP_DESCRIBE as CGD
+from kgate.codec.generated.api_keys import CONSUMER_GROUP_HEARTBEAT as CGH
+from kgate.codec.generated.api_keys import (
+    DELETE_RECORDS,
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_TRANSACTIONS,
+    METADATA,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
+    TXN_OFFSET_COMMIT,
+)
+from kgate.codec.generated.api_keys import DESCRIBE_TOPIC_PARTITIONS as DTP
+from kgate.codec.generated.api_keys import SHARE_GROUP_DESCRIBE as SGD
+from kgate.codec.generated.api_keys import SHARE_GROUP_HEARTBEAT as SGH
 from kgate.codec.generated.data.describe_topic_partitions import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
@@ -61,10 +76,6 @@ from kgate.codec.generated.share.share_group_describe import ShareGroupDescribeR
 from kgate.codec.generated.share.share_group_describe import TopicPartitions as SgdTopicPartitions
 from kgate.codec.generated.share.share_group_heartbeat import ShareGroupHeartbeatRequest
 from kgate.filters.builtin.authz.visibility import DESCRIBE_REFUSED
-
-OFFSET_FETCH, CGH, CGD, DTP, SGH, SGD = 9, 68, 69, 75, 76, 77
-DELETE_RECORDS, OFFSET_FOR_LEADER_EPOCH, TXN_OFFSET_COMMIT, OFFSET_DELETE = 21, 23, 28, 47
-METADATA, DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS = 3, 61, 65
 
 
 async def run_response_hook(hook: Any, ctx: FakeContext, response: Any) -> tuple[Any, bool]:

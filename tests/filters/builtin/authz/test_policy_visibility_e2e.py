@@ -16,10 +16,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import DESCRIBE_TOPIC_PARTITIONS
 from kgate.codec.generated.data.describe_topic_partitions import TopicRequest
 from kgate.proxy.carrier.upstream_client import UpstreamClient
-
-OFFSET_FETCH, DESCRIBE_TOPIC_PARTITIONS = 9, 75
 
 
 @pytest.fixture
