@@ -106,15 +106,22 @@ def _module_opens_tcp(path: str) -> bool:
     return _tcp_modules[path]
 
 
+_module_uses_seen: dict[tuple[str, frozenset[str]], bool] = {}
+
+
 def _module_uses(module, names: frozenset[str]) -> bool:
-    """Whether a test module imported one of ``names`` (the module, or anything defined in it)."""
+    """Whether a test module imported one of ``names`` (the module, or anything defined in it).
+
+    Memoized per module: collection asks it for every test (thousands) of a few hundred modules."""
     if module is None:
         return False
-    for value in vars(module).values():
-        where = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-        if where in names:
-            return True
-    return False
+    key = (module.__name__, names)
+    if key not in _module_uses_seen:
+        _module_uses_seen[key] = any(
+            (value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)) in names
+            for value in vars(module).values()
+        )
+    return _module_uses_seen[key]
 
 
 def _broker_param(item: pytest.Item) -> str | None:
