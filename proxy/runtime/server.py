@@ -179,6 +179,15 @@ def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
         loop.remove_signal_handler(sig)
 
 
+def _ignore_late_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """The drain is over and the process is on its way out: a late stop signal (a terminal's
+    SIGINT beside a supervisor's SIGTERM) is ignored. With the default action restored it killed
+    the exiting process, turning a clean stop into status 143. A hung exit still yields to SIGKILL."""
+    _remove_signal_handlers(loop)
+    for sig in _SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 async def serve(
     config: KgateConfig,
     ready: asyncio.Event | None = None,
@@ -206,7 +215,8 @@ async def serve(
         if signals:
             _remove_signal_handlers(loop)
         raise
-    log.info("kgate ready")
+    # "listening", not "ready": the upstream may still be unreachable, which /readyz reports
+    log.info("kgate listening (upstream readiness: /readyz)")
     if freeze_heap:
         frozen_heap.freeze()
     watcher = None
@@ -226,7 +236,7 @@ async def serve(
         if watcher is not None:
             watcher.cancel()
         if signals:
-            _remove_signal_handlers(loop)
+            _ignore_late_signals(loop)
         if not stop.is_set():
             await proxy.shutdown()  # an exception before the signal: still close what was opened
     log.info("kgate stopped")
