@@ -26,6 +26,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Hashable
 from typing import Any
 
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
@@ -203,6 +204,39 @@ class RateLimit:
     def take_suppressed(self) -> int:
         n, self.suppressed = self.suppressed, 0
         return n
+
+
+class LineBudget:
+    """At most ``lines`` lines per key per ``window_ns``; the rest counted for the next line written.
+
+    For warnings that a misbehaving peer can repeat without end: a client reconnecting in a loop
+    while the broker is down closed ~20 connections a second, each with its own "closing client"
+    line. ``take(key, now_ns)`` returns -1 to skip the line, else how many lines of ``key`` were held
+    back since the last one written. The time comes in (the sans-IO core's event clock); the
+    metrics still count every event, only the log is bounded.
+    """
+
+    __slots__ = ("_windows", "lines", "window_ns")
+
+    def __init__(self, lines: int, window_ns: int) -> None:
+        self.lines = lines
+        self.window_ns = window_ns
+        #: key -> [window start, lines written in it, lines held back since the last written]
+        self._windows: dict[Hashable, list[int]] = {}
+
+    def take(self, key: Hashable, now_ns: int) -> int:
+        w = self._windows.get(key)
+        if w is None:
+            self._windows[key] = [now_ns, 1, 0]
+            return 0
+        if now_ns - w[0] >= self.window_ns:  # a new window: written, with what the last one held back
+            w[0], w[1] = now_ns, 0
+        if w[1] >= self.lines:
+            w[2] += 1
+            return -1
+        w[1] += 1
+        held, w[2] = w[2], 0
+        return held
 
 
 #: connection open/close lines, per process: enough to follow a normal fleet, not a storm

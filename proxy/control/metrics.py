@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from kgate.codec import api
 from kgate.codec.generated.api_keys import ApiKey
+from kgate.proxy.control.logs import LineBudget
 from kgate.proxy.sansio.counter import Count
 
 CLOSED_ERRORS = Counter(
@@ -150,6 +151,8 @@ class ClusterMetrics:
         #: the cells of the two answers every connection's core rewrites, made once here (proxy/sansio/core.py)
         self.metadata_rewrites = self.rewrite_count(int(ApiKey.METADATA))
         self.api_versions_rewrites = self.rewrite_count(int(ApiKey.API_VERSIONS))
+        #: "closing client" warnings: 5 per close reason per 10 s in this cluster (the counter counts all)
+        self.close_lines = LineBudget(lines=5, window_ns=10_000_000_000)
         _LIVE.add(self)
 
     def request_count(self, api_key: int, api_version: int) -> Count:

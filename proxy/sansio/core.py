@@ -635,13 +635,14 @@ class ConnectionCore:
             if log.isEnabledFor(logging.DEBUG):
                 # the client ended it, not kgate: "closing client" would read as kgate's decision
                 log.debug("client %s (cluster %s) left: %s", self.peer, self.cluster.name, text)
-        elif reason.is_error:
+        elif reason.is_error and (held := self.cluster.metrics.close_lines.take(reason, self.now_ns)) >= 0:
             info = self.info
             log.warning(
-                "closing client %s (cluster %s): %s",
+                "closing client %s (cluster %s): %s%s",
                 self.peer,
                 self.cluster.name,
                 text,
+                f" ({held} more closed for this reason without a line)" if held else "",
                 extra={
                     "event": "connection_refused",
                     "cluster": self.cluster.name,
@@ -650,8 +651,11 @@ class ConnectionCore:
                     "client_id": info.client_id,
                     "reason": reason.value,
                     "decision": "close",
+                    "held_back": held,
                 },
             )
+            self.cluster.metrics.closed_on_error(reason.value)
+        elif reason.is_error:  # over its line budget: counted, not logged
             self.cluster.metrics.closed_on_error(reason.value)
         else:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from kgate.proxy.control import logs
-from kgate.proxy.control.logs import TEXT_FORMAT, JsonFormatter, RateLimit, TextFormatter
+from kgate.proxy.control.logs import TEXT_FORMAT, JsonFormatter, LineBudget, RateLimit, TextFormatter
 
 
 def _record(msg: str, *args: object, exc: bool = False, **extra: object) -> logging.LogRecord:
@@ -54,6 +54,17 @@ def test_rate_limit_holds_back_a_storm_and_counts_it() -> None:
     assert 10 <= passed <= 12  # the burst, and what refilled meanwhile
     assert limit.take_suppressed() == 1000 - passed
     assert limit.take_suppressed() == 0
+
+
+def test_line_budget_writes_a_few_per_window_then_says_how_many_it_held() -> None:
+    b = LineBudget(lines=3, window_ns=10)
+    assert [b.take("timeout", t) for t in range(5)] == [0, 0, 0, -1, -1]
+    assert b.take("frame-too-large", 4) == 0  # each key has its own budget
+    assert b.take("timeout", 9) == -1  # still the first window
+    assert b.take("timeout", 10) == 3  # a new window: written, saying three were held back
+    assert b.take("timeout", 11) == 0
+    assert b.take("timeout", 12) == 0
+    assert b.take("timeout", 13) == -1
 
 
 def test_text_timestamps_match_the_standard_formatter_across_seconds() -> None:
