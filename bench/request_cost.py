@@ -121,7 +121,8 @@ class Conn:
     """A blocking size-prefixed-frame socket (TCP_NODELAY, like every Kafka client)."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        # a minute: under callgrind (~50x slower) on a loaded machine one answer took over 10 s
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def call(self, frame: bytes) -> bytes:

@@ -154,7 +154,7 @@ def kgate(
     config: dict[str, Any] = {
         "log_level": log_level,
         "proxy": {"drain_timeout_s": 2},
-        "metrics": {"listen": f"{HOST}:{metrics}"},
+        "admin": {"listen": f"{HOST}:{metrics}"},
         "virtual_clusters": [
             {
                 "name": "test",

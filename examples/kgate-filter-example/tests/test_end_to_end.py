@@ -134,6 +134,8 @@ def test_allowed_client_writes_refused_client_gets_authorization_errors(kgate_pr
     assert metric(k, orders, "written") == 25
     assert metric(k, orders, "refused") == 7  # one request (one_request); librdkafka does not retry the refusal
     assert metric(k, audit, "written") == 3
+    # the kit's own config is current: no deprecation warning in a plugin author's log
+    assert "deprecated" not in k.log_text()
 
 
 def check_config(tmp_path: Path, filters: list[dict]) -> subprocess.CompletedProcess[str]:
