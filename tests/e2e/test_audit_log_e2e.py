@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 from support import workloads as w
 
+from kgate.api import ErrorCode
 from kgate.codec import api
 from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.codec.generated.data.produce import PartitionProduceData, ProduceRequest, TopicProduceData
 from kgate.proxy.carrier.upstream_client import UpstreamClient
 
-TOPIC_AUTHORIZATION_FAILED = 29
+TOPIC_AUTHORIZATION_FAILED = ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
 def _events(directory: Path) -> list[dict[str, Any]]:

@@ -38,7 +38,7 @@ from support.ports import HOST, free_port, free_port_range
 from support.sasl_gate import SaslGate
 from support.workloads import assert_exact, payloads, unique
 
-from kgate.api import FORWARD, LOOKUP_FAILED, ApiKey, Filter, FilterContext, TopicNameError, on_request
+from kgate.api import FORWARD, LOOKUP_FAILED, ApiKey, ErrorCode, Filter, FilterContext, TopicNameError, on_request
 from kgate.codec import api
 from kgate.codec.generated.admin.create_topics import CreatableTopic, CreateTopicsRequest
 from kgate.codec.generated.api_keys import API_VERSIONS, CREATE_TOPICS, METADATA, SASL_AUTHENTICATE, SASL_HANDSHAKE
@@ -53,7 +53,7 @@ from kgate.proxy.carrier.upstream_client import UpstreamClient
 
 pytestmark = pytest.mark.timeout(120)
 
-SASL_AUTHENTICATION_FAILED = 58
+SASL_AUTHENTICATION_FAILED = ErrorCode.SASL_AUTHENTICATION_FAILED
 TANSU_NODE = 111
 SVC, SVC_PASSWORD = "kgate-svc", "svc-secret"
 USERS = {SVC: SVC_PASSWORD, "alice": "alice-secret", "bob": "bob-secret"}

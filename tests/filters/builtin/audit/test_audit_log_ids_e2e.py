@@ -17,9 +17,10 @@ import pytest
 from support.idtools import client, create_topic, delete_topic, fetch_request, kgate_config, produce, topic_id, unique
 from support.inproc_kgate import InprocKgate
 
+from kgate.api import ErrorCode
 from kgate.codec.generated.api_keys import FETCH
 
-UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = 100, 3
+UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_ID, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
 def _events(directory: Path) -> list[dict[str, Any]]:

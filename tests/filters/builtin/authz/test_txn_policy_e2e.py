@@ -18,10 +18,9 @@ from prometheus_client.core import REGISTRY
 from support.inproc_kgate import InprocKgate, make_config
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import ADD_PARTITIONS_TO_TXN as APTT
 from kgate.codec.generated.transactions import add_partitions_to_txn as aptt
 from kgate.proxy.carrier.upstream_client import UpstreamClient
-
-APTT = 24
 
 
 def _decisions(filter_name: str, api_name: str) -> dict[str, float]:
