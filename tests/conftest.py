@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import re
+import resource
 import socket
 import sys
 import tempfile
@@ -274,8 +275,16 @@ sys.addaudithook(_audit)
 
 
 #: ``KGATE_TEST_TIMELINE=FILE``: each worker appends one JSON line per test (worker, node id, wall
-#: start and end, groups): what ``tools/suite_timeline.py`` reads to show each worker's chain
+#: start and end, groups, CPU seconds): what ``tools/suite_timeline.py`` reads to show each worker's
+#: chain and where the CPU went (the suite is CPU-bound: wall time under load says little)
 _TIMELINE = os.environ.get("KGATE_TEST_TIMELINE")
+
+
+def _cpu_s() -> float:
+    """This worker's CPU seconds and its reaped children's (a subprocess counts once it is waited
+    for: a module's broker at the module's end, a session's at the session's)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -284,6 +293,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     _watching = item.get_closest_marker("unit") is not None
     _unit_io.clear()
     start = time.time()
+    cpu = _cpu_s() if _TIMELINE else 0.0
     try:
         yield
     finally:
@@ -296,6 +306,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
                 "start": start,
                 "end": time.time(),
                 "group": str(mark.args[0]) if mark is not None and mark.args else None,
+                "cpu": round(_cpu_s() - cpu, 3),
             }
             with open(_TIMELINE, "a", encoding="utf-8") as f:
                 f.write(json.dumps(row) + "\n")
