@@ -252,16 +252,20 @@ def run(args: argparse.Namespace) -> int:
             painter.close()
         raise
     trace.mark("SparkSession started")
+    stopper: _Stopper | None = None
     try:
         if args.follow:
             return _follow(spark, args, window)
-        return _batch(spark, args, paths, window, painter)
+        # an owned session ends as soon as the tables are in memory (unless Spark writes them, --tables):
+        # its stop overlaps writing them and the page
+        stopper = _Stopper(spark) if owned and args.tables is None else None
+        return _batch(spark, args, paths, window, painter, stopper)
     finally:
         if painter is not None:  # a failed run stops drawing (a finished one has shut the painter down)
             painter.close()
         if owned:
             try:
-                spark.stop()
+                stopper.join() if stopper is not None else spark.stop()
             except BaseException:  # after Ctrl-C the JVM may be gone already
                 if not args.follow:
                     raise
@@ -302,15 +306,53 @@ def _follow(spark: SparkSession, args: argparse.Namespace, window: Window) -> in
     return EXIT_OK
 
 
+class _Stopper:
+    """``spark.stop()`` on a thread, started by :meth:`start`; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        import threading
+
+        self._spark = spark
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="spark-stop", daemon=True)
+        self._started = False
+
+    def _run(self) -> None:
+        try:
+            self._spark.stop()
+        except BaseException as exc:  # re-raised by join(), in the main thread
+            self._error = exc
+
+    def start(self) -> None:
+        self._started = True
+        self._thread.start()
+
+    def join(self) -> None:
+        if not self._started:  # the run failed before its tables: stop here
+            self._spark.stop()
+            return
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
 def _batch(
-    spark: SparkSession, args: argparse.Namespace, paths: list[str], window: Window, painter: ChartPainter | None
+    spark: SparkSession,
+    args: argparse.Namespace,
+    paths: list[str],
+    window: Window,
+    painter: ChartPainter | None,
+    stopper: _Stopper | None = None,
 ) -> int:
-    """A batch run: every table, written, and the page (its charts drawn by ``painter`` meanwhile)."""
+    """A batch run: every table, written, and the page (its charts drawn by ``painter`` meanwhile);
+    ``stopper`` is started once the tables are in memory."""
     from kgate.pipeline import tables
 
     t0 = time.perf_counter()
     result = tables.build(spark, paths, window, on_table=None if painter is None else painter.add)
     trace.mark("tables computed")
+    if stopper is not None:
+        stopper.start()
     tables.write(result, args.output, spark, args.tables)
     trace.mark("tables written")
     page = None
