@@ -29,6 +29,10 @@ Run: ``python bench/pipeline_bench.py [--events 10000000] [--format parquet|json
 of two runs side by side its own output; ``--eventlog DIR`` keeps Spark's event log of each run (stage
 and query times, task CPU). ``kgate report`` maps the driver JVM's class archive from the user's cache
 when there is one (``KGATE_REPORT_CDS=0`` for a run without; docs/performance.md).
+``--floor``: instead of the report, Spark's floor on the same Parquet files in one session with
+``kgate report``'s settings for their size (a bare scan, a bare count-and-sums aggregation per event
+and per topic entry), then the roll-up's own job: per job its wall and the JVM's CPU seconds.
+``KGATE_REPORT_TRACE=1`` in the environment makes ``kgate report`` print a timestamped trace of its phases.
 """
 
 from __future__ import annotations
