@@ -29,6 +29,10 @@ Run: ``python bench/pipeline_bench.py [--events 10000000] [--format parquet|json
 of two runs side by side its own output; ``--eventlog DIR`` keeps Spark's event log of each run (stage
 and query times, task CPU). ``kgate report`` maps the driver JVM's class archive from the user's cache
 when there is one (``KGATE_REPORT_CDS=0`` for a run without; docs/performance.md).
+``--floor``: instead of the report, Spark's floor on the same Parquet files in one session with
+``kgate report``'s settings for their size (a bare scan, a bare count-and-sums aggregation per event
+and per topic entry), then the roll-up's own job: per job its wall and the JVM's CPU seconds.
+``KGATE_REPORT_TRACE=1`` in the environment makes ``kgate report`` print a timestamped trace of its phases.
 """
 
 from __future__ import annotations
@@ -303,6 +307,71 @@ def _runs(label: str, cmd: list[str], reps: int, env: dict[str, str] | None = No
     return runs
 
 
+def _jvm_cpu() -> float:
+    """CPU seconds so far of this process's descendants (the driver JVM)."""
+    seen: dict[tuple[int, str], float] = {}
+    _tree_cpu(os.getpid(), seen)
+    return sum(v for (pid, _name), v in seen.items() if pid != os.getpid())
+
+
+def floor(src: Path, conf: list[str]) -> dict[str, object]:
+    """Spark's floor on these files, in one session with ``kgate report``'s settings for their size: a
+    bare scan, a bare aggregation per event and per topic entry (count and sums, the roll-up's kind of
+    keys), then the roll-up's own job as ``kgate report`` runs it (read, every grain, merge, written as
+    Parquet); per job its wall and the JVM's CPU seconds (task CPU plus planning, compiling, JIT, GC)."""
+    from pyspark.sql import functions as F
+
+    from kgate.pipeline import ingest, reports
+    from kgate.pipeline.cli import parse_conf
+    from kgate.pipeline.session import build_session
+
+    files = sorted(str(f) for f in src.iterdir() if f.suffix == ".parquet")
+    size = sum(os.path.getsize(f) for f in files)
+    spark = build_session(input_bytes=size, extra=parse_conf(conf), app_name="kgate-pipeline-floor")
+    e = F.col
+    day = ((e("time_us") - F.pmod(e("time_us"), F.lit(DAY_US))) / F.lit(DAY_US)).cast("long").alias("day")
+
+    def events():  # type: ignore[no-untyped-def]
+        from kgate.pipeline.rollup import spark_schema
+
+        return spark.read.schema(spark_schema()).parquet(*files)
+
+    def scan() -> None:
+        events().agg(F.count(F.lit(1)), F.sum("request_bytes"), F.sum("response_bytes")).collect()
+
+    def per_event() -> None:
+        events().groupBy(day, "instance", e("client.principal"), e("client.id"), e("api.key"), "error_code").agg(
+            F.count(F.lit(1)), F.sum("request_bytes"), F.sum("response_bytes"), F.sum("latency_us")
+        ).write.mode("overwrite").format("noop").save()
+
+    def per_topic() -> None:
+        t = events().select(day, "cluster", "client", "api", F.explode("topics").alias("t"))
+        t.groupBy("day", "cluster", e("client.principal"), e("client.id"), e("t.name"), e("api.key")).agg(
+            F.count(F.lit(1)), F.sum("t.bytes"), F.sum("t.records")
+        ).write.mode("overwrite").format("noop").save()
+
+    def rollup() -> None:
+        scratch = tempfile.mkdtemp(prefix="kgate-floor-")
+        try:
+            reports.merge(ingest.read_partials(spark, files)).write.partitionBy("gid").parquet(scratch + "/r")
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    out: dict[str, object] = {"input_mb": round(size / 1e6, 1)}
+    for name, job in (("scan", scan), ("per_event", per_event), ("per_topic", per_topic), ("rollup", rollup)):
+        load0, c0, t0 = os.getloadavg()[0], _jvm_cpu(), time.perf_counter()
+        job()
+        wall, cpu = time.perf_counter() - t0, _jvm_cpu() - c0
+        out[name] = {
+            "wall_s": round(wall, 1),
+            "jvm_cpu_s": round(cpu, 1),
+            "load": [round(load0, 1), round(os.getloadavg()[0], 1)],
+        }
+        print(f"floor {name}: {out[name]}", flush=True)
+    spark.stop()
+    return out
+
+
 def to_parquet(src: Path, dst: Path, workers: int = 2) -> None:
     """Each gzip JSON-lines file of ``src`` through the audit log's own Parquet converter into ``dst``."""
     from concurrent.futures import ProcessPoolExecutor
@@ -338,6 +407,11 @@ def main() -> int:
     ap.add_argument("--no-html-run", action="store_true", help="also time kgate report --no-html")
     ap.add_argument("--json", help="also write the numbers here")
     ap.add_argument("--generate-only", action="store_true", help="write the files and stop")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="instead of the report: Spark's floor on the Parquet files (bare scan, aggregations), then the roll-up",
+    )
     ap.add_argument("--report-dir", help="kgate report's output (default DIR/report; A/B runs side by side need two)")
     ap.add_argument("--eventlog", help="write Spark's event log of each kgate run under this directory")
     ap.add_argument(
@@ -371,6 +445,12 @@ def main() -> int:
             to_parquet(data, src)
             print(f"converted to Parquet in {time.perf_counter() - t0:.1f}s", flush=True)
     if args.generate_only:
+        return 0
+    if args.floor:
+        result = floor(src, args.conf)
+        print(json.dumps(result, indent=1))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
         return 0
     files = [f for f in src.iterdir() if not f.name.startswith(("_", "."))]
     out["files"] = len(files)

@@ -27,6 +27,16 @@ def _plt() -> Any:
     return plt
 
 
+def warm_up() -> None:
+    """Import matplotlib and load its fonts: what the first chart of a process would pay (done on the
+    chart thread while the JVM starts, :class:`kgate.pipeline.html.ChartPainter`)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.set_title("x")
+    fig.canvas.draw()
+    plt.close(fig)
+
+
 def _save(fig: Any, out_dir: str, name: str) -> str:
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, name), dpi=90)

@@ -20,8 +20,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
+from kgate.pipeline import trace
 from kgate.pipeline.ingest import InputError, Window
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from kgate.pipeline.html import ChartPainter
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("kgate.pipeline")
@@ -98,17 +105,44 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _release_version(java: str) -> str | None:
+    """``JAVA_VERSION`` from the ``release`` file of the JDK/JRE holding ``java`` (every OpenJDK build
+    has one), or None: read instead of starting a JVM for ``java -version`` (a fraction of a second of
+    every cold run)."""
+    home = os.path.dirname(os.path.dirname(os.path.realpath(java)))
+    try:
+        with open(os.path.join(home, "release"), encoding="utf-8", errors="replace") as f:
+            m = re.search(r'^JAVA_VERSION="([^"]+)"', f.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return m.group(1) if m else None
+
+
 def _java_problem() -> str | None:
     """Why local Spark cannot start here, or None. PySpark 4 needs Java 17+."""
     java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
     if not java or not os.path.exists(java):
         return "Java was not found; PySpark 4 needs Java 17+ (Debian: apt-get install openjdk-17-jre-headless)"
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    release = _release_version(java)
+    out = (
+        f'version "{release}"' if release else subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    )
     m = re.search(r'version "(\d+)(?:\.(\d+))?', out)
     if m:
         major = int(m.group(2)) if m.group(1) == "1" and m.group(2) else int(m.group(1))
         if major < 17:
             return f"Java {major} found ({java}); PySpark 4 needs Java 17+ (apt-get install openjdk-17-jre-headless)"
+    return None
+
+
+def _spark_problem(master: str | None) -> str | None:
+    """Why the run cannot start Spark here (no PySpark; local mode without Java 17+), or None."""
+    try:
+        import pyspark  # noqa: F401
+    except ModuleNotFoundError:
+        return "PySpark is not installed (pip install 'kgate-proxy[pipeline]')"
+    if master is None or master.startswith("local"):
+        return _java_problem()
     return None
 
 
@@ -168,6 +202,7 @@ def _local_bytes(paths: Sequence[str]) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    trace.mark("arguments parsed")
     window = _window(args)
     conf = parse_conf(args.conf)
     if args.refresh_s <= 0:
@@ -185,93 +220,160 @@ def run(args: argparse.Namespace) -> int:
         os.makedirs(args.output, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--output {args.output}: {exc.strerror}") from None
-    try:
-        import pyspark  # noqa: F401
-    except ModuleNotFoundError:
-        print("kgate report: error: PySpark is not installed (pip install 'kgate-proxy[pipeline]')", file=sys.stderr)
+    problem = _spark_problem(args.master)
+    if problem:
+        print(f"kgate report: error: {problem}", file=sys.stderr)
         return EXIT_FAILED
-    if args.master is None or args.master.startswith("local"):
-        problem = _java_problem()
-        if problem:
-            print(f"kgate report: error: {problem}", file=sys.stderr)
-            return EXIT_FAILED
+    trace.mark("inputs listed, Java checked")
 
     from pyspark import SparkContext
 
-    from kgate.pipeline import tables
     from kgate.pipeline.session import build_session
 
+    painter = None
+    if not args.follow and not args.no_html:
+        from kgate.pipeline.html import ChartPainter
+
+        painter = ChartPainter(args.output)  # imports matplotlib on its thread while the JVM starts
     # Embedded (tests, notebooks): leave the caller's session running. Asked of the process, not the
     # thread: SparkSession.getActiveSession() is per thread, so a report run from a worker thread
     # took the caller's session for its own and stopped it, failing every Spark test after it.
     owned = SparkContext._active_spark_context is None
-    spark = build_session(
-        args.master,
-        driver_memory=args.driver_memory,
-        extra=conf,
-        input_bytes=_local_bytes(paths),
-        class_archive=owned and not args.follow,  # a stream's JVM ends by Ctrl-C, not a clean exit
-    )
+    try:
+        spark = build_session(
+            args.master,
+            driver_memory=args.driver_memory,
+            extra=conf,
+            input_bytes=_local_bytes(paths),
+            class_archive=owned and not args.follow,  # a stream's JVM ends by Ctrl-C, not a clean exit
+        )
+    except BaseException:
+        if painter is not None:
+            painter.close()
+        raise
+    trace.mark("SparkSession started")
+    stopper: _Stopper | None = None
     try:
         if args.follow:
-            from kgate.pipeline.follow import start
-
-            checkpoint = args.checkpoint or os.path.join(args.output, "_checkpoint")
-            query = start(
-                spark, args.input, args.output, checkpoint, args.refresh_s, window, args.tables, html=not args.no_html
-            )
-            print(
-                f"kgate report: following {', '.join(args.input)}; report in {args.output} "
-                f"every {args.refresh_s:g}s (Ctrl-C stops; checkpoint {checkpoint})",
-                file=sys.stderr,
-            )
-            # PySpark's SIGINT handler calls into the JVM (cancelAllJobs) while the main thread waits in
-            # a JVM call, and both fail with tracebacks: Python's own handler raises KeyboardInterrupt,
-            # and the wait is a sleep between short status calls, where the interrupt lands cleanly
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            # py4j logs an interrupt that lands inside one of its calls on the root logger, with a
-            # traceback, before re-raising it (a busy machine makes the status calls slow enough)
-            logging.getLogger().addFilter(_not_interrupt_noise)
-            try:
-                while query.isActive:
-                    time.sleep(0.5)
-                query.awaitTermination()  # ended by itself: raises the stream's failure, if any
-            except KeyboardInterrupt:
-                _quiet_stop(query)
-                print("kgate report: stopped", file=sys.stderr)
-            return EXIT_OK
-        t0 = time.perf_counter()
-        result = tables.build(spark, paths, window)
-        tables.write(result, args.output, spark, args.tables)
-        page = None
-        if not args.no_html:
-            from kgate.pipeline.html import render
-
-            page = render(result, args.output)
-        prob = result.problems.to_pylist()
-        bad = sum(r["malformed"] + r["unknown_schema"] for r in prob)
-        good = sum(r["ok"] for r in prob)
-        # the events the report counts: those inside --since/--until (every good line without a window)
-        counted = sum(r["requests"] for r in result.tables["instances"].to_pylist())
-        outside = f" ({good - counted:,} good lines outside --since/--until)" if good != counted else ""
-        print(
-            f"kgate report: {counted:,} events{outside} from {len(prob)} file(s) in "
-            f"{time.perf_counter() - t0:.1f}s; {bad:,} bad lines skipped; "
-            f"{page or os.path.join(args.output, 'csv')}",
-            file=sys.stderr,
-        )
-        return EXIT_OK
+            return _follow(spark, args, window)
+        # an owned session ends as soon as the tables are in memory (unless Spark writes them, --tables):
+        # its stop overlaps writing them and the page
+        stopper = _Stopper(spark) if owned and args.tables is None else None
+        return _batch(spark, args, paths, window, painter, stopper)
     finally:
+        if painter is not None:  # a failed run stops drawing (a finished one has shut the painter down)
+            painter.close()
         if owned:
             try:
-                spark.stop()
+                stopper.join() if stopper is not None else spark.stop()
             except BaseException:  # after Ctrl-C the JVM may be gone already
                 if not args.follow:
                     raise
             else:
+                trace.mark("SparkSession stopped")
                 from kgate.pipeline.session import finish
 
                 finish(spark)
+                trace.mark("finished")
+
+
+def _follow(spark: SparkSession, args: argparse.Namespace, window: Window) -> int:
+    """``--follow``: start the stream and wait for Ctrl-C (or its failure)."""
+    from kgate.pipeline.follow import start
+
+    checkpoint = args.checkpoint or os.path.join(args.output, "_checkpoint")
+    html = not args.no_html
+    query = start(spark, args.input, args.output, checkpoint, args.refresh_s, window, args.tables, html=html)
+    print(
+        f"kgate report: following {', '.join(args.input)}; report in {args.output} "
+        f"every {args.refresh_s:g}s (Ctrl-C stops; checkpoint {checkpoint})",
+        file=sys.stderr,
+    )
+    # PySpark's SIGINT handler calls into the JVM (cancelAllJobs) while the main thread waits in
+    # a JVM call, and both fail with tracebacks: Python's own handler raises KeyboardInterrupt,
+    # and the wait is a sleep between short status calls, where the interrupt lands cleanly
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # py4j logs an interrupt that lands inside one of its calls on the root logger, with a
+    # traceback, before re-raising it (a busy machine makes the status calls slow enough)
+    logging.getLogger().addFilter(_not_interrupt_noise)
+    try:
+        while query.isActive:
+            time.sleep(0.5)
+        query.awaitTermination()  # ended by itself: raises the stream's failure, if any
+    except KeyboardInterrupt:
+        _quiet_stop(query)
+        print("kgate report: stopped", file=sys.stderr)
+    return EXIT_OK
+
+
+class _Stopper:
+    """``spark.stop()`` on a thread, started by :meth:`start`; :meth:`join` waits for it and raises what it raised."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        import threading
+
+        self._spark = spark
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="spark-stop", daemon=True)
+        self._started = False
+
+    def _run(self) -> None:
+        try:
+            self._spark.stop()
+        except BaseException as exc:  # re-raised by join(), in the main thread
+            self._error = exc
+
+    def start(self) -> None:
+        self._started = True
+        self._thread.start()
+
+    def join(self) -> None:
+        if not self._started:  # the run failed before its tables: stop here
+            self._spark.stop()
+            return
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def _batch(
+    spark: SparkSession,
+    args: argparse.Namespace,
+    paths: list[str],
+    window: Window,
+    painter: ChartPainter | None,
+    stopper: _Stopper | None = None,
+) -> int:
+    """A batch run: every table, written, and the page (its charts drawn by ``painter`` meanwhile);
+    ``stopper`` is started once the tables are in memory."""
+    from kgate.pipeline import tables
+
+    t0 = time.perf_counter()
+    result = tables.build(spark, paths, window, on_table=None if painter is None else painter.add)
+    trace.mark("tables computed")
+    if stopper is not None:
+        stopper.start()
+    tables.write(result, args.output, spark, args.tables)
+    trace.mark("tables written")
+    page = None
+    if painter is not None:
+        from kgate.pipeline.html import render
+
+        page = render(result, args.output, painter=painter)
+        trace.mark("page rendered")
+    prob = result.problems.to_pylist()
+    bad = sum(r["malformed"] + r["unknown_schema"] for r in prob)
+    good = sum(r["ok"] for r in prob)
+    # the events the report counts: those inside --since/--until (every good line without a window)
+    counted = sum(r["requests"] for r in result.tables["instances"].to_pylist())
+    outside = f" ({good - counted:,} good lines outside --since/--until)" if good != counted else ""
+    print(
+        f"kgate report: {counted:,} events{outside} from {len(prob)} file(s) in "
+        f"{time.perf_counter() - t0:.1f}s; {bad:,} bad lines skipped; "
+        f"{page or os.path.join(args.output, 'csv')}",
+        file=sys.stderr,
+    )
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:

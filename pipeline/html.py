@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kgate.pipeline import charts
-from kgate.pipeline.tables import PROBLEMS, Result
+from kgate.pipeline import charts, trace
+from kgate.pipeline.tables import LATENCY_WINDOW, PROBLEMS, TRAFFIC, Result
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 Row = Mapping[str, Any]
 TABLE_ROWS = 15
@@ -170,24 +175,81 @@ td:first-child,th:first-child{text-align:left} .none,.more{color:#777;font-size:
 """
 
 
-def render(result: Result, out_dir: str, title: str = "kgate fleet report") -> str:
-    """Draw the charts into ``out_dir`` and write ``out_dir/index.html``; returns the page's path."""
+Rows = list[dict[str, Any]]
+#: The page's charts, in its order: caption, the tables each draws from (by :mod:`kgate.pipeline.tables`
+#: name, :data:`LATENCY_WINDOW` and :data:`TRAFFIC` included), and how (rows of each, output dir -> file).
+CHARTS: tuple[tuple[str, tuple[str, ...], Callable[..., str | None]], ...] = (
+    ("Traffic per topic over time", (TRAFFIC,), charts.traffic),
+    ("Top principals and clients", ("chargeback", "clients"), charts.principals),
+    ("Error rates", ("api_errors",), charts.errors),
+    ("Instance balance", ("instances",), charts.instances),
+    ("Latency", (LATENCY_WINDOW,), charts.latency),
+    ("Topic-id health", ("id_adoption", "stale_ids", "unresolved_ids"), charts.topic_ids),
+)
+
+
+class ChartPainter:
+    """Draws the page's charts on one background thread while the report queries still run.
+
+    A cold run's charts (matplotlib's import, its fonts, six figures) took seconds after the last
+    query; here matplotlib is imported while the JVM starts, and each chart is drawn as soon as the
+    tables it shows have arrived (:meth:`add`, the ``on_table`` of :func:`kgate.pipeline.tables.build`).
+    One thread only: pyplot's state is not thread-safe, and the drawing holds the GIL anyway.
+    """
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="charts")
+        self._pool.submit(charts.warm_up)
+        self._lock = threading.Lock()
+        self._tables: dict[str, pa.Table] = {}
+        self._drawn: dict[str, Future[str | None]] = {}
+
+    def add(self, name: str, table: pa.Table) -> None:
+        """Table ``name`` arrived: draw every chart whose tables are all here now."""
+        with self._lock:
+            self._tables[name] = table
+            for caption, needs, draw in CHARTS:
+                if caption not in self._drawn and all(n in self._tables for n in needs):
+                    inputs = [self._tables[n] for n in needs]
+                    self._drawn[caption] = self._pool.submit(self._draw, caption, draw, inputs)
+
+    def _draw(self, caption: str, draw: Callable[..., str | None], inputs: list[pa.Table]) -> str | None:
+        name = draw(*[t.to_pylist() for t in inputs], self.out_dir)
+        trace.mark(f"chart drawn: {caption}")
+        return name
+
+    def drawn(self, result: Result) -> list[tuple[str, str | None]]:
+        """Every chart's (caption, file or None), those not drawn yet (a table never added) drawn now."""
+        for name, table in (*result.tables.items(), (LATENCY_WINDOW, result.latency_api), (TRAFFIC, result.traffic)):
+            if name not in self._tables:
+                self.add(name, table if table is not None else _empty_traffic())
+        try:
+            return [(caption, self._drawn[caption].result()) for caption, _needs, _draw in CHARTS]
+        finally:
+            self._pool.shutdown(wait=False)
+
+    def close(self) -> None:
+        """Stop drawing (a run that failed): charts under way finish, none more start."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _empty_traffic() -> pa.Table:
+    import pyarrow as pa
+
+    return pa.table({"minute": pa.array([], pa.int64()), "topic_name": pa.array([], pa.string())})
+
+
+def render(result: Result, out_dir: str, title: str = "kgate fleet report", painter: ChartPainter | None = None) -> str:
+    """Draw the charts into ``out_dir`` (or take those ``painter`` drew meanwhile) and write
+    ``out_dir/index.html``; returns the page's path."""
     os.makedirs(out_dir, exist_ok=True)
+    trace.mark("page: start")
     t = {k: v.to_pylist() for k, v in result.tables.items()}
-    drawn = [
-        (
-            "Traffic per topic over time",
-            charts.traffic([] if result.traffic is None else result.traffic.to_pylist(), out_dir),
-        ),
-        ("Top principals and clients", charts.principals(t.get("chargeback", []), t.get("clients", []), out_dir)),
-        ("Error rates", charts.errors(t.get("api_errors", []), out_dir)),
-        ("Instance balance", charts.instances(t.get("instances", []), out_dir)),
-        ("Latency", charts.latency(result.latency_api.to_pylist(), out_dir)),
-        (
-            "Topic-id health",
-            charts.topic_ids(t.get("id_adoption", []), t.get("stale_ids", []), t.get("unresolved_ids", []), out_dir),
-        ),
-    ]
+    if painter is None:
+        painter = ChartPainter(out_dir)
+    drawn = painter.drawn(result)
+    trace.mark("page: charts drawn")
     parts = [
         f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title><style>{CSS}</style></head>",
         f"<body><h1>{escape(title)}</h1>",

@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kgate.pipeline import ingest, reports
+from kgate.pipeline import ingest, reports, trace
 from kgate.pipeline.ingest import ALL_TIME, Window
 
 if TYPE_CHECKING:
@@ -35,8 +35,9 @@ PROBLEMS = "input_files"
 LATENCY_WINDOW = "latency_window"
 #: Record bytes per minute and topic (the traffic chart), computed beside the tables.
 TRAFFIC = "traffic"
-#: Report queries submitted at once.
-REPORT_THREADS = 4
+#: The report queries that take longest (a cold 10k run's trace: joins, windows, a second job), submitted
+#: first so the last to finish is not one started late; the rest follow in :data:`reports.REPORTS` order.
+SLOW_FIRST = ("stale_ids", "topic_hourly", "instances", "latency_api", "clients", "latency_instance", LATENCY_WINDOW)
 
 
 @dataclass
@@ -54,10 +55,17 @@ class Result:
     traffic: pa.Table | None = None
 
 
+def query_order(only: Sequence[str] | None = None) -> list[str]:
+    """The report queries of a run (``only``: those tables; the page's two always), slowest first."""
+    names = [n for n in reports.REPORTS if only is None or n in only] + [LATENCY_WINDOW, TRAFFIC]
+    return sorted(names, key=lambda n: SLOW_FIRST.index(n) if n in SLOW_FIRST else len(SLOW_FIRST))
+
+
 def compute(
     partials: DataFrame,
     exact: reports.ExactUses,
     only: Sequence[str] | None = None,
+    on_table: Callable[[str, pa.Table], None] | None = None,
 ) -> Result:
     """Merge ``partials`` (from :func:`kgate.pipeline.ingest.read_partials`) and compute every report table.
 
@@ -65,7 +73,9 @@ def compute(
     roll-up is written once (Parquet in a local scratch directory, a directory per grain; on a
     cluster it is cached instead) and every table is a small query on it. ``exact`` counts single
     topic-id uses for the stale-id report's exact second pass (:func:`kgate.pipeline.reports.stale_ids`).
-    ``timings``: seconds per phase (``ingest``, ``reports``) and per table.
+    ``timings``: seconds per phase (``ingest``, ``reports``) and per table. ``on_table(name, table)`` is
+    called (from a worker thread) as each table arrives, ``input_files`` (:data:`PROBLEMS`),
+    :data:`LATENCY_WINDOW` and :data:`TRAFFIC` included: the page's charts are drawn meanwhile.
     """
     import time
 
@@ -81,17 +91,26 @@ def compute(
         # grain's rows and columns. (Caching the wide roll-up in memory was 3-10x slower to fill and scan.)
         scratch = tempfile.mkdtemp(prefix="kgate-rollup-")
         roll.write.partitionBy("gid").parquet(os.path.join(scratch, "rollup"))
+        trace.mark("roll-up written")
         roll = spark.read.parquet(os.path.join(scratch, "rollup"))
     else:  # on a cluster a local directory is not shared by the executors: keep it in their storage
         roll = roll.persist(StorageLevel.MEMORY_AND_DISK)
 
     try:
-        problems = reports.problems(roll).toArrow()  # reads, parses, rolls up (cluster: the first action)
+        names = query_order(only)
+        if scratch is None:
+            # a cluster's roll-up is filled by its first action: one job, then the queries read it
+            problems = reports.problems(roll).toArrow()
+            if on_table is not None:
+                on_table(PROBLEMS, problems)
+        else:  # written already: the inputs table is one more small query
+            names.append(PROBLEMS)
         timings["ingest"] = time.perf_counter() - start
         t_reports = time.perf_counter()
-        names = [n for n in reports.REPORTS if only is None or n in only] + [LATENCY_WINDOW, TRAFFIC]
 
         def query(name: str) -> DataFrame:
+            if name == PROBLEMS:
+                return reports.problems(roll)
             if name == LATENCY_WINDOW:
                 return reports.latency_api(roll, per_day=False)
             if name == TRAFFIC:
@@ -101,20 +120,27 @@ def compute(
 
         def run(name: str) -> tuple[str, pa.Table, float]:
             t0 = time.perf_counter()
-            return name, query(name).toArrow(), time.perf_counter() - t0
+            trace.mark(f"{name}: start")
+            table = query(name).toArrow()
+            trace.mark(f"{name}: collected")
+            if on_table is not None:
+                on_table(name, table)
+            return name, table, time.perf_counter() - t0
 
         # The queries are small (their inputs are the roll-up's grains) and each spends most of its time
-        # being planned and compiled on the driver: a few at once keep both cores busy (10M events,
-        # quiet machine: 9.9-11.4 s against 12.9-15.8 s one after another). Per-table timings then
-        # include waiting for the others.
+        # being planned and compiled in the driver's JVM, waiting on it in between: all submitted at once
+        # (Spark plans and runs concurrent jobs of one session side by side) keep both cores busy.
+        # Per-table timings then include waiting for the others.
         out: dict[str, pa.Table] = {}
-        with ThreadPoolExecutor(REPORT_THREADS) as pool:
+        with ThreadPoolExecutor(len(names), thread_name_prefix="report") as pool:
             for name, table, seconds in pool.map(run, names):
                 out[name] = table
                 timings[name] = seconds
+        if scratch is not None:
+            problems = out.pop(PROBLEMS)
         lat_api = out.pop(LATENCY_WINDOW)
         traffic = out.pop(TRAFFIC)
-        tables = out
+        tables = {n: out[n] for n in reports.REPORTS if n in out}  # the order of REPORTS, as before
         timings["reports"] = time.perf_counter() - t_reports
     finally:
         if scratch is None:
@@ -124,11 +150,18 @@ def compute(
     return Result(tables, problems, lat_api, timings, traffic=traffic)
 
 
-def build(spark: SparkSession, paths: Sequence[str], window: Window = ALL_TIME) -> Result:
-    """Read ``paths`` (already resolved files or URIs) and compute every report."""
+def build(
+    spark: SparkSession,
+    paths: Sequence[str],
+    window: Window = ALL_TIME,
+    on_table: Callable[[str, pa.Table], None] | None = None,
+) -> Result:
+    """Read ``paths`` (already resolved files or URIs) and compute every report (``on_table``: :func:`compute`)."""
     from kgate.pipeline import rollup
 
-    result = compute(ingest.read_partials(spark, paths, window), ingest.exact_uses(spark, paths, window))
+    partials = ingest.read_partials(spark, paths, window)
+    trace.mark("roll-up planned")
+    result = compute(partials, ingest.exact_uses(spark, paths, window), on_table=on_table)
     result.window = window
     result.problems = with_empty_files(result.problems, paths, rollup.unreadable_parquet(paths))
     return result
