@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import HOUR, T0, event, topic, write_events
+from .conftest import HOUR, T0, CliRun, event, rows, topic, write_events
 
 S = 1_000_000
 DENY = {
@@ -136,11 +136,7 @@ def fleet(tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def tables(fleet_result: Any) -> dict[str, list[dict[str, Any]]]:
     """The fleet's tables as rows (``report_tables``'s form), from the run's one fleet report (conftest)."""
-    from kgate.pipeline.tables import PROBLEMS
-
-    out = {name: t.to_pylist() for name, t in fleet_result.tables.items()}
-    out[PROBLEMS] = fleet_result.problems.to_pylist()
-    return out
+    return rows(fleet_result)
 
 
 def _one(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
@@ -241,13 +237,16 @@ NORMAL_DAY, UNKNOWN_T0, PERCENTILE_T0, PAY_T0 = dt.date(2025, 11, 24), T0 + 2 * 
 
 
 @pytest.fixture(scope="module")
-def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """One report over four small stories (one Spark run, not four), each on a day of its own: a
-    consumer group's normal answers (day 1, instance kgate-a, client app, topic t), unknown record
-    counts (day 3, instance kgate-u, client u-app, topic u), latencies for the percentiles (day 5,
-    instance kgate-p, client p-app) and a recreated topic's stale uses (day 7, ``_recreated_payments``)."""
-    from kgate.pipeline.tables import report_tables
+def small(small_result: Any) -> dict[str, list[dict[str, Any]]]:
+    """One report over four small stories (``small_stories``; one Spark run per session, not four)."""
+    return rows(small_result)
 
+
+def small_stories(d: Path) -> Path:
+    """Four small stories under ``d``, each on a day of its own: a consumer group's normal answers (day 1,
+    instance kgate-a, client app, topic t), unknown record counts (day 3, instance kgate-u, client u-app,
+    topic u), latencies for the percentiles (day 5, instance kgate-p, client p-app) and a recreated
+    topic's stale uses (day 7, ``_recreated_payments``)."""
     join = {"api": "JoinGroup", "key": 11, "version": 9}
     normal = [
         event(T0 + S, **join, error_code=79),
@@ -272,10 +271,9 @@ def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, lis
     latencies += [
         event(PERCENTILE_T0 + i, api="ApiVersions", key=18, latency_us=v, **p) for i, v in enumerate(WORST_BUCKET)
     ]
-    d = tmp_path_factory.mktemp("small")
     write_events(d / "stories" / "audit.jsonl", normal + unknown + latencies)
     _recreated_payments(d)  # d/audit: a.jsonl, b.jsonl.gz
-    return report_tables(d, spark)
+    return d
 
 
 def test_unknown_record_counts_are_marked_never_summed_as_zero(small: dict[str, list[dict[str, Any]]]) -> None:
@@ -372,16 +370,22 @@ def test_policy_denials(tables: dict[str, list[dict[str, Any]]]) -> None:
 WINDOW_SINCE, WINDOW_UNTIL, WINDOWED_PAY_T0 = T0 + HOUR, T0 + 2 * HOUR + 25 * S, T0 + HOUR
 
 
-@pytest.fixture(scope="module")
-def windowed(spark: Any, fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """One report with a time window (one Spark run, not two) over the fleet and a copy of the payments
-    story (``_recreated_payments``) from T0+1h on instances pay-a and pay-b: what the window does to the
-    fleet (test_time_window) and to the exact stale-id pass (test_stale_uses_...)."""
-    from kgate.pipeline.ingest import Window
-    from kgate.pipeline.tables import report_tables
+def windowed_inputs(d: Path, fleet_dir: Path) -> list[str]:
+    """The inputs of the session's windowed run (conftest ``windowed_run``): the fleet, a copy of the
+    payments story (``_recreated_payments``) from T0+1h on instances pay-a and pay-b, and test_cli's
+    stale-id story (instance kgate-w, files ``stale-*``)."""
+    from .test_cli import stale_story
 
-    pay = _recreated_payments(tmp_path_factory.mktemp("windowed"), WINDOWED_PAY_T0, ("pay-a", "pay-b"))
-    return report_tables([str(fleet_dir), str(pay)], spark, Window(WINDOW_SINCE, WINDOW_UNTIL))
+    pay = _recreated_payments(d / "pay", WINDOWED_PAY_T0, ("pay-a", "pay-b"))
+    return [str(fleet_dir), str(pay), str(stale_story(d / "stale"))]
+
+
+@pytest.fixture(scope="module")
+def windowed(windowed_run: CliRun) -> dict[str, list[dict[str, Any]]]:
+    """The session's one report with a time window (``windowed_inputs``): what the window does to the
+    fleet (test_time_window) and to the exact stale-id pass (test_stale_uses_...)."""
+    assert windowed_run.status == 0, windowed_run.err
+    return rows(windowed_run.result)
 
 
 def test_time_window(windowed: dict[str, list[dict[str, Any]]]) -> None:
@@ -491,24 +495,6 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(
     (lag,) = [r for r in windowed["stale_ids"] if r["client_id"] == "lagger"]
     assert (lag["requests"], lag["instances"]) == (2, "pay-a,pay-b")
     assert lag["last_seen"].timestamp() == (WINDOWED_PAY_T0 + HOUR + 5 * S) / S
-
-
-def test_exact_pass_from_a_store_of_partials_as_follow_does(spark: Any, tmp_path: Path) -> None:
-    """``--follow`` computes from its store of partial aggregates: there the exact pass reads the
-    files the store names again. Same answer as the batch path."""
-    from kgate.pipeline import follow, ingest
-
-    d = _recreated_payments(tmp_path)
-    store = str(tmp_path / "store")
-    ingest.read_partials(spark, ingest.resolve_inputs([str(d)])).write.parquet(store + "/batch=0")
-    rows = follow.refresh(spark, store, str(tmp_path / "out"), html=False).tables["stale_ids"].to_pylist()
-    lag = _one(rows, client_id="lagger")
-    assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (
-        3,
-        "kgate-a,kgate-b",
-        (PAY_T0 + HOUR) / S,
-    )
-    assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
 
 
 def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: Any, fleet_dir: Path) -> None:
