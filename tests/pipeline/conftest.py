@@ -144,16 +144,28 @@ def rows(result: Any) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+@dataclass(frozen=True)
+class OracleRun:
+    """The session's oracle report: the events its inputs hold (those a report must count) and the
+    report (``tables.Result``)."""
+
+    events: list[dict[str, Any]]
+    result: Any
+
+
 @pytest.fixture(scope="session")
-def small_result(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The report (``tables.Result``) of test_reports' small stories (``small_stories``), one Spark run
-    per session: their tables (test_reports) and a Parquet history's other days (test_cli)."""
+def oracle_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> OracleRun:
+    """One report, once per session, over test_oracle's generated fleets (JSON lines and Parquet) and
+    test_reports' small stories (``oracle_inputs``): every table against an independent computation
+    (test_oracle), the small stories' known answers (test_reports), and a Parquet history of many
+    days (test_cli). One Spark run, not two."""
     from kgate.pipeline import ingest, tables
 
-    from .test_reports import small_stories
+    from .test_oracle import oracle_inputs
 
-    d = small_stories(tmp_path_factory.mktemp("small"))
-    return tables.build(spark, ingest.resolve_inputs([str(d)]))
+    d = tmp_path_factory.mktemp("oracle") / "in"
+    events = oracle_inputs(d)
+    return OracleRun(events, tables.build(spark, ingest.resolve_inputs([str(d)])))
 
 
 @pytest.fixture(scope="session")

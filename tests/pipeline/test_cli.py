@@ -96,11 +96,11 @@ def test_tables_to_a_uri_are_written_by_spark(spark: Any, fleet_result: Any, tmp
 
 
 def test_parquet_history_keeps_earlier_days(
-    fleet_result: Any, small_result: Any, windowed_run: CliRun, tmp_path: Path
+    fleet_result: Any, oracle_run: Any, windowed_run: CliRun, tmp_path: Path
 ) -> None:
     """A run replaces only the days it speaks for: an earlier run's other days stay (a local run once
     deleted the table's folder, and with it every earlier day). Three of the session's reports written
-    in turn: the small stories (Monday 2025-11-24 and later days), the fleet (Monday only), and a
+    in turn: the oracle's (Monday 2025-11-24 and many later days), the fleet (Monday only), and a
     windowed rerun of Monday (its window inside Monday)."""
     import pyarrow.parquet as pq
 
@@ -123,17 +123,17 @@ def test_parquet_history_keeps_earlier_days(
         return by_day
 
     assert windowed_run.status == 0, windowed_run.err
-    small, fleet, rerun = topics(small_result), topics(fleet_result), topics(windowed_run.result)
+    earlier, fleet, rerun = topics(oracle_run.result), topics(fleet_result), topics(windowed_run.result)
     assert set(fleet) == set(rerun) == {monday}
-    assert monday in small
-    assert len(small) >= 3
-    assert len({frozenset(small[monday]), frozenset(fleet[monday]), frozenset(rerun[monday])}) == 3  # tell apart
-    tables.write(small_result, str(out))
-    assert history() == small
+    assert monday in earlier
+    assert len(earlier) >= 3
+    assert len({frozenset(earlier[monday]), frozenset(fleet[monday]), frozenset(rerun[monday])}) == 3  # tell apart
+    tables.write(oracle_run.result, str(out))
+    assert history() == earlier
     tables.write(fleet_result, str(out))  # Monday replaced, the later days kept
-    assert history() == {**small, monday: fleet[monday]}
+    assert history() == {**earlier, monday: fleet[monday]}
     tables.write(windowed_run.result, str(out))  # a rerun of Monday with a window: Monday replaced again
-    assert history() == {**small, monday: rerun[monday]}
+    assert history() == {**earlier, monday: rerun[monday]}
 
 
 def stale_story(d: Path) -> Path:

@@ -490,21 +490,37 @@ BILLED = (
 PARQUET_DAYS, PARQUET_CLUSTER = 3, "-pq"
 
 
-def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Path) -> None:
-    """Both audit formats in one report (one Spark run, not one per format; a fleet mid-migration has
-    both): the fleet as JSON lines, and another seed's fleet as the audit log's Parquet on later days
-    and clusters of its own."""
-    from kgate.pipeline.tables import report_tables
+def oracle_inputs(d: Path) -> list[dict[str, Any]]:
+    """The oracle's inputs under ``d`` (conftest ``oracle_run``): the fleet as JSON lines (``jsonl/``),
+    another seed's fleet as the audit log's Parquet on later days and clusters of its own
+    (``parquet/``), and test_reports' small stories (``stories/``, ``audit/``, cluster ``default``,
+    later still). Returns the events a report must count, the stories' read back from their files."""
+    from .test_reports import small_stories
 
     moved = [
         {**e, "time_us": e["time_us"] + PARQUET_DAYS * DAY, "cluster": e["cluster"] + PARQUET_CLUSTER}
         for e in _fleet(seed=27)
     ]
-    events = _write_inputs(tmp_path / "in" / "jsonl", _fleet(), as_parquet=False)
-    events += _write_inputs(tmp_path / "in" / "parquet", moved, as_parquet=True)
-    t = report_tables(tmp_path / "in", spark)
+    events = _write_inputs(d / "jsonl", _fleet(), as_parquet=False)
+    events += _write_inputs(d / "parquet", moved, as_parquet=True)
+    small_stories(d)
+    for path in sorted([*d.glob("stories/*"), *d.glob("audit/*")]):
+        opened = gzip.open(path, "rt") if path.name.endswith(".gz") else open(path)
+        with opened as f:
+            events += [json.loads(line) for line in f if line.strip()]
+    return events
+
+
+def test_every_table_matches_an_independent_computation(oracle_run: Any) -> None:
+    """Both audit formats in one report (one Spark run, not one per format; a fleet mid-migration has
+    both), with test_reports' small stories beside them (``oracle_inputs``)."""
+    from kgate.pipeline.tables import PROBLEMS
+
+    events = oracle_run.events
+    t = {name: table.to_pylist() for name, table in oracle_run.result.tables.items()}
+    t[PROBLEMS] = oracle_run.result.problems.to_pylist()
     want = _expected(events)
-    assert {r["cluster"] for r in t["chargeback"]} == {"east", "west", "east-pq", "west-pq"}
+    assert {r["cluster"] for r in t["chargeback"]} == {"east", "west", "east-pq", "west-pq", "default"}
 
     got_charge = {
         (str(r["day"]), r["cluster"], r["principal"], r["client_id"], r["topic_name"]): {c: r[c] for c in BILLED}
@@ -521,8 +537,11 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
         for c in BILLED:
             hourly[key][c] = None if r[c] is None or hourly[key][c] is None else hourly[key][c] + r[c]
     assert dict(hourly) == {k: {c: v.get(c, 0) for c in BILLED} for k, v in want["topic_hourly"].items()}
-    # ids: a name seen by id (Fetch v13) gets that id on every row of it, Produce rows included
-    assert all(r["topic_id"] is not None for r in t["topic_hourly"] if r["topic_name"] is not None)
+    # ids: a name seen by id (Fetch v13) gets that id on every row of it, Produce rows included (the
+    # small stories' names t and u are never seen by id)
+    by_id = {(e["cluster"], tp["name"]) for e in events for tp in e["topics"] if tp["id"] and tp["name"]}
+    assert {n for c, n in by_id if c == "east"} >= {"orders", "pay-ments", "re-made"}
+    assert all(r["topic_id"] is not None for r in t["topic_hourly"] if (r["cluster"], r["topic_name"]) in by_id)
 
     got_api = {
         (str(r["day"]), r["api_key"], r["error_code"]): {"requests": r["requests"], "outcome": r["outcome"]}
@@ -544,7 +563,9 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
     assert sum(ok for ok, _ in files.values()) == len(events)
     assert files["jsonl", "empty.jsonl"] == files["parquet", "empty.jsonl"] == (0, 0)
     assert files["parquet", "broken.parquet"] == (0, 1)
-    assert sum(ok for (d, _), (ok, _) in files.items() if d == "parquet") == len(moved)
+    assert sum(ok for (d, _), (ok, _) in files.items() if d == "parquet") == sum(
+        e["cluster"].endswith(PARQUET_CLUSTER) for e in events
+    )
     assert files["jsonl", "a.jsonl"][1] == 2
     # the damaged gzip: its readable lines counted, the damage one malformed line
     readable = sum(1 for e in events if e["client"]["id"] == "cut-short")

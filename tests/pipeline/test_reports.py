@@ -231,33 +231,46 @@ def test_latency(tables: dict[str, list[dict[str, Any]]]) -> None:
 
 
 DAY = 24 * HOUR
-#: the days of the small stories (one report, ``small``): each story on its own day, so none
-#: changes another's rows
-NORMAL_DAY, UNKNOWN_T0, PERCENTILE_T0, PAY_T0 = dt.date(2025, 11, 24), T0 + 2 * DAY, T0 + 4 * DAY, T0 + 6 * DAY
+#: the days of the small stories (carried by the oracle's report, test_oracle): each story on its own
+#: day, after the oracle's fleets (2025-11-24 to 29), so none changes another's rows
+NORMAL_T0, UNKNOWN_T0, PERCENTILE_T0, PAY_T0 = T0 + 8 * DAY, T0 + 10 * DAY, T0 + 12 * DAY, T0 + 14 * DAY
+NORMAL_DAY = dt.date(2025, 12, 2)
 
 
 @pytest.fixture(scope="module")
-def small(small_result: Any) -> dict[str, list[dict[str, Any]]]:
-    """One report over four small stories (``small_stories``; one Spark run per session, not four)."""
-    return rows(small_result)
+def small(oracle_run: Any) -> dict[str, list[dict[str, Any]]]:
+    """Four small stories (``small_stories``), in the session's oracle report (conftest ``oracle_run``:
+    one Spark run for the oracle's fleets and these stories, not two)."""
+    return rows(oracle_run.result)
 
 
 def small_stories(d: Path) -> Path:
-    """Four small stories under ``d``, each on a day of its own: a consumer group's normal answers (day 1,
-    instance kgate-a, client app, topic t), unknown record counts (day 3, instance kgate-u, client u-app,
-    topic u), latencies for the percentiles (day 5, instance kgate-p, client p-app) and a recreated
-    topic's stale uses (day 7, ``_recreated_payments``)."""
+    """Four small stories under ``d`` (cluster ``default``), each on a day of its own: a consumer group's
+    normal answers (``NORMAL_T0``, instance kgate-a, client app, topic t), unknown record counts
+    (``UNKNOWN_T0``, instance kgate-u, client u-app, topic u), latencies for the percentiles
+    (``PERCENTILE_T0``, instance kgate-p, client p-app) and a recreated topic's stale uses (``PAY_T0``,
+    ``_recreated_payments``)."""
     join = {"api": "JoinGroup", "key": 11, "version": 9}
     normal = [
-        event(T0 + S, **join, error_code=79),
-        event(T0 + 2 * S, **join, error_code=0),
-        event(T0 + 3 * S, **join, error_code=27),
-        event(T0 + 4 * S, **join, error_code=0),
-        event(T0 + 5 * S, api="Produce", version=9, error_code=6, topics=[topic("t", bytes=10, records=1, errors=[6])]),
+        event(NORMAL_T0 + S, **join, error_code=79),
+        event(NORMAL_T0 + 2 * S, **join, error_code=0),
+        event(NORMAL_T0 + 3 * S, **join, error_code=27),
+        event(NORMAL_T0 + 4 * S, **join, error_code=0),
         event(
-            T0 + 6 * S, api="Produce", version=9, error_code=87, topics=[topic("t", bytes=10, records=1, errors=[87])]
+            NORMAL_T0 + 5 * S,
+            api="Produce",
+            version=9,
+            error_code=6,
+            topics=[topic("t", bytes=10, records=1, errors=[6])],
         ),
-        event(T0 + 7 * S, key=12, api="Heartbeat", version=4, error_code=79),  # 79 is no Heartbeat answer
+        event(
+            NORMAL_T0 + 6 * S,
+            api="Produce",
+            version=9,
+            error_code=87,
+            topics=[topic("t", bytes=10, records=1, errors=[87])],
+        ),
+        event(NORMAL_T0 + 7 * S, key=12, api="Heartbeat", version=4, error_code=79),  # 79 is no Heartbeat answer
     ]
     u = {"instance": "kgate-u", "client_id": "u-app"}
     unknown = [
@@ -293,7 +306,7 @@ def test_protocol_normal_codes_are_not_failures(small: dict[str, list[dict[str, 
     outcome = {
         (r["api_name"], r["error_code"]): (r["requests"], r["outcome"])
         for r in small["api_errors"]
-        if str(r["day"]) == "2025-11-24"
+        if r["day"] == NORMAL_DAY
     }
     assert outcome == {
         ("JoinGroup", 0): (2, "ok"),
@@ -427,7 +440,7 @@ def _recreated_payments(tmp: Path, t0: int = PAY_T0, instances: tuple[str, str] 
     *without errors* across that moment on two instances, so each of its use groups (per client,
     instance and day) has uses before and after: the roll-up's first/last use cannot tell how many are
     stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included).
-    From ``t0`` (on day 7 by default, apart from the other small stories) on ``instances`` (A, B)."""
+    From ``t0`` (``PAY_T0`` by default, apart from the other small stories) on ``instances`` (A, B)."""
     p1, p2 = "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA"
     a1, a2 = "Aud1AAAAAAAAAAAAAAAAAA", "Aud2AAAAAAAAAAAAAAAAAA"
 
@@ -472,7 +485,8 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(
 ) -> None:
     """Only the uses at or after the newer id's first appearance are stale, even when the same client and
     instance used the old id before it too (a use group straddling that moment: counted again exactly)."""
-    stale = {(r["topic_name"], r["client_id"]): r for r in small["stale_ids"]}  # the other stories have no ids
+    # the other small stories have no ids; the oracle's fleets are on clusters of their own
+    stale = {(r["topic_name"], r["client_id"]): r for r in small["stale_ids"] if r["cluster"] == "default"}
     assert set(stale) == {("payments", "lagger"), ("payments", "late"), ("audits", "slow")}
     lag = stale["payments", "lagger"]
     assert (lag["topic_id"], lag["current_id"], lag["requests"], lag["unknown_id_errors"]) == (
