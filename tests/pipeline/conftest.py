@@ -135,6 +135,56 @@ def fleet_result(fleet_cli_run: CliRun) -> Any:
     return fleet_cli_run.result
 
 
+def rows(result: Any) -> dict[str, list[dict[str, Any]]]:
+    """A ``tables.Result``'s tables (and ``input_files``) as lists of dicts: ``report_tables``'s form."""
+    from kgate.pipeline.tables import PROBLEMS
+
+    out = {name: t.to_pylist() for name, t in result.tables.items()}
+    out[PROBLEMS] = result.problems.to_pylist()
+    return out
+
+
+@dataclass(frozen=True)
+class OracleRun:
+    """The session's oracle report: the events its inputs hold (those a report must count) and the
+    report (``tables.Result``)."""
+
+    events: list[dict[str, Any]]
+    result: Any
+
+
+@pytest.fixture(scope="session")
+def oracle_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> OracleRun:
+    """One report, once per session, over test_oracle's generated fleets (JSON lines and Parquet) and
+    test_reports' small stories (``oracle_inputs``): every table against an independent computation
+    (test_oracle), the small stories' known answers (test_reports), and a Parquet history of many
+    days (test_cli). One Spark run, not two."""
+    from kgate.pipeline import ingest, tables
+
+    from .test_oracle import oracle_inputs
+
+    d = tmp_path_factory.mktemp("oracle") / "in"
+    events = oracle_inputs(d)
+    return OracleRun(events, tables.build(spark, ingest.resolve_inputs([str(d)])))
+
+
+@pytest.fixture(scope="session")
+def windowed_run(spark: Any, fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> CliRun:
+    """``kgate report --since --until --no-html`` once per session, in process: the fleet, a copy of
+    test_reports' payments story and test_cli's stale-id story (``windowed_inputs``) in a window. What the
+    window does to the fleet and the exact stale-id pass (test_reports), the closing line's counts, an
+    empty input file and the stale-id rules (test_cli), and a windowed rerun of a Parquet history."""
+    from support.spark import run_report
+
+    from .test_reports import WINDOW_SINCE, WINDOW_UNTIL, windowed_inputs
+
+    out = tmp_path_factory.mktemp("windowed") / "report"
+    inputs = windowed_inputs(tmp_path_factory.mktemp("windowed-in"), fleet_dir)
+    since, until = str(WINDOW_SINCE // 1_000_000), str(WINDOW_UNTIL // 1_000_000)
+    run = run_report(["--input", *inputs, "--output", str(out), "--since", since, "--until", until, "--no-html"])
+    return CliRun(run.status, run.err, out, run.result)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Spark jobs are slow on a busy 2-core machine: the pipeline's tests get 15 minutes, not 5."""
     here = Path(__file__).parent

@@ -95,78 +95,101 @@ def test_tables_to_a_uri_are_written_by_spark(spark: Any, fleet_result: Any, tmp
     assert not (tmp_path / "out" / "parquet").exists()
 
 
-def test_parquet_history_keeps_earlier_days(spark: Any, fleet_result: Any, tmp_path: Path) -> None:
-    """A run replaces only the days it speaks for: an earlier run's other days stay (a local run
-    once deleted the table's folder, and with it every earlier day). The first run is the fleet's
-    (Monday 2025-11-24, computed once for the session)."""
-    from kgate.pipeline import ingest, tables
-    from kgate.pipeline.ingest import Window
-
-    from .conftest import HOUR, T0, event, topic, write_events
-
-    day = 24 * HOUR
-    out = tmp_path / "out"
-
-    def run(events: list[dict[str, Any]], name: str, window: Window = ingest.ALL_TIME) -> None:
-        write_events(tmp_path / name / "audit.jsonl", events)
-        tables.write(tables.build(spark, ingest.resolve_inputs([str(tmp_path / name)]), window), str(out))
-
-    tables.write(fleet_result, str(out))  # Monday
-    charge = out / "parquet" / "chargeback"
-    assert sorted(p.name for p in charge.iterdir()) == ["day=2025-11-24"]
-    run([event(T0 + day, topics=[topic("b", bytes=20, records=2)])], "tuesday")
-    assert sorted(p.name for p in charge.iterdir()) == ["day=2025-11-24", "day=2025-11-25"]
-    # a rerun of Monday with a window: Monday replaced (now topic c), Tuesday kept
-    run([event(T0 + HOUR, topics=[topic("c", bytes=30, records=3)])], "monday2", Window(T0 - 16 * HOUR, T0 + 8 * HOUR))
-    rows = sorted((str(r["day"]), r["topic_name"]) for r in spark.read.parquet(str(charge)).collect())
-    assert rows == [("2025-11-24", "c"), ("2025-11-25", "b")]
-
-
-def test_window_closing_line_empty_files_and_a_passing_unknown_topic(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_parquet_history_keeps_earlier_days(
+    fleet_result: Any, oracle_run: Any, windowed_run: CliRun, tmp_path: Path
 ) -> None:
-    """The closing line counts the events inside --since/--until (it counted every good line); an empty
-    input file is listed among the inputs (it was missing); one UNKNOWN_TOPIC_OR_PARTITION on a live
-    topic is not a stale id, while repeated ones after the id's last success are."""
-    import csv
+    """A run replaces only the days it speaks for: an earlier run's other days stay (a local run once
+    deleted the table's folder, and with it every earlier day). Three of the session's reports written
+    in turn: the oracle's (Monday 2025-11-24 and many later days), the fleet (Monday only), and a
+    windowed rerun of Monday (its window inside Monday)."""
+    import pyarrow.parquet as pq
 
+    from kgate.pipeline import tables
+
+    out = tmp_path / "out"
+    charge = out / "parquet" / "chargeback"
+    monday = "2025-11-24"
+
+    def topics(result: Any) -> dict[str, set[str | None]]:
+        by_day: dict[str, set[str | None]] = {}
+        for r in result.tables["chargeback"].to_pylist():
+            by_day.setdefault(str(r["day"]), set()).add(r["topic_name"])
+        return by_day
+
+    def history() -> dict[str, set[str | None]]:
+        by_day: dict[str, set[str | None]] = {}
+        for r in pq.read_table(charge).to_pylist():  # day from the partition directories (day=...)
+            by_day.setdefault(str(r["day"]), set()).add(r["topic_name"])
+        return by_day
+
+    assert windowed_run.status == 0, windowed_run.err
+    earlier, fleet, rerun = topics(oracle_run.result), topics(fleet_result), topics(windowed_run.result)
+    assert set(fleet) == set(rerun) == {monday}
+    assert monday in earlier
+    assert len(earlier) >= 3
+    assert len({frozenset(earlier[monday]), frozenset(fleet[monday]), frozenset(rerun[monday])}) == 3  # tell apart
+    tables.write(oracle_run.result, str(out))
+    assert history() == earlier
+    tables.write(fleet_result, str(out))  # Monday replaced, the later days kept
+    assert history() == {**earlier, monday: fleet[monday]}
+    tables.write(windowed_run.result, str(out))  # a rerun of Monday with a window: Monday replaced again
+    assert history() == {**earlier, monday: rerun[monday]}
+
+
+def stale_story(d: Path) -> Path:
+    """For the session's windowed run (conftest ``windowed_run``, window T0+1h to T0+2h+25s), on instance
+    kgate-w, as ``stale-1.jsonl`` and an empty ``stale-empty.jsonl``: a live topic with one
+    UNKNOWN_TOPIC_OR_PARTITION among its successes, a dead one that answers it twice after its last
+    success, and one event two hours before the window."""
     from .conftest import HOUR, T0, event, topic, write_events
 
-    s = 1_000_000
+    s, base = 1_000_000, T0 + HOUR + 60 * 1_000_000
+    at = {"version": 13, "instance": "kgate-w"}
     live = [
-        event(T0 + i * s, version=13, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)])
+        event(base + i * s, **at, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)])
         for i in range(3)
     ]
-    live.append(
-        event(T0 + 5 * s, version=13, error_code=3, topics=[topic("live", "LIVE", status="resolved", errors=[3])])
-    )
-    live.append(event(T0 + 9 * s, version=13, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)]))
-    gone = [event(T0 + 20 * s, version=13, topics=[topic("dead", "DEAD", status="resolved", bytes=10, records=1)])]
+    live.append(event(base + 5 * s, **at, error_code=3, topics=[topic("live", "LIVE", status="resolved", errors=[3])]))
+    live.append(event(base + 9 * s, **at, topics=[topic("live", "LIVE", status="resolved", bytes=10, records=1)]))
+    gone = [event(base + 20 * s, **at, topics=[topic("dead", "DEAD", status="resolved", bytes=10, records=1)])]
     gone += [
         event(
-            T0 + (30 + i) * s,
-            version=13,
+            base + (30 + i) * s,
+            **at,
             error_code=3,
             client_id="stuck",
             topics=[topic("dead", "DEAD", status="resolved", errors=[3])],
         )
         for i in range(2)
     ]
-    early = [event(T0 - 2 * HOUR, topics=[topic("live", bytes=5, records=1)])]  # before --since
-    d = tmp_path / "in"
-    write_events(d / "audit-1.jsonl", live + gone + early)
-    (d / "audit-empty.jsonl").write_text("")
-    out = tmp_path / "out"
-    args = ["report", "--input", str(d), "--output", str(out), "--since", str(T0 // s - 60), "--no-html"]
-    assert main(args) == 0
-    err = capsys.readouterr().err
-    assert "kgate report: 8 events (1 good lines outside --since/--until) from 2 file(s)" in err, err
+    early = [event(base - 2 * HOUR, instance="kgate-w", topics=[topic("live", bytes=5, records=1)])]  # before --since
+    write_events(d / "stale-1.jsonl", live + gone + early)
+    (d / "stale-empty.jsonl").write_text("")
+    return d
+
+
+def test_window_closing_line_empty_files_and_a_passing_unknown_topic(windowed_run: CliRun) -> None:
+    """The closing line counts the events inside --since/--until (it counted every good line); an empty
+    input file is listed among the inputs (it was missing); one UNKNOWN_TOPIC_OR_PARTITION on a live
+    topic is not a stale id, while repeated ones after the id's last success are (``stale_story``, in
+    the session's windowed run)."""
+    import csv
+
+    assert windowed_run.status == 0, windowed_run.err
+    # good lines: the fleet's 9, the payments copy's 11, the stale story's 9; inside the window the
+    # fleet's 3 (test_reports' test_time_window), the payments copy's 8 (all but its last three hours)
+    # and the story's 8 (all but its early event)
+    assert "kgate report: 19 events (10 good lines outside --since/--until) from 6 file(s)" in windowed_run.err
+    out = windowed_run.out
     with open(out / "csv" / "input_files.csv", newline="") as f:
         files = {Path(r["file"]).name: (int(r["lines"]), int(r["ok"])) for r in csv.DictReader(f)}
-    assert files == {"audit-1.jsonl": (9, 9), "audit-empty.jsonl": (0, 0)}
+    assert {k: v for k, v in files.items() if k.startswith("stale-")} == {
+        "stale-1.jsonl": (9, 9),
+        "stale-empty.jsonl": (0, 0),
+    }
     with open(out / "csv" / "stale_ids.csv", newline="") as f:
         stale = [(r["topic_name"], r["client_id"], int(r["requests"])) for r in csv.DictReader(f)]
-    assert stale == [("dead", "stuck", 2)]
+    assert [r for r in stale if r[0] in ("live", "dead")] == [("dead", "stuck", 2)]
 
 
 def test_conf_arguments() -> None:

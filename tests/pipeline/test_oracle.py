@@ -20,7 +20,7 @@ import gzip
 import json
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -430,7 +430,11 @@ def _check_id_tables(t: dict[str, list[dict[str, Any]]], events: list[dict[str, 
     got_never = [
         (r["cluster"], r["topic_id"], r["requests"], r["statuses"], r["client_ids"]) for r in t["unresolved_ids"]
     ]
-    assert got_never == [("west", "GHOSTGHOSTGHOSTGHOST00", len(never), "unresolved", "")]
+    counts = Counter((e["cluster"], tp["id"]) for e, tp in never)
+    want_never = sorted((c, i, n, "unresolved", "") for (c, i), n in counts.items())
+    # one ghost per copy of the fleet: cluster west, and the Parquet copy's west-pq
+    assert [r[:2] for r in want_never] == [("west", "GHOSTGHOSTGHOSTGHOST00"), ("west-pq", "GHOSTGHOSTGHOSTGHOST00")]
+    assert sorted(got_never) == want_never
 
     stale: dict[Any, dict[str, Any]] = {}
     for e, tp in uses:
@@ -481,13 +485,42 @@ BILLED = (
 )
 
 
-@pytest.mark.parametrize("as_parquet", [False, True], ids=["jsonl", "parquet"])
-def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Path, as_parquet: bool) -> None:
-    from kgate.pipeline.tables import report_tables
+#: the Parquet copy of the fleet: days later and clusters renamed (``east-pq``, ``west-pq``), so every
+#: table keeps the two formats' rows apart (a format's miscount shows on its own rows)
+PARQUET_DAYS, PARQUET_CLUSTER = 3, "-pq"
 
-    events = _write_inputs(tmp_path / "in", _fleet(), as_parquet)
-    t = report_tables(tmp_path / "in", spark)
+
+def oracle_inputs(d: Path) -> list[dict[str, Any]]:
+    """The oracle's inputs under ``d`` (conftest ``oracle_run``): the fleet as JSON lines (``jsonl/``),
+    another seed's fleet as the audit log's Parquet on later days and clusters of its own
+    (``parquet/``), and test_reports' small stories (``stories/``, ``audit/``, cluster ``default``,
+    later still). Returns the events a report must count, the stories' read back from their files."""
+    from .test_reports import small_stories
+
+    moved = [
+        {**e, "time_us": e["time_us"] + PARQUET_DAYS * DAY, "cluster": e["cluster"] + PARQUET_CLUSTER}
+        for e in _fleet(seed=27)
+    ]
+    events = _write_inputs(d / "jsonl", _fleet(), as_parquet=False)
+    events += _write_inputs(d / "parquet", moved, as_parquet=True)
+    small_stories(d)
+    for path in sorted([*d.glob("stories/*"), *d.glob("audit/*")]):
+        opened = gzip.open(path, "rt") if path.name.endswith(".gz") else open(path)
+        with opened as f:
+            events += [json.loads(line) for line in f if line.strip()]
+    return events
+
+
+def test_every_table_matches_an_independent_computation(oracle_run: Any) -> None:
+    """Both audit formats in one report (one Spark run, not one per format; a fleet mid-migration has
+    both), with test_reports' small stories beside them (``oracle_inputs``)."""
+    from kgate.pipeline.tables import PROBLEMS
+
+    events = oracle_run.events
+    t = {name: table.to_pylist() for name, table in oracle_run.result.tables.items()}
+    t[PROBLEMS] = oracle_run.result.problems.to_pylist()
     want = _expected(events)
+    assert {r["cluster"] for r in t["chargeback"]} == {"east", "west", "east-pq", "west-pq", "default"}
 
     got_charge = {
         (str(r["day"]), r["cluster"], r["principal"], r["client_id"], r["topic_name"]): {c: r[c] for c in BILLED}
@@ -504,8 +537,11 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
         for c in BILLED:
             hourly[key][c] = None if r[c] is None or hourly[key][c] is None else hourly[key][c] + r[c]
     assert dict(hourly) == {k: {c: v.get(c, 0) for c in BILLED} for k, v in want["topic_hourly"].items()}
-    # ids: a name seen by id (Fetch v13) gets that id on every row of it, Produce rows included
-    assert all(r["topic_id"] is not None for r in t["topic_hourly"] if r["topic_name"] is not None)
+    # ids: a name seen by id (Fetch v13) gets that id on every row of it, Produce rows included (the
+    # small stories' names t and u are never seen by id)
+    by_id = {(e["cluster"], tp["name"]) for e in events for tp in e["topics"] if tp["id"] and tp["name"]}
+    assert {n for c, n in by_id if c == "east"} >= {"orders", "pay-ments", "re-made"}
+    assert all(r["topic_id"] is not None for r in t["topic_hourly"] if (r["cluster"], r["topic_name"]) in by_id)
 
     got_api = {
         (str(r["day"]), r["api_key"], r["error_code"]): {"requests": r["requests"], "outcome": r["outcome"]}
@@ -520,17 +556,21 @@ def test_every_table_matches_an_independent_computation(spark: Any, tmp_path: Pa
     _check_duckdb_tables(t, events)
     _check_id_tables(t, events)
 
-    files = {Path(r["file"]).name: (r["ok"], r["malformed"] + r["unknown_schema"]) for r in t["input_files"]}
+    files = {
+        (Path(r["file"]).parent.name, Path(r["file"]).name): (r["ok"], r["malformed"] + r["unknown_schema"])
+        for r in t["input_files"]
+    }
     assert sum(ok for ok, _ in files.values()) == len(events)
-    assert files["empty.jsonl"] == (0, 0)
-    if as_parquet:
-        assert files["broken.parquet"] == (0, 1)
-    if not as_parquet:
-        assert files["a.jsonl"][1] == 2
-        # the damaged gzip: its readable lines counted, the damage one malformed line
-        readable = sum(1 for e in events if e["client"]["id"] == "cut-short")
-        assert 0 < readable < 400
-        assert files["damaged.jsonl.gz"] == (readable, 1)
+    assert files["jsonl", "empty.jsonl"] == files["parquet", "empty.jsonl"] == (0, 0)
+    assert files["parquet", "broken.parquet"] == (0, 1)
+    assert sum(ok for (d, _), (ok, _) in files.items() if d == "parquet") == sum(
+        e["cluster"].endswith(PARQUET_CLUSTER) for e in events
+    )
+    assert files["jsonl", "a.jsonl"][1] == 2
+    # the damaged gzip: its readable lines counted, the damage one malformed line
+    readable = sum(1 for e in events if e["client"]["id"] == "cut-short")
+    assert 0 < readable < 400
+    assert files["jsonl", "damaged.jsonl.gz"] == (readable, 1)
 
 
 def test_parquet_reaches_the_roll_up_without_a_python_worker(spark: Any, tmp_path: Path) -> None:

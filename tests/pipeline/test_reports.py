@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import HOUR, T0, event, topic, write_events
+from .conftest import HOUR, T0, CliRun, event, rows, topic, write_events
 
 S = 1_000_000
 DENY = {
@@ -136,11 +136,7 @@ def fleet(tmp: Path) -> Path:
 @pytest.fixture(scope="module")
 def tables(fleet_result: Any) -> dict[str, list[dict[str, Any]]]:
     """The fleet's tables as rows (``report_tables``'s form), from the run's one fleet report (conftest)."""
-    from kgate.pipeline.tables import PROBLEMS
-
-    out = {name: t.to_pylist() for name, t in fleet_result.tables.items()}
-    out[PROBLEMS] = fleet_result.problems.to_pylist()
-    return out
+    return rows(fleet_result)
 
 
 def _one(rows: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
@@ -235,30 +231,46 @@ def test_latency(tables: dict[str, list[dict[str, Any]]]) -> None:
 
 
 DAY = 24 * HOUR
-#: the days of the small stories (one report, ``small``): each story on its own day, so none
-#: changes another's rows
-NORMAL_DAY, UNKNOWN_T0, PERCENTILE_T0, PAY_T0 = dt.date(2025, 11, 24), T0 + 2 * DAY, T0 + 4 * DAY, T0 + 6 * DAY
+#: the days of the small stories (carried by the oracle's report, test_oracle): each story on its own
+#: day, after the oracle's fleets (2025-11-24 to 29), so none changes another's rows
+NORMAL_T0, UNKNOWN_T0, PERCENTILE_T0, PAY_T0 = T0 + 8 * DAY, T0 + 10 * DAY, T0 + 12 * DAY, T0 + 14 * DAY
+NORMAL_DAY = dt.date(2025, 12, 2)
 
 
 @pytest.fixture(scope="module")
-def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """One report over four small stories (one Spark run, not four), each on a day of its own: a
-    consumer group's normal answers (day 1, instance kgate-a, client app, topic t), unknown record
-    counts (day 3, instance kgate-u, client u-app, topic u), latencies for the percentiles (day 5,
-    instance kgate-p, client p-app) and a recreated topic's stale uses (day 7, ``_recreated_payments``)."""
-    from kgate.pipeline.tables import report_tables
+def small(oracle_run: Any) -> dict[str, list[dict[str, Any]]]:
+    """Four small stories (``small_stories``), in the session's oracle report (conftest ``oracle_run``:
+    one Spark run for the oracle's fleets and these stories, not two)."""
+    return rows(oracle_run.result)
 
+
+def small_stories(d: Path) -> Path:
+    """Four small stories under ``d`` (cluster ``default``), each on a day of its own: a consumer group's
+    normal answers (``NORMAL_T0``, instance kgate-a, client app, topic t), unknown record counts
+    (``UNKNOWN_T0``, instance kgate-u, client u-app, topic u), latencies for the percentiles
+    (``PERCENTILE_T0``, instance kgate-p, client p-app) and a recreated topic's stale uses (``PAY_T0``,
+    ``_recreated_payments``)."""
     join = {"api": "JoinGroup", "key": 11, "version": 9}
     normal = [
-        event(T0 + S, **join, error_code=79),
-        event(T0 + 2 * S, **join, error_code=0),
-        event(T0 + 3 * S, **join, error_code=27),
-        event(T0 + 4 * S, **join, error_code=0),
-        event(T0 + 5 * S, api="Produce", version=9, error_code=6, topics=[topic("t", bytes=10, records=1, errors=[6])]),
+        event(NORMAL_T0 + S, **join, error_code=79),
+        event(NORMAL_T0 + 2 * S, **join, error_code=0),
+        event(NORMAL_T0 + 3 * S, **join, error_code=27),
+        event(NORMAL_T0 + 4 * S, **join, error_code=0),
         event(
-            T0 + 6 * S, api="Produce", version=9, error_code=87, topics=[topic("t", bytes=10, records=1, errors=[87])]
+            NORMAL_T0 + 5 * S,
+            api="Produce",
+            version=9,
+            error_code=6,
+            topics=[topic("t", bytes=10, records=1, errors=[6])],
         ),
-        event(T0 + 7 * S, key=12, api="Heartbeat", version=4, error_code=79),  # 79 is no Heartbeat answer
+        event(
+            NORMAL_T0 + 6 * S,
+            api="Produce",
+            version=9,
+            error_code=87,
+            topics=[topic("t", bytes=10, records=1, errors=[87])],
+        ),
+        event(NORMAL_T0 + 7 * S, key=12, api="Heartbeat", version=4, error_code=79),  # 79 is no Heartbeat answer
     ]
     u = {"instance": "kgate-u", "client_id": "u-app"}
     unknown = [
@@ -272,10 +284,9 @@ def small(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, lis
     latencies += [
         event(PERCENTILE_T0 + i, api="ApiVersions", key=18, latency_us=v, **p) for i, v in enumerate(WORST_BUCKET)
     ]
-    d = tmp_path_factory.mktemp("small")
     write_events(d / "stories" / "audit.jsonl", normal + unknown + latencies)
     _recreated_payments(d)  # d/audit: a.jsonl, b.jsonl.gz
-    return report_tables(d, spark)
+    return d
 
 
 def test_unknown_record_counts_are_marked_never_summed_as_zero(small: dict[str, list[dict[str, Any]]]) -> None:
@@ -295,7 +306,7 @@ def test_protocol_normal_codes_are_not_failures(small: dict[str, list[dict[str, 
     outcome = {
         (r["api_name"], r["error_code"]): (r["requests"], r["outcome"])
         for r in small["api_errors"]
-        if str(r["day"]) == "2025-11-24"
+        if r["day"] == NORMAL_DAY
     }
     assert outcome == {
         ("JoinGroup", 0): (2, "ok"),
@@ -372,16 +383,22 @@ def test_policy_denials(tables: dict[str, list[dict[str, Any]]]) -> None:
 WINDOW_SINCE, WINDOW_UNTIL, WINDOWED_PAY_T0 = T0 + HOUR, T0 + 2 * HOUR + 25 * S, T0 + HOUR
 
 
-@pytest.fixture(scope="module")
-def windowed(spark: Any, fleet_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    """One report with a time window (one Spark run, not two) over the fleet and a copy of the payments
-    story (``_recreated_payments``) from T0+1h on instances pay-a and pay-b: what the window does to the
-    fleet (test_time_window) and to the exact stale-id pass (test_stale_uses_...)."""
-    from kgate.pipeline.ingest import Window
-    from kgate.pipeline.tables import report_tables
+def windowed_inputs(d: Path, fleet_dir: Path) -> list[str]:
+    """The inputs of the session's windowed run (conftest ``windowed_run``): the fleet, a copy of the
+    payments story (``_recreated_payments``) from T0+1h on instances pay-a and pay-b, and test_cli's
+    stale-id story (instance kgate-w, files ``stale-*``)."""
+    from .test_cli import stale_story
 
-    pay = _recreated_payments(tmp_path_factory.mktemp("windowed"), WINDOWED_PAY_T0, ("pay-a", "pay-b"))
-    return report_tables([str(fleet_dir), str(pay)], spark, Window(WINDOW_SINCE, WINDOW_UNTIL))
+    pay = _recreated_payments(d / "pay", WINDOWED_PAY_T0, ("pay-a", "pay-b"))
+    return [str(fleet_dir), str(pay), str(stale_story(d / "stale"))]
+
+
+@pytest.fixture(scope="module")
+def windowed(windowed_run: CliRun) -> dict[str, list[dict[str, Any]]]:
+    """The session's one report with a time window (``windowed_inputs``): what the window does to the
+    fleet (test_time_window) and to the exact stale-id pass (test_stale_uses_...)."""
+    assert windowed_run.status == 0, windowed_run.err
+    return rows(windowed_run.result)
 
 
 def test_time_window(windowed: dict[str, list[dict[str, Any]]]) -> None:
@@ -423,7 +440,7 @@ def _recreated_payments(tmp: Path, t0: int = PAY_T0, instances: tuple[str, str] 
     *without errors* across that moment on two instances, so each of its use groups (per client,
     instance and day) has uses before and after: the roll-up's first/last use cannot tell how many are
     stale, the exact second pass must. ``early`` used P1 only before, ``late`` only after (T included).
-    From ``t0`` (on day 7 by default, apart from the other small stories) on ``instances`` (A, B)."""
+    From ``t0`` (``PAY_T0`` by default, apart from the other small stories) on ``instances`` (A, B)."""
     p1, p2 = "Pay1AAAAAAAAAAAAAAAAAA", "Pay2AAAAAAAAAAAAAAAAAA"
     a1, a2 = "Aud1AAAAAAAAAAAAAAAAAA", "Aud2AAAAAAAAAAAAAAAAAA"
 
@@ -468,7 +485,8 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(
 ) -> None:
     """Only the uses at or after the newer id's first appearance are stale, even when the same client and
     instance used the old id before it too (a use group straddling that moment: counted again exactly)."""
-    stale = {(r["topic_name"], r["client_id"]): r for r in small["stale_ids"]}  # the other stories have no ids
+    # the other small stories have no ids; the oracle's fleets are on clusters of their own
+    stale = {(r["topic_name"], r["client_id"]): r for r in small["stale_ids"] if r["cluster"] == "default"}
     assert set(stale) == {("payments", "lagger"), ("payments", "late"), ("audits", "slow")}
     lag = stale["payments", "lagger"]
     assert (lag["topic_id"], lag["current_id"], lag["requests"], lag["unknown_id_errors"]) == (
@@ -491,24 +509,6 @@ def test_stale_uses_across_the_recreation_are_counted_exactly(
     (lag,) = [r for r in windowed["stale_ids"] if r["client_id"] == "lagger"]
     assert (lag["requests"], lag["instances"]) == (2, "pay-a,pay-b")
     assert lag["last_seen"].timestamp() == (WINDOWED_PAY_T0 + HOUR + 5 * S) / S
-
-
-def test_exact_pass_from_a_store_of_partials_as_follow_does(spark: Any, tmp_path: Path) -> None:
-    """``--follow`` computes from its store of partial aggregates: there the exact pass reads the
-    files the store names again. Same answer as the batch path."""
-    from kgate.pipeline import follow, ingest
-
-    d = _recreated_payments(tmp_path)
-    store = str(tmp_path / "store")
-    ingest.read_partials(spark, ingest.resolve_inputs([str(d)])).write.parquet(store + "/batch=0")
-    rows = follow.refresh(spark, store, str(tmp_path / "out"), html=False).tables["stale_ids"].to_pylist()
-    lag = _one(rows, client_id="lagger")
-    assert (lag["requests"], lag["instances"], lag["first_seen"].timestamp()) == (
-        3,
-        "kgate-a,kgate-b",
-        (PAY_T0 + HOUR) / S,
-    )
-    assert {r["client_id"] for r in rows} == {"lagger", "late", "slow"}
 
 
 def test_each_grain_comes_back_from_the_shared_slots_with_its_own_types(spark: Any, fleet_dir: Path) -> None:

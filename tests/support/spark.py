@@ -5,7 +5,8 @@ asks for it is skipped with the reason instead of failing the run. Registered fo
 tests/conftest.py, so a test outside tests/pipeline gets the same session (one per run).
 
 The session is ``kgate report``'s own (``build_session``), sized for the tests' inputs of a few
-dozen events: one shuffle partition, a 1 GiB heap, and a JVM that starts fast (``TEST_JAVA_OPTS``).
+dozen events: one shuffle partition, a 1 GiB heap, and a JVM that starts fast (``java_options``, and
+the class archive of :mod:`kgate.pipeline.classcache`).
 An in-process ``kgate report`` (``main(["report", ...])``, or :func:`run_report`) joins that session
 and sets the CLI's SQL settings on it (16 shuffle partitions), so the tests' ones are set again after
 every test.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
@@ -25,10 +27,6 @@ import pytest
 
 #: SQL settings a test's session runs with (runtime settings: an in-process report changes them)
 TEST_SQL = {"spark.sql.shuffle.partitions": "1"}
-#: the driver JVM (local mode: the executors too): C1 only and the serial collector. The tests'
-#: jobs are small and short, so the C2 compiler's and the parallel collector's threads mostly
-#: compete with the other tests for the two cores
-TEST_JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xshare:auto"
 
 
 def _java_major() -> int | None:
@@ -43,12 +41,39 @@ def _java_major() -> int | None:
     return None
 
 
-def settings_for_tests() -> dict[str, str]:
-    """``build_session``'s local settings as the tests change them (``extra``)."""
+def java_options() -> str:
+    """The tests' driver JVM options (local mode: the executors too): a small ``kgate report``'s own
+    (C1 only and the serial collector). The tests' jobs are small and short, so the C2 compiler's and
+    the parallel collector's threads would mostly compete with the other tests for the two cores; and
+    with a real small run's options the session maps the same class archive (:func:`_class_archive`)."""
     from kgate.pipeline.session import local_settings
 
-    java = local_settings()["spark.driver.extraJavaOptions"].replace("-XX:+UseParallelGC", TEST_JAVA_OPTS)
-    return {"spark.driver.extraJavaOptions": java}
+    return local_settings(small=True)["spark.driver.extraJavaOptions"]
+
+
+def settings_for_tests() -> dict[str, str]:
+    """``build_session``'s ``extra`` for a ``kgate report`` subprocess of the tests (``--conf``): the
+    session's JVM options, mapping the class archive when one is published (never writing one: a
+    ``--follow`` JVM ends by Ctrl-C, not a clean exit)."""
+    from kgate.pipeline import classcache
+
+    opts = java_options()
+    key = classcache.archive_key(opts) if os.environ.get(classcache.ENV, "1") != "0" else None
+    found = classcache.published(classcache.cache_dir(), key) if key else None
+    if found is not None and not any(c.isspace() for c in str(found)):
+        # a refused archive only costs the time it saved: the JVM's CDS warnings are off
+        opts += f" -XX:SharedArchiveFile={found} -Xlog:cds=off -Xlog:cds+dynamic=off"
+    return {"spark.driver.extraJavaOptions": opts}
+
+
+def _class_archive(opts: str) -> Any:
+    """The session JVM's class-data archive (:mod:`kgate.pipeline.classcache`, the one a small ``kgate
+    report`` run maps): mapped when published, else written when the session ends (the first session on
+    a machine waits for it). ~10 CPU-s less per JVM start (docs/performance.md); ``KGATE_REPORT_CDS=0``
+    turns it off."""
+    from kgate.pipeline import classcache
+
+    return classcache.prepare(opts)
 
 
 _session: Any = None
@@ -63,12 +88,20 @@ def spark() -> Iterator[Any]:
         pytest.skip(f"PySpark 4 needs Java 17+ (found: {major}); dev/setup installs openjdk-17-jre-headless")
     from kgate.pipeline.session import build_session
 
+    opts = java_options()
+    archive = _class_archive(opts)
     _session = build_session(
-        shuffle_partitions=1, driver_memory="1g", app_name="kgate-pipeline-tests", extra=settings_for_tests()
+        shuffle_partitions=1,
+        driver_memory="1g",
+        app_name="kgate-pipeline-tests",
+        extra={"spark.driver.extraJavaOptions": f"{opts} {archive.options}".strip()},
     )
+    archive.check()  # a refused archive is deleted: the next session writes a new one
+    gateway = _session.sparkContext._gateway
     yield _session
     _session.stop()
     _session = None
+    archive.finish(gateway)  # a session that writes the archive: its JVM exits and it is published
 
 
 @pytest.fixture(autouse=True)
