@@ -45,16 +45,17 @@ def java_options() -> str:
     """The tests' driver JVM options (local mode: the executors too): a small ``kgate report``'s own
     (C1 only and the serial collector). The tests' jobs are small and short, so the C2 compiler's and
     the parallel collector's threads would mostly compete with the other tests for the two cores; and
-    with a real small run's options the session maps the same class archive (:func:`_class_archive`)."""
+    with a real small run's options the session maps the same class archive (:func:`settings_for_tests`)."""
     from kgate.pipeline.session import local_settings
 
     return local_settings(small=True)["spark.driver.extraJavaOptions"]
 
 
 def settings_for_tests() -> dict[str, str]:
-    """``build_session``'s ``extra`` for a ``kgate report`` subprocess of the tests (``--conf``): the
-    session's JVM options, mapping the class archive when one is published (never writing one: a
-    ``--follow`` JVM ends by Ctrl-C, not a clean exit)."""
+    """``build_session``'s ``extra`` for the tests' session and for a ``kgate report`` subprocess of
+    the tests (``--conf``): the JVM options, mapping the class archive a small ``kgate report`` run
+    published, if any (never writing one: a ``--follow`` JVM ends by Ctrl-C, not a clean exit, and a
+    session's write would cost a fresh machine's run minutes)."""
     from kgate.pipeline import classcache
 
     opts = java_options()
@@ -64,16 +65,6 @@ def settings_for_tests() -> dict[str, str]:
         # a refused archive only costs the time it saved: the JVM's CDS warnings are off
         opts += f" -XX:SharedArchiveFile={found} -Xlog:cds=off -Xlog:cds+dynamic=off"
     return {"spark.driver.extraJavaOptions": opts}
-
-
-def _class_archive(opts: str) -> Any:
-    """The session JVM's class-data archive (:mod:`kgate.pipeline.classcache`, the one a small ``kgate
-    report`` run maps): mapped when published, else written when the session ends (the first session on
-    a machine waits for it). ~10 CPU-s less per JVM start (docs/performance.md); ``KGATE_REPORT_CDS=0``
-    turns it off."""
-    from kgate.pipeline import classcache
-
-    return classcache.prepare(opts)
 
 
 _session: Any = None
@@ -88,20 +79,14 @@ def spark() -> Iterator[Any]:
         pytest.skip(f"PySpark 4 needs Java 17+ (found: {major}); dev/setup installs openjdk-17-jre-headless")
     from kgate.pipeline.session import build_session
 
-    opts = java_options()
-    archive = _class_archive(opts)
+    # maps a published class archive, never writes one: writing costs the session's last test
+    # 25-50 CPU-s and up to 2 min, on every run of a fresh machine (CI), for ~10 CPU-s saved later
     _session = build_session(
-        shuffle_partitions=1,
-        driver_memory="1g",
-        app_name="kgate-pipeline-tests",
-        extra={"spark.driver.extraJavaOptions": f"{opts} {archive.options}".strip()},
+        shuffle_partitions=1, driver_memory="1g", app_name="kgate-pipeline-tests", extra=settings_for_tests()
     )
-    archive.check()  # a refused archive is deleted: the next session writes a new one
-    gateway = _session.sparkContext._gateway
     yield _session
     _session.stop()
     _session = None
-    archive.finish(gateway)  # a session that writes the archive: its JVM exits and it is published
 
 
 @pytest.fixture(autouse=True)
