@@ -40,7 +40,10 @@ def prepare(home: Path, main: str, java_opts: str) -> ClassArchive:
     key = classcache.java_key(f"{home.name}-{main.removesuffix('.sh')}", [str(libs), *jars], java_opts)
     if key is None:
         return ClassArchive()
-    return classcache.prepare(java_opts, key=key, directory=cache_dir(), env=ENV)
+    try:
+        return classcache.prepare(java_opts, key=key, directory=cache_dir(), env=ENV)
+    except OSError:  # a cache folder that exists but cannot be written: run without
+        return ClassArchive()
 
 
 def done(archive: ClassArchive, status: int | None, clean: tuple[int, ...] = (0,)) -> None:
