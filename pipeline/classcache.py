@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,16 +54,22 @@ def _java() -> str | None:
     return os.path.realpath(found) if found and os.path.exists(found) else None
 
 
-def archive_key(java_opts: str) -> str | None:
-    """A name for the archive of this PySpark, Java and set of JVM options (None: no ``java`` found)."""
-    import pyspark
-
+def java_key(prefix: str, what: Sequence[str], java_opts: str) -> str | None:
+    """``prefix-HASH``: a name for the archive of the classes ``what`` names (versions, paths) loaded by
+    this ``java`` with ``java_opts`` (None: no ``java`` found). The tests' Kafka JVMs name theirs so too."""
     java = _java()
     if java is None:
         return None
     st = os.stat(java)
-    ident = "\0".join([pyspark.__version__, os.path.dirname(pyspark.__file__), java, str(st.st_mtime_ns), java_opts])
-    return f"spark-{pyspark.__version__}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+    ident = "\0".join([*what, java, str(st.st_mtime_ns), java_opts])
+    return f"{prefix}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+
+
+def archive_key(java_opts: str) -> str | None:
+    """A name for the archive of this PySpark, Java and set of JVM options (None: no ``java`` found)."""
+    import pyspark
+
+    return java_key(f"spark-{pyspark.__version__}", [pyspark.__version__, os.path.dirname(pyspark.__file__)], java_opts)
 
 
 @dataclass
@@ -102,11 +109,10 @@ class ClassArchive:
     def finish(self, gateway: Any) -> None:
         """After ``spark.stop()``: when this run writes the archive, let its JVM exit (py4j's launcher ends
         it when its stdin closes) and wait for the archive, then publish it under its final name."""
+        status: int | None = None
         try:
-            if self.writing is None or self.final is None:
-                return
             proc = getattr(gateway, "proc", None)
-            if proc is None:
+            if self.writing is None or self.final is None or proc is None:
                 return
             try:
                 if proc.stdin is not None:
@@ -114,11 +120,19 @@ class ClassArchive:
                 status = proc.wait(DUMP_WAIT_S)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 log.info("class archive not written: the JVM did not exit (%s)", exc)
+        finally:
+            self.publish(status)
+
+    def publish(self, status: int | None, clean: tuple[int, ...] = (0,)) -> None:
+        """After the JVM exited with ``status`` (None: unknown, or it did not exit): publish the archive it
+        wrote when that exit was ``clean``; remove what is left of this run either way."""
+        try:
+            if self.writing is None or self.final is None:
                 return
             size = self.writing.stat().st_size if self.writing.is_file() else 0
             # only a dump the JVM finished (a clean exit) is published: a truncated archive makes the
             # next JVM die of SIGBUS while mapping it, before any check of its own
-            if status == 0 and size > 0:
+            if status in clean and size > 0:
                 final = self.final.with_name(f"{self.final.stem}-{size}.jsa")
                 os.replace(self.writing, final)
                 log.info("class archive written: %s", final)
@@ -146,13 +160,16 @@ def published(directory: Path, key: str) -> Path | None:
     return None
 
 
-def prepare(java_opts: str) -> ClassArchive:
+def prepare(java_opts: str, *, key: str | None = None, directory: Path | None = None, env: str = ENV) -> ClassArchive:
     """The archive options for a driver JVM started with ``java_opts``: map the cached archive when there
-    is one, else write one at exit. Nothing (logged) when turned off or the cache cannot be used."""
-    if os.environ.get(ENV, "1") == "0":
+    is one, else write one at exit. Nothing (logged) when turned off or the cache cannot be used.
+
+    ``key``, ``directory``, ``env``: another JVM's archive (its name, where it is kept, the variable that
+    turns it off), for the tests' Kafka JVMs; by default the report driver's."""
+    if os.environ.get(env, "1") == "0":
         return ClassArchive(notes=["off"])
-    key = archive_key(java_opts)
-    directory = cache_dir()
+    key = key or archive_key(java_opts)
+    directory = directory or cache_dir()
     if key is None:
         log.info("no class archive: java not found")
         return ClassArchive()
@@ -175,7 +192,7 @@ def prepare(java_opts: str) -> ClassArchive:
         # the regions' checksums are verified on mapping (~0.1 s): a damaged archive is refused, not used
         options = f"-XX:SharedArchiveFile={found} -XX:+VerifySharedSpaces {logging_opts}"
         return ClassArchive(options, using=found, log_file=log_file)
-    writing = directory / f"{key}.{os.getpid()}.tmp"
+    writing = log_file.with_suffix(".tmp")  # as unique as the log's name: JVMs of one process may write at once
     log.info("no class archive yet: this run writes %s at exit", final)
     return ClassArchive(
         f"-XX:ArchiveClassesAtExit={writing} {logging_opts}", writing=writing, final=final, log_file=log_file

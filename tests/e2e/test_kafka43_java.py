@@ -17,6 +17,7 @@ Produce v12+ for transactions v2, v13 when offered. Before, these tests ran kgat
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import pytest
@@ -311,3 +312,46 @@ def test_socket_watch_catches_a_java_client_that_bypasses_kgate(kafka, tmp_path)
     args = ["--bootstrap-server", kafka.bootstrap, "--topic", w.unique("bypass"), "--timeout-ms", "4000"]
     with pytest.raises(AssertionError, match="connected straight to the broker"):
         tools.run("kafka-console-consumer.sh", args, check=False)
+
+
+@pytest.mark.timeout(300)
+def test_tool_jvms_write_then_map_their_class_archive(tmp_path, monkeypatch) -> None:
+    """The tools' class-data archive (support/jvm_cds.py): a tool's first run writes it at its clean
+    exit, the next maps it (its classes come from the archive), and one damaged in the cache is
+    refused by the JVM and deleted, that run going on without it."""
+    from support import jvm_cds
+    from support.java_clients import run_tool
+
+    cache = tmp_path / "cds"
+    monkeypatch.setattr(jvm_cds, "cache_dir", lambda: cache)
+    monkeypatch.delenv(jvm_cds.ENV, raising=False)
+    home = kafka_broker.distribution(kafka_broker.KAFKA_43)
+
+    def random_uuid(classes_log: str) -> int:
+        """``kafka-storage.sh random-uuid`` (no broker needed); how many classes it took from the archive."""
+        log = tmp_path / classes_log
+        monkeypatch.setenv("KAFKA_OPTS", f"-Xlog:class+load=info:file={log}")
+        run = run_tool(home, "kafka-storage.sh", ["random-uuid"], timeout=120)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert len(run.stdout.strip()) == 22, run.stdout  # the uuid alone: the JVM's CDS messages go elsewhere
+        return sum("source: shared objects file (top)" in line for line in log.read_text().splitlines())
+
+    assert random_uuid("first.log") == 0
+    [archive] = cache.glob("*.jsa")
+    assert archive.stat().st_size == int(archive.stem.rpartition("-")[2])
+    assert sorted(p.suffix for p in cache.iterdir()) == [".jsa"]  # no log nor partial dump left behind
+    assert random_uuid("second.log") > 1000  # the tool's own classes, mapped
+    assert list(cache.glob("*.jsa")) == [archive]
+
+    # one damaged in the cache (its published size kept) is refused and deleted; the run goes on. A
+    # JVM that loads nothing of Kafka's (``java -version`` on the tools' class path) shows it cheaply
+    monkeypatch.delenv("KAFKA_OPTS")
+    probe = jvm_cds.prepare(home, "kafka-run-class.sh", java_clients.tool_jvm_opts())
+    jvm_cds.done(probe, None)  # only its archive's name wanted: nothing ran, nothing is kept
+    assert probe.final is not None
+    damaged = probe.final.with_name(f"{probe.final.stem}-{archive.stat().st_size}.jsa")
+    damaged.write_bytes(os.urandom(archive.stat().st_size))
+    run = run_tool(home, "kafka-run-class.sh", ["-version"], timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert not damaged.exists()
+    assert archive.exists()  # the tool's own archive untouched

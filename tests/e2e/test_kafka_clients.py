@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from support import kafka_broker
 from support import workloads as w
+from support.java_clients import JavaTools, run_tool
 from support.netconn import ConnectionWatcher
 
 from kgate.codec import api
@@ -161,35 +162,24 @@ def test_leader_hints_use_fetch_v17_and_produce_v12(kafka, kgate_factory) -> Non
 
 
 @pytest.mark.timeout(240)
-def test_java_console_clients(kafka, kgate_factory) -> None:
+def test_java_console_clients(kafka, kgate_factory, tmp_path) -> None:
+    """The Java console producer and consumer through a kgate with topic-policy in its chain; their
+    JVMs watched run by run (no socket to the broker, kgate's accepted connections counted)."""
     k = _kgate(kafka, kgate_factory, POLICY)
+    tools = JavaTools(
+        kafka_broker.KAFKA_43,
+        k.bootstrap,
+        forbidden_ports={kafka.port},
+        must_use=k.listen_port,
+        accepted=lambda: sum(v for _labels, v in k.metric_values("kgate_accepted_connections_total")),
+        workdir=tmp_path,
+    )
     topic = w.unique("java")
-    bin_dir = kafka.home / "bin"
     lines = [f"java-{i}" for i in range(20)]
     w.confluent_create_topic(k.bootstrap, topic, 1)
-    producer = [str(bin_dir / "kafka-console-producer.sh"), "--bootstrap-server", k.bootstrap, "--topic", topic]
-    subprocess.run(
-        producer, input="\n".join(lines) + "\n", text=True, check=True, timeout=120, capture_output=True, env=kafka.env
-    )
-    out = subprocess.run(
-        [
-            str(bin_dir / "kafka-console-consumer.sh"),
-            "--bootstrap-server",
-            k.bootstrap,
-            "--topic",
-            topic,
-            "--from-beginning",
-            "--max-messages",
-            str(len(lines)),
-            "--timeout-ms",
-            "60000",
-        ],
-        text=True,
-        timeout=120,
-        capture_output=True,
-        env=kafka.env,
-    )
-    assert out.stdout.split() == lines, out.stderr[-2000:]
+    tools.console_produce(topic, lines)
+    got = tools.console_consume(topic, len(lines))
+    assert got == lines, f"{len(got)} of {len(lines)} records: {got[:3]}"
 
 
 def _high_watermark(bootstrap: str, topic: str) -> int:
@@ -306,11 +296,14 @@ def test_metadata_quorum_tool_sees_no_controller_address(kafka, kgate_factory) -
     """``kafka-metadata-quorum.sh describe --status`` through kgate: the quorum's state, but not the
     controller's ``CONTROLLER://host:port`` (DescribeQuorum v2 listeners are hidden)."""
     k = _kgate(kafka, kgate_factory)
-    tool = str(kafka.home / "bin" / "kafka-metadata-quorum.sh")
 
     def describe(bootstrap: str) -> subprocess.CompletedProcess[str]:
-        argv = [tool, "--bootstrap-server", bootstrap, "describe", "--status"]
-        return subprocess.run(argv, text=True, capture_output=True, timeout=90, env=kafka.env)
+        return run_tool(
+            kafka.home,
+            "kafka-metadata-quorum.sh",
+            ["--bootstrap-server", bootstrap, "describe", "--status"],
+            timeout=90,
+        )
 
     # the control and the run through kgate side by side: two JVM start-ups in the time of one and a bit
     with ThreadPoolExecutor(2) as pool:

@@ -5,7 +5,9 @@ id only), commit transactions the KIP-890 part 2 way (no AddPartitionsToTxn when
 ``transaction.version`` is 2), join KIP-848 groups and share groups (KIP-932). librdkafka,
 kafka-python and aiokafka do none of that yet, so only these tools show kgate carrying it.
 
-Each tool is one JVM launch (~5-10 s on two busy cores), so a test should use few of them. Every
+Each tool is one JVM launch (~5-10 s on two busy cores), so a test should use few of them; each maps
+a class-data archive of its tool's classes (support/jvm_cds.py: about half a run's CPU), which
+its first run writes. Every
 run has a hard timeout that fails with the tool's output, and while it runs a sampler process
 (``netconn.ProcessWatcher``) samples the JVM's own sockets (the scripts ``exec`` java, so the
 child's pid is the JVM's): a client that learned the broker's real address would hold a connection
@@ -24,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import kafka_broker
+from . import jvm_cds, kafka_broker
 from .kafka_broker import Dist
 from .netconn import ProcessWatcher
 
@@ -35,6 +37,39 @@ _JVM_ENV = {
     "KAFKA_HEAP_OPTS": "-Xms64m -Xmx256m",
     "KAFKA_JVM_PERFORMANCE_OPTS": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true",
 }
+
+
+def tool_jvm_opts() -> str:
+    """The JVM options a tool runs with (what its class archive is keyed on)."""
+    return " ".join(_JVM_ENV.values())
+
+
+def tool_env(workdir: Path | None = None) -> dict[str, str]:
+    """The environment for a tool's script: its small heap and start-up options, logs in ``workdir``.
+    ``run_tool`` adds the class archive."""
+    env = dict(os.environ, **_JVM_ENV)
+    if workdir is not None:
+        env["LOG_DIR"] = str(workdir)
+    return env
+
+
+def run_tool(
+    home: Path, tool: str, args: Sequence[str], *, timeout: float, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``bin/<tool> args`` of the distribution at ``home``, unwatched (no socket sampling), with the
+    tools' JVM options and class archive: for a test that runs a tool beside ``JavaTools``' checks
+    (a control run straight at the broker, a listing) rather than as the workload under watch."""
+    env, archive = tool_env(), jvm_cds.prepare(home, tool, tool_jvm_opts())
+    env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()
+    status: int | None = None
+    try:
+        res = subprocess.run(
+            [str(home / "bin" / tool), *args], input=stdin, capture_output=True, text=True, timeout=timeout, env=env
+        )
+        status = res.returncode
+        return res
+    finally:
+        jvm_cds.done(archive, status)
 
 
 #: the largest gap between two socket samples that still counts as watching a run
@@ -101,10 +136,7 @@ class JavaTools:
         self._new_options = tuple(int(x) for x in dist.version.split(".")[:2]) >= (4, 2)
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ, **_JVM_ENV)
-        if self.workdir is not None:
-            env["LOG_DIR"] = str(self.workdir)
-        return env
+        return tool_env(self.workdir)
 
     def run(
         self,
@@ -119,6 +151,8 @@ class JavaTools:
         ``check``, and on any socket to a forbidden port."""
         argv = [str(self.home / "bin" / tool), *args]
         accepted_before = self.accepted() if self.accepted is not None else 0.0
+        env, archive = self._env(), jvm_cds.prepare(self.home, tool, tool_jvm_opts())
+        env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()
         started = time.monotonic()
         with ProcessWatcher(self.forbidden, interval=0.05) as watch:
             proc = subprocess.Popen(
@@ -127,7 +161,7 @@ class JavaTools:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=self._env(),
+                env=env,
                 start_new_session=True,
             )
             watch.watch(proc.pid)
@@ -139,6 +173,8 @@ class JavaTools:
                 timed_out = True
             else:
                 timed_out = False
+            finally:
+                jvm_cds.done(archive, proc.poll())
         run = JavaRun(argv, -9 if timed_out else proc.returncode, out, err, time.monotonic() - started, set(watch.seen))
         if timed_out:
             raise AssertionError(f"{tool} did not finish within {timeout:.0f}s:\n{run.describe()}")

@@ -28,6 +28,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import jvm_cds
 from .ports import HOST, free_port, port_open
 from .procs import REPO, ManagedProcess
 
@@ -90,6 +91,10 @@ def _group_on_partition(partition: int, partitions: int) -> str:
 
 #: a test broker's or tool's JVM (kafka-storage.sh): C1 only and the serial collector start faster
 TOOL_JVM_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true"
+#: a broker's JVM; a small log-and-metadata broker for tests needs no more heap
+BROKER_HEAP_OPTS = "-Xms256m -Xmx768m"
+#: a broker JVM stopped with SIGTERM exits 143 after its controlled shutdown: a clean exit
+_BROKER_CLEAN_EXIT = (0, 143)
 
 
 def random_cluster_id() -> str:
@@ -177,11 +182,14 @@ class Kafka(ManagedProcess):
         self.config_path.write_text(self._properties())
         env = dict(
             os.environ,
-            KAFKA_HEAP_OPTS="-Xms256m -Xmx768m",
+            KAFKA_HEAP_OPTS=BROKER_HEAP_OPTS,
             # C1 only and the serial collector: half the CPU to start (9.2 s -> 4.8 s, one run each
             # at load 31) and the tests' traffic is far too small to need C2 or G1's threads
             KAFKA_JVM_PERFORMANCE_OPTS=f"-server {TOOL_JVM_OPTS}",
             LOG_DIR=str(self.workdir / "logs"),
+            # kafka-server-start.sh's default adds -loggc: a GC log nobody reads, and a `java -version`
+            # run per start to pick its flags
+            EXTRA_ARGS="-name kafkaServer",
         )
         super().__init__(
             [str(self.home / "bin" / "kafka-server-start.sh"), str(self.config_path)],
@@ -189,6 +197,16 @@ class Kafka(ManagedProcess):
             env=env,
         )
         self._formatted = False
+        #: this start's class archive (support/jvm_cds.py), settled when the JVM exits
+        self._archive: jvm_cds.ClassArchive | None = None
+
+    def _jvm_opts(self) -> str:
+        return f"{BROKER_HEAP_OPTS} -server {TOOL_JVM_OPTS}"
+
+    def _with_archive(self, archive: jvm_cds.ClassArchive) -> dict[str, str]:
+        env = dict(self.env or os.environ)
+        env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()
+        return env
 
     def _properties(self) -> str:
         props = {
@@ -209,12 +227,17 @@ class Kafka(ManagedProcess):
             "transaction.state.log.num.partitions": "4",
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
+            # 50 by default: created and loaded on a share group's first use, as the offsets topic's are
+            "share.coordinator.state.topic.num.partitions": str(OFFSETS_PARTITIONS),
             "group.initial.rebalance.delay.ms": "0",
             "group.min.session.timeout.ms": "1000",  # the test workloads use short session timeouts
             "group.consumer.min.session.timeout.ms": "1000",
             "group.consumer.min.heartbeat.interval.ms": "500",
             "auto.create.topics.enable": "true",
             "log.flush.interval.messages": "1",  # durability tests kill the broker
+            # the controller's no-op record every 0.5 s was most of an idle broker's CPU (its Raft I/O
+            # thread); every 5 s still keeps its liveness and high watermark moving
+            "metadata.max.idle.interval.ms": "5000",
         }
         if self.ssl_listener is not None:
             keystore, truststore = self.ssl_listener
@@ -246,31 +269,52 @@ class Kafka(ManagedProcess):
             self._formatted = True
             return
         storage = str(self.home / "bin" / "kafka-storage.sh")
-        # one JVM start-up fewer than ``kafka-storage.sh random-uuid``
-        res = subprocess.run(
-            [storage, "format", "-t", random_cluster_id(), "-c", str(self.config_path)],
-            capture_output=True,
-            text=True,
-            env=self.env,
-            timeout=180,  # one JVM run; minutes beside other test runs' JVMs on two cores
-        )
+        archive = jvm_cds.prepare(self.home, "kafka-storage.sh", self._jvm_opts())
+        status: int | None = None
+        try:
+            # one JVM start-up fewer than ``kafka-storage.sh random-uuid``
+            res = subprocess.run(
+                [storage, "format", "-t", random_cluster_id(), "-c", str(self.config_path)],
+                capture_output=True,
+                text=True,
+                env=self._with_archive(archive),
+                timeout=180,  # one JVM run; minutes beside other test runs' JVMs on two cores
+            )
+            status = res.returncode
+        finally:
+            jvm_cds.done(archive, status)
         if res.returncode != 0:
             raise RuntimeError(f"kafka-storage.sh format failed: {res.stdout}{res.stderr}")
         self._formatted = True
 
     def start(self, timeout: float = START_TIMEOUT_S) -> Kafka:
         self._format()
-        mark = len(self.log_text(tail=10**9))
-        super().start()
+        mark = self.log_path.stat().st_size if self.log_path.exists() else 0  # this start's lines follow
+        self._settle_archive(None)  # a start without a stop before it: what the last JVM wrote is unknown
+        self._archive = jvm_cds.prepare(self.home, "broker", self._jvm_opts())
+        base_env, self.env = self.env, self._with_archive(self._archive)
+        try:
+            super().start()
+        finally:
+            self.env = base_env
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"kafka exited with {self.proc.returncode}:\n{self.log_text(tail=5000)}")
-            if "Kafka Server started" in self.log_text(tail=10**9)[mark:] and port_open(self.port):
+            if b"Kafka Server started" in self._log_since(mark) and port_open(self.port):
                 self._warm_group_coordinator(deadline)
                 return self
             time.sleep(0.1)
         raise TimeoutError(f"kafka did not start within {timeout}s:\n{self.log_text(tail=5000)}")
+
+    def _log_since(self, offset: int) -> bytes:
+        """The log from byte ``offset`` on (polled while it starts: not the whole file each time)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read()
+        except OSError:
+            return b""
 
     def _warm_group_coordinator(self, deadline: float) -> None:
         """Create ``__consumer_offsets`` and wait until every partition's group coordinator answers.
@@ -299,7 +343,9 @@ class Kafka(ManagedProcess):
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM (a controlled shutdown) and wait; SIGKILL if it does not exit in time."""
-        return super().stop(timeout=timeout)
+        rc = super().stop(timeout=timeout)
+        self._settle_archive(rc)
+        return rc
 
     def kill(self) -> None:
         """kill -9 by PID (the JVM), for crash tests; the log dir stays for a restart."""
@@ -309,6 +355,14 @@ class Kafka(ManagedProcess):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=30)
         self._close_log()
+        self._settle_archive(None)
+
+    def _settle_archive(self, status: int | None) -> None:
+        """The JVM exited with ``status`` (None: killed, or unknown): publish the archive it wrote at a
+        clean exit (a SIGTERM's controlled shutdown), else drop it."""
+        if self._archive is not None:
+            archive, self._archive = self._archive, None
+            jvm_cds.done(archive, status, _BROKER_CLEAN_EXIT)
 
     def restart(self) -> Kafka:
         """Stop (if running) and start again on the same ports and log dir."""

@@ -74,7 +74,8 @@ def socket_inodes(pid: int) -> set[int]:
     return out
 
 
-def all_tcp(pid: int | str = "self") -> list[Conn]:
+def all_tcp(pid: int | str = "self", inodes: set[int] | None = None) -> list[Conn]:
+    """The namespace's TCP sockets (``inodes``: only those), as ``/proc/<pid>/net`` lists them."""
     conns = []
     for name, conv in (("tcp", _addr4), ("tcp6", _addr6)):
         try:
@@ -84,7 +85,9 @@ def all_tcp(pid: int | str = "self") -> list[Conn]:
             continue
         for line in lines:
             parts = line.split()
-            conns.append(Conn(conv(parts[1]), conv(parts[2]), _STATES.get(parts[3], parts[3]), int(parts[9])))
+            inode = int(parts[9])
+            if inodes is None or inode in inodes:  # the others' addresses are never decoded
+                conns.append(Conn(conv(parts[1]), conv(parts[2]), _STATES.get(parts[3], parts[3]), inode))
     return conns
 
 
@@ -92,7 +95,9 @@ def tcp_connections(pid: int | None = None) -> list[Conn]:
     """Non-listening TCP sockets owned by ``pid`` (default: this process)."""
     pid = os.getpid() if pid is None else pid
     mine = socket_inodes(pid)
-    return [c for c in all_tcp(pid) if c.inode in mine and c.state != "LISTEN"]
+    if not mine:
+        return []
+    return [c for c in all_tcp(pid, mine) if c.state != "LISTEN"]
 
 
 def remote_ports(pid: int | None = None) -> set[int]:

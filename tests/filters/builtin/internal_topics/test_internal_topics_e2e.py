@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
 import time
 from typing import Any
 from uuid import UUID
@@ -464,21 +463,22 @@ def test_default_listings_leave_user_defined_internal_topics_out(broker: Any, kg
     if shutil.which("java") is None:
         pytest.skip("kafka-topics.sh needs java on PATH")
     from support import kafka_broker
+    from support.java_clients import run_tool
 
     k = _kgate(kgate_factory, broker)
     user, plain = unique("connect-offsets"), unique("orders")
     _create(k.bootstrap, user, internal="true")
     _create(k.bootstrap, plain)
-    tool = str(kafka_broker.distribution() / "bin" / "kafka-topics.sh")
 
     def listing(*extra: str) -> set[str]:
-        out = subprocess.run(
-            [tool, "--bootstrap-server", k.bootstrap, "--list", *extra],
-            capture_output=True,
-            text=True,
+        # the tools' JVM options and class archive: a third of the default JVM's CPU
+        out = run_tool(
+            kafka_broker.distribution(),
+            "kafka-topics.sh",
+            ["--bootstrap-server", k.bootstrap, "--list", *extra],
             timeout=120,
-            check=True,
         )
+        assert out.returncode == 0, out.stderr[-2000:]
         return set(out.stdout.split())
 
     default = listing("--exclude-internal")
