@@ -32,13 +32,12 @@ from support.procs import PYTHON
 from support.wire import RawClient, api_versions_request, parse_api_versions_response
 
 from kgate.codec import api
+from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.codec.generated.data import fetch as F
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.tail_walk import read_tagged
 from kgate.proxy.sansio import response_tail
 from kgate.testing.frames import request_bytes
-
-PRODUCE, FETCH = 0, 1
 
 
 def _versions_used(k, api_key: int) -> set[int]:
