@@ -44,19 +44,7 @@ def _kgate(broker, kgate_factory, filters: list | None = None) -> Kgate:
 
 
 def _tools(broker, k: Kgate, tmp_path, dist: kafka_broker.Dist = kafka_broker.KAFKA_43) -> JavaTools:
-    return JavaTools(
-        dist,
-        k.bootstrap,
-        forbidden_ports={broker.port},
-        must_use=k.listen_port,
-        accepted=lambda: _accepted(k),
-        workdir=tmp_path,
-    )
-
-
-def _accepted(k: Kgate) -> float:
-    """kgate's count of accepted client connections (every cluster)."""
-    return sum(v for _labels, v in k.metric_values("kgate_accepted_connections_total"))
+    return JavaTools.through(k, broker.port, tmp_path, dist)
 
 
 def _versions_used(k: Kgate, key: ApiKey) -> dict[int, float]:

@@ -166,14 +166,7 @@ def test_java_console_clients(kafka, kgate_factory, tmp_path) -> None:
     """The Java console producer and consumer through a kgate with topic-policy in its chain; their
     JVMs watched run by run (no socket to the broker, kgate's accepted connections counted)."""
     k = _kgate(kafka, kgate_factory, POLICY)
-    tools = JavaTools(
-        kafka_broker.KAFKA_43,
-        k.bootstrap,
-        forbidden_ports={kafka.port},
-        must_use=k.listen_port,
-        accepted=lambda: sum(v for _labels, v in k.metric_values("kgate_accepted_connections_total")),
-        workdir=tmp_path,
-    )
+    tools = JavaTools.through(k, kafka.port, tmp_path, kafka_broker.KAFKA_43)
     topic = w.unique("java")
     lines = [f"java-{i}" for i in range(20)]
     w.confluent_create_topic(k.bootstrap, topic, 1)

@@ -121,14 +121,7 @@ def test_java_clients_use_produce_v13_and_fetch_v18(kafka, kgate_factory, tmp_pa
     topic = w.unique("java43")
     lines = [f"java-{i}-" + "x" * 2000 for i in range(400)]
     # the tools' JVMs are watched run by run (their sockets sampled, kgate's accepted connections counted)
-    tools = JavaTools(
-        kafka_broker.KAFKA_43,
-        k.bootstrap,
-        forbidden_ports={kafka.port},
-        must_use=k.listen_port,
-        accepted=lambda: sum(v for _labels, v in k.metric_values("kgate_accepted_connections_total")),
-        workdir=tmp_path,
-    )
+    tools = JavaTools.through(k, kafka.port, tmp_path, kafka_broker.KAFKA_43)
     with ConnectionWatcher({kafka.port}) as watch:
         w.confluent_create_topic(k.bootstrap, topic, 1)
     watch.assert_clean(must_use={k.listen_port})

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from . import jvm_cds, kafka_broker
 from .kafka_broker import Dist
@@ -134,6 +135,21 @@ class JavaTools:
         # KIP-1147 renamed the tools' client-property options (the old names print a deprecation
         # line on stdout, among the records); 4.0 knows only the old ones
         self._new_options = tuple(int(x) for x in dist.version.split(".")[:2]) >= (4, 2)
+
+    @classmethod
+    def through(
+        cls, kgate: Any, broker_port: int, workdir: Path | None, dist: Dist = kafka_broker.DEFAULT_DIST
+    ) -> JavaTools:
+        """The tools run against ``kgate`` (a ``procs.Kgate``): the broker's port forbidden, kgate's
+        listener required, each run raising kgate's count of accepted connections."""
+        return cls(
+            dist,
+            kgate.bootstrap,
+            forbidden_ports={broker_port},
+            must_use=kgate.listen_port,
+            accepted=lambda: sum(v for _labels, v in kgate.metric_values("kgate_accepted_connections_total")),
+            workdir=workdir,
+        )
 
     def _env(self) -> dict[str, str]:
         return tool_env(self.workdir)
