@@ -60,8 +60,8 @@ def run_tool(
     """``bin/<tool> args`` of the distribution at ``home``, unwatched (no socket sampling), with the
     tools' JVM options and class archive: for a test that runs a tool beside ``JavaTools``' checks
     (a control run straight at the broker, a listing) rather than as the workload under watch."""
-    env, archive = tool_env(), jvm_cds.prepare(home, tool, tool_jvm_opts())
-    env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()
+    archive = jvm_cds.prepare(home, tool, tool_jvm_opts())
+    env = jvm_cds.with_archive(tool_env(), archive)
     status: int | None = None
     try:
         res = subprocess.run(
@@ -167,8 +167,8 @@ class JavaTools:
         ``check``, and on any socket to a forbidden port."""
         argv = [str(self.home / "bin" / tool), *args]
         accepted_before = self.accepted() if self.accepted is not None else 0.0
-        env, archive = self._env(), jvm_cds.prepare(self.home, tool, tool_jvm_opts())
-        env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()
+        archive = jvm_cds.prepare(self.home, tool, tool_jvm_opts())
+        env = jvm_cds.with_archive(self._env(), archive)
         started = time.monotonic()
         with ProcessWatcher(self.forbidden, interval=0.05) as watch:
             proc = subprocess.Popen(

@@ -46,6 +46,12 @@ def prepare(home: Path, main: str, java_opts: str) -> ClassArchive:
         return ClassArchive()
 
 
+def with_archive(env: dict[str, str], archive: ClassArchive) -> dict[str, str]:
+    """``env`` with ``archive``'s options appended to ``KAFKA_OPTS`` (which every Kafka script passes
+    to its JVM), a new mapping; options already there stay first."""
+    return {**env, "KAFKA_OPTS": f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()}
+
+
 def done(archive: ClassArchive, status: int | None, clean: tuple[int, ...] = (0,)) -> None:
     """After the JVM exited with ``status``: note a refused archive (deleted), publish a new one when
     the exit was ``clean``, and remove this run's leftovers."""

@@ -204,9 +204,7 @@ class Kafka(ManagedProcess):
         return f"{BROKER_HEAP_OPTS} -server {TOOL_JVM_OPTS}"
 
     def _with_archive(self, archive: jvm_cds.ClassArchive) -> dict[str, str]:
-        env = dict(self.env or os.environ)
-        env["KAFKA_OPTS"] = f"{env.get('KAFKA_OPTS', '')} {archive.options}".strip()
-        return env
+        return jvm_cds.with_archive(dict(self.env or os.environ), archive)
 
     def _properties(self) -> str:
         props = {
