@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from kgate.pipeline import trace
@@ -307,33 +308,23 @@ def _follow(spark: SparkSession, args: argparse.Namespace, window: Window) -> in
 
 
 class _Stopper:
-    """``spark.stop()`` on a thread, started by :meth:`start`; :meth:`join` waits for it and raises what it raised."""
+    """``spark.stop()`` on a thread once :meth:`start` is called; :meth:`join` waits for it and raises
+    what it raised (or, never started, stops the session itself)."""
 
     def __init__(self, spark: SparkSession) -> None:
-        import threading
-
         self._spark = spark
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="spark-stop", daemon=True)
-        self._started = False
-
-    def _run(self) -> None:
-        try:
-            self._spark.stop()
-        except BaseException as exc:  # re-raised by join(), in the main thread
-            self._error = exc
+        self._stopped: Future[None] | None = None
 
     def start(self) -> None:
-        self._started = True
-        self._thread.start()
+        pool = ThreadPoolExecutor(1, thread_name_prefix="spark-stop")
+        self._stopped = pool.submit(self._spark.stop)
+        pool.shutdown(wait=False)  # its one thread ends with the stop
 
     def join(self) -> None:
-        if not self._started:  # the run failed before its tables: stop here
+        if self._stopped is None:  # the run failed before its tables: stop here
             self._spark.stop()
-            return
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+        else:
+            self._stopped.result()
 
 
 def _batch(
