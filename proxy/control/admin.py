@@ -150,6 +150,10 @@ class AdminServer:
             await writer.drain()
         except ConnectionError:
             pass
+        except asyncio.CancelledError:
+            # shutdown cancels a handler still waiting: end it normally, for Python 3.11's stream
+            # callback calls task.exception() on a cancelled task and logs the raise as a traceback
+            pass
         except Exception:  # a bug here must not take the listener down
             log.exception("admin request failed")
         finally:

@@ -149,3 +149,27 @@ async def test_without_a_reload_action_reload_is_not_a_path() -> None:
         assert (await _raw(server.port, b"POST /reload HTTP/1.1\r\n\r\n"))[0] == 404
     finally:
         await server.close()
+
+
+def test_a_connection_open_at_shutdown_ends_without_a_traceback() -> None:
+    """A probe connected but silent when kgate stops: the run's end cancels its handler. Python
+    3.11's stream callback then calls ``task.exception()`` on the cancelled task, which raises and
+    is logged as "Exception in callback" with a traceback (seen in a kgate log at SIGTERM)."""
+    reported: list[dict[str, object]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _loop, context: reported.append(context))
+        server = AdminServer(HostPort("127.0.0.1", 0), Stub())
+        await server.start()
+        _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        for _ in range(100):  # until the handler task waits for the request's head
+            if len(asyncio.all_tasks()) > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert len(asyncio.all_tasks()) > 1, "the admin server never started a handler"
+        await server.close()
+        writer.close()
+        # returning leaves the handler waiting: asyncio.run cancels it, as at kgate's shutdown
+
+    asyncio.run(main())
+    assert reported == []
