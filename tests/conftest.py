@@ -280,11 +280,40 @@ sys.addaudithook(_audit)
 _TIMELINE = os.environ.get("KGATE_TEST_TIMELINE")
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _living_cpu_s(pid: int) -> float:
+    """The CPU seconds of ``pid``'s living descendants, each with the children it has reaped: so a
+    long-lived child (a Spark session's JVM, a session broker) is charged to the tests it ran
+    beside, not all at once to the test that happens to stop it."""
+    total = 0.0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                kids = f.read().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                with open(f"/proc/{kid}/stat", encoding="ascii", errors="replace") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            # utime, stime, cutime, cstime (fields 14-17 of proc(5); 12-15 after the name)
+            total += sum(int(v) for v in fields[11:15]) / _TICK + _living_cpu_s(int(kid))
+    return total
+
+
 def _cpu_s() -> float:
-    """This worker's CPU seconds and its reaped children's (a subprocess counts once it is waited
-    for: a module's broker at the module's end, a session's at the session's)."""
+    """This worker's CPU seconds, its reaped children's, and its living descendants' so far (a
+    process's CPU is counted as it runs; at its reaping it moves from one sum to the other)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + _living_cpu_s(os.getpid())
 
 
 @pytest.hookimpl(hookwrapper=True)

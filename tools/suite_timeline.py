@@ -4,7 +4,7 @@
 
 Prints, per worker, its busy time, when it finished, and the time spent in each xdist group and
 module: the suite's wall is the last worker's finish, so this shows which chain to shorten. Then
-the CPU seconds per module over all workers (the worker's own and its reaped children's): the
+the CPU seconds per module over all workers (the worker's own and its descendants', as they run): the
 suite is CPU-bound on two cores, so that is what a cut must lower.
 """
 
@@ -46,7 +46,7 @@ def main() -> None:
     for r in rows:
         cpu_all[r["test"].split("::")[0]] += r.get("cpu", 0.0)
     if any(cpu_all.values()):
-        print(f"CPU by module, all workers ({sum(cpu_all.values()):.0f} CPU-s; a process counts once reaped):")
+        print(f"CPU by module, all workers ({sum(cpu_all.values()):.0f} CPU-s; each process counted as it runs):")
         for module, s in cpu_all.most_common(args.top * 2):
             print(f"  {s:7.1f} CPU-s  {module}")
 
