@@ -231,6 +231,14 @@ class Kafka(ManagedProcess):
             "group.min.session.timeout.ms": "1000",  # the test workloads use short session timeouts
             "group.consumer.min.session.timeout.ms": "1000",
             "group.consumer.min.heartbeat.interval.ms": "500",
+            # KIP-848 and share-group members learn their assignment on a heartbeat, and Kafka 4.3
+            # batches assignment updates: the 5 s and 1 s defaults made each join and rebalance in the
+            # tests wait seconds on an idle broker (Kafka 4.0 ignores the assignment settings)
+            "group.consumer.heartbeat.interval.ms": "1000",
+            "group.consumer.assignment.interval.ms": "0",
+            "group.share.min.heartbeat.interval.ms": "1000",
+            "group.share.heartbeat.interval.ms": "1000",
+            "group.share.assignment.interval.ms": "0",
             "auto.create.topics.enable": "true",
             "log.flush.interval.messages": "1",  # durability tests kill the broker
             # the controller's no-op record every 0.5 s was most of an idle broker's CPU (its Raft I/O
