@@ -20,6 +20,7 @@ from typing import BinaryIO
 
 import yaml
 
+from . import forkserver
 from .ports import HOST, free_port, free_port_range, port_open
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +37,9 @@ def tansu_binary() -> str:
     return str(path)
 
 
-def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None, what: str = "process") -> None:
+def wait_port(
+    port: int, timeout: float, proc: subprocess.Popen | forkserver.Forked | None = None, what: str = "process"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -54,7 +57,7 @@ class ManagedProcess:
         self.argv = argv
         self.log_path = Path(log_path)
         self.env = env
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | forkserver.Forked | None = None
         self._logf: BinaryIO | None = None
 
     def start(self):
@@ -229,7 +232,13 @@ class Kgate(ManagedProcess):
         return self.listen_port if self.bootstrap_serves_node else self.node_port(TANSU_NODE_ID)
 
     def start(self, timeout: float = 20):
-        super().start()
+        if forkserver.wanted():
+            # a fork of the worker's template, which has kgate imported (support/forkserver.py)
+            self._logf = open(self.log_path, "ab")
+            assert self.env is not None
+            self.proc = forkserver.fork_kgate(PYTHON, self.argv[3:], self.env, self.cwd, self.log_path)
+        else:
+            super().start()
         wait_port(self.listen_port, timeout, self.proc, "kgate")
         return self
 
