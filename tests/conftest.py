@@ -151,6 +151,16 @@ def _uses_kafka(item: pytest.Item) -> bool:
 _SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py", "test_oracle.py"})
 
 
+#: Kafka test modules of the second Kafka group, used with four or more workers: the Kafka tests'
+#: one chain (~275 s quiet) would then be the suite's longest; two chains cost a second session
+#: broker (about 15 CPU-s) and end sooner (the Java-client modules, ~130 s, against the rest)
+_KAFKA2_MODULES = frozenset({"test_kafka43_java.py", "test_quotas.py", "test_tls_kafka.py"})
+
+
+def _split_kafka() -> bool:
+    return int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= 4
+
+
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
     """Tests that run a JVM share one xdist worker per kind: the session's broker (or SparkSession)
     starts once per run, not once per worker, and two cores never run three JVMs of one kind at once
@@ -162,7 +172,9 @@ def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None
     if kafka:
         names = item.fixturenames
         on_43 = "kafka" in names or _broker_param(item) == "kafka"
-        return "kafka40" if "kafka40" in names and not on_43 else "kafka43"
+        if "kafka40" in names and not on_43:
+            return "kafka40"
+        return "kafka43b" if _split_kafka() and item.path.name in _KAFKA2_MODULES else "kafka43"
     return None
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from conftest import _KAFKA2_MODULES, _split_kafka
 
 _TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -46,8 +47,8 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
 
 
 def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
-    """One Kafka 4.3 (or 4.0) per run, two SparkSessions: their tests go to one worker per group,
-    not one JVM each."""
+    """One Kafka 4.3 (or 4.0) per run (two with four or more workers), two SparkSessions: their tests
+    go to one worker per group, not one JVM each."""
     wrong = []
     for item in request.session.items:
         group = item.get_closest_marker("xdist_group")
@@ -57,6 +58,8 @@ def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest
             expected = name if name in ("spark", "spark2") else "spark"
         elif "kafka" in marks:
             expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
+            if expected == "kafka43" and _split_kafka() and item.path.name in _KAFKA2_MODULES:
+                expected = "kafka43b"  # four or more workers: the Java-client modules' own chain
         else:
             expected = None
         if name != expected:
