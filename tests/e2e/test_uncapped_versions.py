@@ -32,7 +32,7 @@ from support.procs import PYTHON
 from support.wire import RawClient, api_versions_request, parse_api_versions_response
 
 from kgate.codec import api
-from kgate.codec.generated.api_keys import FETCH, PRODUCE
+from kgate.codec.generated.api_keys import CREATE_TOPICS, FETCH, PRODUCE
 from kgate.codec.generated.data import fetch as F
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequestTopic
 from kgate.codec.tail_walk import read_tagged
@@ -124,7 +124,10 @@ def test_java_clients_use_produce_v13_and_fetch_v18(kafka, kgate_factory, tmp_pa
     tools = JavaTools.through(k, kafka.port, tmp_path, kafka_broker.KAFKA_43)
     with ConnectionWatcher({kafka.port}) as watch:
         w.confluent_create_topic(k.bootstrap, topic, 1)
-    watch.assert_clean(must_use={k.listen_port})
+    # no socket to the broker; the admin client's short connection may fall between two samples
+    # (at load ~20 none was seen), so kgate's own count shows the request went through it
+    watch.assert_clean()
+    assert _requests(k, CREATE_TOPICS) >= 1
     tools.console_produce(topic, lines)
     got = tools.console_consume(topic, len(lines))
     assert got == lines, f"{len(got)} of {len(lines)} records; first {[x[:12] for x in got[:3]]}"
