@@ -243,15 +243,18 @@ class ClientConnection(asyncio.Protocol):
     def timeout_snapshot(self) -> Snapshot:
         """What the timeout sweep needs (proxy/carrier/timeouts.py); read once per sweep interval."""
         core = self.core
+        waiting = core.upstream_waiting
+        # by position (Snapshot's field order), as keywords cost a class call more: once per
+        # connection per sweep, every second, for every connection kgate holds
         return Snapshot(
-            rx=core.rx_chunks,
-            up_rx=core.up_chunks,
-            frames=core.frames_in,
-            mid_frame=core.mid_frame,
-            owes=not core.drained,
-            reading_paused=self.gate.paused,
-            upstream_paused=self.upstream_gate.paused,
-            head=core.upstream_waiting[0] if core.upstream_waiting else None,
+            core.rx_chunks,
+            core.up_chunks,
+            core.frames_in,
+            core.mid_frame,
+            not core.drained,
+            self.gate.paused,
+            self.upstream_gate.paused,
+            waiting[0] if waiting else None,
         )
 
     def held_cap_pause(self) -> None:
