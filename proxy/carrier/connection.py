@@ -38,6 +38,7 @@ from kgate.proxy.sansio.core import ConnectionCore, Suspension
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
+    from kgate.proxy.carrier.connect_deadlines import ConnectDeadlines
     from kgate.proxy.carrier.gentle_close import GentleCloser
     from kgate.proxy.carrier.tls import ReloadingContext
     from kgate.proxy.control.metrics import ClusterMetrics
@@ -66,6 +67,8 @@ class CarrierCluster(ClusterPort, Protocol):
     def connections(self) -> set[ClientConnection]: ...
     @property
     def gentle(self) -> GentleCloser: ...
+    @property
+    def connect_deadlines(self) -> ConnectDeadlines: ...
     @property
     def upstream_tls(self) -> ReloadingContext | None: ...
     @property
@@ -416,19 +419,21 @@ class ClientConnection(asyncio.Protocol):
             settings = self.settings
             cluster = self.cluster
             metrics = cluster.metrics
+            deadlines = cluster.connect_deadlines
             errors: list[str] = []
             for host, port in cluster.upstream_targets(self.node_id):
                 if OWN_LISTENERS.known_self_target(host, port):
                     metrics.self_connections_refused.inc()
                     errors.append(f"{host}:{port}: leads back to one of kgate's own listeners, refusing to connect")
                     continue
-                # ``create_connection`` bounded by ``connect_timeout_s``: one timer handle, not
-                # ``asyncio.timeout`` (its context manager costs three running-loop lookups, getpid
-                # syscalls on 3.11, and a dozen Python calls per connection). The timer cancels this
-                # task; ``_timed_out`` tells that apart from a cancel by teardown.
+                # ``create_connection`` bounded by ``connect_timeout_s``: the cluster's one timer for
+                # connects (proxy/carrier/connect_deadlines.py), not ``asyncio.timeout`` (its context
+                # manager costs three running-loop lookups, getpid syscalls on 3.11, and a dozen Python
+                # calls per connection) nor a timer handle each. Timing out cancels this task;
+                # ``_timed_out`` tells that apart from a cancel by teardown.
                 task = self._connect_task
                 self._timed_out = False
-                timer = loop.call_later(settings.connect_timeout_s, self._connect_timeout, task)
+                deadlines.start(self, loop, settings.connect_timeout_s)
                 tls = cluster.upstream_tls
                 try:
                     if tls is None:
@@ -451,7 +456,7 @@ class ClientConnection(asyncio.Protocol):
                     self._connect_failed(host, port, exc, errors)
                     continue
                 finally:
-                    timer.cancel()
+                    deadlines.end(self)
                 if transport.is_closing():
                     # The broker closed (or reset) the connection before kgate could use it.
                     metrics.upstream_connect_failures.inc()
@@ -503,7 +508,9 @@ class ClientConnection(asyncio.Protocol):
         why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
         errors.append(f"{host}:{port}: {why}")
 
-    def _connect_timeout(self, task: asyncio.Task[None] | None) -> None:
+    def connect_timed_out(self) -> None:
+        """The upstream connect under way took ``connect_timeout_s`` (proxy/carrier/connect_deadlines.py)."""
+        task = self._connect_task
         if task is not None and not task.done():
             self._timed_out = True
             task.cancel()
