@@ -435,6 +435,7 @@ class ClientConnection(asyncio.Protocol):
                 self._timed_out = False
                 deadlines.start(self, loop, settings.connect_timeout_s)
                 tls = cluster.upstream_tls
+                failed: OSError | None = None
                 try:
                     if tls is None:
                         transport, protocol = await loop.create_connection(partial(UpstreamProtocol, self), host, port)
@@ -450,13 +451,14 @@ class ClientConnection(asyncio.Protocol):
                 except asyncio.CancelledError:
                     if not (self._timed_out and task is not None and task.uncancel() == 0):
                         raise
-                    self._connect_failed(host, port, TimeoutError(), errors)
-                    continue
+                    failed = TimeoutError()
                 except (OSError, TimeoutError) as exc:
-                    self._connect_failed(host, port, exc, errors)
-                    continue
+                    failed = exc
                 finally:
                     deadlines.end(self)
+                if failed is not None:  # not a ``continue`` in the ``except``: mypyc has none inside try/finally
+                    self._connect_failed(host, port, failed, errors)
+                    continue
                 if transport.is_closing():
                     # The broker closed (or reset) the connection before kgate could use it.
                     metrics.upstream_connect_failures.inc()
