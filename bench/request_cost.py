@@ -9,6 +9,10 @@ measured, and reads the proxy process's CPU (the scheduler's run time, ``cpu_s``
   metadata     sequential Metadata v8 (all topics) on one connection   -> proxy CPU µs per request
   produce      sequential Produce v7, acks=1, one 100 B record          -> proxy CPU µs per request
   connection   connect, ApiVersions, Metadata, Produce, close           -> proxy CPU µs per connection
+  open         as ``connection`` for --conns clients alive at once, the close left out of the
+               measurement (the clients close after it)                 -> proxy CPU µs per connection
+               (the yardstick's many-connections row times its producers' set-up and requests,
+               not their close: run.py lets the clients close after its timed region)
   burst        --conns clients connected at once, each ApiVersions, Metadata, then 5 Produce
                in turns, then all close                                  -> proxy CPU µs per client
                (the shape of the yardstick's "200 producers" row, minus librdkafka's extras:
@@ -31,7 +35,7 @@ per request (valgrind's callgrind, switched on only around each block with ``cal
 slow (every target runs ~50x slower) but exact and the same under any machine load, so an A/B of
 a few hundred instructions is readable on a shared machine where CPU time moves by 20 %. Kernel
 work (the syscalls, the same for every target) is not in it, so its ratios are larger than
-the CPU-time ones. Only the sequential kinds: ``burst`` hits the connection lines' rate limit,
+the CPU-time ones. Not ``burst``: it hits the connection lines' rate limit,
 which depends on wall time.
 
 Run: ``python bench/request_cost.py --src /work/wt-old --src . [--n 2000] [--rounds 6]``; a
@@ -200,7 +204,17 @@ def check_produce(resp: bytes) -> None:
         raise RuntimeError(f"produce failed with error code {err}")
 
 
-def run_block(kind: str, port: int, n: int, produce: bytes) -> None:
+def run_block(kind: str, port: int, n: int, produce: bytes) -> list[Conn]:
+    """One block of ``kind``; ``open`` returns its connections, for the caller to close after measuring."""
+    if kind == "open":
+        conns = []
+        for _ in range(n):
+            c = Conn(port)
+            c.call(API_VERSIONS_FRAME)
+            c.call(METADATA_FRAME)
+            check_produce(c.call(produce))
+            conns.append(c)
+        return conns
     if kind == "burst":
         conns = [Conn(port) for _ in range(n)]
         for c in conns:
@@ -211,7 +225,7 @@ def run_block(kind: str, port: int, n: int, produce: bytes) -> None:
                 check_produce(c.call(produce))
         for c in conns:
             c.close()
-        return
+        return []
     if kind == "connection":
         for _ in range(n):
             c = Conn(port)
@@ -219,7 +233,7 @@ def run_block(kind: str, port: int, n: int, produce: bytes) -> None:
             c.call(METADATA_FRAME)
             check_produce(c.call(produce))
             c.close()
-        return
+        return []
     c = Conn(port)
     frame = METADATA_FRAME if kind == "metadata" else produce
     try:
@@ -228,6 +242,12 @@ def run_block(kind: str, port: int, n: int, produce: bytes) -> None:
         if kind == "produce":
             check_produce(resp)
     finally:
+        c.close()
+    return []
+
+
+def close_all(conns: list[Conn]) -> None:
+    for c in conns:
         c.close()
 
 
@@ -247,10 +267,11 @@ def strace_block(name: str, pid: int, kind: str, port: int, n: int, produce: byt
     out = os.path.join(outdir, f"{name}-{kind}.strace")
     tracer = subprocess.Popen(["strace", "-c", "-f", "-o", out, "-p", str(pid)], stderr=subprocess.DEVNULL)
     time.sleep(0.5)  # strace attaches asynchronously
-    run_block(kind, port, n, produce)
+    opened = run_block(kind, port, n, produce)
     time.sleep(0.2)
     tracer.terminate()
     tracer.wait(10)
+    close_all(opened)
     calls: dict[str, float] = {}
     for line in Path(out).read_text().splitlines():
         parts = line.split()
@@ -263,9 +284,12 @@ def instructions_block(pid: int, kind: str, port: int, n: int, produce: bytes, o
     """User-space instructions per request (per connection) of one block, from callgrind."""
     before = set(Path(outdir).glob("callgrind.*"))
     subprocess.run(["callgrind_control", "-i", "on", str(pid)], check=True, capture_output=True)
-    run_block(kind, port, n, produce)
+    opened = run_block(kind, port, n, produce)
     time.sleep(3 if kind == "connection" else 0.5)  # the gentle upstream close's grace (2 s) ends inside
     subprocess.run(["callgrind_control", "-i", "off", str(pid)], check=True, capture_output=True)
+    if opened:
+        close_all(opened)
+        time.sleep(3)  # their teardown ends uncounted, before the next block counts
     subprocess.run(["callgrind_control", "-d", kind, str(pid)], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-z", str(pid)], check=True, capture_output=True)
     (dump,) = set(Path(outdir).glob("callgrind.*")) - before
@@ -380,7 +404,7 @@ def main() -> int:  # noqa: C901 - a benchmark's steps in order, one branch per 
             print("user-space instructions per request (per connection for 'connection'), callgrind:")
             print(f"{'kind':<11} " + " ".join(f"{n:>18}" for n in names))
             for kind in kinds:
-                n = args.conns if kind == "connection" else args.n
+                n = args.conns if kind in ("connection", "open") else args.n
                 counts = {
                     name: instructions_block(pid, kind, port, n, produce, logdir)
                     for name, (port, pid) in targets.items()
@@ -394,12 +418,13 @@ def main() -> int:  # noqa: C901 - a benchmark's steps in order, one branch per 
             for name in names if r % 2 == 0 else names[::-1]:
                 port, pid = targets[name]
                 for kind in kinds:
-                    n = args.conns if kind in ("connection", "burst") else args.n
+                    n = args.conns if kind in ("connection", "burst", "open") else args.n
                     settle(pid)
                     c0, (u0, s0) = cpu_s(pid), user_sys_s(pid)
-                    run_block(kind, port, n, produce)
+                    opened = run_block(kind, port, n, produce)
                     per.setdefault((name, kind), []).append((cpu_s(pid) - c0) / n * 1e6)
                     u1, s1 = user_sys_s(pid)
+                    close_all(opened)
                     split.setdefault((name, kind), []).append(((u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6))
         load = os.getloadavg()
         print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; median of {args.rounds} rounds")
@@ -423,7 +448,7 @@ def main() -> int:  # noqa: C901 - a benchmark's steps in order, one branch per 
         if args.strace and shutil.which("strace"):
             print("syscalls per request (per connection for 'connection'), strace -c -f:")
             for kind in kinds:
-                n = args.conns if kind in ("connection", "burst") else min(args.n, 500)
+                n = args.conns if kind in ("connection", "burst", "open") else min(args.n, 500)
                 counts = {
                     name: strace_block(name, pid, kind, port, n, produce, logdir)
                     for name, (port, pid) in targets.items()

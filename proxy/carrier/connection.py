@@ -38,6 +38,7 @@ from kgate.proxy.sansio.core import ConnectionCore, Suspension
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
+    from kgate.proxy.carrier.connect_deadlines import ConnectDeadlines
     from kgate.proxy.carrier.gentle_close import GentleCloser
     from kgate.proxy.carrier.tls import ReloadingContext
     from kgate.proxy.control.metrics import ClusterMetrics
@@ -66,6 +67,8 @@ class CarrierCluster(ClusterPort, Protocol):
     def connections(self) -> set[ClientConnection]: ...
     @property
     def gentle(self) -> GentleCloser: ...
+    @property
+    def connect_deadlines(self) -> ConnectDeadlines: ...
     @property
     def upstream_tls(self) -> ReloadingContext | None: ...
     @property
@@ -142,7 +145,8 @@ class ClientConnection(asyncio.Protocol):
         self.loop = loop  # the listener's loop, looked up once (on 3.11 each lookup is a getpid syscall)
         self.node_id = node_id
         self.settings = cluster.settings
-        self.info = info = ClientInfo(client_address="?", virtual_cluster=cluster.name)
+        # (client_address, virtual_cluster) by position: keywords cost a class call more per connection
+        self.info = info = ClientInfo("?", cluster.name)
         self.gate = info.gate = ReadGate()  # pauses reading from the client
         self.upstream_gate = ReadGate()  # pauses reading from the broker
         self.transport: asyncio.Transport | None = None
@@ -243,15 +247,18 @@ class ClientConnection(asyncio.Protocol):
     def timeout_snapshot(self) -> Snapshot:
         """What the timeout sweep needs (proxy/carrier/timeouts.py); read once per sweep interval."""
         core = self.core
+        waiting = core.upstream_waiting
+        # by position (Snapshot's field order), as keywords cost a class call more: once per
+        # connection per sweep, every second, for every connection kgate holds
         return Snapshot(
-            rx=core.rx_chunks,
-            up_rx=core.up_chunks,
-            frames=core.frames_in,
-            mid_frame=core.mid_frame,
-            owes=not core.drained,
-            reading_paused=self.gate.paused,
-            upstream_paused=self.upstream_gate.paused,
-            head=core.upstream_waiting[0] if core.upstream_waiting else None,
+            core.rx_chunks,
+            core.up_chunks,
+            core.frames_in,
+            core.mid_frame,
+            not core.drained,
+            self.gate.paused,
+            self.upstream_gate.paused,
+            waiting[0] if waiting else None,
         )
 
     def held_cap_pause(self) -> None:
@@ -357,7 +364,8 @@ class ClientConnection(asyncio.Protocol):
             self.core.close(CloseReason.REFUSED, "over max_connections")
             return
         s = self.settings
-        transport.set_write_buffer_limits(high=s.high_water_bytes, low=s.low_water_bytes)  # type: ignore[attr-defined]
+        # (high, low) by position: uvloop takes keywords through a slower call
+        transport.set_write_buffer_limits(s.high_water_bytes, s.low_water_bytes)  # type: ignore[attr-defined]
         loop = self.loop or self._loop()  # set by the listener: no call
         self.gate.attach(transport, loop)  # type: ignore[arg-type]
         self.cluster.connections.add(self)
@@ -398,104 +406,116 @@ class ClientConnection(asyncio.Protocol):
         self._connect_task = (self.loop or self._loop()).create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
-        """Connect to the first reachable target; a bug here closes this connection, never leaves it hanging."""
+        """Connect to the first reachable target and adopt it; a bug here closes this connection, never
+        leaves it hanging.
+
+        One coroutine, not one per step: each nested coroutine was an object and a frame per
+        connection, and the resume after the connect passed through every level. The task lets go
+        of itself once it ends (``_connect_task``), so a connection alive for hours does not keep a
+        finished task, its coroutine and its context in memory for the collector to walk.
+        """
         try:
-            await self._connect_targets()
+            loop = self.loop or self._loop()
+            settings = self.settings
+            cluster = self.cluster
+            metrics = cluster.metrics
+            deadlines = cluster.connect_deadlines
+            errors: list[str] = []
+            for host, port in cluster.upstream_targets(self.node_id):
+                if OWN_LISTENERS.known_self_target(host, port):
+                    metrics.self_connections_refused.inc()
+                    errors.append(f"{host}:{port}: leads back to one of kgate's own listeners, refusing to connect")
+                    continue
+                # ``create_connection`` bounded by ``connect_timeout_s``: the cluster's one timer for
+                # connects (proxy/carrier/connect_deadlines.py), not ``asyncio.timeout`` (its context
+                # manager costs three running-loop lookups, getpid syscalls on 3.11, and a dozen Python
+                # calls per connection) nor a timer handle each. Timing out cancels this task;
+                # ``_timed_out`` tells that apart from a cancel by teardown.
+                task = self._connect_task
+                self._timed_out = False
+                deadlines.start(self, loop, settings.connect_timeout_s)
+                tls = cluster.upstream_tls
+                failed: OSError | None = None
+                try:
+                    if tls is None:
+                        transport, protocol = await loop.create_connection(partial(UpstreamProtocol, self), host, port)
+                    else:
+                        transport, protocol = await loop.create_connection(
+                            partial(UpstreamProtocol, self),
+                            host,
+                            port,
+                            ssl=tls.current,
+                            server_hostname=cluster.upstream_server_hostname or host,
+                            ssl_handshake_timeout=settings.connect_timeout_s,
+                        )
+                except asyncio.CancelledError:
+                    if not (self._timed_out and task is not None and task.uncancel() == 0):
+                        raise
+                    failed = TimeoutError()
+                except (OSError, TimeoutError) as exc:
+                    failed = exc
+                finally:
+                    deadlines.end(self)
+                if failed is not None:  # not a ``continue`` in the ``except``: mypyc has none inside try/finally
+                    self._connect_failed(host, port, failed, errors)
+                    continue
+                if transport.is_closing():
+                    # The broker closed (or reset) the connection before kgate could use it.
+                    metrics.upstream_connect_failures.inc()
+                    errors.append(f"{host}:{port}: closed by the broker right after connecting")
+                    continue
+                # the peer's port is the target's: only a target on one of kgate's ports needs the check
+                if OWN_LISTENERS.own_port(port) and OWN_LISTENERS.connected_to_self(transport):
+                    # A loop: kgate's own listener would accept this and connect again, without end.
+                    transport.abort()
+                    OWN_LISTENERS.mark_self_target(host, port)
+                    metrics.self_connections_refused.inc()
+                    metrics.upstream_connect_failures.inc()
+                    errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
+                    continue
+                early = self._early
+                self._early = None  # delivered below either way: the list goes with it
+                if self.core.closed:
+                    # The client left while kgate was connecting: what it sent before leaving still goes
+                    # (a broker would have processed it; acks=0 Produce data must not be lost).
+                    if early:
+                        transport.writelines(early)
+                    cluster.gentle.close(transport, loop)  # a full close right away can make Tansu drop the last frame
+                    return
+                transport.set_write_buffer_limits(settings.high_water_bytes, settings.low_water_bytes)
+                protocol.adopted = True
+                self.upstream = transport
+                metrics.open_upstream_connections += 1
+                self.upstream_gate.attach(transport, loop)
+                if early:
+                    transport.writelines(early)
+                self._step(_ADOPTED)
+                self.gate.resume("connecting")
+                return
+            self.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("connecting upstream for %s failed", self.peer)
             self.close(CloseReason.INTERNAL, "internal error while connecting upstream")
-
-    async def _connect_once(self, host: str, port: int) -> tuple[asyncio.Transport, UpstreamProtocol]:
-        """``create_connection`` bounded by ``connect_timeout_s``.
-
-        One timer handle, not ``asyncio.timeout``: its context manager costs three running-loop
-        lookups (getpid syscalls on 3.11) and a dozen Python calls per connection. The timer
-        cancels the connecting task; ``_timed_out`` tells that apart from a cancel by teardown.
-        """
-        loop = self.loop or self._loop()
-        task = self._connect_task
-        self._timed_out = False
-        timer = loop.call_later(self.settings.connect_timeout_s, self._connect_timeout, task)
-        tls = self.cluster.upstream_tls
-        try:
-            if tls is None:
-                transport, protocol = await loop.create_connection(partial(UpstreamProtocol, self), host, port)
-            else:
-                transport, protocol = await loop.create_connection(
-                    partial(UpstreamProtocol, self),
-                    host,
-                    port,
-                    ssl=tls.current,
-                    server_hostname=self.cluster.upstream_server_hostname or host,
-                    ssl_handshake_timeout=self.settings.connect_timeout_s,
-                )
-        except asyncio.CancelledError:
-            if self._timed_out and task is not None and task.uncancel() == 0:
-                raise TimeoutError from None
-            raise
         finally:
-            timer.cancel()
-        return transport, protocol
+            self._connect_task = None
 
-    def _connect_timeout(self, task: asyncio.Task[None] | None) -> None:
+    def _connect_failed(self, host: str, port: int, exc: OSError, errors: list[str]) -> None:
+        """One target did not connect (refused, unreachable, timed out, its TLS handshake failed)."""
+        metrics = self.cluster.metrics
+        metrics.upstream_connect_failures.inc()
+        if isinstance(exc, ssl.SSLError):
+            metrics.tls_handshake_failed("upstream")
+        why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
+        errors.append(f"{host}:{port}: {why}")
+
+    def connect_timed_out(self) -> None:
+        """The upstream connect under way took ``connect_timeout_s`` (proxy/carrier/connect_deadlines.py)."""
+        task = self._connect_task
         if task is not None and not task.done():
             self._timed_out = True
             task.cancel()
-
-    async def _connect_targets(self) -> None:
-        loop = self.loop or self._loop()
-        settings = self.settings
-        metrics = self.cluster.metrics
-        errors = []
-        for host, port in self.cluster.upstream_targets(self.node_id):
-            if OWN_LISTENERS.known_self_target(host, port):
-                metrics.self_connections_refused.inc()
-                errors.append(f"{host}:{port}: leads back to one of kgate's own listeners, refusing to connect")
-                continue
-            try:
-                transport, protocol = await self._connect_once(host, port)
-            except (OSError, TimeoutError) as exc:
-                metrics.upstream_connect_failures.inc()
-                if isinstance(exc, ssl.SSLError):
-                    metrics.tls_handshake_failed("upstream")
-                why = tls_problem(exc) if isinstance(exc, ssl.SSLError) else exc or type(exc).__name__
-                errors.append(f"{host}:{port}: {why}")
-                continue
-            if transport.is_closing():
-                # The broker closed (or reset) the connection before kgate could use it.
-                metrics.upstream_connect_failures.inc()
-                errors.append(f"{host}:{port}: closed by the broker right after connecting")
-                continue
-            if OWN_LISTENERS.connected_to_self(transport):
-                # A loop: kgate's own listener would accept this and connect again, without end.
-                transport.abort()
-                OWN_LISTENERS.mark_self_target(host, port)
-                metrics.self_connections_refused.inc()
-                metrics.upstream_connect_failures.inc()
-                errors.append(f"{host}:{port}: is one of kgate's own listeners, refusing to connect to itself")
-                continue
-            if self.core.closed:
-                # The client left while kgate was connecting: what it sent before leaving still goes
-                # (a broker would have processed it; acks=0 Produce data must not be lost).
-                if self._early:
-                    transport.writelines(self._early)
-                    self._early.clear()
-                self.cluster.gentle.close(transport, loop)  # a full close right away can make Tansu drop the last frame
-                return
-            transport.set_write_buffer_limits(high=settings.high_water_bytes, low=settings.low_water_bytes)
-            protocol.adopted = True
-            self.upstream = transport
-            metrics.open_upstream_connections += 1
-            self.upstream_gate.attach(transport, loop)
-            if self._early:
-                transport.writelines(self._early)
-                self._early.clear()
-            self._step(_ADOPTED)
-            self.gate.resume("connecting")
-            return
-        self.close(CloseReason.UPSTREAM_UNREACHABLE, f"no upstream reachable ({'; '.join(errors)})")
 
     def _step(self, step: Step) -> None:
         self.phase = advance(self.phase, step)
@@ -561,8 +581,9 @@ class ClientConnection(asyncio.Protocol):
         core = self.core  # closed: nothing more is written either way
         if self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # with early bytes pending, the connect finishes to deliver them
-        for task in list(self._tasks or ()):
-            task.cancel()
+        if self._tasks:
+            for task in list(self._tasks):
+                task.cancel()
         if self.upstream is not None:
             if core.broker_owes_nothing:
                 self.upstream.close()  # nothing for the broker to finish: no grace, no second read, no timer
@@ -593,25 +614,30 @@ class ClientConnection(asyncio.Protocol):
         Rate limited (proxy/control/logs.py): a reconnect storm must not become a log storm; the next
         line that passes says how many were held back.
         """
-        if not CONNECTION_LINES.allow():
+        lines = CONNECTION_LINES
+        if not lines.allow():
             return
-        reason = self._close_reason.value
-        detail = self.core.close_detail or reason
+        reason = self._close_reason._value_  # the value itself: ``.value`` is two Python calls (a property)
+        core = self.core
+        detail = core.close_detail or reason
         duration = (self.loop or self._loop()).time() - self._opened
-        requests = self.core.frames_in
-        held_back = CONNECTION_LINES.take_suppressed()
+        requests = core.frames_in
+        held_back = lines.take_suppressed()
         more = f" ({held_back} more connection lines held back by the rate limit)" if held_back else ""
+        peer = self.info.client_address
+        cluster = self.cluster.name
+        listener = self._listener()
         _close_lines.info(
             "connection from %s closed after %.1fs and %d request(s) (cluster %s, %s): %s: %s%s",
-            (self.peer, duration, requests, self.cluster.name, self._listener(), reason, detail, more),
+            (peer, duration, requests, cluster, listener, reason, detail, more),
             {
                 "event": "connection_closed",
-                "cluster": self.cluster.name,
-                "connection": self.peer,
+                "cluster": cluster,
+                "connection": peer,
                 "principal": self.info.principal,
                 "client_id": self.info.client_id,
-                "peer": self.peer,
-                "listener": self._listener(),
+                "peer": peer,
+                "listener": listener,
                 "reason": reason,
                 "duration_s": round(duration, 3),
                 "requests": requests,

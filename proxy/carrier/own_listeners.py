@@ -96,6 +96,12 @@ class OwnListeners:
         """Asked before every upstream connect; almost always with no such target known."""
         return bool(self._self_targets) and (normalise_host(host), port) in self._self_targets
 
+    def own_port(self, port: int) -> bool:
+        """Whether ``port`` is one a kgate listener is bound to: a connection to any other port is no
+        loop, so a caller that knows the port it connected to asks this first (no address asked of
+        the transport, which uvloop formats into a string each time)."""
+        return port in self._ports
+
     def connected_to_self(self, transport: Any) -> bool:
         """``is_self_connection`` for a connected asyncio transport.
 

@@ -67,9 +67,14 @@ class SweptCluster(Protocol):
 log = logging.getLogger("kgate.timeouts")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Snapshot:
-    """What a sweep reads from one connection (cheap fields only)."""
+    """What a sweep reads from one connection (cheap fields only), made once per connection per sweep.
+
+    Not ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, which made a
+    snapshot cost about twice what the rest of a connection's sweep does (docs/performance.md,
+    2026-11-27 "a connection's set-up, its close line and the sweep"). Nothing changes one once made.
+    """
 
     rx: int  # reads from the client so far
     up_rx: int  # reads from the broker so far

@@ -66,6 +66,21 @@ class TextFormatter(logging.Formatter):
         super().__init__(fmt)
         self._second = -1
         self._date = ""
+        self._uses_time = self.usesTime()
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``logging.Formatter.format``, the same text in fewer calls for a record with no exception or
+        stack (every connection line): whether the format shows the time is known once, and the
+        format is applied here rather than through ``formatMessage`` and its style's two methods."""
+        if record.exc_info or record.exc_text or record.stack_info:
+            return super().format(record)
+        record.message = record.getMessage()
+        if self._uses_time:
+            record.asctime = self.formatTime(record, self.datefmt)
+        try:
+            return self._fmt % record.__dict__  # type: ignore[operator]  # TextFormatter has a '%' format
+        except KeyError as e:  # as logging.PercentStyle.format says it
+            raise ValueError(f"Formatting field not found in record: {e}") from None
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
@@ -110,11 +125,13 @@ class LeanRecords:
     factory, the switches left on, before ``setup_logging``) takes ``logger.info`` itself.
     """
 
-    __slots__ = ("_base", "_logger")
+    __slots__ = ("_base", "_logger", "_taken")
 
     def __init__(self, logger: logging.Logger) -> None:
         self._logger = logger
         self._base: dict[str, Any] | None = None  # the template's fields, once the switches are on
+        #: the names an extra may not take (``makeRecord``'s rule): the template's fields and two more
+        self._taken: frozenset[str] = frozenset()
 
     def info(self, msg: str, args: tuple[Any, ...], extra: dict[str, Any]) -> None:
         logger = self._logger
@@ -126,6 +143,11 @@ class LeanRecords:
         base = self._base
         if base is None:
             base = self._base = self._template()
+            self._taken = frozenset(base) | {"message", "asctime"}
+        taken = self._taken
+        if not taken.isdisjoint(extra):  # one test in C, not two per extra
+            key = next(k for k in extra if k in taken)
+            raise KeyError(f"Attempt to overwrite {key!r} in LogRecord")  # as makeRecord refuses it
         record = logging.LogRecord.__new__(logging.LogRecord)
         fields = record.__dict__
         fields.update(base)
@@ -135,10 +157,7 @@ class LeanRecords:
         fields["created"] = now
         fields["msecs"] = int((now - int(now)) * 1000) + 0.0  # as LogRecord.__init__ computes it
         fields["relativeCreated"] = base["relativeCreated"] + (now - base["created"]) * 1000
-        for key, value in extra.items():
-            if key in fields or key in ("message", "asctime"):
-                raise KeyError(f"Attempt to overwrite {key!r} in LogRecord")  # as makeRecord refuses it
-            fields[key] = value
+        fields.update(extra)
         logger.handle(record)
 
     def _template(self) -> dict[str, Any]:
@@ -147,6 +166,24 @@ class LeanRecords:
             self._logger.name, logging.INFO, "(unknown file)", 0, "", (), None, "(unknown function)", None
         )
         return dict(record.__dict__)
+
+
+class LineHandler(logging.StreamHandler):
+    """``logging.StreamHandler`` whose ``emit`` flushes the stream under the lock ``Handler.handle``
+    already holds: the same write and flush per record, without ``flush()`` taking that lock a
+    second time (three Python calls per line, on the connection line's path)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            msg = self.format(record)
+            stream = self.stream
+            stream.write(msg + self.terminator)  # one write, as StreamHandler (issue 35046)
+            if stream and hasattr(stream, "flush"):
+                stream.flush()
+        except RecursionError:  # as StreamHandler.emit (issue 36272)
+            raise
+        except Exception:
+            self.handleError(record)
 
 
 class _WorkerTag(logging.Filter):
@@ -164,7 +201,7 @@ class _WorkerTag(logging.Filter):
 def setup_logging(level: str, fmt: str = "text", worker: int | None = None) -> None:
     """Route every ``kgate.*`` (and library) log to stderr in ``fmt`` at ``level``."""
     _skip_unused_record_fields()
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LineHandler(sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     elif worker is not None:

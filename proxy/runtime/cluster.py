@@ -36,6 +36,7 @@ from kgate.config import (
 from kgate.config.tls_context import TlsFileError
 from kgate.filters.chain import FilterChain
 from kgate.filters.exchanges import ExchangeObserver, fan_out
+from kgate.proxy.carrier.connect_deadlines import ConnectDeadlines
 from kgate.proxy.carrier.front_door import FrontDoor, RefusalLog
 from kgate.proxy.carrier.gentle_close import GentleCloser
 from kgate.proxy.carrier.held_bytes import HELD
@@ -125,6 +126,7 @@ class VirtualCluster:
         self._closing: set[asyncio.Task[None]] = set()  # replaced chains being closed
         HELD.cap = settings.max_held_bytes  # process-wide: proxy settings are global
         self.gentle = GentleCloser()  # broker connections whose client left: FIN, then a full close
+        self.connect_deadlines = ConnectDeadlines()  # one timer for the upstream connects under way
         self.connections: set[ClientConnection] = set()
         self.upstream_nodes: dict[int, tuple[str, int]] = {}  # node id -> broker's own address
         self._servers: list[asyncio.base_events.Server] = []

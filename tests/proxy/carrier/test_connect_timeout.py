@@ -1,4 +1,4 @@
-"""The upstream connect timeout (proxy/carrier/connection.py ``_connect_once``) against a real black hole.
+"""The upstream connect timeout (proxy/carrier/connection.py ``_connect_upstream``) against a real black hole.
 
 A listening socket with backlog 0 whose queue is full never completes another handshake: the
 kernel drops the SYNs, so a connect to it hangs exactly like a broker behind a dead route. No
