@@ -97,8 +97,8 @@ def test_follow_ctrl_c_and_restarts_count_every_file_exactly_once(spark: Any, tm
                 "--refresh-s",
                 "0.5",
                 "--no-html",
-                "--conf",  # the suite's fast-starting JVM (tests/support/spark.py)
-                f"spark.driver.extraJavaOptions={settings_for_tests()['spark.driver.extraJavaOptions']}",
+                # the suite's fast-starting JVM and interpreted queries (tests/support/spark.py)
+                *(arg for key, value in settings_for_tests().items() for arg in ("--conf", f"{key}={value}")),
             ],
             stdout=subprocess.DEVNULL,
             stderr=err_out,

@@ -5,8 +5,8 @@ asks for it is skipped with the reason instead of failing the run. Registered fo
 tests/conftest.py, so a test outside tests/pipeline gets the same session (one per run).
 
 The session is ``kgate report``'s own (``build_session``), sized for the tests' inputs of a few
-dozen events: one shuffle partition, a 1 GiB heap, and a JVM that starts fast (``java_options``, and
-the class archive of :mod:`kgate.pipeline.classcache`).
+dozen events: one shuffle partition, a 1 GiB heap, queries run interpreted (``INTERPRETED``), and a
+JVM that starts fast (``java_options``, and the class archive of :mod:`kgate.pipeline.classcache`).
 An in-process ``kgate report`` (``main(["report", ...])``, or :func:`run_report`) joins that session
 and sets the CLI's SQL settings on it (16 shuffle partitions), so the tests' ones are set again after
 every test.
@@ -25,8 +25,12 @@ from typing import Any
 
 import pytest
 
+#: How the tests' Spark runs a query, never what it computes: interpreted, without generating and
+#: compiling Java for each plan. A test's query runs once over a few hundred rows, so compiling it
+#: cost more than running it (docs/performance.md, issue 29); Spark's own tests run both paths alike.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 #: SQL settings a test's session runs with (runtime settings: an in-process report changes them)
-TEST_SQL = {"spark.sql.shuffle.partitions": "1"}
+TEST_SQL = {"spark.sql.shuffle.partitions": "1", **INTERPRETED}
 
 
 def _java_major() -> int | None:
@@ -53,9 +57,10 @@ def java_options() -> str:
 
 def settings_for_tests() -> dict[str, str]:
     """``build_session``'s ``extra`` for the tests' session and for a ``kgate report`` subprocess of
-    the tests (``--conf``): the JVM options, mapping the class archive a small ``kgate report`` run
-    published, if any (never writing one: a ``--follow`` JVM ends by Ctrl-C, not a clean exit, and a
-    session's write would cost a fresh machine's run minutes)."""
+    the tests (``--conf``): queries run interpreted (:data:`INTERPRETED`), and the JVM options,
+    mapping the class archive a small ``kgate report`` run published, if any (never writing one: a
+    ``--follow`` JVM ends by Ctrl-C, not a clean exit, and a session's write would cost a fresh
+    machine's run minutes)."""
     from kgate.pipeline import classcache
 
     opts = java_options()
@@ -64,7 +69,7 @@ def settings_for_tests() -> dict[str, str]:
     if found is not None and not any(c.isspace() for c in str(found)):
         # a refused archive only costs the time it saved: the JVM's CDS warnings are off
         opts += f" -XX:SharedArchiveFile={found} -Xlog:cds=off -Xlog:cds+dynamic=off"
-    return {"spark.driver.extraJavaOptions": opts}
+    return {"spark.driver.extraJavaOptions": opts, **INTERPRETED}
 
 
 _session: Any = None
