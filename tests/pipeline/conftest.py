@@ -169,8 +169,9 @@ def oracle_run(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> OracleRu
     events = oracle_inputs(d)
     # the one report on Spark's generated code, as production runs it (every other test query runs
     # interpreted, which is cheaper on tiny data): a codegen-only difference shows against the oracle
-    for key in INTERPRETED:
-        spark.conf.unset(key)
+    for key, value in {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}.items():
+        assert key in INTERPRETED  # Spark's defaults for what the tests' session turns off
+        spark.conf.set(key, value)
     try:
         return OracleRun(events, tables.build(spark, ingest.resolve_inputs([str(d)])))
     finally:
