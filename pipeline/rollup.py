@@ -30,6 +30,8 @@ from kgate.codec.generated.api_keys import ApiKey
 from kgate.pipeline.outcomes import ANY_API, PER_API
 from kgate.pipeline.reports import (
     ALL_SLOTS,
+    FILE_KEYS,
+    FILE_MEASURES,
     FIRST_ID_VERSION,
     GRAINS,
     HLL_P,
@@ -49,11 +51,9 @@ if TYPE_CHECKING:
 DAY_US, HOUR_US, MINUTE_US = 86_400_000_000, 3_600_000_000, 60_000_000
 #: Which rows a grain counts (see the module docstring).
 ROWS: dict[str, str] = {
-    "files": "line",
+    "client": "line",
     "topic_hour": "topic",
     "charge": "topic",
-    "traffic": "topic",
-    "client": "event",
     "instance": "event",
     "latency": "event",
     "id_use": "id_use",
@@ -136,7 +136,11 @@ def _day(us: str) -> Column:
 def _lat_bucket_sql(c: str) -> str:
     """A latency rounded half-up to three significant digits (exact below 1,000 µs), as
     :func:`kgate.pipeline.partials.lat_bucket`."""
-    branches = " ".join(f"WHEN {c} < {10**d}L THEN round({c}, {3 - d})" for d in range(4, 19))
+    # half-up rounding in integer arithmetic (``round`` of a long to a negative scale goes through decimals)
+    branches = " ".join(
+        f"WHEN {c} < {10**d}L THEN ({c} + {10 ** (d - 3) // 2}L) div {10 ** (d - 3)}L * {10 ** (d - 3)}L"
+        for d in range(4, 19)
+    )
     return f"CASE WHEN {c} < 1000 THEN {c} {branches} ELSE {c} END"
 
 
@@ -246,6 +250,7 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
     no_count = "records IS NULL AND coalesce(tb, 0) > 0"
     values: dict[str, str] = {
         "one": "1L",
+        "line": "1L",
         "request_bytes": "request_bytes",
         "response_bytes": "response_bytes",
         "errors": "CAST(answered_error AND NOT normal AS BIGINT)",
@@ -278,10 +283,14 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
     admitted = []
     for i, name in enumerate(GRAINS):
         slots = SLOTS[name]
+        # the client grain has a row per line: its keys and measures but the file's count in-report events only
+        events_only = name == "client"
         for k in SETS[name]:
-            filled[slots[k]].append((i, keys[k]))
+            masked = events_only and k not in FILE_KEYS
+            filled[slots[k]].append((i, f"CASE WHEN is_event THEN {keys[k]} END" if masked else keys[k]))
         for col, _agg, value, _type in MEASURES[name]:
-            filled[slots[col]].append((i, values[value]))
+            masked = events_only and col not in FILE_MEASURES
+            filled[slots[col]].append((i, f"CASE WHEN is_event THEN {values[value]} END" if masked else values[value]))
         admitted.append(f"WHEN {i} THEN {rows[ROWS[name]]}")
     grains = "explode(array(" + ", ".join(str(i) for i in range(len(GRAINS))) + ")) AS gid"
     expanded = x.selectExpr("*", grains).where(f"CASE gid {' '.join(admitted)} END")
