@@ -19,12 +19,12 @@ from kgate.pipeline.schema import MALFORMED, UNKNOWN_SCHEMA  # noqa: E402
 from .conftest import T0, event, topic  # noqa: E402
 
 
-
 def _file_rows(t: pa.Table) -> list[dict[str, Any]]:
     """The input-file rows of a partial roll-up: the client grain's rows that carry a file (named columns)."""
     slots = SLOTS["client"]
     rows = t.filter(pa.compute.equal(t["gid"], GRAINS.index("client"))).to_pylist()
     return [{c: r[s] for c, s in slots.items()} for r in rows if r[slots["file"]] is not None]
+
 
 def _lines(*objs: Any) -> bytes:
     return b"".join((o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n" for o in objs)
