@@ -14,8 +14,9 @@ Measured at 10M events on 2 cores (docs/performance.md): this replaced Spark's J
 code-generated aggregation of every line (~14 µs of CPU per event).
 
 The rules are those documented in :mod:`kgate.pipeline.reports` and docs/pipeline.md. Which lines a
-grain counts: ``files`` every line; ``client``, ``instance`` and ``latency`` every in-report event
-(status ok, inside the window); ``topic_hour`` and ``charge`` every (in-report event, topic) row;
+grain counts: ``client`` every line (a row of its file keys; an in-report event, status ok and inside
+the window, also a row of its client keys), ``instance`` and ``latency`` every in-report event;
+``topic_hour`` and ``charge`` every (in-report event, topic) row;
 ``id_use`` those topic rows that carry an id. Everything here is pure (no Spark), so tests call it
 directly.
 """
@@ -168,7 +169,7 @@ class Partials:
         self._uses: list[pa.Table] = []
         self._parts: dict[str, list[pa.Table]] = {g: [] for g in GRAINS}
         self._rows: dict[str, int] = dict.fromkeys(GRAINS, 0)
-        self._file_rows = 0  # ``files`` rows added so far: tells an empty file
+        self._file_rows = 0  # input-file rows added so far: tells an empty file
 
     # -- feeding --------------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
 """The report tables, all from one roll-up: one pass over the audit lines (see :mod:`kgate.pipeline.partials`).
 
-The lines are aggregated **once** into one grain per report family (per topic and hour; per
-principal, client and topic; per client, instance and policy refusal; per instance and HyperLogLog
-register; per api, instance, error code and latency bucket; per topic id, client and instance; per
-input file), every grain's keys and measures in a few shared *slots* (7 string keys, 4 numeric
-keys, 11 buffers) rather than the union of every grain's columns. Only sums, counts, minima and
+The lines are aggregated **once** into one grain per report family (per topic, hour and traffic
+bucket; per principal, client and topic; per input file, client, instance and policy refusal; per
+instance and HyperLogLog register; per api, instance, error code and latency bucket; per topic id,
+client and instance), every grain's keys and measures in a few shared *slots* (7 string keys, 4
+numeric keys, 15 buffers) rather than the union of every grain's columns. Only sums, counts, minima and
 maxima are computed, so the aggregation splits exactly: each Spark task aggregates its own files in
 its Python worker (:mod:`kgate.pipeline.partials`, the map side) and :func:`merge` aggregates the
 tasks' partial aggregates in one hash aggregation. The result (the roll-up) is smaller than the

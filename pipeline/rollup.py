@@ -9,10 +9,11 @@ reader and its malformed-line rules), and both hand the same slot columns to
 
 Each event (and each topic it names) is repeated once per grain (``gid``, an ``explode`` of the constant
 grain numbers, which stays in whole-stage generated code) and kept only where the grain counts it:
-``files`` every row; ``client``, ``instance`` and ``latency`` every in-report event (status ok,
-inside the window); ``topic_hour``, ``charge`` and ``traffic`` every (in-report event, topic) row;
-``id_use`` those topic rows that carry an id. Spark aggregates these rows partially in each task
-before its shuffle, so what crosses it is per task and grain key, not per event.
+``client`` every row (its file keys; its client keys and measures only for an in-report event: status
+ok, inside the window); ``instance`` and ``latency`` every in-report event; ``topic_hour`` and
+``charge`` every (in-report event, topic) row; ``id_use`` those topic rows that carry an id. Spark
+aggregates these rows partially in each task before its shuffle, so what crosses it is per task and
+grain key, not per event.
 
 One difference from the Python side: the HyperLogLog of client addresses hashes with Spark's
 ``xxhash64`` here and FNV-1a there, so an address seen in both a JSON and a Parquet file of the same
@@ -157,7 +158,8 @@ def _normal_codes_sql(key: str) -> str:
 def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MINUTE_US) -> DataFrame:
     """Every grain's rows of ``events`` (from :func:`read_events`) in the roll-up's slot columns, not yet
     aggregated: :func:`kgate.pipeline.reports.merge` groups them (Spark combines them per task first).
-    ``traffic_us``: the traffic grain's time bucket (:func:`traffic_width`; a minute by default).
+    ``traffic_us``: the traffic chart's time bucket, a key of the topic_hour grain (:func:`traffic_width`;
+    a minute by default).
 
     Written as SQL text in a few projections: one JVM call per step instead of one per expression node
     (a Column tree of this size took seconds of py4j round trips to build), and each derived value
@@ -371,7 +373,7 @@ def _fits(have: pa.DataType, want: pa.DataType) -> bool:
 
 
 def traffic_width(paths: Sequence[str], window: Window = ALL_TIME) -> int:
-    """The traffic grain's bucket (µs) for local Parquet files ``paths``: the chart's width
+    """The traffic chart's bucket (µs) for local Parquet files ``paths``: the chart's width
     (:func:`kgate.pipeline.charts.bucket_width`) for the span of their ``time_us``, read from the
     footers' row-group statistics before the pass (and clipped to the window), so the grain is no
     finer than the chart draws (a minute grain made ~40% of the roll-up's rows at 1M events over a
