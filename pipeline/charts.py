@@ -68,7 +68,7 @@ MAX_BUCKETS = 120
 def bucket_width(span_us: int) -> int:
     """The traffic chart's bucket width (seconds) for data spanning ``span_us``: the smallest of
     :data:`BUCKETS` giving at most :data:`MAX_BUCKETS` buckets. The roll-up uses it too, to keep its
-    traffic bucket no finer than the chart needs (:func:`kgate.pipeline.rollup.traffic_width`)."""
+    traffic grain no finer than the chart needs (:func:`kgate.pipeline.rollup.traffic_width`)."""
     return next((w for w, _u in BUCKETS if span_us // (w * 1_000_000) < MAX_BUCKETS), BUCKETS[-1][0])
 
 

@@ -84,32 +84,6 @@ def _pin_window(checkpoint: str, window: Window) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _pin_layout(checkpoint: str) -> None:
-    """Record the roll-up's grains a checkpoint's store was written with; refuse a store of another layout
-    (a kgate whose grains differ would misread its rows), and a store from before layouts were recorded."""
-    from kgate.pipeline.reports import GRAINS, SLOTS
-
-    os.makedirs(checkpoint, exist_ok=True)
-    path = os.path.join(checkpoint, "layout.json")
-    mine = {"grains": {g: SLOTS[g] for g in GRAINS}}
-    theirs = None
-    if os.path.exists(path):
-        with open(path) as f:
-            theirs = json.load(f)
-    elif os.path.isdir(os.path.join(checkpoint, "rollup")):
-        theirs = {"grains": None}  # written before layouts were recorded
-    if theirs is not None:
-        if theirs != mine:
-            raise InputError(
-                f"{checkpoint}: this checkpoint's aggregates were written by a kgate with another roll-up "
-                "layout; start a new checkpoint (the files are then read again)"
-            )
-        return
-    with open(path + ".tmp", "w") as f:
-        json.dump(mine, f)
-    os.replace(path + ".tmp", path)
-
-
 def start(
     spark: SparkSession,
     specs: Sequence[str],
@@ -123,7 +97,6 @@ def start(
 ) -> StreamingQuery:
     """Start following ``specs``; returns the running query (``awaitTermination()`` / ``stop()``)."""
     _pin_window(checkpoint, window)
-    _pin_layout(checkpoint)
     streams = []
     for path, options in stream_sources(specs):
         reader = spark.readStream.format("binaryFile").schema(BINARY_FILE_SCHEMA)
@@ -165,9 +138,8 @@ def refresh(
 
     def exact(candidates: DataFrame) -> DataFrame:
         # the exact stale-id pass reads the files again: the ones the store has counted
-        files_gid, file_slot = reports.GRAINS.index("client"), reports.SLOTS["client"]["file"]
-        counted = partials.where((F.col("gid") == files_gid) & F.col(file_slot).isNotNull())
-        rows = counted.select(file_slot).distinct().collect()
+        files_gid, file_slot = reports.GRAINS.index("files"), reports.SLOTS["files"]["file"]
+        rows = partials.where(F.col("gid") == files_gid).select(file_slot).distinct().collect()
         return ingest.exact_uses(spark, sorted(r[0] for r in rows), window)(candidates)
 
     result = tables.compute(partials, exact)

@@ -119,7 +119,7 @@ def read_partials(spark: SparkSession, paths: Iterable[str], window: Window = AL
     parts: list[DataFrame] = []
     events = rollup.read_events(spark, native)
     if events is not None:
-        # the traffic bucket as wide as the chart's, when no JSON file (a minute bucket) joins it
+        # the traffic grain as wide as the chart's buckets, when no JSON file (a minute grain) joins it
         width = rollup.MINUTE_US if lines else rollup.traffic_width(native, window)
         parts.append(rollup.partials(events, window, width))
     if lines:

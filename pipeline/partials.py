@@ -14,9 +14,8 @@ Measured at 10M events on 2 cores (docs/performance.md): this replaced Spark's J
 code-generated aggregation of every line (~14 µs of CPU per event).
 
 The rules are those documented in :mod:`kgate.pipeline.reports` and docs/pipeline.md. Which lines a
-grain counts: ``client`` every line (a row of its file keys; an in-report event, status ok and inside
-the window, also a row of its client keys), ``instance`` and ``latency`` every in-report event;
-``topic_hour`` and ``charge`` every (in-report event, topic) row;
+grain counts: ``files`` every line; ``client``, ``instance`` and ``latency`` every in-report event
+(status ok, inside the window); ``topic_hour`` and ``charge`` every (in-report event, topic) row;
 ``id_use`` those topic rows that carry an id. Everything here is pure (no Spark), so tests call it
 directly.
 """
@@ -38,7 +37,6 @@ from kgate.pipeline.decode import BadLine
 from kgate.pipeline.outcomes import normal_mask
 from kgate.pipeline.reports import (
     ALL_SLOTS,
-    FILE_KEYS,
     FIRST_ID_VERSION,
     GRAINS,
     HLL_P,
@@ -169,7 +167,7 @@ class Partials:
         self._uses: list[pa.Table] = []
         self._parts: dict[str, list[pa.Table]] = {g: [] for g in GRAINS}
         self._rows: dict[str, int] = dict.fromkeys(GRAINS, 0)
-        self._file_rows = 0  # input-file rows added so far: tells an empty file
+        self._file_rows = 0  # ``files`` rows added so far: tells an empty file
 
     # -- feeding --------------------------------------------------------------------------------
 
@@ -338,9 +336,6 @@ class Partials:
             "policy_events": policy.is_valid().cast(pa.int64()),
         }
         if self.uses_of is None:
-            # the client grain's rows of events leave the input file's keys and line counts to its "files" rows
-            ev.update({k: pa.nulls(n, pa.int64() if k == "schema" else pa.string()) for k in FILE_KEYS})
-            values["line"] = pa.nulls(n, pa.int64())
             for grain in ("client", "instance", "latency"):
                 self._group(grain, self._grain_table(grain, ev, values))
 
@@ -394,6 +389,7 @@ class Partials:
             return
         self._group("topic_hour", self._grain_table("topic_hour", tev, tvalues))
         self._group("charge", self._grain_table("charge", tev, tvalues))
+        self._group("traffic", self._grain_table("traffic", tev, tvalues))
         with_id = _child(flat, "id").is_valid()
         if pc.any(with_id).as_py():
             use = self._grain_table("id_use", tev, tvalues)
@@ -413,20 +409,14 @@ class Partials:
     # -- aggregation ----------------------------------------------------------------------------
 
     def _group(self, grain: str, t: pa.Table) -> None:
-        """Add grain ``grain``'s rows ``t`` (slot columns), or with ``grain`` "files" rows of the input-files
-        columns (plain names), which are the client grain's rows without an event (its file keys only)."""
-        if grain == "files":
-            self._file_rows += t.num_rows
-            grain = "client"
-            t = t.rename_columns([SLOTS[grain][c] for c in t.column_names])
         slots = SLOTS[grain]
-        n = t.num_rows
-        cols = []
-        for s in [slots[k] for k in SETS[grain]] + [slots[m] for m, _a, _v, _t in MEASURES[grain]]:
-            want = pa.string() if s.startswith("ks") else pa.int64()
-            c = t.column(s) if s in t.column_names else pa.nulls(n, want)
-            cols.append(c if c.type == want else c.cast(want))
-        t = pa.Table.from_arrays(cols, names=[slots[k] for k in SETS[grain]] + [slots[m] for m, *_ in MEASURES[grain]])
+        if grain == "files":  # plain column names (the other grains arrive under their slot names)
+            t = t.rename_columns([slots[c] for c in t.column_names])
+            self._file_rows += t.num_rows
+        for k in SETS[grain]:
+            s = slots[k]
+            if not s.startswith("ks") and t.schema.field(s).type != pa.int64():
+                t = t.set_column(t.schema.get_field_index(s), s, t.column(s).cast(pa.int64()))
         # Blocks are kept as they are and aggregated together once they pass COMBINE_ROWS rows: one
         # block (~18,000 events) hardly collapses (a client and topic, an address's register), so
         # grouping each block first only added a pass.

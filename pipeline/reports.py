@@ -1,10 +1,10 @@
 """The report tables, all from one roll-up: one pass over the audit lines (see :mod:`kgate.pipeline.partials`).
 
-The lines are aggregated **once** into one grain per report family (per topic, hour and traffic
-bucket; per principal, client and topic; per input file, client, instance and policy refusal; per
-instance and HyperLogLog register; per api, instance, error code and latency bucket; per topic id,
-client and instance), every grain's keys and measures in a few shared *slots* (7 string keys, 4
-numeric keys, 15 buffers) rather than the union of every grain's columns. Only sums, counts, minima and
+The lines are aggregated **once** into one grain per report family (per topic and hour; per
+principal, client and topic; per client, instance and policy refusal; per instance and HyperLogLog
+register; per api, instance, error code and latency bucket; per topic id, client and instance; per
+input file), every grain's keys and measures in a few shared *slots* (7 string keys, 4 numeric
+keys, 11 buffers) rather than the union of every grain's columns. Only sums, counts, minima and
 maxima are computed, so the aggregation splits exactly: each Spark task aggregates its own files in
 its Python worker (:mod:`kgate.pipeline.partials`, the map side) and :func:`merge` aggregates the
 tasks' partial aggregates in one hash aggregation. The result (the roll-up) is smaller than the
@@ -56,15 +56,10 @@ HLL_P = 12
 
 #: The grains of the roll-up: name -> key columns (what its tables group by and see).
 SETS: dict[str, tuple[str, ...]] = {
-    # one row per line: the input file's keys (every line, bad ones too), then the client's, set only
-    # for in-report events (policy: null but for refusals); the input-files table and the client tables
-    # both read it, so a line makes one roll-up row here, not two
-    "client": ("file", "status", "schema", "sample", "day", "principal", "client_id", "instance", "policy"),
-    # per topic, hour and traffic bucket (``minute``: the traffic chart's buckets follow the data's
-    # span; an hourly grain drew nothing for data within one hour), so a topic entry makes one row for
-    # both the hourly table and the chart
-    "topic_hour": ("day", "hour", "minute", "cluster", "topic_name", "topic_id"),
+    "files": ("file", "status", "schema", "sample"),
+    "topic_hour": ("day", "hour", "cluster", "topic_name", "topic_id"),
     "charge": ("day", "cluster", "principal", "client_id", "topic_name"),
+    "client": ("day", "principal", "client_id", "instance", "policy"),  # policy: null but for refusals
     "instance": ("day", "instance", "hll_bucket"),
     "latency": ("day", "api_key", "api_name", "instance", "error_code", "lat_bucket"),
     # topic-id uses per client and instance, with first/last use time (min_us/max_us) but not the time
@@ -81,11 +76,10 @@ SETS: dict[str, tuple[str, ...]] = {
         "instance",
         "id_gone",
     ),
+    # record bytes per topic name and minute: the traffic chart's buckets follow the data's span (an
+    # hourly grain drew nothing for data within one hour)
+    "traffic": ("minute", "topic_name"),
 }
-#: The keys of the client grain that describe the input file (set on every line's row) and its measures
-#: over every line; the grain's other keys and measures count in-report events only.
-FILE_KEYS = ("file", "status", "schema", "sample")
-FILE_MEASURES = ("lines", "entries")
 #: Spark types of the key columns (string keys go to string slots, the others to long slots and back).
 KEY_TYPES: dict[str, str] = {
     "file": "string",
@@ -133,17 +127,11 @@ _EVENT = (
 _SPAN = (("min_us", "min", "time_us", "long"), ("max_us", "max", "time_us", "long"))
 #: Per grain: its measures, as (column, aggregate, value of :mod:`kgate.pipeline.partials`, Spark type of the column).
 MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
-    "topic_hour": (
-        *_TOPIC,
-        ("topic_errors", "sum", "topic_errors", "long"),
-        ("traffic_bytes", "sum", "record_bytes", "long"),
-    ),
+    # entries: rows of the file, one more for an empty file (lines 0), so every input is listed
+    "files": (("lines", "sum", "one", "long"), ("entries", "sum", "one", "long")),
+    "topic_hour": (*_TOPIC, ("topic_errors", "sum", "topic_errors", "long")),
     "charge": _TOPIC,
     "client": (
-        # lines: every line of the file; entries: one more for an empty file (lines 0), so every input is
-        # listed (``line``: 1 for a line's row, null for a row that only counts events)
-        ("lines", "sum", "line", "long"),
-        ("entries", "sum", "line", "long"),
         *_EVENT,
         ("fetch_produce", "sum", "fetch_produce", "long"),
         ("with_ids", "sum", "with_ids", "long"),
@@ -160,6 +148,7 @@ MEASURES: dict[str, tuple[tuple[str, str, str, str], ...]] = {
         ("latency_max", "max", "latency", "long"),
     ),
     "id_use": (("id_uses", "sum", "one", "long"), *_SPAN),
+    "traffic": (("traffic_rows", "sum", "one", "long"), ("traffic_bytes", "sum", "record_bytes", "long")),
 }
 GRAINS: tuple[str, ...] = tuple(SETS)
 
@@ -245,7 +234,7 @@ def problems(roll: DataFrame) -> DataFrame:
         return F.coalesce(F.sum(F.when(status == s, lines)), F.lit(0)).cast("long")
 
     return (
-        part(roll, "client", "entries")
+        part(roll, "files", "entries")
         .groupBy("file")
         .agg(
             F.sum(lines).alias("lines"),
@@ -322,7 +311,7 @@ def _with_ids(rows: DataFrame) -> DataFrame:
     picked = hours.groupBy(*names, "hour").agg(F.max_by("topic_id", rank).alias("picked_id"))
     filled = bare.join(picked, [*names, "hour"], "left").withColumn("topic_id", e("picked_id")).drop("picked_id")
     rest = rows.where(e("topic_id").isNotNull() | e("topic_name").isNull())
-    keys = ["day", "hour", "cluster", "topic_name", "topic_id"]  # the grain's, without the traffic bucket
+    keys = list(SETS["topic_hour"])
     return rest.unionByName(filled).groupBy(*keys).agg(*[F.sum(c).alias(c) for c in (*_TOPIC_SUMS, "topic_errors")])
 
 
@@ -345,10 +334,8 @@ def chargeback(roll: DataFrame) -> DataFrame:
 def traffic(roll: DataFrame) -> DataFrame:
     """Record bytes (in + out) per minute (µs since the epoch) and topic name: what the traffic chart buckets."""
     F = _f()
-    return (
-        part(roll, "topic_hour", "topic_rows")
-        .groupBy("minute", "topic_name")
-        .agg(F.coalesce(F.sum("traffic_bytes"), F.lit(0)).alias("bytes"))
+    return part(roll, "traffic", "traffic_rows").select(
+        "minute", "topic_name", F.coalesce("traffic_bytes", F.lit(0)).alias("bytes")
     )
 
 

@@ -9,11 +9,10 @@ reader and its malformed-line rules), and both hand the same slot columns to
 
 Each event (and each topic it names) is repeated once per grain (``gid``, an ``explode`` of the constant
 grain numbers, which stays in whole-stage generated code) and kept only where the grain counts it:
-``client`` every row (its file keys; its client keys and measures only for an in-report event: status
-ok, inside the window); ``instance`` and ``latency`` every in-report event; ``topic_hour`` and
-``charge`` every (in-report event, topic) row; ``id_use`` those topic rows that carry an id. Spark
-aggregates these rows partially in each task before its shuffle, so what crosses it is per task and
-grain key, not per event.
+``files`` every row; ``client``, ``instance`` and ``latency`` every in-report event (status ok,
+inside the window); ``topic_hour``, ``charge`` and ``traffic`` every (in-report event, topic) row;
+``id_use`` those topic rows that carry an id. Spark aggregates these rows partially in each task
+before its shuffle, so what crosses it is per task and grain key, not per event.
 
 One difference from the Python side: the HyperLogLog of client addresses hashes with Spark's
 ``xxhash64`` here and FNV-1a there, so an address seen in both a JSON and a Parquet file of the same
@@ -31,8 +30,6 @@ from kgate.codec.generated.api_keys import ApiKey
 from kgate.pipeline.outcomes import ANY_API, PER_API
 from kgate.pipeline.reports import (
     ALL_SLOTS,
-    FILE_KEYS,
-    FILE_MEASURES,
     FIRST_ID_VERSION,
     GRAINS,
     HLL_P,
@@ -52,9 +49,11 @@ if TYPE_CHECKING:
 DAY_US, HOUR_US, MINUTE_US = 86_400_000_000, 3_600_000_000, 60_000_000
 #: Which rows a grain counts (see the module docstring).
 ROWS: dict[str, str] = {
-    "client": "line",
+    "files": "line",
     "topic_hour": "topic",
     "charge": "topic",
+    "traffic": "topic",
+    "client": "event",
     "instance": "event",
     "latency": "event",
     "id_use": "id_use",
@@ -137,11 +136,7 @@ def _day(us: str) -> Column:
 def _lat_bucket_sql(c: str) -> str:
     """A latency rounded half-up to three significant digits (exact below 1,000 µs), as
     :func:`kgate.pipeline.partials.lat_bucket`."""
-    # half-up rounding in integer arithmetic (``round`` of a long to a negative scale goes through decimals)
-    branches = " ".join(
-        f"WHEN {c} < {10**d}L THEN ({c} + {10 ** (d - 3) // 2}L) div {10 ** (d - 3)}L * {10 ** (d - 3)}L"
-        for d in range(4, 19)
-    )
+    branches = " ".join(f"WHEN {c} < {10**d}L THEN round({c}, {3 - d})" for d in range(4, 19))
     return f"CASE WHEN {c} < 1000 THEN {c} {branches} ELSE {c} END"
 
 
@@ -158,8 +153,7 @@ def _normal_codes_sql(key: str) -> str:
 def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MINUTE_US) -> DataFrame:
     """Every grain's rows of ``events`` (from :func:`read_events`) in the roll-up's slot columns, not yet
     aggregated: :func:`kgate.pipeline.reports.merge` groups them (Spark combines them per task first).
-    ``traffic_us``: the traffic chart's time bucket, a key of the topic_hour grain (:func:`traffic_width`;
-    a minute by default).
+    ``traffic_us``: the traffic grain's time bucket (:func:`traffic_width`; a minute by default).
 
     Written as SQL text in a few projections: one JVM call per step instead of one per expression node
     (a Column tree of this size took seconds of py4j round trips to build), and each derived value
@@ -252,7 +246,6 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
     no_count = "records IS NULL AND coalesce(tb, 0) > 0"
     values: dict[str, str] = {
         "one": "1L",
-        "line": "1L",
         "request_bytes": "request_bytes",
         "response_bytes": "response_bytes",
         "errors": "CAST(answered_error AND NOT normal AS BIGINT)",
@@ -285,14 +278,10 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
     admitted = []
     for i, name in enumerate(GRAINS):
         slots = SLOTS[name]
-        # the client grain has a row per line: its keys and measures but the file's count in-report events only
-        events_only = name == "client"
         for k in SETS[name]:
-            masked = events_only and k not in FILE_KEYS
-            filled[slots[k]].append((i, f"CASE WHEN is_event THEN {keys[k]} END" if masked else keys[k]))
+            filled[slots[k]].append((i, keys[k]))
         for col, _agg, value, _type in MEASURES[name]:
-            masked = events_only and col not in FILE_MEASURES
-            filled[slots[col]].append((i, f"CASE WHEN is_event THEN {values[value]} END" if masked else values[value]))
+            filled[slots[col]].append((i, values[value]))
         admitted.append(f"WHEN {i} THEN {rows[ROWS[name]]}")
     grains = "explode(array(" + ", ".join(str(i) for i in range(len(GRAINS))) + ")) AS gid"
     expanded = x.selectExpr("*", grains).where(f"CASE gid {' '.join(admitted)} END")
@@ -373,7 +362,7 @@ def _fits(have: pa.DataType, want: pa.DataType) -> bool:
 
 
 def traffic_width(paths: Sequence[str], window: Window = ALL_TIME) -> int:
-    """The traffic chart's bucket (µs) for local Parquet files ``paths``: the chart's width
+    """The traffic grain's bucket (µs) for local Parquet files ``paths``: the chart's width
     (:func:`kgate.pipeline.charts.bucket_width`) for the span of their ``time_us``, read from the
     footers' row-group statistics before the pass (and clipped to the window), so the grain is no
     finer than the chart draws (a minute grain made ~40% of the roll-up's rows at 1M events over a
