@@ -146,8 +146,12 @@ def kgate(
     Extra keyword arguments go into the virtual cluster's YAML mapping (e.g. ``leader_hints``).
     Node ports are placed clear of the bootstrap port.
     """
-    listen = free_port()
-    base = listen + 1 if listen + 256 <= 65535 else listen - 256
+    up_port = int(upstream.rsplit(":", 1)[1]) if upstream.rsplit(":", 1)[-1].isdigit() else None
+    while True:  # node ports clear of the upstream's port: kgate refuses to connect to itself
+        listen = free_port()
+        base = listen + 1 if listen + 256 <= 65535 else listen - 256
+        if up_port is None or not base <= up_port < base + 256:
+            break
     metrics = free_port()
     while base <= metrics < base + 256:  # kgate refuses a metrics port inside a node port range
         metrics = free_port()

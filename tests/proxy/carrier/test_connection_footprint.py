@@ -14,9 +14,21 @@ import asyncio
 import gc
 import time
 import types
+from collections.abc import Iterator
+from typing import Any
 
-from support.inproc_kgate import InprocKgate
+import pytest
+from support.inproc_kgate import InprocKgate, make_config
 from support.wire import RawClient
+
+
+@pytest.fixture
+def kgate(tansu: Any) -> Iterator[InprocKgate]:
+    k = InprocKgate(make_config(tansu.bootstrap)).start()
+    try:
+        yield k
+    finally:
+        k.stop()
 
 
 def _held_tasks(k: InprocKgate) -> list[str]:

@@ -12,10 +12,20 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from support.inproc_kgate import InprocKgate
+from support.inproc_kgate import InprocKgate, make_config
 from support.wire import RawClient
+
+
+@pytest.fixture
+def kgate(tansu: Any) -> Iterator[InprocKgate]:
+    k = InprocKgate(make_config(tansu.bootstrap)).start()
+    try:
+        yield k
+    finally:
+        k.stop()
 
 
 @pytest.fixture
