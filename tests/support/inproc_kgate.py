@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import uvloop
 
 from kgate.config import KgateConfig, parse_config
@@ -115,3 +116,15 @@ class InprocKgate:
             self._thread.join(15)
         if self._error is not None:
             raise self._error
+
+
+@pytest.fixture(name="kgate")
+def kgate_in_process(tansu: Any) -> Iterator[InprocKgate]:
+    """``kgate`` as an :class:`InprocKgate` in front of the module's Tansu, for a test module that
+    looks at kgate's live objects: ``from support.inproc_kgate import kgate_in_process  # noqa: F401``
+    (it then replaces the suite's kgate subprocess fixture in that module only)."""
+    k = InprocKgate(make_config(tansu.bootstrap)).start()
+    try:
+        yield k
+    finally:
+        k.stop()

@@ -12,20 +12,10 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-from support.inproc_kgate import InprocKgate, make_config
+from support.inproc_kgate import InprocKgate, kgate_in_process  # noqa: F401  (the kgate fixture)
 from support.wire import RawClient
-
-
-@pytest.fixture
-def kgate(tansu: Any) -> Iterator[InprocKgate]:
-    k = InprocKgate(make_config(tansu.bootstrap)).start()
-    try:
-        yield k
-    finally:
-        k.stop()
 
 
 @pytest.fixture

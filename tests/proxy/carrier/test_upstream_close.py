@@ -12,21 +12,9 @@ A real kgate in-process in front of Tansu; the grace queue is read from the runn
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
-from support.inproc_kgate import InprocKgate, make_config
+from support.inproc_kgate import InprocKgate, kgate_in_process  # noqa: F401  (the kgate fixture)
 from support.wire import RawClient, produce_request
-
-
-@pytest.fixture
-def kgate(tansu: Any) -> Iterator[InprocKgate]:
-    k = InprocKgate(make_config(tansu.bootstrap)).start()
-    try:
-        yield k
-    finally:
-        k.stop()
 
 
 def _in_grace_after_the_client_left(k: InprocKgate) -> int:
