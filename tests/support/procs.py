@@ -233,8 +233,8 @@ class Kgate(ManagedProcess):
 
     def start(self, timeout: float = 20):
         if forkserver.wanted():
-            # a fork of the worker's template, which has kgate imported (support/forkserver.py)
-            self._logf = open(self.log_path, "ab")
+            # a fork of the worker's template, which has kgate imported (support/forkserver.py);
+            # the child opens its log itself
             assert self.env is not None
             self.proc = forkserver.fork_kgate(PYTHON, self.argv[3:], self.env, self.cwd, self.log_path)
         else:
