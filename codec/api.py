@@ -106,6 +106,13 @@ API_INFO: dict[int, ApiInfo] = {
 }
 
 
+def api_name(api_key: int) -> str:
+    """Kafka's name of an api key (``CreateTopics``), ``unknown`` for a key kgate does not know: the one
+    spelling every metric label and log line uses, so they join."""
+    info = API_INFO.get(api_key)
+    return "unknown" if info is None else info.name
+
+
 def knows(api_key: int, version: int) -> bool:
     """Whether a request header's (api key, version) is one kgate's codec knows (0 up to the newest).
 

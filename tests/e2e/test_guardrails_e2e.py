@@ -74,7 +74,7 @@ def test_default_config_refuses_the_partition_count_that_killed_the_broker(broke
         assert topic not in md.topics
     assert k.alive()
     samples = dict(k.metric_values("kgate_guardrail_refusals_total"))
-    assert samples.get('{api="CREATE_TOPICS",cluster="default",rule="partitions_per_topic"}') == 1.0, samples
+    assert samples.get('{api="CreateTopics",cluster="default",rule="partitions_per_topic"}') == 1.0, samples
     assert "guardrails: refused" in k.log_text()
     assert "rule=partitions_per_topic" in k.log_text()
 
@@ -160,5 +160,5 @@ def test_opt_in_produce_rules_refuse_acks_and_oversized_batches(tansu, kgate_fac
     got = w.confluent_read_all(k.bootstrap, topic, 20)
     assert len(got) == 20  # only what was allowed reached the broker
     samples = {labels: v for labels, v in k.metric_values("kgate_guardrail_refusals_total")}
-    assert samples['{api="PRODUCE",cluster="default",rule="produce_acks"}'] >= 1
-    assert samples['{api="PRODUCE",cluster="default",rule="produce_batch_bytes"}'] >= 1
+    assert samples['{api="Produce",cluster="default",rule="produce_acks"}'] >= 1
+    assert samples['{api="Produce",cluster="default",rule="produce_batch_bytes"}'] >= 1

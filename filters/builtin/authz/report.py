@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from prometheus_client.core import REGISTRY, CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kgate.codec import api
+from kgate.codec.api import api_name
 from kgate.filters.builtin.authz.acl_rules import Identity, Op, Res
 
 log = logging.getLogger("kgate.authz")
@@ -59,7 +59,7 @@ class DecisionReport:
             self._suppressed += 1
             return
         self._logged += 1
-        api_name = api_label(api_key)
+        api = api_name(api_key)
         resource = f"{res.name.lower()}:{name}"
         log.warning(
             "authz %s: denied cluster=%s principal=%s client_id=%r address=%s api=%s resource=%s operation=%s",
@@ -68,7 +68,7 @@ class DecisionReport:
             who.principal,
             who.client_id,
             address,
-            api_name,
+            api,
             resource,
             op.name.lower(),
             # the same facts as fields, for the JSON log format (proxy/control/logs.py)
@@ -76,7 +76,7 @@ class DecisionReport:
                 "cluster": cluster,
                 "principal": who.principal,
                 "client_id": who.client_id,
-                "api": api_name,
+                "api": api,
                 "resource": resource,
                 "decision": "deny",
                 "filter": self.filter_name,
@@ -84,12 +84,6 @@ class DecisionReport:
                 "address": address,
             },
         )
-
-
-def api_label(api_key: int) -> str:
-    """The api's name as Kafka spells it (``Metadata``, ``DescribeTopicPartitions``), as every kgate metric."""
-    info = api.API_INFO.get(api_key)
-    return info.name if info is not None else "UNKNOWN"
 
 
 _LIVE: weakref.WeakSet[DecisionReport] = weakref.WeakSet()
@@ -105,7 +99,7 @@ class _DecisionCollector(Collector):
         totals: defaultdict[tuple[str, str, str, str], int] = defaultdict(int)
         for report in list(_LIVE):
             for (cluster, key, allowed), n in list(report.counts.items()):
-                totals[(cluster, report.filter_name, "allow" if allowed else "deny", api_label(key))] += n
+                totals[(cluster, report.filter_name, "allow" if allowed else "deny", api_name(key))] += n
         for labels, n in sorted(totals.items()):
             family.add_metric(list(labels), n)
         yield family

@@ -3,9 +3,9 @@
 As for the authorizer (``filters.builtin.authz_report``), counting is a plain ``dict`` increment,
 collected at scrape time into ``kgate_guardrail_refusals_total{cluster, rule, api}``. The counts are
 the process's, not a filter instance's, so they survive a configuration reload (which makes new
-instances) and never go down. Labels are
-bounded: cluster (configured), rule (a fixed set, ``guardrail_rules.Refusal.rule``) and api (an
-``ApiKey`` name). One refused entry (a topic, a config resource, a Produce) counts once.
+instances) and never go down. Labels are bounded: cluster (configured), rule (a fixed set,
+``guardrail_rules.Refusal.rule``) and api (Kafka's name, ``CreateTopics``, as on every other kgate
+metric). One refused entry (a topic, a config resource, a Produce) counts once.
 
 Refusals are logged with who asked and what limit was hit, at most ``LOG_BURST`` lines per
 ``LOG_WINDOW_S`` per filter instance; the rest of a window is summarised when the next line is
@@ -22,7 +22,8 @@ from collections.abc import Iterator
 from prometheus_client.core import REGISTRY, CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kgate.api import ApiKey, FilterContext
+from kgate.api import FilterContext
+from kgate.codec.api import api_name
 from kgate.filters.builtin.guardrails.rules import Refusal
 
 log = logging.getLogger("kgate.guardrails")
@@ -64,13 +65,6 @@ class RefusalReport:
             refusal.code,
             refusal.message,
         )
-
-
-def api_name(api_key: int) -> str:
-    try:
-        return ApiKey(api_key).name
-    except ValueError:
-        return "UNKNOWN"
 
 
 #: (cluster, rule, api key) -> refused entries, since the process started

@@ -54,6 +54,7 @@ from kgate.api import (
     on_request,
     on_response,
 )
+from kgate.codec.api import api_name
 from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.filters.builtin.quotas.rate import (
     CONNECTIONS,
@@ -254,7 +255,6 @@ class Quotas(Filter):
         if len(self._logged) >= MAX_CLIENTS:
             self._logged.clear()
         self._logged[key] = now
-        api_name = ApiKey(api_key).name if api_key in ApiKey._value2member_map_ else None
         log.info(
             "client %s (client id %r, principal %r, cluster %s) over %s: throttled %d ms",
             info.client_address,
@@ -269,7 +269,7 @@ class Quotas(Filter):
                 "connection": info.client_address,
                 "principal": info.principal,
                 "client_id": info.client_id,
-                "api": api_name,
+                "api": api_name(api_key),
                 "resource": why,
                 "decision": "throttle",
                 "throttle_ms": round(seconds * 1000),

@@ -90,7 +90,7 @@ def refusals(cluster: str, rule: str, api: str) -> float:
 # -- CreateTopics ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("version", range(2, 8))
 def test_the_partition_count_that_killed_tansu_is_refused_at_every_version(version: int) -> None:
-    before = refusals("test", "partitions_per_topic", "CREATE_TOPICS")
+    before = refusals("test", "partitions_per_topic", "CreateTopics")
     result, ctx = run(guardrails(), CT, version, create_topics(version, topic("boom", HUGE)))
     answer = answered(result, CT, version)
     [t] = answer.topics
@@ -99,7 +99,7 @@ def test_the_partition_count_that_killed_tansu_is_refused_at_every_version(versi
     assert "partitions.max_per_topic" in t.error_message
     if version >= 5:
         assert (t.num_partitions, t.replication_factor) == (-1, -1)
-    assert refusals("test", "partitions_per_topic", "CREATE_TOPICS") == before + 1
+    assert refusals("test", "partitions_per_topic", "CreateTopics") == before + 1
     assert ctx.state[POLICY_STATE_KEY][0]["filter"] == "guardrails"  # the audit log's "policy"
 
 
@@ -369,16 +369,16 @@ def test_acks_not_allowed_are_refused_per_partition_and_allowed_ones_stream(vers
     f = guardrails(produce={"acks": ["all"]})
     assert run(f, ApiKey.PRODUCE, version, produce(version, -1, ("t", {0: 10})))[0] is FORWARD
     peeked = produce(version, 1, ("t", {}))  # what a peek sees: header fields, the topic, no partitions
-    before = refusals("test", "produce_acks", "PRODUCE")
+    before = refusals("test", "produce_acks", "Produce")
     result, _ctx = run(f, ApiKey.PRODUCE, version, peeked)
     assert result is not FORWARD
-    assert refusals("test", "produce_acks", "PRODUCE") == before
+    assert refusals("test", "produce_acks", "Produce") == before
     result, _ctx = run(f, ApiKey.PRODUCE, version, produce(version, 1, ("t", {0: 10, 1: 10}), ("u", {0: 5})))
     answer = answered(result, ApiKey.PRODUCE, version)
     assert [[p.error_code for p in t.partition_responses] for t in answer.responses] == [[44, 44], [44]]
     if version >= 8:
         assert "produce.acks" in answer.responses[0].partition_responses[0].error_message
-    assert refusals("test", "produce_acks", "PRODUCE") == before + 1
+    assert refusals("test", "produce_acks", "Produce") == before + 1
     result, _ctx = run(f, ApiKey.PRODUCE, version, produce(version, 0, ("t", {0: 10})))
     assert isinstance(result, Close)
     assert "acks=0" in result.reason
@@ -425,7 +425,7 @@ def test_refusals_are_logged_rate_limited(caplog: pytest.LogCaptureFixture, monk
             run(f, CT, 7, create_topics(7, topic("boom", HUGE)))
         lines = [r.getMessage() for r in caplog.records]
         assert len(lines) == guardrail_report.LOG_BURST
-        assert "api=CREATE_TOPICS" in lines[0]
+        assert "api=CreateTopics" in lines[0]
         assert "rule=partitions_per_topic" in lines[0]
         assert "error=37" in lines[0]
         clock[0] += guardrail_report.LOG_WINDOW_S

@@ -306,7 +306,7 @@ def test_the_throttle_line_carries_structured_fields(caplog: pytest.LogCaptureFi
     line = json.loads(JsonFormatter().format(record))
     assert line["client_id"] == "heavy"
     assert line["decision"] == "throttle"
-    assert line["api"] == "PRODUCE"
+    assert line["api"] == "Produce"
     assert line["resource"] == "produce_bytes_per_s"
     assert line["connection"] == "10.0.0.1:5000"
     assert line["cluster"] == "c"
