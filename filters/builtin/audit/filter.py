@@ -190,12 +190,16 @@ class AuditLog(Filter):
         self.writer: AuditWriter | None = None
         self.kafka: KafkaSink | None = None
         self.cluster = ""
+        self._retiring: weakref.finalize | None = None
         _LIVE.add(self)
 
     def observe_exchanges(self, services: ExchangeServices) -> ExchangeObserver:
         """Start the writer (and the Kafka sink) and return the per-exchange observer (event loop)."""
         c = self.config
         self.cluster = services.cluster
+        if not self._retiring:
+            # a reload replaces the filter: its counts join the retired ones, so the counters never go down
+            self._retiring = weakref.finalize(self, _retire, services.cluster, self.counters, c["kafka"] is not None)
         # --workers: each worker is its own writer, so its own instance (files and events never mix)
         instance = c["instance_id"] if services.worker is None else f"{c['instance_id']}-w{services.worker}"
         files = AuditFiles(
@@ -253,6 +257,28 @@ class AuditLog(Filter):
 
 
 _LIVE: weakref.WeakSet[AuditLog] = weakref.WeakSet()
+_COUNTED = (
+    "written",
+    "kafka_written",
+    "queue_full",
+    "write_errors",
+    "build_errors",
+    "kafka_queue_full",
+    "kafka_errors",
+    "sampled_out",
+)
+#: cluster -> the counts (in ``_COUNTED`` order) of instances no longer alive
+_RETIRED: dict[str, list[int]] = {}
+#: clusters whose audit log had a Kafka sink (its written count is shown after the instance is gone)
+_RETIRED_KAFKA: set[str] = set()
+
+
+def _retire(cluster: str, counters: AuditCounters, kafka: bool) -> None:
+    row = _RETIRED.setdefault(cluster, [0] * len(_COUNTED))
+    for i, name in enumerate(_COUNTED):
+        row[i] += getattr(counters, name)
+    if kafka:
+        _RETIRED_KAFKA.add(cluster)
 
 
 class _AuditCollector(Collector):
@@ -266,26 +292,20 @@ class _AuditCollector(Collector):
             "read-only), build_error, kafka_queue_full, kafka_error; sampled_out counts events left out by sampling",
             labels=["cluster", "reason"],
         )
-        per: dict[str, list[int]] = {}
+        per: dict[str, list[int]] = {cluster: list(row) for cluster, row in list(_RETIRED.items())}
+        kafka = set(_RETIRED_KAFKA)
         for f in list(_LIVE):
+            if not f.cluster:
+                continue  # made but not started (a config check): nothing counted
             k = f.counters
-            row = per.setdefault(f.cluster, [0] * 8)
-            for i, n in enumerate(
-                (
-                    k.written,
-                    k.kafka_written,
-                    k.queue_full,
-                    k.write_errors,
-                    k.build_errors,
-                    k.kafka_queue_full,
-                    k.kafka_errors,
-                    k.sampled_out,
-                )
-            ):
-                row[i] += n
+            row = per.setdefault(f.cluster, [0] * len(_COUNTED))
+            for i, name in enumerate(_COUNTED):
+                row[i] += getattr(k, name)
+            if f.kafka is not None:
+                kafka.add(f.cluster)
         for cluster, row in sorted(per.items()):
             written.add_metric([cluster, "file"], row[0])
-            if any(f.kafka is not None for f in _LIVE if f.cluster == cluster):
+            if cluster in kafka:
                 written.add_metric([cluster, "kafka"], row[1])
             for reason, n in zip(
                 ("queue_full", "write_error", "build_error", "kafka_queue_full", "kafka_error", "sampled_out"),

@@ -45,6 +45,8 @@ class DecisionReport:
         self._logged = 0
         self._suppressed = 0
         _LIVE.add(self)
+        # a reload replaces the filter: its counts join the retired ones, so the counter never goes down
+        weakref.finalize(self, _retire, filter_name, self.counts)
 
     def denied(self, cluster: str, who: Identity, address: str, api_key: int, res: Res, name: str, op: Op) -> None:
         """Log one refused check (rate-limited)."""
@@ -87,6 +89,13 @@ class DecisionReport:
 
 
 _LIVE: weakref.WeakSet[DecisionReport] = weakref.WeakSet()
+#: (cluster, filter, api key, allowed) -> requests decided by instances no longer alive
+_RETIRED: defaultdict[tuple[str, str, int, bool], int] = defaultdict(int)
+
+
+def _retire(filter_name: str, counts: dict[tuple[str, int, bool], int]) -> None:
+    for (cluster, key, allowed), n in list(counts.items()):
+        _RETIRED[(cluster, filter_name, key, allowed)] += n
 
 
 class _DecisionCollector(Collector):
@@ -100,6 +109,8 @@ class _DecisionCollector(Collector):
         for report in list(_LIVE):
             for (cluster, key, allowed), n in list(report.counts.items()):
                 totals[(cluster, report.filter_name, "allow" if allowed else "deny", api_name(key))] += n
+        for (cluster, name, key, allowed), n in list(_RETIRED.items()):
+            totals[(cluster, name, "allow" if allowed else "deny", api_name(key))] += n
         for labels, n in sorted(totals.items()):
             family.add_metric(list(labels), n)
         yield family

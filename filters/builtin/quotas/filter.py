@@ -162,6 +162,7 @@ class Quotas(Filter):
         #: (principal, client id) -> seconds of throttle kgate applied (kgate_client_throttle_seconds_total)
         self.throttled: defaultdict[tuple[str, str], float] = defaultdict(float)
         self._logged: dict[tuple[Any, ...], float] = {}
+        self._retiring: weakref.finalize | None = None
         _LIVE.add(self)
 
     # -- budgets ---------------------------------------------------------------------------
@@ -217,6 +218,9 @@ class Quotas(Filter):
     # -- recording: every finished exchange -------------------------------------------------
     def observe_exchanges(self, services: ExchangeServices) -> ExchangeObserver:
         self.cluster = services.cluster
+        if not self._retiring:
+            # a reload replaces the filter: its seconds join the retired ones, so the counter never goes down
+            self._retiring = weakref.finalize(self, _retire, services.cluster, self.throttled)
         return self.record
 
     def record(
@@ -356,6 +360,13 @@ def _records_bytes(response: Any) -> int:
 
 
 _LIVE: weakref.WeakSet[Quotas] = weakref.WeakSet()
+#: (cluster, principal, client id) -> seconds throttled by instances no longer alive
+_RETIRED: defaultdict[tuple[str, str, str], float] = defaultdict(float)
+
+
+def _retire(cluster: str, throttled: dict[tuple[str, str], float]) -> None:
+    for (principal, client_id), seconds in list(throttled.items()):
+        _RETIRED[(cluster, principal, client_id)] += seconds
 
 
 class _ThrottleCollector(Collector):
@@ -369,6 +380,8 @@ class _ThrottleCollector(Collector):
         for q in list(_LIVE):
             for (principal, client_id), seconds in list(q.throttled.items()):
                 totals[(q.cluster, principal, client_id)] += seconds
+        for labels, seconds in list(_RETIRED.items()):
+            totals[labels] += seconds
         for labels, seconds in sorted(totals.items()):
             family.add_metric(list(labels), seconds)
         yield family
