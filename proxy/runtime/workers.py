@@ -48,6 +48,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+import kgate
 from kgate.config import HostPort, KgateConfig
 from kgate.proxy.control.admin import AdminServer
 from kgate.proxy.runtime.config_view import config_json
@@ -61,6 +62,14 @@ BACKOFF_S = (0.5, 1, 2, 4, 8, 16, 30)
 STABLE_S = 60.0  # a worker that ran this long starts its backoff from the beginning again
 POLL_S = 0.5  # how often the parent asks workers' /readyz
 RELOAD_TIMEOUT_S = 30.0  # a worker's reload answers once applied (an added cluster's first probe included)
+
+
+def _kgate_home() -> str | None:
+    """The checkout this process's kgate comes from, which its workers import too (None when kgate
+    is installed: site-packages is on their path already, and ahead of the standard library it
+    could shadow it)."""
+    home = os.path.dirname(os.path.dirname(os.path.abspath(kgate.__file__)))
+    return None if os.path.basename(home) in ("site-packages", "dist-packages") else home
 
 
 def worker_config(config: KgateConfig) -> KgateConfig:
@@ -214,11 +223,14 @@ class Supervisor:
         w.ready = False
         env = dict(os.environ)
         env.update({WORKER_ENV: str(w.index), ADMIN_FILE_ENV: str(w.admin_file), PARENT_ENV: str(os.getpid())})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_kgate_home(), env.get("PYTHONPATH")) if p)
         # Same process group as the parent (a supervisor or a benchmark that stops the group stops
         # the workers too). A terminal's Ctrl-C reaches every process of the group: workers ignore
         # SIGINT (proxy/runtime/server.py) and wait for the SIGTERM the parent forwards, since a worker that
         # took both as stop signals would read the second as "cut the drain short".
-        w.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "kgate", *self.argv, env=env)
+        # -P: not the working directory first on sys.path, where a folder named kgate (the parent of a
+        # checkout) would be imported as a namespace package; PYTHONPATH above: this very kgate
+        w.proc = await asyncio.create_subprocess_exec(sys.executable, "-P", "-m", "kgate", *self.argv, env=env)
         w.started_at = time.monotonic()
         log.info("worker %d started (pid %d)", w.index, w.proc.pid, extra={"worker": w.index, "pid": w.proc.pid})
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -277,3 +278,29 @@ def test_reload_changes_the_chain_in_every_worker(tmp_path, tansu) -> None:
     finally:
         rc = k.stop(timeout=30)
     assert rc == 0, k.log_text()[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_workers_start_beside_a_folder_named_kgate(tmp_path, tansu, monkeypatch) -> None:
+    """Run from the folder a ``git clone`` made ``kgate/`` in (a checkout has no ``__init__.py`` at its
+    top), ``python -m kgate`` would import that folder as a namespace package: every worker failed
+    with ``cannot import name '__version__' from 'kgate'``. Workers import the parent's kgate.
+
+    The parent is the ``kgate`` command, as a user runs it there (``python -m kgate`` itself puts the
+    working directory first: Python's rule, not kgate's), so not a fork of the test's template."""
+    home = tmp_path / "home"
+    (home / "kgate" / "docs").mkdir(parents=True)  # what a checkout's top looks like to the importer
+    k = procs.Kgate(tmp_path / "run", [tansu.bootstrap], admin=True, log_level="info")
+    assert k.argv[1:3] == ["-m", "kgate"]
+    k.argv = [str(Path(k.argv[0]).parent / "kgate"), *k.argv[3:], "--workers", "2"]
+    k.cwd = str(home)
+    monkeypatch.setenv("KGATE_TEST_FORKSERVER", "0")
+    k.start()
+    try:
+        k.wait_ready(True, timeout=60)
+        assert sorted(_worker_pids(k)) == [0, 1], k.log_text()[-3000:]
+        k.signal(signal.SIGTERM)
+        assert k.wait(timeout=30) == 0, k.log_text()[-3000:]
+    finally:
+        k.kill()
+    assert "could not start" not in k.log_text()
