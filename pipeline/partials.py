@@ -367,15 +367,21 @@ class Partials:
         # unknown: record bytes went through but their count is null (no bytes: nothing to count)
         no_count = ~records.is_valid().to_numpy(zero_copy_only=False) & (_nz(tb) > 0)
         nothing = pa.nulls(len(tb), pa.int64())
+        # what the broker stored of a Produce topic entry: its failed partitions taken out (records
+        # unknown where a failed count is: the sum is then marked, never guessed)
+        fb = _child(flat, "failed_bytes")
+        stored_bytes = pc.subtract(tb, pc.fill_null(fb, 0))
+        stored_records = pc.if_else(fb.is_valid(), pc.subtract(records, _child(flat, "failed_records")), records)
+        stored_unknown = ~stored_records.is_valid().to_numpy(zero_copy_only=False) & (_nz(stored_bytes) > 0)
         tvalues: dict[str, Any] = {
             "one": np.ones(len(parent), dtype=np.int64),
             "is_produce": tp.astype(np.int64),
             "is_fetch": tf.astype(np.int64),
-            "produced_bytes": pc.if_else(pa.array(tp), tb, nothing),
+            "produced_bytes": pc.if_else(pa.array(tp), stored_bytes, nothing),
             "consumed_bytes": pc.if_else(pa.array(tf), tb, nothing),
-            "produced_records": pc.if_else(pa.array(tp), records, nothing),
+            "produced_records": pc.if_else(pa.array(tp), stored_records, nothing),
             "consumed_records": pc.if_else(pa.array(tf), records, nothing),
-            "produced_unknown": (tp & no_count).astype(np.int64),
+            "produced_unknown": (tp & stored_unknown).astype(np.int64),
             "consumed_unknown": (tf & no_count).astype(np.int64),
             "topic_errors": failed.astype(np.int64),
             "time_us": us[parent],

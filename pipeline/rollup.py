@@ -209,6 +209,8 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
         "name_status": "t.name_status",
         "tb": "t.bytes",
         "records": "t.records",
+        "fb": "t.failed_bytes",
+        "fr": "t.failed_records",
         "normal_codes": _normal_codes_sql("api.key"),
         "codes": "t.error_codes",
         "h": "xxhash64(coalesce(client.address, ''))",
@@ -228,6 +230,10 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
             "gone": f"CASE WHEN coalesce(array_contains(codes, {GONE_ID_ERRORS[0]}), false) THEN 1L "
             f"WHEN coalesce(array_contains(codes, {GONE_ID_ERRORS[1]}), false) THEN 2L ELSE 0L END",
             "hll_bucket": f"h & {(1 << HLL_P) - 1}L",
+            # what the broker stored of a Produce topic entry: its failed partitions taken out
+            # (records unknown where a failed count is: the sum is then marked, never guessed)
+            "sb": "tb - coalesce(fb, 0L)",
+            "sr": "CASE WHEN fb IS NULL THEN records ELSE records - fr END",
             "x0": smear,
         }
     )
@@ -261,11 +267,11 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
         "policy_events": "CAST(policy IS NOT NULL AS BIGINT)",
         "is_produce": f"CAST(api_key = {produce} AS BIGINT)",
         "is_fetch": f"CAST(api_key = {fetch} AS BIGINT)",
-        "produced_bytes": f"CASE WHEN api_key = {produce} THEN tb END",
+        "produced_bytes": f"CASE WHEN api_key = {produce} THEN sb END",
         "consumed_bytes": f"CASE WHEN api_key = {fetch} THEN tb END",
-        "produced_records": f"CASE WHEN api_key = {produce} THEN records END",
+        "produced_records": f"CASE WHEN api_key = {produce} THEN sr END",
         "consumed_records": f"CASE WHEN api_key = {fetch} THEN records END",
-        "produced_unknown": f"CAST(api_key = {produce} AND {no_count} AS BIGINT)",
+        "produced_unknown": f"CAST(api_key = {produce} AND sr IS NULL AND coalesce(sb, 0) > 0 AS BIGINT)",
         "consumed_unknown": f"CAST(api_key = {fetch} AND {no_count} AS BIGINT)",
         "topic_errors": "CAST(failed AS BIGINT)",
         "record_bytes": "tb",

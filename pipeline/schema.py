@@ -52,6 +52,9 @@ def event_schema() -> pa.Schema:
             ("bytes", pa.int64()),
             ("records", pa.int64()),
             ("error_codes", pa.list_(pa.int32())),
+            # Produce, when the answer failed some of the topic's partitions: what was not stored
+            ("failed_bytes", pa.int64()),
+            ("failed_records", pa.int64()),
         ]
     )
     return pa.schema(

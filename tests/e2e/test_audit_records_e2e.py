@@ -77,3 +77,56 @@ async def test_records_one_per_batch_are_billed_exactly(
     assert run.status == 0, run.err
     for audit_format, topic in topics.items():
         assert _billed(out, topic) == {"produced_records": N, "consumed_records": N}, audit_format
+
+
+@pytest.mark.timeout(300)
+async def test_refused_records_are_not_billed_as_produced(
+    tansu: Any, kgate_factory: Any, spark: Any, tmp_path: Path
+) -> None:
+    """Records the broker never stored are not billed: the authorizer refuses a producer's writes to
+    one topic (TOPIC_AUTHORIZATION_FAILED, answered by kgate) while its writes to another are stored,
+    the two often in one Produce request. The chargeback bills exactly the acknowledged records; it
+    billed every record sent (found by a new-user review). Real client, real broker, real kgate."""
+    from confluent_kafka import Producer
+    from support.spark import run_report
+
+    audit = tmp_path / "audit"
+    rules = [{"deny": ["write"], "topic": {"glob": "denied-*"}}]
+    k = kgate_factory(
+        tansu.bootstrap,
+        extra={
+            "filters": [
+                {"name": "authorizer", "config": {"default": "allow", "rules": rules}},
+                {"name": "audit-log", "config": {"directory": str(audit), "instance_id": "e2e-refused"}},
+            ]
+        },
+    )
+    allowed, denied = w.unique("allowed"), w.unique("denied")
+    for topic in (allowed, denied):
+        await asyncio.to_thread(w.confluent_create_topic, k.bootstrap, topic, 1)
+
+    def produce() -> dict[str, list[int]]:
+        p = Producer({"bootstrap.servers": k.bootstrap, "linger.ms": 20})
+        outcome = {allowed: [0, 0], denied: [0, 0]}  # topic -> [acknowledged, refused]
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            outcome[msg.topic()][0 if err is None else 1] += 1
+
+        for i in range(30):
+            p.produce(allowed, value=f"a{i}".encode(), on_delivery=on_delivery)
+            if i % 3 == 0:
+                p.produce(denied, value=f"d{i}".encode(), on_delivery=on_delivery)
+        assert p.flush(30) == 0
+        return outcome
+
+    outcome = await asyncio.to_thread(produce)
+    assert outcome == {allowed: [30, 0], denied: [0, 10]}, outcome
+    got = await asyncio.to_thread(w.confluent_read_topic, k.bootstrap, allowed, 30)
+    assert len(got) == 30
+    assert k.stop_and_check() == 0
+
+    out = tmp_path / "report"
+    run = await asyncio.to_thread(run_report, ["--input", str(audit), "--output", str(out), "--no-html"])
+    assert run.status == 0, run.err
+    assert _billed(out, allowed) == {"produced_records": 30, "consumed_records": 30}
+    assert _billed(out, denied) == {"produced_records": 0, "consumed_records": 0}

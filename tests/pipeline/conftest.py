@@ -66,8 +66,10 @@ def topic(
     records: int | None = None,
     errors: list[int] | None = None,
     partitions: int = 1,
+    failed: tuple[int, int | None] | None = None,
 ) -> dict[str, Any]:
-    return {
+    """A ``topics[]`` entry; ``failed``: a Produce's (failed_bytes, failed_records), written only then."""
+    out = {
         "id": id,
         "name": name,
         "name_status": status,
@@ -76,6 +78,9 @@ def topic(
         "records": records,
         "error_codes": [0] if errors is None else errors,
     }
+    if failed is not None:
+        out["failed_bytes"], out["failed_records"] = failed
+    return out
 
 
 def write_lines(path: Path, lines: list[str]) -> Path:

@@ -58,6 +58,17 @@ def _fleet(seed: int = 26) -> list[dict[str, Any]]:
                 tcode = 0 if by_id and code == 3 else code  # an id's lone code 3 is weighed by a rule of its own
                 nbytes = rng.choice([0, rng.randrange(1, 50_000)]) if key in (0, 1) else None
                 records = None if key == 3 else (None if rng.random() < 0.03 else rng.randrange(0, 400))
+                errors = [] if tcode is None else [tcode]
+                failed = None
+                if key == 0 and tcode and nbytes is not None:
+                    # a Produce answer that failed partitions: all of them, or some (then a part of the
+                    # bytes and records, or records the writer could not match: null)
+                    if rng.random() < 0.5:
+                        failed = (nbytes, records)
+                    else:
+                        errors = [0, tcode]
+                        lost = None if records is None or rng.random() < 0.1 else rng.randint(0, records)
+                        failed = (rng.randint(0, nbytes), lost)
                 topics.append(
                     topic(
                         name,
@@ -65,7 +76,8 @@ def _fleet(seed: int = 26) -> list[dict[str, Any]]:
                         status="resolved" if by_id else "given",
                         bytes=nbytes,
                         records=records,
-                        errors=[] if tcode is None else [tcode],
+                        errors=errors,
+                        failed=failed,
                     )
                 )
         out.append(
@@ -169,6 +181,25 @@ def _damaged_gzip(path: Path, events: list[dict[str, Any]]) -> list[dict[str, An
     return events[: text.count(b"\n")]
 
 
+def _without_failed(t: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in t.items() if k not in ("failed_bytes", "failed_records")}
+
+
+def _old_writer_parquet(path: Path, events: list[dict[str, Any]]) -> None:
+    """``events`` as Parquet in the event schema before topics[] had failed_bytes/failed_records."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kgate.pipeline.schema import event_schema
+
+    schema = event_schema()
+    i = schema.get_field_index("topics")
+    entry = schema.field(i).type.value_type
+    older = pa.struct([f for f in entry if f.name not in ("failed_bytes", "failed_records")])
+    schema = schema.set(i, pa.field("topics", pa.list_(older)))
+    pq.write_table(pa.Table.from_pylist(events, schema=schema), path, compression="zstd")
+
+
 def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> list[dict[str, Any]]:
     """Three files per instance-ish split; bad lines, an empty file and (JSON lines) a gzip file cut
     short beside them. Returns the events the report must count (those of the damaged file that
@@ -178,10 +209,15 @@ def _write_inputs(d: Path, events: list[dict[str, Any]], as_parquet: bool) -> li
     if as_parquet:
         from kgate.filters.builtin.audit.parquet import convert_file
 
-        for n, part in enumerate(thirds):
+        for n, part in enumerate(thirds[:2]):
             hidden = d / f".kgate-audit-{n}.jsonl"
             hidden.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in reversed(part)))
             convert_file(hidden)
+        # an older writer's file: its topics lack failed_bytes / failed_records (added 2026-11-27), which
+        # read as null: what it wrote is billed as before
+        old = [{**e, "topics": [_without_failed(t) for t in e["topics"]]} for e in thirds[2]]
+        _old_writer_parquet(d / "kgate-audit-old.parquet", old)
+        events = thirds[0] + thirds[1] + old
         (d / "broken.parquet").write_bytes(b"PAR1 not really")  # counted as one malformed line, never fatal
     else:
         write_events(d / "a.jsonl", list(reversed(thirds[0])), extra_lines=["garbage", '{"schema": 9}'])
@@ -224,10 +260,15 @@ def _expected(events: list[dict[str, Any]]) -> dict[str, dict[Any, dict[str, Any
                     if k != api_key:
                         continue
                     r["produce_requests" if k == 0 else "fetch_requests"] += 1
-                    r[f"{kind}_bytes"] += tp["bytes"] or 0
-                    if tp["records"] is None and (tp["bytes"] or 0) > 0:
+                    nbytes, records = tp["bytes"] or 0, tp["records"]
+                    if "failed_bytes" in tp:  # a Produce's failed partitions: not stored, not billed
+                        nbytes -= tp["failed_bytes"]
+                        lost = tp["failed_records"]
+                        records = None if records is None or lost is None else records - lost
+                    r[f"{kind}_bytes"] += nbytes
+                    if records is None and nbytes > 0:
                         r[f"{kind}_records_unknown"] += 1
-                    r[f"{kind}_records"] += tp["records"] or 0
+                    r[f"{kind}_records"] += records or 0
     for table in (charge, hourly):
         for r in table.values():
             for kind in ("produced", "consumed"):

@@ -115,7 +115,7 @@ NameLookup = Callable[[Iterable[UUID]], "dict[UUID, str | TopicNameError]"]
 
 
 class _Topic:
-    __slots__ = ("bytes", "codes", "id", "name", "partitions", "records")
+    __slots__ = ("bytes", "codes", "failed_bytes", "failed_records", "id", "name", "partitions", "records")
 
     def __init__(self, key: str | UUID) -> None:
         self.id: UUID | None = key if isinstance(key, UUID) else None
@@ -124,6 +124,10 @@ class _Topic:
         self.bytes: int | None = None
         self.records: int | None = None
         self.codes: list[int] = []
+        #: Produce only, once its answer failed a partition of the topic: what the broker did not store
+        #: (-1 records: not known); None while every partition was stored (docs/audit-log.md)
+        self.failed_bytes: int | None = None
+        self.failed_records: int | None = None
 
 
 def topic_ids_of(c: Captured) -> list[UUID]:
@@ -327,7 +331,75 @@ class _Facts:
         return _first_error(code for t in self.order for code in t.codes)
 
 
-def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:  # noqa: C901 - a branch per api shape
+def _compute_topics(c: Captured) -> tuple[int | None, list[_Topic]]:
+    first, topics = _facts_of(c)
+    if first and c.ex.api_key == PRODUCE and c.answer is not None:
+        _count_failed(c, topics)
+    return first, topics
+
+
+def _count_failed(c: Captured, topics: list[_Topic]) -> None:
+    """A Produce answer that failed partitions: per topic, the record bytes and records the broker did
+    not store, so a report bills what was written, not what was tried (a retried or refused batch
+    counts once). A topic whose every partition failed is read from its totals; one with some failed
+    is matched partition by partition on the decoded request and answer (a failure's cost only)."""
+    mixed = []
+    for t in topics:
+        if not t.codes or t.codes == [0] or (t.bytes is None and t.records is None):
+            continue  # all stored, or nothing known of what was sent (a refusal kgate never read)
+        if 0 in t.codes:
+            mixed.append(t)
+        else:
+            t.failed_bytes = t.bytes or 0
+            t.failed_records = -1 if t.records is None else t.records
+    if not mixed:
+        return
+    failed = _failed_partitions(c)
+    for t in mixed:
+        key = t.id if t.id is not None else t.name
+        found = failed.get(key) if failed is not None and key is not None else None
+        # not matched (a frame the decoder refused): the bytes stay billed, the records unknown
+        t.failed_bytes, t.failed_records = found if found is not None else (0, -1)
+
+
+def _failed_partitions(c: Captured) -> dict[str | UUID, tuple[int, int]] | None:
+    """Per topic key of a Produce request: (bytes, records) of its partitions the answer failed. None
+    when the request or the answer does not decode."""
+    request = _request(c)
+    if request is None and type(c.ex.req) is list:
+        header = _header(c)
+        joined = b"".join(c.ex.req)  # a streamed request: joined only when its answer failed a partition
+        if header is not None and len(joined) == c.ex.req_bytes:
+            try:
+                request = api.decode_request(PRODUCE, c.ex.api_version, memoryview(joined)[header[1] :])
+            except (api.CodecError, ValueError):
+                request = None
+    answer = _answer(c)
+    if request is None or answer is None:
+        return None
+    by_key: dict[str | UUID, dict[int, int]] = {}
+    by_pos: list[dict[int, int]] = []
+    for e in answer.responses:
+        codes = {p.index: p.error_code for p in e.partition_responses}
+        by_key[topic_key(e, "name")] = codes
+        by_pos.append(codes)
+    out: dict[str | UUID, tuple[int, int]] = {}
+    for pos, e in enumerate(request.topic_data):
+        key = topic_key(e, "name")
+        # by position where the broker zeroed an id it did not know (Tansu), as _Facts.answered does
+        codes = by_key.get(key) or (by_pos[pos] if pos < len(by_pos) else {})
+        nbytes = records = 0
+        for p in e.partition_data:
+            if codes.get(p.index, 0) == 0 or p.records is None or not len(p.records):
+                continue
+            nbytes += len(p.records)
+            records = _plus(records, count_records(p.records, 0, len(p.records)))
+        was = out.get(key, (0, 0))
+        out[key] = (was[0] + nbytes, _plus(was[1], records))
+    return out
+
+
+def _facts_of(c: Captured) -> tuple[int | None, list[_Topic]]:  # noqa: C901 - a branch per api shape
     ex = c.ex
     key = ex.api_key
     answered = c.answer is not None
@@ -612,10 +684,14 @@ def event_line(
         if head is None:
             head = _topic_head(tid, name, status)
         nbytes, records = t.bytes, t.records
+        failed = ""
+        if t.failed_bytes is not None:
+            lost = t.failed_records
+            failed = f',"failed_bytes":{t.failed_bytes},"failed_records":{"null" if lost is None or lost < 0 else lost}'
         parts.append(
             f'{head}"partitions":{t.partitions},"bytes":{"null" if nbytes is None else nbytes},'
             f'"records":{"null" if records is None or records < 0 else records},'
-            f'"error_codes":[{",".join(map(str, t.codes)) if answered else ""}]}}'
+            f'"error_codes":[{",".join(map(str, t.codes)) if answered else ""}]{failed}}}'
         )
     policy = ex.state.get(POLICY_STATE_KEY) if ex.state else None
     if answered:
