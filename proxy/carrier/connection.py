@@ -244,9 +244,12 @@ class ClientConnection(asyncio.Protocol):
         self._tick()
         self.core.close(reason, detail)
 
-    def timeout_snapshot(self) -> Snapshot:
-        """What the timeout sweep needs (proxy/carrier/timeouts.py); read once per sweep interval."""
+    def timeout_snapshot(self) -> Snapshot | None:
+        """What the timeout sweep needs (proxy/carrier/timeouts.py), read once per sweep interval; None
+        once closed or the client has left (nothing to time): one call per connection, not three."""
         core = self.core
+        if core.closed or core.client_gone:
+            return None
         waiting = core.upstream_waiting
         # by position (Snapshot's field order), as keywords cost a class call more: once per
         # connection per sweep, every second, for every connection kgate holds

@@ -45,11 +45,9 @@ if TYPE_CHECKING:
 class Swept(Protocol):
     """A connection as the sweep sees it (``ClientConnection``)."""
 
-    @property
-    def closed(self) -> bool: ...
-    @property
-    def client_gone(self) -> bool: ...
-    def timeout_snapshot(self) -> Snapshot: ...
+    def timeout_snapshot(self) -> Snapshot | None:
+        """None once the connection is closed or its client has left: the sweep skips it."""
+
     def close(self, reason: CloseReason, detail: str = "") -> None: ...
 
 
@@ -160,9 +158,9 @@ async def sweep_forever(cluster: SweptCluster) -> None:
         now = loop.time()
         live = cluster.connections
         for conn in list(live):
-            if conn.closed or conn.client_gone:
-                continue
             snap = conn.timeout_snapshot()
+            if snap is None:
+                continue
             watch = watches.get(conn)
             if watch is None:
                 watches[conn] = first_watch(snap, now)
