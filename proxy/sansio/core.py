@@ -81,7 +81,7 @@ from kgate.proxy.sansio.plans import (
     ResponsePlan,
     may_carry_unknown_topic,
 )
-from kgate.proxy.sansio.sasl import SaslState
+from kgate.proxy.sansio.sasl import NO_SASL, SaslState
 from kgate.proxy.sansio.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, State, advance
 from kgate.proxy.sansio.validate import check_request
 
@@ -122,6 +122,7 @@ _SCREEN: Final = RequestPlan.SCREEN
 _SCREEN_ANSWER: Final = ResponsePlan.SCREEN
 _CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 _FRAME_KEPT: Final = FRAME_KEPT  # imported names are dict lookups compiled, as above
+_NO_SASL: Final = NO_SASL
 
 
 class _HookedRequest(Exception):
@@ -344,7 +345,7 @@ class ConnectionCore:
         self.upstream_waiting: deque[Exchange] = deque()  # forwarded, in the order the broker answers
         # made on first use (a suspension, an acks=0 Produce): most connections never need them
         self.backlog: deque[memoryview] | None = None  # requests behind a suspended one
-        self.sasl = SaslState()
+        self.sasl: SaslState = _NO_SASL  # shared and read-only until the first SASL step (own_sasl)
         self.state = State.OPEN
         # derived from ``state`` by ``_to`` only (read on every frame, so kept as plain attributes)
         self.closed = False
@@ -368,7 +369,9 @@ class ConnectionCore:
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
         self._acks0: deque[int] | None = None  # correlation ids of recent acks=0 Produce (at most 256)
-        self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
+        #: start of a request that cannot be tracked yet (raw mode); None, not an empty list, while
+        #: nothing is held: a list per connection is one more object for the collector to walk
+        self._held: list[bytes] | None = None
         self._held_len = 0
         self._held_need = 0  # bytes to collect before trying again
         self.rx_chunks = 0  # reads from the client so far (the timeout sweep compares it between sweeps)
@@ -418,6 +421,14 @@ class ConnectionCore:
     def observed(self) -> bool:
         """Whether an exchange observer is installed (the carrier then sets ``now_ns`` per event)."""
         return self._observer is not None
+
+    def own_sasl(self) -> SaslState:
+        """This connection's SASL state, made at its first SASL step (every change goes through here):
+        until then the core reads the shared ``NO_SASL``, as most connections never authenticate."""
+        sasl = self.sasl
+        if sasl is _NO_SASL:
+            sasl = self.sasl = SaslState()
+        return sasl
 
     def _node_address(self, node_id: int, host: str, port: int) -> Address | None:
         """The client-facing address of a node a broker's answer names (rewrite.NodeMapper).
@@ -978,7 +989,7 @@ class ConnectionCore:
             if self._held_len < self._held_need:
                 return
             buf: bytes = b"".join(self._held)
-            self._held, self._held_len, self._held_need = [], 0, 0
+            self._held, self._held_len, self._held_need = None, 0, 0
         else:
             buf = data
         pos = 0
@@ -1256,9 +1267,9 @@ class ConnectionCore:
         if msg is None:
             return
         if api_key == SASL_HANDSHAKE:
-            self.sasl.handshake_request(str(msg.mechanism))
+            self.own_sasl().handshake_request(str(msg.mechanism))
         else:
-            self.sasl.authenticate_request(bytes(msg.auth_bytes))
+            self.own_sasl().authenticate_request(bytes(msg.auth_bytes))
 
     def _request(self, frame: memoryview) -> None:
         if self.sasl.raw:
@@ -1833,9 +1844,9 @@ class ConnectionCore:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
         if api_key == SASL_HANDSHAKE and version == 0 and getattr(msg, "error_code", None) == ErrorCode.NONE:
-            self.sasl.handshake_v0_accepted()
+            self.own_sasl().handshake_v0_accepted()
         elif api_key == SASL_AUTHENTICATE:
-            self.sasl.authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+            self.own_sasl().authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
             self.info.principal = self.sasl.principal
         if not hooks:
             ex.response = self._rewritten(ex, frame, offset, msg) if changed else self._as_sent(ex, frame)
