@@ -1567,31 +1567,33 @@ class ConnectionCore:
                         and cid == ex.cid
                     ):
                         waiting.popleft()
-                        answer: bytes | memoryview | None = data
-                        if plan is _SCREEN_ANSWER:
-                            # a Metadata answer its hooks' screens decide from its bytes (their hooks
-                            # run on the decoded answer, in the general path's order, when one declines)
-                            answer = self._screened_metadata(ex, data)
-                            if answer is None:
-                                if not self.closed:
-                                    self._decoded_response(ex, memoryview(data), screened=False)
-                                    self._flush()
-                                return
-                        elif plan is _BROKERS_ONLY:
-                            # _plain_answer's Metadata branch, inline: the one copy kept, as the
-                            # call costs the Metadata round trip measurably compiled (docs/performance.md)
-                            try:
-                                answer = self._answers.metadata(
-                                    data, ex.api_version, self._map_node, self.cluster.nodes_for_empty_answer
-                                )
-                            except (HeaderError, api.CodecError) as exc:
-                                self._undecodable_metadata(ex, exc)
-                                return
-                            self._metadata_rewrites.n += 1
-                        elif plan is not _PASS:
-                            answer = self._plain_answer(ex, data)
-                        if answer is None:
-                            return  # unreadable: the connection is closed
+                        answer: bytes | memoryview = data
+                        if plan is not _PASS:  # PASS (Produce, Fetch...) first: it goes as it came
+                            if plan is _BROKERS_ONLY:
+                                # _plain_answer's Metadata branch, inline: the one copy kept, as the
+                                # call costs the Metadata round trip measurably compiled (docs/performance.md)
+                                try:
+                                    made: bytes | memoryview | None = self._answers.metadata(
+                                        data, ex.api_version, self._map_node, self.cluster.nodes_for_empty_answer
+                                    )
+                                except (HeaderError, api.CodecError) as exc:
+                                    self._undecodable_metadata(ex, exc)
+                                    return
+                                self._metadata_rewrites.n += 1
+                            elif plan is _SCREEN_ANSWER:
+                                # a Metadata answer its hooks' screens decide from its bytes (their hooks
+                                # run on the decoded answer, in the general path's order, when one declines)
+                                made = self._screened_metadata(ex, data)
+                                if made is None:
+                                    if not self.closed:
+                                        self._decoded_response(ex, memoryview(data), screened=False)
+                                        self._flush()
+                                    return
+                            else:
+                                made = self._plain_answer(ex, data)
+                            if made is None:
+                                return  # unreadable: the connection is closed
+                            answer = made
                         pending.popleft()
                         self.write_client(answer)
                         if (
