@@ -272,7 +272,6 @@ class ConnectionCore:
         "_kept",
         "_kept_bytes",
         "_kept_frames",
-        "_learn",
         "_map_node",
         "_max_frame",
         "_max_inflight",
@@ -319,12 +318,10 @@ class ConnectionCore:
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
-        # kgate_address_rewrites' Metadata and ApiVersions counter cells and the node mapper, bound once:
-        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` per answer
-        # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
+        # kgate_address_rewrites' Metadata and ApiVersions counter cells, bound once: a Metadata
+        # answer's rewrite ran ``metrics.count_rewrite`` per answer (docs/performance.md)
         self._metadata_rewrites = cluster.metrics.metadata_rewrites
         self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
-        self._learn = cluster.learn_node
         # the node mapper handed to every rewrite, bound once (a bound method per answer costs); it
         # points back at this core, a cycle ``detach`` breaks at teardown
         self._map_node: rewrite.NodeMapper = self._node_address
@@ -436,7 +433,9 @@ class ConnectionCore:
         Learning is the cluster's bookkeeping; a node with no listener yet is bound by the
         carrier (``Actions.open_listener``) before the answer that names it is sent.
         """
-        addr = self._learn(node_id, host, port)
+        # the cluster's method looked up here, not bound per connection: a bound method object each,
+        # for a call made only for the nodes of an answer that is not a repeat
+        addr = self.cluster.learn_node(node_id, host, port)
         if addr is OPEN_LISTENER:
             return self.out.open_listener(node_id)
         return addr  # type: ignore[return-value]
