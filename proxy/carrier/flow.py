@@ -29,11 +29,14 @@ THROTTLED = "quota-throttle"
 
 
 class ReadGate:
-    __slots__ = ("_reasons", "_timer", "_transport", "_until")
+    __slots__ = ("_reasons", "_timer", "_transport", "_until", "paused")
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
         self._reasons: tuple[str, ...] = ()  # a few at most; the empty tuple is shared (no set per gate)
+        #: whether any reason holds: a plain attribute kept with ``_reasons``, since the timeout sweep
+        #: reads it for every connection every interval, where a property is a Python call each
+        self.paused = False
         self._timer: asyncio.TimerHandle | None = None  # resumes a timed pause (``pause_for``)
         self._until = 0.0  # loop time the timed pause ends
 
@@ -76,14 +79,11 @@ class ReadGate:
         if self._reasons and t is not None and not t.is_closing() and t.is_reading():
             t.pause_reading()
 
-    @property
-    def paused(self) -> bool:
-        return bool(self._reasons)
-
     def pause(self, reason: str) -> None:
         if reason in self._reasons:
             return
         self._reasons = (*self._reasons, reason)
+        self.paused = True
         t = self._transport
         if t is not None and not t.is_closing() and t.is_reading():
             t.pause_reading()
@@ -92,5 +92,6 @@ class ReadGate:
         if reason not in self._reasons:
             return
         self._reasons = tuple(r for r in self._reasons if r != reason)
+        self.paused = bool(self._reasons)
         if not self._reasons and self._transport is not None and not self._transport.is_closing():
             self._transport.resume_reading()

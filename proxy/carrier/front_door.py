@@ -73,7 +73,7 @@ def adopt_tls_principal(conn: ClientConnection, transport: asyncio.BaseTransport
     completed SASL exchange replaces the certificate's name (as on a Kafka SASL_SSL listener),
     while an exchange in progress or failed leaves the certificate's name in place.
     """
-    conn.info.principal = conn.core.sasl.principal = principal_of(transport)
+    conn.info.principal = conn.core.own_sasl().principal = principal_of(transport)
 
 
 class ListenerCluster(CarrierCluster, Protocol):

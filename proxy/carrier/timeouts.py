@@ -45,11 +45,9 @@ if TYPE_CHECKING:
 class Swept(Protocol):
     """A connection as the sweep sees it (``ClientConnection``)."""
 
-    @property
-    def closed(self) -> bool: ...
-    @property
-    def client_gone(self) -> bool: ...
-    def timeout_snapshot(self) -> Snapshot: ...
+    def timeout_snapshot(self) -> Snapshot | None:
+        """None once the connection is closed or its client has left: the sweep skips it."""
+
     def close(self, reason: CloseReason, detail: str = "") -> None: ...
 
 
@@ -157,22 +155,27 @@ async def sweep_forever(cluster: SweptCluster) -> None:
     watches: dict[Any, Watch] = {}
     while True:
         await asyncio.sleep(interval)
-        now = loop.time()
-        live = cluster.connections
-        for conn in list(live):
-            if conn.closed or conn.client_gone:
-                continue
-            snap = conn.timeout_snapshot()
-            watch = watches.get(conn)
-            if watch is None:
-                watches[conn] = first_watch(snap, now)
-                continue
-            reason = verdict(watch, snap, now, settings)
-            if reason is not None:
-                cluster.metrics.timed_out(_KINDS[reason.split(" ", 1)[0]])
-                conn.close(CloseReason.TIMEOUT, reason)
-        for conn in [c for c in watches if c not in live]:
-            del watches[conn]
+        sweep_once(cluster, watches, loop.time())
+
+
+def sweep_once(cluster: SweptCluster, watches: dict[Any, Watch], now: float) -> None:
+    """One pass over the cluster's connections at ``now``; ``watches`` is what the last pass saw."""
+    settings = cluster.settings
+    live = cluster.connections
+    for conn in list(live):
+        snap = conn.timeout_snapshot()
+        if snap is None:
+            continue
+        watch = watches.get(conn)
+        if watch is None:
+            watches[conn] = first_watch(snap, now)
+            continue
+        reason = verdict(watch, snap, now, settings)
+        if reason is not None:
+            cluster.metrics.timed_out(_KINDS[reason.split(" ", 1)[0]])
+            conn.close(CloseReason.TIMEOUT, reason)
+    for conn in [c for c in watches if c not in live]:
+        del watches[conn]
 
 
 _KINDS = {"idle": "idle", "first": "frame", "request": "frame", "broker": "upstream"}

@@ -81,7 +81,7 @@ from kgate.proxy.sansio.plans import (
     ResponsePlan,
     may_carry_unknown_topic,
 )
-from kgate.proxy.sansio.sasl import SaslState
+from kgate.proxy.sansio.sasl import NO_SASL, SaslState
 from kgate.proxy.sansio.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, State, advance
 from kgate.proxy.sansio.validate import check_request
 
@@ -122,6 +122,7 @@ _SCREEN: Final = RequestPlan.SCREEN
 _SCREEN_ANSWER: Final = ResponsePlan.SCREEN
 _CLIENT_LEFT: Final = CloseReason.CLIENT_LEFT
 _FRAME_KEPT: Final = FRAME_KEPT  # imported names are dict lookups compiled, as above
+_NO_SASL: Final = NO_SASL
 
 
 class _HookedRequest(Exception):
@@ -271,7 +272,6 @@ class ConnectionCore:
         "_kept",
         "_kept_bytes",
         "_kept_frames",
-        "_learn",
         "_map_node",
         "_max_frame",
         "_max_inflight",
@@ -318,12 +318,10 @@ class ConnectionCore:
         self.chain = cluster.chain
         self.plans = cluster.plans
         self._routes = cluster.plans.routes
-        # kgate_address_rewrites' Metadata and ApiVersions counter cells and the node mapper, bound once:
-        # a Metadata answer's rewrite ran ``metrics.count_rewrite`` per answer
-        # (~1,500 instructions compiled, ~1,000 pure; docs/performance.md)
+        # kgate_address_rewrites' Metadata and ApiVersions counter cells, bound once: a Metadata
+        # answer's rewrite ran ``metrics.count_rewrite`` per answer (docs/performance.md)
         self._metadata_rewrites = cluster.metrics.metadata_rewrites
         self._api_versions_rewrites = cluster.metrics.api_versions_rewrites
-        self._learn = cluster.learn_node
         # the node mapper handed to every rewrite, bound once (a bound method per answer costs); it
         # points back at this core, a cycle ``detach`` breaks at teardown
         self._map_node: rewrite.NodeMapper = self._node_address
@@ -344,7 +342,7 @@ class ConnectionCore:
         self.upstream_waiting: deque[Exchange] = deque()  # forwarded, in the order the broker answers
         # made on first use (a suspension, an acks=0 Produce): most connections never need them
         self.backlog: deque[memoryview] | None = None  # requests behind a suspended one
-        self.sasl = SaslState()
+        self.sasl: SaslState = _NO_SASL  # shared and read-only until the first SASL step (own_sasl)
         self.state = State.OPEN
         # derived from ``state`` by ``_to`` only (read on every frame, so kept as plain attributes)
         self.closed = False
@@ -368,7 +366,9 @@ class ConnectionCore:
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
         self._acks0: deque[int] | None = None  # correlation ids of recent acks=0 Produce (at most 256)
-        self._held: list[bytes] = []  # start of a request that cannot be tracked yet (raw mode)
+        #: start of a request that cannot be tracked yet (raw mode); None, not an empty list, while
+        #: nothing is held: a list per connection is one more object for the collector to walk
+        self._held: list[bytes] | None = None
         self._held_len = 0
         self._held_need = 0  # bytes to collect before trying again
         self.rx_chunks = 0  # reads from the client so far (the timeout sweep compares it between sweeps)
@@ -419,13 +419,23 @@ class ConnectionCore:
         """Whether an exchange observer is installed (the carrier then sets ``now_ns`` per event)."""
         return self._observer is not None
 
+    def own_sasl(self) -> SaslState:
+        """This connection's SASL state, made at its first SASL step (every change goes through here):
+        until then the core reads the shared ``NO_SASL``, as most connections never authenticate."""
+        sasl = self.sasl
+        if sasl is _NO_SASL:
+            sasl = self.sasl = SaslState()
+        return sasl
+
     def _node_address(self, node_id: int, host: str, port: int) -> Address | None:
         """The client-facing address of a node a broker's answer names (rewrite.NodeMapper).
 
         Learning is the cluster's bookkeeping; a node with no listener yet is bound by the
         carrier (``Actions.open_listener``) before the answer that names it is sent.
         """
-        addr = self._learn(node_id, host, port)
+        # the cluster's method looked up here, not bound per connection: a bound method object each,
+        # for a call made only for the nodes of an answer that is not a repeat
+        addr = self.cluster.learn_node(node_id, host, port)
         if addr is OPEN_LISTENER:
             return self.out.open_listener(node_id)
         return addr  # type: ignore[return-value]
@@ -978,7 +988,7 @@ class ConnectionCore:
             if self._held_len < self._held_need:
                 return
             buf: bytes = b"".join(self._held)
-            self._held, self._held_len, self._held_need = [], 0, 0
+            self._held, self._held_len, self._held_need = None, 0, 0
         else:
             buf = data
         pos = 0
@@ -1256,9 +1266,9 @@ class ConnectionCore:
         if msg is None:
             return
         if api_key == SASL_HANDSHAKE:
-            self.sasl.handshake_request(str(msg.mechanism))
+            self.own_sasl().handshake_request(str(msg.mechanism))
         else:
-            self.sasl.authenticate_request(bytes(msg.auth_bytes))
+            self.own_sasl().authenticate_request(bytes(msg.auth_bytes))
 
     def _request(self, frame: memoryview) -> None:
         if self.sasl.raw:
@@ -1556,31 +1566,33 @@ class ConnectionCore:
                         and cid == ex.cid
                     ):
                         waiting.popleft()
-                        answer: bytes | memoryview | None = data
-                        if plan is _SCREEN_ANSWER:
-                            # a Metadata answer its hooks' screens decide from its bytes (their hooks
-                            # run on the decoded answer, in the general path's order, when one declines)
-                            answer = self._screened_metadata(ex, data)
-                            if answer is None:
-                                if not self.closed:
-                                    self._decoded_response(ex, memoryview(data), screened=False)
-                                    self._flush()
-                                return
-                        elif plan is _BROKERS_ONLY:
-                            # _plain_answer's Metadata branch, inline: the one copy kept, as the
-                            # call costs the Metadata round trip measurably compiled (docs/performance.md)
-                            try:
-                                answer = self._answers.metadata(
-                                    data, ex.api_version, self._map_node, self.cluster.nodes_for_empty_answer
-                                )
-                            except (HeaderError, api.CodecError) as exc:
-                                self._undecodable_metadata(ex, exc)
-                                return
-                            self._metadata_rewrites.n += 1
-                        elif plan is not _PASS:
-                            answer = self._plain_answer(ex, data)
-                        if answer is None:
-                            return  # unreadable: the connection is closed
+                        answer: bytes | memoryview = data
+                        if plan is not _PASS:  # PASS (Produce, Fetch...) first: it goes as it came
+                            if plan is _BROKERS_ONLY:
+                                # _plain_answer's Metadata branch, inline: the one copy kept, as the
+                                # call costs the Metadata round trip measurably compiled (docs/performance.md)
+                                try:
+                                    made: bytes | memoryview | None = self._answers.metadata(
+                                        data, ex.api_version, self._map_node, self.cluster.nodes_for_empty_answer
+                                    )
+                                except (HeaderError, api.CodecError) as exc:
+                                    self._undecodable_metadata(ex, exc)
+                                    return
+                                self._metadata_rewrites.n += 1
+                            elif plan is _SCREEN_ANSWER:
+                                # a Metadata answer its hooks' screens decide from its bytes (their hooks
+                                # run on the decoded answer, in the general path's order, when one declines)
+                                made = self._screened_metadata(ex, data)
+                                if made is None:
+                                    if not self.closed:
+                                        self._decoded_response(ex, memoryview(data), screened=False)
+                                        self._flush()
+                                    return
+                            else:
+                                made = self._plain_answer(ex, data)
+                            if made is None:
+                                return  # unreadable: the connection is closed
+                            answer = made
                         pending.popleft()
                         self.write_client(answer)
                         if (
@@ -1833,9 +1845,9 @@ class ConnectionCore:
             self.cluster.metrics.count_rewrite(api_key)
         self.cluster.observe_response(api_key, version, msg, ex.request)
         if api_key == SASL_HANDSHAKE and version == 0 and getattr(msg, "error_code", None) == ErrorCode.NONE:
-            self.sasl.handshake_v0_accepted()
+            self.own_sasl().handshake_v0_accepted()
         elif api_key == SASL_AUTHENTICATE:
-            self.sasl.authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
+            self.own_sasl().authenticate_response(getattr(msg, "error_code", ErrorCode.UNKNOWN_SERVER_ERROR))
             self.info.principal = self.sasl.principal
         if not hooks:
             ex.response = self._rewritten(ex, frame, offset, msg) if changed else self._as_sent(ex, frame)

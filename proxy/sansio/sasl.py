@@ -9,6 +9,8 @@ clear (PLAIN, SCRAM-*) and trusts it only once the broker accepted the authentic
 
 from __future__ import annotations
 
+from typing import Final
+
 from kgate.api import ErrorCode
 from kgate.codec import api
 from kgate.codec.headers import peek_request
@@ -114,3 +116,21 @@ class SaslState:
         needed = _rounds(self.mechanism)
         if needed and self.auth_rounds >= needed and self.candidate is not None:
             self.principal, self.candidate = self.candidate, None
+
+
+class _Unstarted(SaslState):
+    """The state of a connection that has taken no SASL step: one instance (``NO_SASL``) shared by
+    every such connection, so each does not build its own. Read-only once made: a path that
+    changes SASL state without ``ConnectionCore.own_sasl()`` fails here, never writing one
+    connection's principal into all the others'."""
+
+    __slots__ = ("_sealed",)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_sealed", False):
+            raise AttributeError(f"NO_SASL is shared by every connection: set {name} on ConnectionCore.own_sasl()")
+        super().__setattr__(name, value)
+
+
+NO_SASL: Final[SaslState] = _Unstarted()
+NO_SASL._sealed = True  # type: ignore[attr-defined]

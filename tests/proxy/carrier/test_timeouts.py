@@ -69,3 +69,45 @@ def test_unanswered_request_times_out_unless_kgate_paused_the_broker() -> None:
 def test_sweep_interval_is_a_quarter_of_the_smallest_limit_at_most_one_second() -> None:
     assert sweep_interval(S) == 1.0
     assert sweep_interval(ProxySettings(frame_timeout_s=2)) == 0.5
+
+
+async def test_one_sweep_skips_closed_connections_forgets_them_and_closes_idle_ones() -> None:
+    """``sweep_once`` over real connections (no sockets): a closed one is neither timed nor kept in
+    the watches, an idle one closes once its idle time is up, with its reason."""
+    import asyncio
+
+    from kgate.config import parse_config
+    from kgate.filters.chain import FilterChain
+    from kgate.proxy.carrier.connection import ClientConnection
+    from kgate.proxy.carrier.timeouts import Watch, sweep_once
+    from kgate.proxy.runtime.cluster import VirtualCluster
+    from kgate.proxy.sansio.close_reason import CloseReason
+
+    cfg = parse_config(
+        {
+            "proxy": {"idle_timeout_s": 60},
+            "virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19995", "upstream": "127.0.0.1:9"}],
+        },
+        "test",
+    )
+    cluster = VirtualCluster(cfg.virtual_clusters[0], cfg.proxy, FilterChain([]), cfg.topic_names)
+    loop = asyncio.get_running_loop()
+    idle, gone = ClientConnection(cluster, None, loop), ClientConnection(cluster, None, loop)
+    for conn in (idle, gone):
+        conn.core.rx_chunks = conn.core.frames_in = 1  # one request read whole, nothing owed
+        cluster.connections.add(conn)
+    watches: dict[object, Watch] = {}
+    sweep_once(cluster, watches, 0.0)
+    assert set(watches) == {idle, gone}
+    gone.close(CloseReason.CLIENT_LEFT)
+    cluster.connections.add(gone)  # as if the sweep ran before its teardown let go of it
+    sweep_once(cluster, watches, 30.0)
+    assert not idle.closed
+    assert watches[gone].quiet_since == 0.0  # a closed connection is not timed
+    cluster.connections.discard(gone)
+    sweep_once(cluster, watches, 45.0)
+    assert set(watches) == {idle}  # gone from the cluster: forgotten
+    sweep_once(cluster, watches, 60.0)
+    assert idle.closed
+    assert idle.core.close_detail == "idle for 60s"
+    assert not watches  # closed by this pass, its teardown let go of it: forgotten in the same pass
