@@ -821,5 +821,8 @@ def quick_config(listen: str, upstream: str, filters: list[dict[str, Any]] | Non
             f"cannot listen on the wildcard address {_show(listen_hp.host)} in quick mode "
             "(no advertised host); use a config file with advertised_host",
         )
-    # no --filter: the default chain, as for a config file that names no filters
-    return parse_config({"virtual_clusters": [cluster], "filters": filters or None}, QUICK_SOURCE)
+    # --filter adds to the default chain, so naming a filter on the command line never silently drops
+    # the guardrails; one named again (guardrails with a config of its own) takes the default's place
+    named = {f.get("name") for f in filters or ()}
+    chain = [dict(f) for f in DEFAULT_CHAIN if f["name"] not in named] + list(filters or ())
+    return parse_config({"virtual_clusters": [cluster], "filters": chain}, QUICK_SOURCE)

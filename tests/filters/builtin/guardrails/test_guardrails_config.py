@@ -98,8 +98,17 @@ def test_filters_empty_turns_it_off_and_a_named_list_is_taken_as_it_is() -> None
     assert names(off.chain_for(off.virtual_clusters[0])) == []
     named = parse_config({"virtual_clusters": [CLUSTER], "filters": [{"name": "topic-policy"}]}, "t")
     assert names(named.filters) == ["topic-policy"]
+
+
+def test_quick_mode_filters_add_to_the_default_chain() -> None:
+    """``--filter`` adds (as documented): naming one never drops the guardrails silently; naming
+    guardrails itself gives them that config, in that place."""
     quick = quick_config("127.0.0.1:19300", "127.0.0.1:9092", [{"name": "internal-topics"}])
-    assert names(quick.filters) == ["internal-topics"]
+    assert names(quick.filters) == ["guardrails", "internal-topics"]
+    mine = [{"name": "topic-policy"}, {"name": "guardrails", "config": {"partitions": {"max_per_topic": 8}}}]
+    quick = quick_config("127.0.0.1:19300", "127.0.0.1:9092", mine)
+    assert names(quick.filters) == ["topic-policy", "guardrails"]
+    assert quick.filters[1].config["partitions"]["max_per_topic"] == 8
 
 
 def test_per_virtual_cluster_a_chain_of_its_own_replaces_the_default() -> None:
