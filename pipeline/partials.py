@@ -40,6 +40,7 @@ from kgate.pipeline.reports import (
     FIRST_ID_VERSION,
     GRAINS,
     HLL_P,
+    KNOWN_VERSION,
     MEASURES,
     SETS,
     SLOTS,
@@ -301,8 +302,13 @@ class Partials:
         errors = (answered_error & ~normal).astype(np.int64)
         latency = col["latency_us"]
         one = np.ones(n, dtype=np.int64)
-        with_ids = (is_fetch & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
-            is_produce & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
+        # the id-adoption counts: a version past the codec's only where the broker answered it
+        # (reports.KNOWN_VERSION)
+        answered = latency.is_valid().to_numpy(zero_copy_only=False)
+        fetches = is_fetch & (answered | (version <= KNOWN_VERSION[ApiKey.FETCH]))
+        produces = is_produce & (answered | (version <= KNOWN_VERSION[ApiKey.PRODUCE]))
+        with_ids = (fetches & (version >= FIRST_ID_VERSION[ApiKey.FETCH])) | (
+            produces & (version >= FIRST_ID_VERSION[ApiKey.PRODUCE])
         )
         policy = _policy_json(col["policy"]) if self.uses_of is None else pa.nulls(n, pa.string())
         ev: dict[str, Any] = {
@@ -326,10 +332,10 @@ class Partials:
             "errors": errors,
             "normal_errors": normal.astype(np.int64),
             "time_us": us,
-            "fetch_produce": (is_fetch | is_produce).astype(np.int64),
+            "fetch_produce": (fetches | produces).astype(np.int64),
             "with_ids": with_ids.astype(np.int64),
-            "fetch_version": pa.array(version, mask=~is_fetch),
-            "produce_version": pa.array(version, mask=~is_produce),
+            "fetch_version": pa.array(version, mask=~fetches),
+            "produce_version": pa.array(version, mask=~produces),
             "rho": _rho(h),
             "answered": latency.is_valid().cast(pa.int64()),
             "latency": latency,

@@ -41,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from kgate.codec import api
 from kgate.codec.generated.api_keys import ApiKey
 from kgate.pipeline.schema import MALFORMED, OK, UNKNOWN_SCHEMA, policy_type
 
@@ -49,6 +50,10 @@ if TYPE_CHECKING:
 
 #: Fetch and Produce carry topic ids from these versions on (KIP-516).
 FIRST_ID_VERSION: dict[ApiKey, int] = {ApiKey.FETCH: 13, ApiKey.PRODUCE: 13}
+#: The newest Fetch and Produce versions kgate's codec knows (Kafka 4.3.1's). A newer one counts in
+#: the id-adoption report only when the broker answered it: kgate forwards versions it does not know
+#: (a newer Kafka's), and a made-up one the broker closed on is not a client on topic ids.
+KNOWN_VERSION: dict[ApiKey, int] = {k: api.API_INFO[k].max_version for k in (ApiKey.FETCH, ApiKey.PRODUCE)}
 RESOLVED_STATUSES = ("given", "resolved")
 PERCENTILES = (0.5, 0.95, 0.99)
 #: HyperLogLog registers (2**HLL_P) for distinct client addresses per instance and day.

@@ -34,6 +34,7 @@ from kgate.pipeline.reports import (
     GRAINS,
     HLL_P,
     KEY_TYPES,
+    KNOWN_VERSION,
     MEASURES,
     SETS,
     SLOTS,
@@ -245,9 +246,13 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
         step2[f"x{shift}"] = f"{prev} | shiftrightunsigned({prev}, {shift})"
         prev = f"x{shift}"
     x = s1.selectExpr(*[f"{v} AS {k}" for k, v in step2.items()])
+    # the id-adoption counts: a version past the codec's only where the broker answered it
+    # (reports.KNOWN_VERSION)
+    fetches = f"(api_key = {fetch} AND (latency_us IS NOT NULL OR version <= {KNOWN_VERSION[ApiKey.FETCH]}))"
+    produces = f"(api_key = {produce} AND (latency_us IS NOT NULL OR version <= {KNOWN_VERSION[ApiKey.PRODUCE]}))"
     id_versions = (
-        f"(api_key = {fetch} AND version >= {FIRST_ID_VERSION[ApiKey.FETCH]}) OR "
-        f"(api_key = {produce} AND version >= {FIRST_ID_VERSION[ApiKey.PRODUCE]})"
+        f"({fetches} AND version >= {FIRST_ID_VERSION[ApiKey.FETCH]}) OR "
+        f"({produces} AND version >= {FIRST_ID_VERSION[ApiKey.PRODUCE]})"
     )
     no_count = "records IS NULL AND coalesce(tb, 0) > 0"
     values: dict[str, str] = {
@@ -257,10 +262,10 @@ def partials(events: DataFrame, window: Window = ALL_TIME, traffic_us: int = MIN
         "errors": "CAST(answered_error AND NOT normal AS BIGINT)",
         "normal_errors": "CAST(normal AS BIGINT)",
         "time_us": "time_us",
-        "fetch_produce": f"CAST(api_key IN ({fetch}, {produce}) AS BIGINT)",
+        "fetch_produce": f"CAST({fetches} OR {produces} AS BIGINT)",
         "with_ids": f"CAST({id_versions} AS BIGINT)",
-        "fetch_version": f"CASE WHEN api_key = {fetch} THEN version END",
-        "produce_version": f"CASE WHEN api_key = {produce} THEN version END",
+        "fetch_version": f"CASE WHEN {fetches} THEN version END",
+        "produce_version": f"CASE WHEN {produces} THEN version END",
         "rho": f"{width + 1}L - bit_count({prev})",
         "answered": "CAST(latency_us IS NOT NULL AS BIGINT)",
         "latency": "latency_us",

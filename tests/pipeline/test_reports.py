@@ -284,7 +284,13 @@ def small_stories(d: Path) -> Path:
     latencies += [
         event(PERCENTILE_T0 + i, api="ApiVersions", key=18, latency_us=v, **p) for i, v in enumerate(WORST_BUCKET)
     ]
-    write_events(d / "stories" / "audit.jsonl", normal + unknown + latencies)
+    # versions past kgate's codec: a made-up one the broker closed on (no answer), a newer Kafka's answered
+    versions = [
+        event(UNKNOWN_T0 + 5 * S, api="Produce", version=99, client_id="made-up", error_code=None, latency_us=None),
+        event(UNKNOWN_T0 + 6 * S, api="Fetch", version=40, client_id="future"),
+        event(UNKNOWN_T0 + 7 * S, api="Fetch", version=12, client_id="future"),
+    ]
+    write_events(d / "stories" / "audit.jsonl", normal + unknown + latencies + versions)
     _recreated_payments(d)  # d/audit: a.jsonl, b.jsonl.gz
     return d
 
@@ -297,6 +303,18 @@ def test_unknown_record_counts_are_marked_never_summed_as_zero(small: dict[str, 
     assert (row["consumed_records"], row["consumed_records_unknown"], row["consumed_bytes"]) == (None, 1, 550)
     hourly = _one(small["topic_hourly"], topic_name="u")
     assert (hourly["consumed_records"], hourly["consumed_records_unknown"], hourly["requests"]) == (None, 1, 4)
+
+
+def test_versions_past_the_codec_count_in_id_adoption_only_when_answered(
+    small: dict[str, list[dict[str, Any]]],
+) -> None:
+    """A Produce v99 the broker closed on is no client on topic ids (it showed as with_ids=1,
+    max_produce_version=99: found by a new-user review); a newer Kafka's Fetch it answered is."""
+    adoption = {r["client_id"]: r for r in small["id_adoption"]}
+    made_up = adoption.get("made-up")
+    assert made_up is None or (made_up["with_ids"], made_up["max_produce_version"]) == (0, None), made_up
+    future = adoption["future"]
+    assert (future["with_ids"], future["fetch_produce"], future["max_fetch_version"]) == (1, 2, 40)
 
 
 def test_protocol_normal_codes_are_not_failures(small: dict[str, list[dict[str, Any]]]) -> None:
