@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 
 from kgate.api import ConnectionInfo
 from kgate.codec import api
+from kgate.codec.api import api_name
 from kgate.codec.error_codes import ErrorCode
 from kgate.codec.generated.api_keys import FETCH, PRODUCE
 from kgate.filters.answer_errors import top_error_code
@@ -63,11 +64,6 @@ _UP = _N + 4  # first upstream bucket
 _UP_SUM = _UP + _N + 1
 _LABEL = _UP_SUM + 1
 UNKNOWN_API = -1
-
-
-def api_name(api_key: int) -> str:
-    info = api.API_INFO.get(api_key)
-    return "unknown" if info is None else info.name
 
 
 _ERROR_NAMES = {int(c): c.name for c in ErrorCode}

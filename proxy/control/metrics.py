@@ -26,6 +26,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from kgate.codec import api
+from kgate.codec.api import api_name
 from kgate.codec.generated.api_keys import ApiKey
 from kgate.proxy.control.logs import LineBudget
 from kgate.proxy.sansio.counter import Count
@@ -199,12 +200,6 @@ _LIVE: weakref.WeakSet[ClusterMetrics] = weakref.WeakSet()
 
 def _label(value: int) -> str:
     return "unknown" if value == UNKNOWN else str(value)
-
-
-def api_name(key: int) -> str:
-    """The label of an api key: its Kafka name (``Produce``), ``unknown`` for keys kgate does not know."""
-    info = api.API_INFO.get(key)
-    return "unknown" if info is None else info.name
 
 
 def _build_info() -> GaugeMetricFamily:
