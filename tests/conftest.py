@@ -153,8 +153,12 @@ _SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py"
 
 #: Kafka test modules of the second Kafka group, used with four or more workers: the Kafka tests'
 #: one chain (~275 s quiet) would then be the suite's longest; two chains cost a second session
-#: broker (about 15 CPU-s) and end sooner (the Java-client modules, ~130 s, against the rest)
-_KAFKA2_MODULES = frozenset({"test_kafka43_java.py", "test_quotas.py", "test_tls_kafka.py"})
+#: broker (about 15 CPU-s) and end sooner (the Java-client modules, ~130 s, against the rest).
+#: Every module that uses Kafka 4.0 is here: one Kafka 4.0 broker per run, not one per chain
+#: (~7 CPU-s each; tests/unit/test_markers.py checks it)
+_KAFKA2_MODULES = frozenset(
+    {"test_kafka43_java.py", "test_quotas.py", "test_tls_kafka.py", "test_describe_pages_e2e.py"}
+)
 
 
 def _split_kafka() -> bool:

@@ -67,6 +67,19 @@ def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest
     assert not wrong, wrong[:20]
 
 
+def test_one_chain_starts_kafka_40(request: pytest.FixtureRequest) -> None:
+    """Every test that uses Kafka 4.0 (its fixture, or a fixture's parameter naming it) is in one
+    xdist group: each group's worker starts its own session brokers, so a second group would start a
+    second Kafka 4.0 (conftest's ``_KAFKA2_MODULES``)."""
+    groups: dict[str | None, list[str]] = {}
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "kafka40" in item.fixturenames or "kafka40" in {v for v in params.values() if isinstance(v, str)}:
+            mark = item.get_closest_marker("xdist_group")
+            groups.setdefault(mark.args[0] if mark is not None else None, []).append(item.nodeid)
+    assert len(groups) <= 1, {g: ids[:3] for g, ids in groups.items()}
+
+
 def test_an_xdist_worker_hands_its_groups_to_the_scheduler(request: pytest.FixtureRequest) -> None:
     """``--dist loadgroup`` schedules by the groups a worker wrote at collection (conftest): every
     grouped test is there under its node id (xdist's own node id suffix is lost on pytest 9)."""
