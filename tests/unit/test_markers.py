@@ -47,15 +47,15 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
 
 
 def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
-    """One Kafka 4.3 (or 4.0) per run (two with four or more workers), two SparkSessions: their tests
-    go to one worker per group, not one JVM each."""
+    """One Kafka 4.3 (or 4.0) per run (two 4.3 with four or more workers), one SparkSession: their
+    tests go to one worker per group, not one JVM each."""
     wrong = []
     for item in request.session.items:
         group = item.get_closest_marker("xdist_group")
         name = group.args[0] if group is not None else None
         marks = _marks(item)
         if "spark" in marks:
-            expected = name if name in ("spark", "spark2") else "spark"
+            expected = "spark"
         elif "kafka" in marks:
             expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
             if expected == "kafka43" and _split_kafka() and item.path.name in _KAFKA2_MODULES:
