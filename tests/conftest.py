@@ -143,18 +143,19 @@ def _uses_kafka(item: pytest.Item) -> bool:
     return _module_uses(getattr(item, "module", None), _KAFKA_SUPPORT)
 
 
-#: Spark test modules of the second Spark group: the Spark tests are over half the suite's test
-#: time, too much for one worker's chain; two groups (two SparkSessions) keep both cores busy
-#: to the end. test_reports, test_cli and test_browser share the fleet's one report (a session
-#: fixture: one per worker), so they are on one side with test_oracle; test_follow and the two
-#: audit e2e tests on the other (about 150 s and 135 s of test time each, serially at load ~10)
-_SPARK2_MODULES = frozenset({"test_reports.py", "test_cli.py", "test_browser.py", "test_oracle.py"})
+# The Spark tests are one group, one SparkSession: a second session (a second group, as before
+# 2026-11-27) kept a second core busy with Spark to the end but cost a JVM start, a first report in
+# a cold JVM (~25 CPU-s against ~10 warm) and its idle threads (docs/performance.md, issue 29)
 
 
 #: Kafka test modules of the second Kafka group, used with four or more workers: the Kafka tests'
 #: one chain (~275 s quiet) would then be the suite's longest; two chains cost a second session
-#: broker (about 15 CPU-s) and end sooner (the Java-client modules, ~130 s, against the rest)
-_KAFKA2_MODULES = frozenset({"test_kafka43_java.py", "test_quotas.py", "test_tls_kafka.py"})
+#: broker (about 15 CPU-s) and end sooner (the Java-client modules, ~130 s, against the rest).
+#: Every module that uses Kafka 4.0 is here: one Kafka 4.0 broker per run, not one per chain
+#: (~7 CPU-s each; tests/unit/test_markers.py checks it)
+_KAFKA2_MODULES = frozenset(
+    {"test_kafka43_java.py", "test_quotas.py", "test_tls_kafka.py", "test_describe_pages_e2e.py"}
+)
 
 
 def _split_kafka() -> bool:
@@ -164,11 +165,11 @@ def _split_kafka() -> bool:
 def _xdist_group(item: pytest.Item, kafka: bool, uses_spark: bool) -> str | None:
     """Tests that run a JVM share one xdist worker per kind: the session's broker (or SparkSession)
     starts once per run, not once per worker, and two cores never run three JVMs of one kind at once
-    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group). Spark
-    has two groups (``_SPARK2_MODULES``). Everything else is spread test by test
-    (``--dist loadgroup``)."""
+    (a test that starts its own Kafka, or ``kgate report``'s Spark, joins its kind's group). Kafka 4.3
+    has two groups with four or more workers (``_KAFKA2_MODULES``). Everything else is spread test by
+    test (``--dist loadgroup``)."""
     if uses_spark:
-        return "spark2" if item.path.name in _SPARK2_MODULES else "spark"
+        return "spark"
     if kafka:
         names = item.fixturenames
         on_43 = "kafka" in names or _broker_param(item) == "kafka"

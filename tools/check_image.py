@@ -426,6 +426,9 @@ def _free_range(count: int) -> int:
             for p in range(base, base + count):
                 s = socket.socket()
                 socks.append(s)
+                # as kgate's listeners bind: a port that only a closed connection's TIME_WAIT holds is
+                # free to them, and a suite run leaves hundreds of those across the ephemeral range
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 s.bind(("127.0.0.1", p))
             return base
         except OSError:

@@ -113,11 +113,15 @@ def test_librdkafka_streams_fetch_v16_through_kgate(tansu, kgate_factory, leader
 @pytest.mark.timeout(300)
 def test_java_clients_use_produce_v13_and_fetch_v18(kafka, kgate_factory, tmp_path) -> None:
     """Kafka 4.3.1's console producer and consumer (a classic group) carry 400 records of 2 kB through
-    kgate with Produce v13 and Fetch v17+; neither JVM nor this process has a socket to the broker."""
+    kgate with Produce v13 and Fetch v17+; neither JVM nor this process has a socket to the broker.
+    kgate has topic-policy in its chain: the Java clients through a policy that must name the topic
+    each Produce v13 gives by id only (test_kafka_clients' Java test, folded in here)."""
     from support import kafka_broker  # here: a module-level import would put every test here in the Kafka group
     from support.java_clients import JavaTools
 
-    k = kgate_factory(kafka.bootstrap, bootstrap_serves_node=True, extra={"proxy": {"drain_timeout_s": 2}})
+    k = kgate_factory(
+        kafka.bootstrap, bootstrap_serves_node=True, extra={"proxy": {"drain_timeout_s": 2}, "filters": POLICY}
+    )
     topic = w.unique("java43")
     lines = [f"java-{i}-" + "x" * 2000 for i in range(400)]
     # the tools' JVMs are watched run by run (their sockets sampled, kgate's accepted connections counted)

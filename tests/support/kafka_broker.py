@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -271,16 +272,54 @@ class Kafka(ManagedProcess):
         return f"{HOST}:{self.ssl_port}"
 
     def _format(self) -> None:
+        """The log dir as ``kafka-storage.sh format`` makes it: the release's ``bootstrap.checkpoint``
+        (its default feature levels: nothing of this broker's) copied from the one format per release
+        and machine (``_bootstrap_checkpoint``), and a ``meta.properties`` with a fresh cluster id and
+        directory id. A format is a JVM run of ~1 CPU-s; a test run starts five or more brokers."""
         if self._formatted or (self.data_dir / "meta.properties").exists():
             self._formatted = True
             return
+        checkpoint = self._bootstrap_checkpoint()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(checkpoint, self.data_dir / "bootstrap.checkpoint")
+        meta = f"node.id={NODE_ID}\ndirectory.id={random_cluster_id()}\nversion=1\ncluster.id={random_cluster_id()}\n"
+        tmp = self.data_dir / ".meta.properties.tmp"
+        tmp.write_text(meta)
+        os.replace(tmp, self.data_dir / "meta.properties")  # last: its presence means formatted
+        self._formatted = True
+
+    def _bootstrap_checkpoint(self) -> Path:
+        """The release's ``bootstrap.checkpoint``, from one real ``kafka-storage.sh format`` per
+        unpacked distribution (kept beside it, under a lock against parallel workers)."""
+        kept = self.home / ".kgate-bootstrap.checkpoint"
+        if kept.exists():
+            return kept
+        with open(cache_dir() / "kafka-format.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not kept.exists():
+                scratch = Path(tempfile.mkdtemp(prefix="kgate-format-", dir=self.workdir))
+                try:
+                    props = scratch / "server.properties"
+                    props.write_text(
+                        self.config_path.read_text().replace(
+                            f"log.dirs={self.data_dir}", f"log.dirs={scratch / 'data'}"
+                        )
+                    )
+                    self._run_format(props)
+                    shutil.copyfile(scratch / "data" / "bootstrap.checkpoint", str(kept) + ".tmp")
+                    os.replace(str(kept) + ".tmp", kept)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
+        return kept
+
+    def _run_format(self, config_path: Path) -> None:
         storage = str(self.home / "bin" / "kafka-storage.sh")
         archive = jvm_cds.prepare(self.home, "kafka-storage.sh", self._jvm_opts())
         status: int | None = None
         try:
             # one JVM start-up fewer than ``kafka-storage.sh random-uuid``
             res = subprocess.run(
-                [storage, "format", "-t", random_cluster_id(), "-c", str(self.config_path)],
+                [storage, "format", "-t", random_cluster_id(), "-c", str(config_path)],
                 capture_output=True,
                 text=True,
                 env=self._with_archive(archive),
@@ -291,7 +330,6 @@ class Kafka(ManagedProcess):
             jvm_cds.done(archive, status)
         if res.returncode != 0:
             raise RuntimeError(f"kafka-storage.sh format failed: {res.stdout}{res.stderr}")
-        self._formatted = True
 
     def start(self, timeout: float = START_TIMEOUT_S) -> Kafka:
         self._format()

@@ -100,6 +100,74 @@ def tcp_connections(pid: int | None = None) -> list[Conn]:
     return [c for c in all_tcp(pid, mine) if c.state != "LISTEN"]
 
 
+# -- the watchers' samples: the kernel's socket dump (sock_diag), not /proc/net/tcp's text ----------
+# /proc/net/tcp is the namespace's every socket formatted as text, TIME_WAIT ones included: with the
+# ~2,000 a test run leaves around, one read cost ~5 ms of kernel time and its parse ~3 ms, and a
+# watcher samples every 20-50 ms (docs/performance.md, issue 29). A NETLINK_SOCK_DIAG dump asks only
+# for the connecting and established sockets and gets them in binary.
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY = 4, 20
+_NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
+_NLMSG_ERROR, _NLMSG_DONE = 2, 3
+#: TCP_ESTABLISHED (1), TCP_SYN_SENT (2), TCP_SYN_RECV (3): the states the watchers count
+_LIVE_STATES = {1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV"}
+_LIVE_MASK = sum(1 << state for state in _LIVE_STATES)
+_DIAG_MSG = struct.Struct("=BBBB2s2s16s16sI8sIIIII")  # inet_diag_msg: 72 bytes
+_V4_MAPPED = b"\0" * 10 + b"\xff\xff"
+
+
+def _diag_addr(family: int, raw: bytes, port: bytes) -> tuple[str, int]:
+    number = int.from_bytes(port, "big")
+    if family == socket.AF_INET:
+        return socket.inet_ntoa(raw[:4]), number
+    if raw[:12] == _V4_MAPPED:
+        return socket.inet_ntoa(raw[12:]), number
+    return socket.inet_ntop(socket.AF_INET6, raw), number
+
+
+def _diag_dump(family: int) -> list[Conn]:
+    """The namespace's TCP sockets of ``family`` in the live states, from the kernel (sock_diag)."""
+    req = struct.pack("=BBBBI48s", family, socket.IPPROTO_TCP, 0, 0, _LIVE_MASK, b"")
+    header = struct.pack("=IHHII", 16 + len(req), _SOCK_DIAG_BY_FAMILY, _NLM_F_REQUEST | _NLM_F_DUMP, 1, 0)
+    out: list[Conn] = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, _NETLINK_SOCK_DIAG) as nl:
+        nl.sendto(header + req, (0, 0))
+        while True:
+            data = nl.recv(1 << 16)
+            at = 0
+            while at + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, at)
+                if kind == _NLMSG_DONE:
+                    return out
+                if kind == _NLMSG_ERROR:
+                    (errno,) = struct.unpack_from("=i", data, at + 16)
+                    raise OSError(-errno, os.strerror(-errno))
+                fam, state, _t, _r, sport, dport, src, dst, _if, _cookie, _e, _rq, _wq, _uid, inode = (
+                    _DIAG_MSG.unpack_from(data, at + 16)
+                )
+                if state in _LIVE_STATES:
+                    out.append(
+                        Conn(_diag_addr(fam, src, sport), _diag_addr(fam, dst, dport), _LIVE_STATES[state], inode)
+                    )
+                at += (length + 3) & ~3
+            if not data:
+                return out
+
+
+def live_connections(pid: int | None = None) -> list[Conn]:
+    """``pid``'s TCP sockets that are connecting or established (what the watchers count): from the
+    kernel's socket dump where it answers, else from /proc/net/tcp (:func:`tcp_connections`). The
+    dump is this process's network namespace: the tests' processes share it."""
+    pid = os.getpid() if pid is None else pid
+    mine = socket_inodes(pid)
+    if not mine:
+        return []
+    try:
+        everything = _diag_dump(socket.AF_INET) + _diag_dump(socket.AF_INET6)
+    except OSError:
+        return [c for c in all_tcp(pid, mine) if c.state in ("ESTABLISHED", "SYN_SENT", "SYN_RECV")]
+    return [c for c in everything if c.inode in mine]
+
+
 def remote_ports(pid: int | None = None) -> set[int]:
     return {c.remote[1] for c in tcp_connections(pid) if c.state in ("ESTABLISHED", "SYN_SENT")}
 
@@ -155,7 +223,7 @@ class ConnectionWatcher:
         self._thread = threading.Thread(target=self._run, name="conn-watcher", daemon=True)
 
     def _sample(self):
-        for c in tcp_connections(self.pid):
+        for c in live_connections(self.pid):
             if c.state in ("ESTABLISHED", "SYN_SENT", "SYN_RECV"):
                 self.seen.add(c.remote[1])
                 if c.remote[1] in self.forbidden and (c.local, c.remote) not in self.ignore:
@@ -238,7 +306,7 @@ def _sampler_main(argv: list[str]) -> None:
     samples, max_gap, last = 0, 0.0, None
     pid = int(line) if line.strip() else None
     while pid is not None:
-        for c in tcp_connections(pid):
+        for c in live_connections(pid):
             if c.state in ("ESTABLISHED", "SYN_SENT", "SYN_RECV"):
                 seen.add(c.remote[1])
                 if c.remote[1] in forbidden:

@@ -47,15 +47,15 @@ def test_directories_and_fixtures_decide_the_marks(request: pytest.FixtureReques
 
 
 def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest) -> None:
-    """One Kafka 4.3 (or 4.0) per run (two with four or more workers), two SparkSessions: their tests
-    go to one worker per group, not one JVM each."""
+    """One Kafka 4.3 (or 4.0) per run (two 4.3 with four or more workers), one SparkSession: their
+    tests go to one worker per group, not one JVM each."""
     wrong = []
     for item in request.session.items:
         group = item.get_closest_marker("xdist_group")
         name = group.args[0] if group is not None else None
         marks = _marks(item)
         if "spark" in marks:
-            expected = name if name in ("spark", "spark2") else "spark"
+            expected = "spark"
         elif "kafka" in marks:
             expected = "kafka40" if name == "kafka40" and "kafka" not in item.fixturenames else "kafka43"
             if expected == "kafka43" and _split_kafka() and item.path.name in _KAFKA2_MODULES:
@@ -65,6 +65,19 @@ def test_jvm_tests_share_one_xdist_group_per_kind(request: pytest.FixtureRequest
         if name != expected:
             wrong.append(f"{item.nodeid}: group {name}, expected {expected}")
     assert not wrong, wrong[:20]
+
+
+def test_one_chain_starts_kafka_40(request: pytest.FixtureRequest) -> None:
+    """Every test that uses Kafka 4.0 (its fixture, or a fixture's parameter naming it) is in one
+    xdist group: each group's worker starts its own session brokers, so a second group would start a
+    second Kafka 4.0 (conftest's ``_KAFKA2_MODULES``)."""
+    groups: dict[str | None, list[str]] = {}
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if "kafka40" in item.fixturenames or "kafka40" in {v for v in params.values() if isinstance(v, str)}:
+            mark = item.get_closest_marker("xdist_group")
+            groups.setdefault(mark.args[0] if mark is not None else None, []).append(item.nodeid)
+    assert len(groups) <= 1, {g: ids[:3] for g, ids in groups.items()}
 
 
 def test_an_xdist_worker_hands_its_groups_to_the_scheduler(request: pytest.FixtureRequest) -> None:
