@@ -353,6 +353,17 @@ class CoreMachine(RuleBasedStateMachine):
         if self.half_closed and not self.client_left and not core.closed:
             assert core.half_closed
             assert core.suspended or core.pending or core._stream_left, "a half-closed connection owing nothing lingers"
+            # what the model still owes its client: a hook not settled, an answer not fed whole (the
+            # request the FIN cut short is owed nothing: the broker never had it whole)
+            owed = [
+                s
+                for s in self.sent
+                if not s.cut
+                and s.kind != "produce-acks0"
+                and (s.fate == "undecided" or (s.fate == "forward" and not s.answered))
+            ]
+            assert owed, "every answer went to the half-closed client, yet the connection is open"
+            assert not core.mid_frame, "a request the FIN cut short is still held"
 
 
 class RawCoreMachine(CoreMachine):

@@ -16,7 +16,7 @@ from support.core_driver import make_core
 
 from kgate.api import ApiKey, Filter, FilterContext, on_request
 from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse
-from kgate.codec.headers import parse_request_header
+from kgate.codec.headers import parse_request_header, response_frame
 from kgate.filters.chain import Decision, Verdict
 from kgate.proxy.sansio import states
 from kgate.proxy.sansio.close_reason import CloseReason
@@ -30,7 +30,6 @@ from kgate.proxy.sansio.states import (
     TransitionError,
     advance,
 )
-from kgate.codec.headers import response_frame
 from kgate.testing.frames import request_bytes
 
 ALL_PAIRS = list(itertools.product(State, Event))
