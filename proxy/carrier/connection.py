@@ -567,9 +567,12 @@ class ClientConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         """The client half-closed: keep its transport open for the answers it is still owed; the
-        core closes it once they went (``ConnectionCore.client_eof``)."""
+        core closes it once they went (``ConnectionCore.client_eof``).
+
+        Owed nothing (the common end: a client closes between requests), the transport closes as
+        before and ``connection_lost`` ends the connection: the close costs one check more."""
         transport = self.transport
-        if transport is None or self.phase is _TORN_DOWN:
+        if self.core.drained or transport is None or self.phase is _TORN_DOWN:
             return False
         if transport.get_extra_info("sslcontext") is not None:
             return False  # asyncio's TLS transports cannot stay half-open (True only logs a warning)

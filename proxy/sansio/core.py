@@ -262,6 +262,7 @@ class ConnectionCore:
         "_backlog_arrived",
         "_backlog_bytes",
         "_behind",
+        "_client_done",
         "_client_raw",
         "_declined",
         "_go_raw",
@@ -352,6 +353,10 @@ class ConnectionCore:
         self.suspended = False
         self.client_gone = False
         self.half_closed = False  # the client sent its FIN: nothing more to read, answers still go
+        #: half-closed or gone: answers take the general path (``_flush``: discarded for a client that
+        #: left; written, then the connection ends after the last, for one that half-closed), so the
+        #: whole-answer fast path tests one flag for both (``receive_broker``)
+        self._client_done = False
         # raw mode forwards request bytes as they arrive, until a request a hook must see (then the
         # connection is filtered: _leave_raw); validation must see each request whole first
         self.raw_requests = not settings.validate_requests
@@ -476,6 +481,7 @@ class ConnectionCore:
         self.suspended = state in SUSPENDED_STATES
         self.client_gone = state in CLIENT_GONE_STATES
         self.half_closed = state in HALF_CLOSED_STATES
+        self._client_done = self.half_closed or self.client_gone
 
     @property
     def drained(self) -> bool:
@@ -1635,7 +1641,7 @@ class ConnectionCore:
                 # _response's checks and _flush's loop (the saving is in docs/performance.md); _flush
                 # runs only when something more is ready or a pause may lift.
                 waiting = self.upstream_waiting
-                if waiting and self._observer is None and not self.client_gone:
+                if waiting and self._observer is None and not self._client_done:
                     ex = waiting[0]
                     plan = ex.plan
                     pending = self.pending
@@ -1684,7 +1690,6 @@ class ConnectionCore:
                             (pending and pending[0].response is not None)
                             or self._answers_paused
                             or self._inflight_paused
-                            or self.half_closed  # the last answer to it may have gone: _flush ends it
                         ):
                             self._flush()
                         return
