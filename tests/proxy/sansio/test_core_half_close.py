@@ -14,16 +14,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.core_driver import make_core
+from support.core_driver import RecordingActions, make_core
+from support.fake_cluster import FakeCluster
 
-from kgate.api import ApiKey, Filter, FilterContext, on_request
+from kgate.api import ApiKey, ConnectionInfo, Filter, FilterContext, on_request
 from kgate.codec import api
 from kgate.codec.framing import FrameReader
 from kgate.codec.generated.data import metadata as mm
 from kgate.codec.generated.data import produce as pm
 from kgate.codec.headers import request_frame, response_frame
-from kgate.filters.chain import Decision, Verdict
+from kgate.config import parse_config
+from kgate.filters.chain import Decision, FilterChain, Verdict
 from kgate.proxy.sansio.close_reason import CloseReason
+from kgate.proxy.sansio.core import ConnectionCore
 from kgate.proxy.sansio.states import State
 
 PRODUCE_V, METADATA_V, API_VERSIONS_V = 9, 12, 3
@@ -280,3 +283,37 @@ def test_a_kgate_close_while_half_closed_keeps_its_reason() -> None:
     core.client_eof()
     core.close(CloseReason.TIMEOUT, "broker did not answer a request within 30s")
     assert out.close_reason is CloseReason.TIMEOUT
+
+
+class Reports:
+    """An exchange observer (filters/exchanges.py): what it was told, per exchange."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, bool]] = []  # (correlation id, answered)
+
+    def __call__(self, ex: Any, info: Any, answer: Any, size: int | None, end_ns: int) -> None:
+        self.got.append((ex.cid, answer is not None))
+
+
+def _observed_core(observer: Reports) -> tuple[Any, Any]:
+    cfg = parse_config(
+        {"virtual_clusters": [{"name": "t", "listen": "127.0.0.1:19999", "upstream": "127.0.0.1:9"}]}, "test"
+    )
+    cluster = FakeCluster(cfg.proxy, FilterChain([]), cfg.virtual_clusters[0].name)
+    cluster.exchange_observer = observer
+    out = RecordingActions(cluster)
+    return ConnectionCore(cluster, ConnectionInfo("127.0.0.1:1", "t"), out), out
+
+
+def test_observed_a_cut_request_is_reported_once_unanswered() -> None:
+    """Each exchange is reported exactly once: the one the FIN cut short at the FIN, unanswered."""
+    for acks in (1, 0):
+        reports = Reports()
+        core, out = _observed_core(reports)
+        big = produce(2, acks=acks, records=b"\x00" * 5000)
+        core.receive_client(metadata(1) + big[:200])
+        core.client_eof()
+        assert reports.got == [(2, False)]
+        core.receive_broker(answer(1, METADATA, METADATA_V))
+        assert reports.got == [(2, False), (1, True)]
+        assert out.close_reason is CloseReason.CLIENT_LEFT
