@@ -8,6 +8,14 @@ before the upstream is connected, flow control by the transports' water marks (`
 when one side's write buffer is full, reading from the other side pauses, and resumes when it
 drains), and the teardown (the broker side half-closed gently so it can finish acks=0 data).
 
+A client that half-closes (its FIN) keeps its transport open for writing (``eof_received``
+returns True) and the core answers what it read (``ConnectionCore.client_eof``), then closes. The
+FIN is not passed on to the broker: kgate knows itself that no request follows and closes the
+broker connection once the last answer is through, while a broker that read the FIN early might
+end the connection before writing answers it owes (Kafka answers what it read either way: it
+reads a connection's next request only once it answered the last). Over TLS asyncio cannot keep a
+transport half-open, so there a FIN stays a full close.
+
 The client transport calls ``core.receive_client`` directly (``data_received`` is the core's
 bound method), so the data path pays no extra call for this split.
 """
@@ -558,7 +566,24 @@ class ClientConnection(asyncio.Protocol):
             core.write_up = self.send_upstream
 
     def eof_received(self) -> bool:
-        return False
+        """The client half-closed: keep its transport open for the answers it is still owed; the
+        core closes it once they went (``ConnectionCore.client_eof``).
+
+        Owed nothing (the common end: a client closes between requests), the transport closes as
+        before and ``connection_lost`` ends the connection: the close costs one check more."""
+        transport = self.transport
+        if self.core.drained or transport is None or self.phase is _TORN_DOWN:
+            return False
+        if transport.get_extra_info("sslcontext") is not None:
+            return False  # asyncio's TLS transports cannot stay half-open (True only logs a warning)
+        self.gate.detach()  # reading is over: a resume would only read the end of the stream again
+        try:
+            self._tick()
+            self.core.client_eof()
+        except Exception:  # a bug in kgate: this connection only, never the process
+            log.exception("finishing a half-closed connection for %s failed", self.peer)
+            self.core.close(CloseReason.INTERNAL, "internal error after the client half-closed")
+        return True
 
     def pause_writing(self) -> None:
         self.pause_broker("client-buffer-full")

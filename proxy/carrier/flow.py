@@ -88,6 +88,11 @@ class ReadGate:
         if t is not None and not t.is_closing() and t.is_reading():
             t.pause_reading()
 
+    def detach(self) -> None:
+        """The transport reads no more (its peer half-closed): pauses and resumes leave it alone, as
+        a resume would make it read the end of the stream again."""
+        self._transport = None
+
     def resume(self, reason: str) -> None:
         if reason not in self._reasons:
             return

@@ -1,10 +1,11 @@
 """The connection core: one client connection's protocol logic, without sockets (sans-IO).
 
 Events go in as method calls: ``receive_client`` and ``receive_broker`` (bytes), ``hook_done``
-(a suspended hook run ended), ``client_closed`` and ``close`` (kgate, a timeout or the broker
-ends it). Actions go out through ``Actions``: ``send_upstream``, ``send_client``, pausing and
-resuming reading on either side, ``spawn`` (await a suspended hook run), ``report_held`` and
-``close_sockets``. ``proxy/carrier/connection.py`` carries them out on asyncio transports; the tests drive the
+(a suspended hook run ended), ``client_eof`` (the client half-closed), ``client_closed`` and
+``close`` (kgate, a timeout or the broker ends it). Actions go out through ``Actions``:
+``send_upstream``, ``send_client``, pausing and resuming reading on either side, ``spawn``
+(await a suspended hook run), ``report_held`` and ``close_sockets``.
+``proxy/carrier/connection.py`` carries them out on asyncio transports; the tests drive the
 core with a recorder (tests/proxy/), including hypothesis state machines, with no event loop.
 Actions are calls on an object rather than a returned list so the data path allocates nothing
 per chunk: most chunks produce exactly one action (forward these bytes).
@@ -82,7 +83,7 @@ from kgate.proxy.sansio.plans import (
     may_carry_unknown_topic,
 )
 from kgate.proxy.sansio.sasl import NO_SASL, SaslState
-from kgate.proxy.sansio.states import CLIENT_GONE_STATES, SUSPENDED_STATES, Event, State, advance
+from kgate.proxy.sansio.states import CLIENT_GONE_STATES, HALF_CLOSED_STATES, SUSPENDED_STATES, Event, State, advance
 from kgate.proxy.sansio.validate import check_request
 
 if TYPE_CHECKING:
@@ -261,6 +262,7 @@ class ConnectionCore:
         "_backlog_arrived",
         "_backlog_bytes",
         "_behind",
+        "_client_done",
         "_client_raw",
         "_declined",
         "_go_raw",
@@ -282,6 +284,7 @@ class ConnectionCore:
         "_old",
         "_req_observed",
         "_req_skip",
+        "_req_stream_answered",
         "_req_stream_left",
         "_routes",
         "_stream_left",
@@ -294,6 +297,7 @@ class ConnectionCore:
         "closed",
         "cluster",
         "frames_in",
+        "half_closed",
         "info",
         "now_ns",
         "out",
@@ -348,6 +352,11 @@ class ConnectionCore:
         self.closed = False
         self.suspended = False
         self.client_gone = False
+        self.half_closed = False  # the client sent its FIN: nothing more to read, answers still go
+        #: half-closed or gone: answers take the general path (``_flush``: discarded for a client that
+        #: left; written, then the connection ends after the last, for one that half-closed), so the
+        #: whole-answer fast path tests one flag for both (``receive_broker``)
+        self._client_done = False
         # raw mode forwards request bytes as they arrive, until a request a hook must see (then the
         # connection is filtered: _leave_raw); validation must see each request whole first
         self.raw_requests = not settings.validate_requests
@@ -365,6 +374,9 @@ class ConnectionCore:
         self._tail: response_tail.TailStream | None = None
         self._req_skip = 0  # bytes of a tracked request still to pass through (raw mode)
         self._req_stream_left = 0  # bytes of a peeked Produce still to pass through (filter mode)
+        #: the request streaming through (either count above) expects an answer: its exchange is the
+        #: newest (read only if the client's EOF cuts it short: ``_drop_cut_request``)
+        self._req_stream_answered = False
         self._acks0: deque[int] | None = None  # correlation ids of recent acks=0 Produce (at most 256)
         #: start of a request that cannot be tracked yet (raw mode); None, not an empty list, while
         #: nothing is held: a list per connection is one more object for the collector to walk
@@ -468,6 +480,8 @@ class ConnectionCore:
         self.closed = state is State.CLOSED
         self.suspended = state in SUSPENDED_STATES
         self.client_gone = state in CLIENT_GONE_STATES
+        self.half_closed = state in HALF_CLOSED_STATES
+        self._client_done = self.half_closed or self.client_gone
 
     @property
     def drained(self) -> bool:
@@ -613,6 +627,78 @@ class ConnectionCore:
     def peer(self) -> str:
         return self.info.client_address
 
+    def client_eof(self) -> None:
+        """The client half-closed its socket (its FIN): it sends nothing more, and may still read.
+
+        As a broker does with a client that half-closes, and a TCP proxy passes on: every request
+        read from it still goes upstream (one suspended behind a hook, its backlog, what the
+        in-flight limit kept) and every answer still goes to it; once nothing is left to answer
+        the connection ends as a client leaving (FINISHED: ``_finish_if_half_closed``). A request
+        cut short by the FIN can never complete: what is held of it is dropped, never forwarded
+        (``_drop_cut_request``). The in-flight limit lets go, as for a client that left: reading
+        is over, and what it kept was read (at most a read or two past the limit). A second EOF
+        (the transport read again after a resume) changes nothing.
+        """
+        if self.closed or self.half_closed or self.client_gone:
+            return
+        self._max_inflight = 1 << 62
+        self._inflight_paused = False
+        if self._kept is not None or self._kept_frames is not None:
+            self._replay_kept()  # before the transition: a flush during it must not finish yet
+            if self.closed:
+                return
+        self._drop_cut_request()
+        pending = len(self.pending)
+        if pending and log.isEnabledFor(logging.DEBUG):
+            log.debug("client %s half-closed; answering %d request(s) read from it", self.peer, pending)
+        self._to(Event.CLIENT_EOF)
+        self._finish_if_half_closed()
+
+    def _drop_cut_request(self) -> None:
+        """At the client's EOF, the request it had begun and will never finish: dropped.
+
+        Held bytes of it (a frame not whole in the reader, a header not whole in raw mode) never go
+        upstream. A request kgate was already streaming upstream (a large Produce forwarded as it
+        arrives) stays cut at the broker, which can never answer it: its exchange is dropped, so
+        it does not keep the connection open (the broker answers the requests before it first, in
+        order; kgate then closes the broker connection). The cut request's exchange, when it has
+        one (not an acks=0 Produce), is the newest (``_req_stream_answered``).
+        """
+        if self.reader.buffered:
+            self.reader.discard()
+            self._declined = None  # the cut frame's screens' verdict: nothing left to take it
+        if self._held:
+            self._held, self._held_len, self._held_need = None, 0, 0
+        if not (self._req_skip or self._req_stream_left):
+            return
+        self._req_skip = self._req_stream_left = 0
+        observed = self._req_observed
+        if observed is not None:
+            self._req_observed = None
+            if observed[2]:  # an acks=0 Produce cut short: reported as gone, as at a close (_unanswered)
+                self._observer(observed[0], self.info, None, None, observed[0].t0_ns)  # type: ignore[misc]
+        if not self._req_stream_answered:
+            return
+        self._req_stream_answered = False
+        waiting, pending = self.upstream_waiting, self.pending
+        if waiting and pending and waiting[-1] is pending[-1]:  # always, as nothing can follow it
+            cut = waiting.pop()
+            pending.pop()
+            if self._observer is not None:
+                self._observer(cut, self.info, None, None, self.now_ns)
+
+    def _finish_if_half_closed(self) -> None:
+        """A half-closed client owed nothing more (every answer written, nothing suspended or
+        queued, nothing streaming): the connection ends, as a client leaving."""
+        if self.state is State.HALF_CLOSED and self.drained:
+            self._to(Event.FINISHED)
+            self.close_detail = "client closed the connection"
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("client %s (cluster %s) left: every answer written", self.peer, self.cluster.name)
+            if self._old is not None or self._behind is not None:
+                self._release_old()
+            self.out.close_sockets(_CLIENT_LEFT)
+
     def client_closed(self) -> None:
         """The client's socket closed. Requests read from it but not sent yet (behind a suspended
         hook) still go: a broker processes what it has read from a client that left, and acks=0
@@ -671,6 +757,7 @@ class ConnectionCore:
             log.debug("closing client %s (cluster %s): %s", self.peer, self.cluster.name, text)
         self._kept = self._kept_frames = None  # not sent: _flush below must not replay them
         self._kept_bytes = 0
+        self.half_closed = False  # this close ends it: the flush below must not finish it first (FINISHED)
         self._flush()
         if self._observer is not None:
             self._unanswered()
@@ -951,6 +1038,7 @@ class ConnectionCore:
                 self._observe_start(ex, head, size + 4)
             self._forward(out, ex)
         self._req_stream_left = size + 4 - len(head)
+        self._req_stream_answered = prefix.acks != 0
         self._go_raw = True
         return True
 
@@ -1085,11 +1173,13 @@ class ConnectionCore:
         """Track a frame from its first bytes only; False when more of it is needed."""
         if len(head) < 12 or self.sasl.raw or self._plan_of(head) is _OBSERVE:
             return False  # decoded whole (rare, small)
+        waiting = len(self.upstream_waiting)
         try:
             self._track(head)
         except HeaderError:
             return False  # header fields not all here yet
         self.frames_in += 1
+        self._req_stream_answered = len(self.upstream_waiting) > waiting  # not an acks=0 Produce
         return True
 
     def _exchange(
@@ -1450,6 +1540,7 @@ class ConnectionCore:
             self.out.resume_client("backlog-full")
         self._report_held()
         self._finish_if_client_gone()
+        self._finish_if_half_closed()  # e.g. an acks=0 Produce a hook let go: nothing to answer
 
     def _request_timed_out(self, header: RequestHeader, msg: Any) -> Decision:
         """A request hook that took too long: Kafka's REQUEST_TIMED_OUT in the api's error shape."""
@@ -1550,7 +1641,7 @@ class ConnectionCore:
                 # _response's checks and _flush's loop (the saving is in docs/performance.md); _flush
                 # runs only when something more is ready or a pause may lift.
                 waiting = self.upstream_waiting
-                if waiting and self._observer is None and not self.client_gone:
+                if waiting and self._observer is None and not self._client_done:
                     ex = waiting[0]
                     plan = ex.plan
                     pending = self.pending
@@ -1994,6 +2085,8 @@ class ConnectionCore:
                 if self._inflight_paused or self.closed:
                     return  # stopped again at the limit: reading stays paused
             self.out.resume_client("inflight-limit")
+        if self.half_closed:
+            self._finish_if_half_closed()  # the last answer to a client that half-closed went
 
     def _answers_waiting(self) -> int:
         """Answers that arrived (or are being prepared) but cannot be delivered yet.

@@ -13,6 +13,9 @@ what a client and a broker could observe:
 - the per-connection limits hold (backlog and in-flight pause reading from the client);
 - a client that leaves while a request is suspended loses nothing it sent: the suspended request
   and those queued behind it still go upstream, then the connection closes;
+- a client that half-closes (its FIN, perhaps in the middle of a request) still gets every answer
+  to every whole request it sent, in order, and the connection closes once it owes nothing; the
+  request the FIN cut short never reaches the broker whole;
 - after a close, nothing more is sent either way.
 
 The machine runs twice: with the filter (filter mode, frames decoded where hooked) and without
@@ -75,6 +78,7 @@ class Sent:
     suspends: bool
     fate: str = "undecided"  # "forward" | "kgate" (kgate answered) | "undecided" (suspended, unsettled)
     answered: bool = False  # the broker's answer has been fed whole
+    cut: bool = False  # the client half-closed before sending all of it
 
 
 def metadata_request(cid: int, suspends: bool) -> bytes:
@@ -121,6 +125,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.broker_bytes = b""  # answered by the model broker, not yet fed to the core
         self.next_cid = 1
         self.client_left = False
+        self.half_closed = False
         self.broker_closed = False
         self.client_bytes_at_leave = 0
         self.fed = 0  # client bytes fed to the core
@@ -128,7 +133,9 @@ class CoreMachine(RuleBasedStateMachine):
         self.queued_answers: set[int] = set()
 
     # -- the model client ----------------------------------------------------------------------
-    @precondition(lambda self: not self.client_left and not self.core.closed and len(self.sent) < 40)
+    @precondition(
+        lambda self: not self.client_left and not self.half_closed and not self.core.closed and len(self.sent) < 40
+    )
     @rule(kind=st.sampled_from(["metadata", "metadata-wait", "metadata-wait", "produce", "produce-acks0"]))
     def client_writes(self, kind: str) -> None:
         cid = self.next_cid
@@ -143,7 +150,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.sent.append(s)
         self.client_bytes += frame
 
-    @precondition(lambda self: self.client_bytes and not self.client_left)
+    @precondition(lambda self: self.client_bytes and not self.client_left and not self.half_closed)
     @rule(cut=st.integers(min_value=1, max_value=400))
     def client_bytes_arrive(self, cut: int) -> None:
         data, self.client_bytes = self.client_bytes[:cut], self.client_bytes[cut:]
@@ -169,6 +176,39 @@ class CoreMachine(RuleBasedStateMachine):
         # requests the in-flight limit kept go when the client leaves; one a hook suspends keeps the
         # connection too, and otherwise it ends
         assert self.core.closed != self.core.suspended, "the connection ends unless a request is suspended"
+
+    @precondition(lambda self: not self.client_left and not self.half_closed and not self.core.closed and self.sent)
+    @rule(
+        now=st.integers(0, 2),
+        cut_kind=st.sampled_from(["", "", "metadata", "metadata-wait", "produce", "produce-acks0"]),
+        cut_at=st.integers(min_value=1, max_value=10_000),
+    )
+    def client_half_closes(self, now: int, cut_kind: str, cut_at: int) -> None:
+        """The client sends its FIN (``shutdown(SHUT_WR)``): everything it wrote arrives first, perhaps
+        ending with the start of a request it never finishes (``cut_kind``)."""
+        if now:
+            return  # an ending: rarer than the other steps
+        if self.client_bytes:
+            data, self.client_bytes = self.client_bytes, b""
+            self.fed += len(data)
+            self.core.receive_client(data)
+        if cut_kind and not self.core.closed:
+            cid = self.next_cid
+            self.next_cid += 1
+            if cut_kind.startswith("metadata"):
+                frame, kind = metadata_request(cid, cut_kind == "metadata-wait"), "metadata"
+            else:
+                frame, kind = produce_request(cid, 0 if cut_kind == "produce-acks0" else 1), cut_kind
+            part = frame[: 1 + cut_at % (len(frame) - 1)]
+            self.sent.append(Sent(cid, kind, frame, False, fate="cut", cut=True))
+            self.fed += len(part)
+            self.core.receive_client(part)
+        self.half_closed = True
+        event(f"client half-closes: cut={cut_kind or 'no'}, suspended={self.core.suspended}")
+        self.core.client_eof()
+        if not self.core.closed:
+            assert self.core.half_closed
+            assert self.core.suspended or self.core.pending or self.core._stream_left, "owes nothing, yet open"
 
     # -- hooks -----------------------------------------------------------------------------------
     @precondition(lambda self: self.out.spawned and not self.core.closed)
@@ -232,6 +272,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.core.receive_broker(data)
         for suspension in self.out.spawned:
             self.core.hook_done(suspension, Decision(Verdict.FORWARD, suspension.message))
+        self.core.client_eof()
         self.core.client_closed()
         self.core.close(CloseReason.SHUTDOWN)
         assert (bytes(self.out.client.data), bytes(self.out.upstream.data), self.out.close_reason) == before
@@ -254,8 +295,10 @@ class CoreMachine(RuleBasedStateMachine):
     def broker_sees_requests_in_order(self) -> None:
         got = cids(self.out.upstream.data, 8)
         expected = self._expected_upstream()
-        if self.client_left and self.out.close_reason is CloseReason.CLIENT_LEFT:
+        if (self.client_left or self.half_closed) and self.out.close_reason is CloseReason.CLIENT_LEFT:
             assert got == expected, "a departed client's requests were lost"
+        elif self.half_closed and not self.client_left and not self.core.closed:
+            assert got == expected, "a request read before the client's FIN waits"
         elif self.core.closed or self.client_left:
             assert got == expected[: len(got)]  # a close may stop the rest; a departed client's are on the way
         else:
@@ -268,7 +311,7 @@ class CoreMachine(RuleBasedStateMachine):
     @invariant()
     def client_gets_answers_in_order(self) -> None:
         got = cids(self.out.client.data, 4)
-        owed = [s for s in self.sent if s.kind != "produce-acks0"]
+        owed = [s for s in self.sent if s.kind != "produce-acks0" and not s.cut]
         expected = []
         for s in owed:
             if s.fate == "kgate" or (s.fate == "forward" and s.answered):
@@ -293,7 +336,7 @@ class CoreMachine(RuleBasedStateMachine):
         assert len(self.core.backlog or ()) <= MAX_QUEUED + 40  # reading pauses; frames of one read may still queue
         if len(self.core.backlog or ()) >= MAX_QUEUED:
             assert "backlog-full" in self.out.client_paused
-        if not self.core.client_gone:  # exact, within a read and after a suspension too
+        if not self.core.client_gone and not self.core.half_closed:  # exact, within a read and after a suspension too
             assert len(self.core.pending) <= MAX_INFLIGHT
 
     @invariant()
@@ -305,8 +348,22 @@ class CoreMachine(RuleBasedStateMachine):
             assert self.out.spawned, "suspended without a hook run to wait for"
         if self.client_left and not core.suspended and not core.backlog:
             assert core.closed, "a departed client's connection lingers"
-        if self.client_left and core.closed and not self.broker_closed:
+        if (self.client_left or self.half_closed) and core.closed and not self.broker_closed:
             assert self.out.close_reason is CloseReason.CLIENT_LEFT
+        if self.half_closed and not self.client_left and not core.closed:
+            assert core.half_closed
+            assert core.suspended or core.pending or core._stream_left, "a half-closed connection owing nothing lingers"
+            # what the model still owes its client: a hook not settled, an answer not fed whole (the
+            # request the FIN cut short is owed nothing: the broker never had it whole)
+            owed = [
+                s
+                for s in self.sent
+                if not s.cut
+                and s.kind != "produce-acks0"
+                and (s.fate == "undecided" or (s.fate == "forward" and not s.answered))
+            ]
+            assert owed, "every answer went to the half-closed client, yet the connection is open"
+            assert not core.mid_frame, "a request the FIN cut short is still held"
 
 
 class RawCoreMachine(CoreMachine):

@@ -15,13 +15,14 @@ import pytest
 from support.core_driver import make_core
 
 from kgate.api import ApiKey, Filter, FilterContext, on_request
-from kgate.codec.generated.data.metadata import MetadataRequest
-from kgate.codec.headers import parse_request_header
+from kgate.codec.generated.data.metadata import MetadataRequest, MetadataResponse
+from kgate.codec.headers import parse_request_header, response_frame
 from kgate.filters.chain import Decision, Verdict
 from kgate.proxy.sansio import states
 from kgate.proxy.sansio.close_reason import CloseReason
 from kgate.proxy.sansio.states import (
     CLIENT_GONE_STATES,
+    HALF_CLOSED_STATES,
     SUSPENDED_STATES,
     TRANSITIONS,
     Event,
@@ -74,6 +75,14 @@ def test_a_departed_client_never_comes_back() -> None:
             assert dst in CLIENT_GONE_STATES or dst is State.CLOSED, (src, dst)
 
 
+def test_a_half_closed_client_never_sends_again() -> None:
+    """After the client's FIN no event returns to a state that reads from it: half-closed states
+    lead only to half-closed ones, to the departed ones (its socket gone for good) or to CLOSED."""
+    for (src, _), dst in TRANSITIONS.items():
+        if src in HALF_CLOSED_STATES:
+            assert dst in HALF_CLOSED_STATES | CLIENT_GONE_STATES or dst is State.CLOSED, (src, dst)
+
+
 def test_only_suspend_enters_a_suspended_state() -> None:
     for (src, event), dst in TRANSITIONS.items():
         if dst in SUSPENDED_STATES and src not in SUSPENDED_STATES:
@@ -83,7 +92,7 @@ def test_only_suspend_enters_a_suspended_state() -> None:
 def test_a_hook_cannot_end_twice() -> None:
     """HOOK_DONE is only legal while suspended (or after close): a second hook_done for one
     suspension would release a request out of order."""
-    for state in (State.OPEN, State.CLIENT_GONE):
+    for state in (State.OPEN, State.HALF_CLOSED, State.CLIENT_GONE):
         with pytest.raises(TransitionError):
             advance(state, Event.HOOK_DONE)
 
@@ -134,6 +143,11 @@ def _walk(steps: list[str], table: _Recording) -> None:
             core.receive_client((len(head) - 4).to_bytes(4, "big") + head[4:])
         elif step == "client-closed":
             core.client_closed()
+        elif step == "eof":  # the client half-closed (its FIN)
+            core.client_eof()
+        elif step == "answer":  # the broker answers the oldest request it has
+            head = core.upstream_waiting[0]
+            core.receive_broker(response_frame(head.cid, 1, MetadataResponse().encode(12)))
         else:
             core.close(CloseReason.SHUTDOWN)
 
@@ -151,6 +165,14 @@ def test_the_core_fires_every_edge_of_the_table(monkeypatch: pytest.MonkeyPatch)
         ["request", "request", "client-closed", "hook-done", "hook-done"],
         # CLIENT_GONE -> CLOSED (CLOSE): the backlog's next request cannot be read
         ["request", "unreadable", "client-closed", "hook-done"],
+        # OPEN -> HALF_CLOSED (an answer owed) -> FINISHED once it went
+        ["request", "hook-done", "eof", "answer"],
+        ["request", "hook-done", "eof", "close"],  # HALF_CLOSED -> CLOSED
+        # SUSPENDED -> HALF_SUSPENDED -> HALF_CLOSED -> (the backlog suspends) HALF_SUSPENDED -> ...
+        ["request", "request", "eof", "hook-done", "hook-done", "answer", "answer"],
+        ["request", "eof", "close"],  # HALF_SUSPENDED -> CLOSED
+        # HALF_SUSPENDED -> GONE_SUSPENDED: the client's socket went for good (a reset) after its FIN
+        ["request", "eof", "client-closed", "hook-done"],
     ]
     for walk in walks:
         _walk(walk, table)
