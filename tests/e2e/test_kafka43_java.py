@@ -57,6 +57,13 @@ def _versions_used(k: Kgate, key: ApiKey) -> dict[int, float]:
     return out
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _high_watermark(k: Kgate, topic: str) -> int:
     """Partition 0's end offset, asked through kgate (ListOffsets): how many records it holds."""
     from confluent_kafka import Consumer, TopicPartition
@@ -282,9 +289,18 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     w.assert_exact(values, got)  # the records are there
     _share_group_starts_at_earliest(k, group)
 
+    cpu_before = _cpu_seconds(k.pid)
     run = tools.share_consume(topic, group, 1, idle_timeout_ms=8000)
+    cpu = _cpu_seconds(k.pid) - cpu_before
     assert run.lines() == [], f"the share consumer read a denied topic:\n{run.describe()}"
-    assert _versions_used(k, ApiKey.SHARE_GROUP_HEARTBEAT), "the share consumer never asked kgate to join"
+    heartbeats = sum(_versions_used(k, ApiKey.SHARE_GROUP_HEARTBEAT).values())
+    assert heartbeats, "the share consumer never asked kgate to join"
+    assert "TOPIC_AUTHORIZATION_FAILED" in run.stderr, f"the refusal never reached the consumer:\n{run.describe()}"
+    # A refused member stays JOINING, and the Java client sends a joining member's next heartbeat as soon
+    # as the last is answered: answered at once, it sent ~7,000 a second. kgate answers a member refused
+    # again after refused_heartbeat_delay_ms (1 s): about one a second over the 8 s wait and the JVM's start.
+    print(f"ShareGroupHeartbeat through kgate: {heartbeats:.0f} in {run.seconds:.1f}s; kgate CPU {cpu:.2f}s")
+    assert heartbeats < 100, f"the refused share consumer spun: {heartbeats:.0f} heartbeats in {run.seconds:.1f}s"
 
 
 @pytest.mark.timeout(120)
