@@ -165,12 +165,10 @@ class Authorizer(Filter):
         unresolved = config.get("unresolved_error", "UNKNOWN_TOPIC_ID")
         if unresolved not in _UNRESOLVED:
             raise FilterConfigError(f"unresolved_error: expected one of {sorted(_UNRESOLVED)}, got {unresolved!r}")
-        return {
-            "rules": list(config.get("rules") or []),
-            "default": default,
-            "unresolved_error": unresolved,
-            "refused_heartbeat_delay_ms": delay_config(config.get("refused_heartbeat_delay_ms")),
-        }
+        valid = {"rules": list(config.get("rules") or []), "default": default, "unresolved_error": unresolved}
+        if "refused_heartbeat_delay_ms" in config:  # left out when not given: the default applies
+            valid["refused_heartbeat_delay_ms"] = delay_config(config["refused_heartbeat_delay_ms"])
+        return valid
 
     def __init__(self, config: Mapping[str, Any], *, rules: RuleSet | None = None, report_as: str = "") -> None:
         """``rules``/``report_as``: for topic-policy, which applies its own rule set through these handlers."""
@@ -427,8 +425,9 @@ class Authorizer(Filter):
         self._ok(ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.IDEMPOTENT_WRITE)  # logs and counts the refusal
         return self._refuse_whole(ctx, request, CLUSTER_DENIED)
 
-    def _group_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
-        """ConsumerGroupHeartbeat / ShareGroupHeartbeat: read on the group, describe on each subscribed name."""
+    def _group_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Result | Awaitable[Result]:
+        """ConsumerGroupHeartbeat / ShareGroupHeartbeat: read on the group, describe on each subscribed name;
+        a member's repeated subscription refusal comes after a delay (``heartbeat_pacing``)."""
         if not self._ok(ctx, who, Res.GROUP, request.group_id, Op.READ):
             return self._refuse_whole(ctx, request, GROUP_DENIED)
         for topic in request.subscribed_topic_names or []:

@@ -61,9 +61,8 @@ class RefusalPacer:
         return result
 
 
-def delay_config(config: object) -> int:
-    """The validated ``refused_heartbeat_delay_ms`` (default 1000; 0 answers every refusal at once)."""
-    value = DEFAULT_DELAY_MS if config is None else config
+def delay_config(value: object) -> int:
+    """The validated ``refused_heartbeat_delay_ms`` (0 answers every refusal at once)."""
     if type(value) is not int or not 0 <= value <= MAX_DELAY_MS:
         raise FilterConfigError(
             f"refused_heartbeat_delay_ms: expected an integer from 0 to {MAX_DELAY_MS}, got {value!r}"

@@ -122,8 +122,10 @@ class TopicPolicy(Filter):
         unresolved = config.get("unresolved_error", "UNKNOWN_TOPIC_ID")
         if unresolved not in _UNRESOLVED:
             raise FilterConfigError(f"unresolved_error: expected one of {sorted(_UNRESOLVED)}, got {unresolved!r}")
-        delay = delay_config(config.get("refused_heartbeat_delay_ms"))
-        return {"deny": deny, "allow": allow, "unresolved_error": unresolved, "refused_heartbeat_delay_ms": delay}
+        valid: dict[str, Any] = {"deny": deny, "allow": allow, "unresolved_error": unresolved}
+        if "refused_heartbeat_delay_ms" in config:  # left out when not given: the default applies
+            valid["refused_heartbeat_delay_ms"] = delay_config(config["refused_heartbeat_delay_ms"])
+        return valid
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
@@ -131,10 +133,7 @@ class TopicPolicy(Filter):
         self.rules = RuleSet(*topic_policy_rules(config["deny"], config["allow"]))
         # admin RPCs on topics go through the authorizer's handlers, with this rule set
         admin_config = Authorizer.validate_config(
-            {
-                "unresolved_error": config["unresolved_error"],
-                "refused_heartbeat_delay_ms": config.get("refused_heartbeat_delay_ms"),
-            }
+            {k: config[k] for k in ("unresolved_error", "refused_heartbeat_delay_ms") if k in config}
         )
         self._admin = Authorizer(admin_config, rules=self.rules, report_as=self.name)
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
