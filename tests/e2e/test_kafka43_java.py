@@ -298,8 +298,8 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     assert heartbeats, "the share consumer never asked kgate to join"
     assert "TOPIC_AUTHORIZATION_FAILED" in run.stderr, f"the refusal never reached the consumer:\n{run.describe()}"
     # A refused member stays JOINING, and the Java client sends a joining member's next heartbeat as soon
-    # as the last is answered: answered at once, it sent ~7,000 a second. kgate answers a member refused
-    # again after refused_heartbeat_delay_ms (1 s): about one a second over the 8 s wait and the JVM's start.
+    # as the last is answered: answered at once, it sent thousands a second (docs/authorization.md). kgate
+    # answers a member refused again after refused_heartbeat_delay_ms (1 s): about one a second.
     print(f"ShareGroupHeartbeat through kgate: {heartbeats:.0f} in {run.seconds:.1f}s; kgate CPU {cpu:.2f}s")
     assert heartbeats < 100, f"the refused share consumer spun: {heartbeats:.0f} heartbeats in {run.seconds:.1f}s"
 
@@ -308,7 +308,7 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
 def test_kip848_consumer_that_keeps_polling_a_denied_topic_is_paced(kafka, kgate_factory, tmp_path) -> None:
     """(f) The same refusal for a KIP-848 consumer application that catches the refusal and polls on
     (kafka-console-consumer.sh exits at the first one): its member stays JOINING and, answered at
-    once, sent 570-18,183 ConsumerGroupHeartbeats in 8-10 s; kgate answers a repeat after 1 s."""
+    once, heartbeats as fast as it is answered (docs/authorization.md); kgate answers a repeat after 1 s."""
     k = _kgate(kafka, kgate_factory, POLICY)
     tools = _tools(kafka, k, tmp_path)
     topic, group = w.unique("secret"), w.unique("gsecret")

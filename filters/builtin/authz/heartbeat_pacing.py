@@ -5,8 +5,8 @@ Java client (4.x, ``AbstractHeartbeatRequestManager.poll``) sends a joining memb
 soon as the last one is answered, skipping its retry backoff. It reads neither ``throttle_time_ms``
 on these answers (their ``shouldClientThrottle`` is false) nor ``heartbeat_interval_ms`` on an error
 answer. What it does honour is the heartbeat in flight: it never sends another while one is
-unanswered. So the member heartbeats as fast as its answers come: 7,000 a second against kgate's
-refusal, 1,600 against Kafka's own authorizer (docs/authorization.md, "Refused heartbeats").
+unanswered. So the member heartbeats as fast as its answers come, against Kafka's own authorizer too
+(measured in docs/authorization.md, "Refused subscriptions").
 
 A member's first refusal is answered at once (the client learns it without delay); one refused again
 within ``WINDOW_S`` is answered after ``delay_s``, with ``throttle_time_ms`` saying so, as a Kafka
