@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from pathlib import Path
 
 import pytest
 from support import java_clients, kafka_broker
@@ -55,6 +56,13 @@ def _versions_used(k: Kgate, key: ApiKey) -> dict[int, float]:
         if f'api="{name}"' in labels and v > 0:
             out[int(labels.split('api_version="')[1].split('"')[0])] = v
     return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _high_watermark(k: Kgate, topic: str) -> int:
@@ -282,9 +290,39 @@ def test_share_consumer_of_denied_topic_gets_nothing(kafka, kgate_factory, tmp_p
     w.assert_exact(values, got)  # the records are there
     _share_group_starts_at_earliest(k, group)
 
+    cpu_before = _cpu_seconds(k.pid)
     run = tools.share_consume(topic, group, 1, idle_timeout_ms=8000)
+    cpu = _cpu_seconds(k.pid) - cpu_before
     assert run.lines() == [], f"the share consumer read a denied topic:\n{run.describe()}"
-    assert _versions_used(k, ApiKey.SHARE_GROUP_HEARTBEAT), "the share consumer never asked kgate to join"
+    heartbeats = sum(_versions_used(k, ApiKey.SHARE_GROUP_HEARTBEAT).values())
+    assert heartbeats, "the share consumer never asked kgate to join"
+    assert "TOPIC_AUTHORIZATION_FAILED" in run.stderr, f"the refusal never reached the consumer:\n{run.describe()}"
+    # A refused member stays JOINING, and the Java client sends a joining member's next heartbeat as soon
+    # as the last is answered: answered at once, it sent thousands a second (docs/authorization.md). kgate
+    # answers a member refused again after refused_heartbeat_delay_ms (1 s): about one a second.
+    print(f"ShareGroupHeartbeat through kgate: {heartbeats:.0f} in {run.seconds:.1f}s; kgate CPU {cpu:.2f}s")
+    assert heartbeats < 100, f"the refused share consumer spun: {heartbeats:.0f} heartbeats in {run.seconds:.1f}s"
+
+
+@pytest.mark.timeout(300)
+def test_kip848_consumer_that_keeps_polling_a_denied_topic_is_paced(kafka, kgate_factory, tmp_path) -> None:
+    """(f) The same refusal for a KIP-848 consumer application that catches the refusal and polls on
+    (kafka-console-consumer.sh exits at the first one): its member stays JOINING and, answered at
+    once, heartbeats as fast as it is answered (docs/authorization.md); kgate answers a repeat after 1 s."""
+    k = _kgate(kafka, kgate_factory, POLICY)
+    tools = _tools(kafka, k, tmp_path)
+    topic, group = w.unique("secret"), w.unique("gsecret")
+    w.confluent_create_topic(kafka.bootstrap, topic, 1)  # the policy refuses creating it through kgate
+    app = Path(__file__).parent / "java_apps" / "RefusedConsumer.java"
+    run = tools.run("kafka-run-class.sh", [str(app), k.bootstrap, topic, group, "8000"])
+    summary = [line for line in run.lines() if line.startswith("records=")]
+    assert summary, f"the consumer application printed no summary:\n{run.describe()}"
+    records, refused = (int(part.split("=")[1]) for part in summary[-1].split())
+    assert records == 0, f"the consumer read a denied topic:\n{run.describe()}"
+    assert refused >= 1, f"the consumer never saw TopicAuthorizationException:\n{run.describe()}"
+    heartbeats = sum(_versions_used(k, ApiKey.CONSUMER_GROUP_HEARTBEAT).values())
+    print(f"ConsumerGroupHeartbeat through kgate: {heartbeats:.0f} in {run.seconds:.1f}s ({refused} refusals seen)")
+    assert 0 < heartbeats < 100, f"the refused KIP-848 consumer spun: {heartbeats:.0f} heartbeats"
 
 
 @pytest.mark.timeout(120)

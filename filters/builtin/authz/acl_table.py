@@ -51,6 +51,7 @@ _STREAMS_CREATE = (
     "(kgate refuses the heartbeat: Kafka answers status MISSING_INTERNAL_TOPICS)"
 )
 _ASSIGNMENT = "left out of the assignment the member sees (a KIP-848 regex is resolved by the broker: see below)"
+_REFUSED_AGAIN = "a member refused again is answered after refused_heartbeat_delay_ms (see below)"
 
 #: api keys every client needs before or without naming a resource: never checked
 UNCHECKED: frozenset[int] = frozenset(
@@ -240,7 +241,7 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ApiKey.LIST_TRANSACTIONS: (Need(X, Op.DESCRIBE, "transaction_states (answer)", TXN_DENIED, "answer"),),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
-        Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request"),
+        Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request", _REFUSED_AGAIN),
         Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer", _ASSIGNMENT),
     ),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (
@@ -260,7 +261,7 @@ TABLE: dict[int, tuple[Need, ...]] = {
     ),
     ApiKey.SHARE_GROUP_HEARTBEAT: (
         Need(G, Op.READ, "group_id", GROUP_DENIED, "request"),
-        Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request"),
+        Need(T, Op.DESCRIBE, "subscribed_topic_names[]", TOPIC_DENIED, "request", _REFUSED_AGAIN),
         Need(T, Op.DESCRIBE, "assignment.topic_partitions[].topic_id (answer)", TOPIC_DENIED, "answer", _ASSIGNMENT),
     ),
     ApiKey.SHARE_GROUP_DESCRIBE: (

@@ -56,6 +56,7 @@ from kgate.codec.generated.data.metadata import MetadataRequest, MetadataRequest
 from kgate.codec.metadata_walk import metadata_ask
 from kgate.filters.builtin.authz.acl_rules import CLUSTER_NAME, Identity, Op, Res, RuleSet, identity, parse_rules
 from kgate.filters.builtin.authz.acl_table import TABLE, UNCHECKED
+from kgate.filters.builtin.authz.heartbeat_pacing import DEFAULT_DELAY_MS, RefusalPacer, delay_config
 from kgate.filters.builtin.authz.operations import NOT_REQUESTED, narrowed, operations_bitfield
 from kgate.filters.builtin.authz.produce_head import produce_head
 from kgate.filters.builtin.authz.report import DecisionReport
@@ -153,9 +154,10 @@ class Authorizer(Filter):
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        unknown = set(config) - {"rules", "default", "unresolved_error"}
+        unknown = set(config) - {"rules", "default", "unresolved_error", "refused_heartbeat_delay_ms"}
         if unknown:
-            raise FilterConfigError(f"unknown keys {sorted(unknown)} (allowed: rules, default, unresolved_error)")
+            allowed = "rules, default, unresolved_error, refused_heartbeat_delay_ms"
+            raise FilterConfigError(f"unknown keys {sorted(unknown)} (allowed: {allowed})")
         default = config.get("default", "deny")
         if default not in _DEFAULTS:
             raise FilterConfigError(f"default: expected allow or deny, got {default!r}")
@@ -163,7 +165,10 @@ class Authorizer(Filter):
         unresolved = config.get("unresolved_error", "UNKNOWN_TOPIC_ID")
         if unresolved not in _UNRESOLVED:
             raise FilterConfigError(f"unresolved_error: expected one of {sorted(_UNRESOLVED)}, got {unresolved!r}")
-        return {"rules": list(config.get("rules") or []), "default": default, "unresolved_error": unresolved}
+        valid = {"rules": list(config.get("rules") or []), "default": default, "unresolved_error": unresolved}
+        if "refused_heartbeat_delay_ms" in config:  # left out when not given: the default applies
+            valid["refused_heartbeat_delay_ms"] = delay_config(config["refused_heartbeat_delay_ms"])
+        return valid
 
     def __init__(self, config: Mapping[str, Any], *, rules: RuleSet | None = None, report_as: str = "") -> None:
         """``rules``/``report_as``: for topic-policy, which applies its own rule set through these handlers."""
@@ -171,6 +176,9 @@ class Authorizer(Filter):
         self.rules = rules or RuleSet(parse_rules(config["rules"]), config["default"] == "allow")
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self.report = DecisionReport(report_as or self.name)
+        #: a member refused its subscription again waits for the answer (heartbeat_pacing: the Java client
+        #: otherwise heartbeats as fast as it is answered)
+        self._pacer = RefusalPacer(config.get("refused_heartbeat_delay_ms", DEFAULT_DELAY_MS))
         self._who_cache: dict[tuple[str | None, str | None, str], Identity] = {}
         #: the connection asked about last, its principal and client id as they were then, and its
         #: identity: a connection's requests follow each other, so ``_who`` mostly compares three
@@ -417,13 +425,15 @@ class Authorizer(Filter):
         self._ok(ctx, who, Res.CLUSTER, CLUSTER_NAME, Op.IDEMPOTENT_WRITE)  # logs and counts the refusal
         return self._refuse_whole(ctx, request, CLUSTER_DENIED)
 
-    def _group_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Result:
-        """ConsumerGroupHeartbeat / ShareGroupHeartbeat: read on the group, describe on each subscribed name."""
+    def _group_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Result | Awaitable[Result]:
+        """ConsumerGroupHeartbeat / ShareGroupHeartbeat: read on the group, describe on each subscribed name;
+        a member's repeated subscription refusal comes after a delay (``heartbeat_pacing``)."""
         if not self._ok(ctx, who, Res.GROUP, request.group_id, Op.READ):
             return self._refuse_whole(ctx, request, GROUP_DENIED)
         for topic in request.subscribed_topic_names or []:
             if not self._ok(ctx, who, Res.TOPIC, topic, Op.DESCRIBE):
-                return self._refuse_whole(ctx, request, TOPIC_DENIED)
+                member = (ctx.connection.client_address, request.group_id, request.member_id or "")
+                return self._pacer.pace(member, self._refuse_whole(ctx, request, TOPIC_DENIED))
         return FORWARD
 
     def _streams_heartbeat(self, ctx: FilterContext, request: Any, who: Identity) -> Any:

@@ -27,6 +27,7 @@ Config::
         deny: ["secret-*", "__consumer_offsets"]   # shell-style patterns; deny wins
         allow: ["*"]                                # optional; when given, only these pass
         unresolved_error: UNKNOWN_TOPIC_ID          # or TOPIC_AUTHORIZATION_FAILED
+        refused_heartbeat_delay_ms: 1000            # a member refused again waits this long (0: never)
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from kgate.api import (
 )
 from kgate.filters.builtin.authz.acl_rules import Identity, Op, Res, RuleSet, topic_policy_rules
 from kgate.filters.builtin.authz.authorizer import PER_TOPIC_KEYS, Authorizer
+from kgate.filters.builtin.authz.heartbeat_pacing import delay_config
 from kgate.filters.builtin.authz.shapes import known_names, look_up
 from kgate.filters.builtin.authz.visibility import (
     hide_log_dir_topics,
@@ -110,22 +112,29 @@ class TopicPolicy(Filter):
 
     @classmethod
     def validate_config(cls, config: Mapping[str, Any]) -> Mapping[str, Any]:
-        unknown = set(config) - {"deny", "allow", "unresolved_error"}
+        unknown = set(config) - {"deny", "allow", "unresolved_error", "refused_heartbeat_delay_ms"}
         if unknown:
-            raise FilterConfigError(f"unknown keys {sorted(unknown)} (allowed: allow, deny, unresolved_error)")
+            raise FilterConfigError(
+                f"unknown keys {sorted(unknown)} (allowed: allow, deny, unresolved_error, refused_heartbeat_delay_ms)"
+            )
         deny = _patterns(config, "deny") or []
         allow = _patterns(config, "allow")
         unresolved = config.get("unresolved_error", "UNKNOWN_TOPIC_ID")
         if unresolved not in _UNRESOLVED:
             raise FilterConfigError(f"unresolved_error: expected one of {sorted(_UNRESOLVED)}, got {unresolved!r}")
-        return {"deny": deny, "allow": allow, "unresolved_error": unresolved}
+        valid: dict[str, Any] = {"deny": deny, "allow": allow, "unresolved_error": unresolved}
+        if "refused_heartbeat_delay_ms" in config:  # left out when not given: the default applies
+            valid["refused_heartbeat_delay_ms"] = delay_config(config["refused_heartbeat_delay_ms"])
+        return valid
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
         # the allow/deny lists are sugar over the authorizer's rules (filters.builtin.acl_rules)
         self.rules = RuleSet(*topic_policy_rules(config["deny"], config["allow"]))
         # admin RPCs on topics go through the authorizer's handlers, with this rule set
-        admin_config = Authorizer.validate_config({"unresolved_error": config["unresolved_error"]})
+        admin_config = Authorizer.validate_config(
+            {k: config[k] for k in ("unresolved_error", "refused_heartbeat_delay_ms") if k in config}
+        )
         self._admin = Authorizer(admin_config, rules=self.rules, report_as=self.name)
         self._unresolved_code = _UNRESOLVED[config["unresolved_error"]]
         self._verdicts: dict[str, bool] = {}
