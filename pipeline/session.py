@@ -52,7 +52,11 @@ def local_settings(
     """
     java_opts = f"-Dlog4j2.configurationFile=file:{LOG4J2}"
     if small:
-        java_opts += " -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+        # the first JIT tier alone gets the non-tiered JVM's 48 MiB code cache, which Spark's generated
+        # classes fill in a long session (a --follow run, the test suite): the JIT then stops and the
+        # JVM dies ("Out of space in CodeCache for adapters"); 240 MiB is the tiered default, reserved
+        # address space, committed only as used
+        java_opts += " -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
         shuffle_partitions = min(shuffle_partitions, SMALL_SHUFFLE_PARTITIONS)
     else:
         java_opts += " -XX:+UseParallelGC"

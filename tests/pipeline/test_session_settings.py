@@ -15,6 +15,9 @@ def test_a_small_input_gets_the_short_run_jvm_and_two_partitions() -> None:
     small = local_settings(shuffle_partitions=16, small=True)
     assert "-XX:TieredStopAtLevel=1" in small["spark.driver.extraJavaOptions"]
     assert "-XX:+UseSerialGC" in small["spark.driver.extraJavaOptions"]
+    # the first tier alone would get 48 MiB of code cache, which one long session of Spark's generated
+    # classes filled (the suite's one SparkSession died "Out of space in CodeCache for adapters")
+    assert "-XX:ReservedCodeCacheSize=240m" in small["spark.driver.extraJavaOptions"]
     assert small["spark.sql.shuffle.partitions"] == "2"
     assert "log4j2.configurationFile" in small["spark.driver.extraJavaOptions"]
 
