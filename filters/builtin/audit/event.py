@@ -354,7 +354,10 @@ def _count_failed(c: Captured, topics: list[_Topic]) -> None:
             t.failed_records = -1 if t.records is None else t.records
     if not mixed:
         return
-    failed = _failed_partitions(c)
+    try:
+        failed = _failed_partitions(c)
+    except (api.CodecError, ValueError, IndexError, struct.error):  # a frame the decoder refuses
+        failed = None  # the event is still written: its records marked unknown below
     for t in mixed:
         key = t.id if t.id is not None else t.name
         found = failed.get(key) if failed is not None and key is not None else None
@@ -370,10 +373,7 @@ def _failed_partitions(c: Captured) -> dict[str | UUID, tuple[int, int]] | None:
         header = _header(c)
         joined = b"".join(c.ex.req)  # a streamed request: joined only when its answer failed a partition
         if header is not None and len(joined) == c.ex.req_bytes:
-            try:
-                request = api.decode_request(PRODUCE, c.ex.api_version, memoryview(joined)[header[1] :])
-            except (api.CodecError, ValueError):
-                request = None
+            request = api.decode_request(PRODUCE, c.ex.api_version, memoryview(joined)[header[1] :])
     answer = _answer(c)
     if request is None or answer is None:
         return None
