@@ -50,7 +50,13 @@ async def test_describe_log_dirs_hides_denied_topics(setup) -> None:
     def names(resp) -> set[str]:
         return {t.name for r in resp.results for t in r.topics}
 
+    # CreateTopics answers once the controller has the topics; the broker makes their logs when it
+    # applies that metadata, a moment later (later still beside a busy core): wait for them there
+    deadline = time.monotonic() + 30
     direct = names(await _ask(kafka.port, 35, req, 4))
+    while not {secret, shown} <= direct and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+        direct = names(await _ask(kafka.port, 35, req, 4))
     via = names(await _ask(k.listen_port, 35, req, 4))
     assert {secret, shown} <= direct
     assert shown in via
