@@ -691,13 +691,10 @@ class ConnectionCore:
         """A half-closed client owed nothing more (every answer written, nothing suspended or
         queued, nothing streaming): the connection ends, as a client leaving."""
         if self.state is State.HALF_CLOSED and self.drained:
-            self._to(Event.FINISHED)
             self.close_detail = "client closed the connection"
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("client %s (cluster %s) left: every answer written", self.peer, self.cluster.name)
-            if self._old is not None or self._behind is not None:
-                self._release_old()
-            self.out.close_sockets(_CLIENT_LEFT)
+            self._finished()
 
     def client_closed(self) -> None:
         """The client's socket closed. Requests read from it but not sent yet (behind a suspended
@@ -771,10 +768,15 @@ class ConnectionCore:
     def _finish_if_client_gone(self) -> None:
         """Once a departed client's last read request has gone upstream, the connection ends."""
         if self.state is State.CLIENT_GONE and not self.backlog:
-            self._to(Event.FINISHED)
-            if self._old is not None or self._behind is not None:
-                self._release_old()
-            self.out.close_sockets(_CLIENT_LEFT)
+            self._finished()
+
+    def _finished(self) -> None:
+        """Nothing is owed any more to a client that left or half-closed (FINISHED): the connection
+        ends as the client leaving. The one ending both ``_finish_if_*`` share."""
+        self._to(Event.FINISHED)
+        if self._old is not None or self._behind is not None:
+            self._release_old()
+        self.out.close_sockets(_CLIENT_LEFT)
 
     # -- client to broker ---------------------------------------------------------------------
     def receive_client(self, data: bytes) -> None:
